@@ -1,0 +1,173 @@
+//! Test support shared by the protocol runner and the differential test: starting a
+//! beanstalk server (the real beanstalkd or redstalk) on a free loopback port and
+//! stopping it again.
+//!
+//! Invariants: every server is a child process owned by a [`ServerProc`]; dropping it
+//! kills the process, so a failing test never leaves a server behind.
+
+#![allow(dead_code)]
+
+use std::io::Read;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Which server a trial talks to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ServerKind {
+    /// Debian's beanstalkd, the reference oracle.
+    Beanstalkd,
+    /// redstalk on its in-memory engine.
+    Memory,
+}
+
+impl ServerKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            ServerKind::Beanstalkd => "beanstalkd",
+            ServerKind::Memory => "memory",
+        }
+    }
+
+    /// All kinds the suites run against.
+    pub fn all() -> Vec<ServerKind> {
+        vec![ServerKind::Beanstalkd, ServerKind::Memory]
+    }
+}
+
+/// Path of the beanstalkd binary: `$BEANSTALKD` or the first `beanstalkd` on PATH.
+pub fn beanstalkd_path() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("BEANSTALKD") {
+        return Some(PathBuf::from(p));
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join("beanstalkd"))
+        .find(|p| p.is_file())
+}
+
+/// True when the README's test command runs us: a missing oracle is then a failure,
+/// not a skip.
+pub fn oracle_required() -> bool {
+    std::env::var("REDSTALK_REQUIRE_ORACLE").is_ok_and(|v| v == "1")
+}
+
+/// Say loudly, once per process, that the oracle is missing.
+pub fn warn_oracle_missing() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        eprintln!();
+        eprintln!("!!! beanstalkd is not installed: the oracle trials are SKIPPED.");
+        eprintln!("!!! The README's test command installs it and skips nothing.");
+        eprintln!();
+    });
+}
+
+pub fn redstalk_path() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_redstalk"))
+}
+
+/// A free TCP port on 127.0.0.1 (the OS picks it; there is a small window in which
+/// another process could take it, which [`ServerProc::start`] retries around).
+pub fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+    l.local_addr().expect("local addr").port()
+}
+
+/// True when some socket listens on 127.0.0.1:`port` (or the wildcard address).
+pub fn is_listening(port: u16) -> bool {
+    let Ok(table) = std::fs::read_to_string("/proc/net/tcp") else {
+        // Not Linux: fall back to a probe connection.
+        return TcpStream::connect(("127.0.0.1", port)).is_ok();
+    };
+    let want = [format!("0100007F:{port:04X}"), format!("00000000:{port:04X}")];
+    table.lines().skip(1).any(|line| {
+        let mut cols = line.split_whitespace();
+        let local = cols.nth(1).unwrap_or("");
+        let state = cols.nth(1).unwrap_or("");
+        state == "0A" && want.iter().any(|w| w == local)
+    })
+}
+
+/// A running server process.
+pub struct ServerProc {
+    pub kind: ServerKind,
+    pub addr: SocketAddr,
+    child: Child,
+}
+
+impl ServerProc {
+    /// Start a server of `kind` with extra beanstalkd-style arguments.
+    /// Returns `Ok(None)` when the oracle is missing and not required.
+    pub fn start(kind: ServerKind, extra_args: &[String]) -> Result<Option<ServerProc>, String> {
+        let program = match kind {
+            ServerKind::Beanstalkd => match beanstalkd_path() {
+                Some(p) => p,
+                None if oracle_required() => {
+                    return Err("beanstalkd is required (REDSTALK_REQUIRE_ORACLE=1) but not installed".into());
+                }
+                None => {
+                    warn_oracle_missing();
+                    return Ok(None);
+                }
+            },
+            ServerKind::Memory => redstalk_path(),
+        };
+        let mut last_err = String::new();
+        for _attempt in 0..5 {
+            let port = free_port();
+            let mut cmd = Command::new(&program);
+            cmd.arg("-l").arg("127.0.0.1").arg("-p").arg(port.to_string());
+            cmd.args(extra_args);
+            cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+            let mut child = cmd.spawn().map_err(|e| format!("spawn {}: {e}", program.display()))?;
+            let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+            let started = Instant::now();
+            loop {
+                if let Ok(Some(status)) = child.try_wait() {
+                    let mut stderr = String::new();
+                    if let Some(mut e) = child.stderr.take() {
+                        let _ = e.read_to_string(&mut stderr);
+                    }
+                    last_err = format!("{} exited with {status}: {stderr}", kind.name());
+                    break;
+                }
+                // Readiness is read from the kernel's socket table rather than probed
+                // with a connection, so `total-connections` starts at 0 in every case.
+                if is_listening(port) {
+                    return Ok(Some(ServerProc { kind, addr, child }));
+                }
+                if started.elapsed() > Duration::from_secs(10) {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    last_err = format!("{} did not listen on {addr} within 10 s", kind.name());
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        Err(last_err)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Send a signal by name (`USR1`, `TERM`, …) to the server process.
+    pub fn signal(&self, name: &str) -> Result<(), String> {
+        let status = Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(self.pid().to_string())
+            .status()
+            .map_err(|e| format!("run kill: {e}"))?;
+        if status.success() { Ok(()) } else { Err(format!("kill -{name} failed: {status}")) }
+    }
+}
+
+impl Drop for ServerProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

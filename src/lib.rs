@@ -1,0 +1,1 @@
+//! redstalk: a beanstalkd-compatible job queue server.
