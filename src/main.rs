@@ -1,1 +1,92 @@
-fn main() {}
+//! The `redstalk` binary: parse beanstalkd-style flags, bind, and serve until SIGTERM.
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Parser;
+
+use redstalk::cli::{Cli, EXIT_USAGE, Settings};
+use redstalk::engine::{Engine, EngineConfig};
+use redstalk::server::{self, Listener, ServerConfig, signals};
+use redstalk::store::{AnyStore, MemoryStore};
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => {
+            let _ = err.print();
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    if cli.help {
+        use clap::CommandFactory;
+        let _ = Cli::command().print_help();
+        return ExitCode::SUCCESS;
+    }
+    if cli.version {
+        println!(
+            "redstalk {} (beanstalkd protocol 1.13)",
+            env!("CARGO_PKG_VERSION")
+        );
+        return ExitCode::SUCCESS;
+    }
+    let settings = match cli.validate() {
+        Ok(s) => s,
+        Err(err) => {
+            eprintln!("redstalk: {err}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    init_logging(settings.verbose);
+    for w in &settings.warnings {
+        tracing::warn!("{w}");
+    }
+    match run(settings) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("redstalk: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(verbose: u8) {
+    let level = match verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("REDSTALK_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("redstalk={level},warn")));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn run(settings: Settings) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async move {
+        let listener = Listener::bind(&settings.listen)?;
+        if let Some(user) = &settings.user {
+            server::privileges::become_user(user)?;
+        }
+        let engine = Engine::start(
+            AnyStore::Memory(MemoryStore::new()),
+            EngineConfig { max_job_size: settings.max_job_size },
+        );
+        tracing::info!(pid = std::process::id(), listen = %listener.describe(), engine = "memory", "redstalk started");
+        signals::spawn_drain_handler(engine.clone()).context("installing the SIGUSR1 handler")?;
+        let shutdown = signals::shutdown_signal().context("installing the SIGTERM handler")?;
+        let config = ServerConfig {
+            max_connections: settings.max_connections,
+            shutdown_grace: settings.shutdown_grace,
+        };
+        server::run(engine, listener, config, shutdown).await;
+        tracing::info!("redstalk stopped");
+        Ok(())
+    })
+}

@@ -154,6 +154,32 @@ impl ServerProc {
         self.child.id()
     }
 
+    /// Wait up to `timeout` for the process to exit by itself. `None` while it still
+    /// runs (it is then left running; dropping the `ServerProc` kills it).
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// True while the process has not exited.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Take the server's stderr pipe (piped by [`ServerProc::start`]). Whoever takes it
+    /// should keep draining it, or a chatty server could block on a full pipe.
+    pub fn take_stderr(&mut self) -> Option<std::process::ChildStderr> {
+        self.child.stderr.take()
+    }
+
     /// Send a signal by name (`USR1`, `TERM`, …) to the server process.
     pub fn signal(&self, name: &str) -> Result<(), String> {
         let status = Command::new("kill")

@@ -1,0 +1,52 @@
+//! A connection's protocol state. Owned by the connection's task; the engine reads and
+//! changes it while running that connection's commands.
+//!
+//! Invariant: the store holds exactly one "using" reference for `using` and one
+//! "watching" reference per tube in `watching` (taken in [`super::Engine::connect`],
+//! moved by `use`/`watch`/`ignore`, dropped in [`super::Engine::disconnect`]).
+
+use std::sync::Arc;
+
+use crate::protocol::TubeName;
+use crate::store::ConnId;
+use crate::util::SwapList;
+
+#[derive(Debug)]
+pub struct Session {
+    pub id: ConnId,
+    pub using: TubeName,
+    pub watching: SwapList<TubeName>,
+    /// Ever passed put validation (counts in `current-producers`).
+    pub producer: bool,
+    /// Ever issued a reserve or reserved a job (counts in `current-workers`).
+    pub worker: bool,
+    /// The watch list as shared slice, rebuilt only after `watch`/`ignore`, so a
+    /// reserve does not allocate.
+    watched: Option<Arc<[TubeName]>>,
+}
+
+impl Session {
+    pub(super) fn new(id: ConnId) -> Session {
+        let mut watching = SwapList::new();
+        watching.insert(TubeName::default_tube());
+        Session {
+            id,
+            using: TubeName::default_tube(),
+            watching,
+            producer: false,
+            worker: false,
+            watched: None,
+        }
+    }
+
+    /// The watched tubes, in list order.
+    pub fn watched(&mut self) -> Arc<[TubeName]> {
+        self.watched
+            .get_or_insert_with(|| self.watching.as_slice().iter().cloned().collect())
+            .clone()
+    }
+
+    pub(super) fn watch_list_changed(&mut self) {
+        self.watched = None;
+    }
+}

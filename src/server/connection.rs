@@ -1,0 +1,183 @@
+//! One client connection: read bytes, decode requests, run them through the engine in
+//! order, and write the replies.
+//!
+//! Ownership: the task running [`serve`] owns the socket, both buffers, the codec and
+//! the session. Pipelined requests are all run from one read and their replies written
+//! together with one write. A blocked reserve holds back the requests after it (as in
+//! the reference); meanwhile the socket is still read, up to
+//! [`MAX_BUFFERED_WHILE_WAITING`], only to notice a hang-up (which answers TIMED_OUT).
+//!
+//! Bounds: the read buffer holds at most one read chunk beyond what the codec keeps (a
+//! line window, or one body up to the job size limit); the write buffer is flushed once
+//! it passes [`WRITE_FLUSH_AT`], so it holds at most that plus one reply.
+
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio_util::codec::Decoder;
+use tokio_util::sync::CancellationToken;
+
+use crate::engine::{Engine, Outcome, Session, Waiting};
+use crate::protocol::{Reply, ServerCodec};
+
+const READ_CHUNK: usize = 16 * 1024;
+/// While a reserve waits, stop reading once this much is buffered, so a client that
+/// keeps pipelining is held back by TCP flow control rather than by our memory.
+pub const MAX_BUFFERED_WHILE_WAITING: usize = 64 * 1024;
+pub const WRITE_FLUSH_AT: usize = 64 * 1024;
+
+/// How a connection ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum End {
+    /// The client closed, quit, or the socket failed: its jobs go back to ready.
+    Closed,
+    /// The server is shutting down: jobs stay reserved until their TTR.
+    Shutdown,
+}
+
+/// Serve one connection until it ends.
+pub async fn serve<S>(engine: Arc<Engine>, stream: S, shutdown: CancellationToken)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let session = match engine.connect().await {
+        Ok(s) => s,
+        Err(err) => {
+            tracing::warn!(%err, "refusing a connection: the store is unavailable");
+            return;
+        }
+    };
+    let conn_id = session.id.0;
+    tracing::info!(conn = conn_id, "connection opened");
+    let mut guard = SessionGuard {
+        engine: engine.clone(),
+        session: Some(session),
+    };
+    let mut conn = Connection {
+        engine: engine.clone(),
+        stream,
+        rbuf: BytesMut::with_capacity(READ_CHUNK),
+        wbuf: BytesMut::with_capacity(4096),
+        codec: ServerCodec::new(engine.max_job_size()),
+    };
+    let end = match guard.session.as_mut() {
+        Some(session) => conn.run(session, &shutdown).await,
+        None => End::Closed,
+    };
+    if let Some(session) = guard.session.take() {
+        engine.disconnect(session, end == End::Closed).await;
+    }
+    tracing::info!(conn = conn_id, ?end, "connection closed");
+}
+
+/// Returns the session to the engine if the connection task unwinds.
+struct SessionGuard {
+    engine: Arc<Engine>,
+    session: Option<Session>,
+}
+
+impl Drop for SessionGuard {
+    fn drop(&mut self) {
+        if let Some(session) = self.session.take() {
+            let engine = self.engine.clone();
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(async move { engine.disconnect(session, true).await });
+            }
+        }
+    }
+}
+
+struct Connection<S> {
+    engine: Arc<Engine>,
+    stream: S,
+    rbuf: BytesMut,
+    wbuf: BytesMut,
+    codec: ServerCodec,
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
+    async fn run(&mut self, session: &mut Session, shutdown: &CancellationToken) -> End {
+        let mut eof = false;
+        loop {
+            // Run every complete request already buffered.
+            loop {
+                let req = match self.codec.decode(&mut self.rbuf) {
+                    Ok(Some(req)) => req,
+                    Ok(None) => break,
+                    Err(_) => return End::Closed,
+                };
+                tracing::debug!(conn = session.id.0, ?req, "request");
+                let reply = match self.engine.execute(session, req).await {
+                    Outcome::Reply(r) => r,
+                    Outcome::Quit => {
+                        let _ = self.flush().await;
+                        return End::Closed;
+                    }
+                    Outcome::Wait(mut waiting) => {
+                        if self.flush().await.is_err() {
+                            return End::Closed;
+                        }
+                        match self.wait(&mut waiting, &mut eof, shutdown).await {
+                            Some(r) => r,
+                            None if shutdown.is_cancelled() => return End::Shutdown,
+                            None => return End::Closed,
+                        }
+                    }
+                };
+                tracing::debug!(conn = session.id.0, ?reply, "reply");
+                reply.encode(&mut self.wbuf);
+                if self.wbuf.len() >= WRITE_FLUSH_AT && self.flush().await.is_err() {
+                    return End::Closed;
+                }
+            }
+            if self.flush().await.is_err() || eof {
+                return End::Closed;
+            }
+            self.rbuf.reserve(READ_CHUNK);
+            tokio::select! {
+                read = self.stream.read_buf(&mut self.rbuf) => match read {
+                    Ok(0) | Err(_) => return End::Closed,
+                    Ok(_) => {}
+                },
+                _ = shutdown.cancelled() => return End::Shutdown,
+            }
+        }
+    }
+
+    /// Drive a blocked reserve while watching the socket for a hang-up. `None` when the
+    /// connection must end (read error or shutdown).
+    async fn wait(
+        &mut self,
+        waiting: &mut Waiting,
+        eof: &mut bool,
+        shutdown: &CancellationToken,
+    ) -> Option<Reply> {
+        loop {
+            let can_read = !*eof && self.rbuf.len() < MAX_BUFFERED_WHILE_WAITING;
+            if can_read {
+                self.rbuf.reserve(READ_CHUNK);
+            }
+            tokio::select! {
+                reply = waiting.wait() => return Some(reply),
+                read = self.stream.read_buf(&mut self.rbuf), if can_read => match read {
+                    Ok(0) => {
+                        *eof = true;
+                        return Some(waiting.hang_up().await);
+                    }
+                    Ok(_) => {}
+                    Err(_) => return None,
+                },
+                _ = shutdown.cancelled() => return None,
+            }
+        }
+    }
+
+    async fn flush(&mut self) -> std::io::Result<()> {
+        if !self.wbuf.is_empty() {
+            self.stream.write_all(&self.wbuf).await?;
+            self.wbuf.clear();
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,176 @@
+//! Sockets: the listener (TCP or a unix socket), the accept loop with its connection
+//! limit, one task per connection, signals, and graceful shutdown.
+//!
+//! Ownership: [`run`] owns the listener and the set of connection tasks. Shutdown: stop
+//! accepting, tell every connection (each finishes the command it is running and writes
+//! its reply), wait up to the grace period, then return.
+
+pub mod connection;
+pub mod privileges;
+pub mod signals;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::{TcpListener, TcpSocket, UnixListener};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::engine::Engine;
+
+/// The reference's listen backlog.
+const BACKLOG: u32 = 1024;
+
+/// Where to listen.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ListenAddr {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+/// A bound listener.
+#[derive(Debug)]
+pub enum Listener {
+    Tcp(TcpListener),
+    Unix(UnixListener, PathBuf),
+}
+
+/// Errors that stop the server from starting; the message says what to change.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error(
+        "cannot listen on {addr}: {source} (is another server on that port? choose another with -p or -l)"
+    )]
+    Bind {
+        addr: String,
+        source: std::io::Error,
+    },
+}
+
+impl Listener {
+    /// Bind `addr`. A unix socket path that already exists is replaced, as the
+    /// reference does.
+    pub fn bind(addr: &ListenAddr) -> Result<Listener, ServerError> {
+        let err = |source| ServerError::Bind {
+            addr: format!("{addr:?}"),
+            source,
+        };
+        match addr {
+            ListenAddr::Tcp(sa) => {
+                let socket = if sa.is_ipv4() {
+                    TcpSocket::new_v4()
+                } else {
+                    TcpSocket::new_v6()
+                }
+                .map_err(err)?;
+                socket.set_reuseaddr(true).map_err(err)?;
+                socket.bind(*sa).map_err(err)?;
+                Ok(Listener::Tcp(socket.listen(BACKLOG).map_err(err)?))
+            }
+            ListenAddr::Unix(path) => {
+                let _ = std::fs::remove_file(path);
+                Ok(Listener::Unix(
+                    UnixListener::bind(path).map_err(err)?,
+                    path.clone(),
+                ))
+            }
+        }
+    }
+
+    /// What was actually bound (the port when 0 was asked for).
+    pub fn describe(&self) -> String {
+        match self {
+            Listener::Tcp(l) => l
+                .local_addr()
+                .map_or_else(|_| "tcp".into(), |a| a.to_string()),
+            Listener::Unix(_, p) => format!("unix:{}", p.display()),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    pub max_connections: usize,
+    pub shutdown_grace: Duration,
+}
+
+/// Accept and serve connections until `shutdown` resolves, then shut down gracefully.
+pub async fn run(
+    engine: Arc<Engine>,
+    listener: Listener,
+    config: ServerConfig,
+    shutdown: impl Future<Output = ()>,
+) {
+    let stop = CancellationToken::new();
+    let tasks = TaskTracker::new();
+    let limit = Arc::new(Semaphore::new(config.max_connections));
+    tokio::pin!(shutdown);
+    loop {
+        let accepted = tokio::select! {
+            _ = &mut shutdown => break,
+            a = accept(&listener) => a,
+        };
+        let stream = match accepted {
+            Ok(s) => s,
+            Err(err) => {
+                // Typically EMFILE: back off briefly instead of spinning.
+                tracing::warn!(%err, "accept failed; retrying in 50 ms");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = limit.clone().try_acquire_owned() else {
+            tracing::warn!(
+                limit = config.max_connections,
+                "connection limit reached; closing a new connection"
+            );
+            drop(stream);
+            continue;
+        };
+        let (engine, stop) = (engine.clone(), stop.clone());
+        tasks.spawn(async move {
+            match stream {
+                Stream::Tcp(s) => connection::serve(engine, s, stop).await,
+                Stream::Unix(s) => connection::serve(engine, s, stop).await,
+            }
+            drop(permit);
+        });
+    }
+    tracing::info!(
+        connections = tasks.len(),
+        "shutting down: no longer accepting"
+    );
+    if let Listener::Unix(_, path) = &listener {
+        let _ = std::fs::remove_file(path);
+    }
+    stop.cancel();
+    tasks.close();
+    if tokio::time::timeout(config.shutdown_grace, tasks.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!("shutdown grace period over; closing the remaining connections");
+    }
+    engine.shutdown();
+}
+
+enum Stream {
+    Tcp(tokio::net::TcpStream),
+    Unix(tokio::net::UnixStream),
+}
+
+async fn accept(listener: &Listener) -> std::io::Result<Stream> {
+    match listener {
+        Listener::Tcp(l) => {
+            let (s, _) = l.accept().await?;
+            // Replies are written whole; don't let Nagle hold them back.
+            s.set_nodelay(true)?;
+            Ok(Stream::Tcp(s))
+        }
+        Listener::Unix(l, _) => Ok(Stream::Unix(l.accept().await?.0)),
+    }
+}

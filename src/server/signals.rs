@@ -1,0 +1,33 @@
+//! Process signals: SIGUSR1 enters drain mode (as in the reference); SIGTERM and SIGINT
+//! start a graceful shutdown. (The reference dies at once on SIGTERM; stopping cleanly
+//! is never worse for a client: replies in flight are still written.)
+
+use std::sync::Arc;
+
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::engine::Engine;
+
+/// Spawn the SIGUSR1 handler.
+pub fn spawn_drain_handler(engine: Arc<Engine>) -> std::io::Result<()> {
+    let mut usr1 = signal(SignalKind::user_defined1())?;
+    tokio::spawn(async move {
+        while usr1.recv().await.is_some() {
+            tracing::info!("SIGUSR1: entering drain mode; puts are refused from now on");
+            engine.enter_drain_mode();
+        }
+    });
+    Ok(())
+}
+
+/// Resolves at the first SIGTERM or SIGINT.
+pub fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+            _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+        }
+    })
+}
