@@ -43,8 +43,17 @@ const END_SETTLE: Duration = Duration::from_millis(20);
 /// Keys whose values 1.12 prints without the quotes that 1.13 adds.
 const QUOTED_KEYS: &[&str] = &["name", "tube", "version", "hostname", "os", "platform"];
 /// `stats` keys whose values change from run to run; they match anything.
-const VOLATILE_STATS_KEYS: &[&str] =
-    &["pid", "uptime", "rusage-utime", "rusage-stime", "version", "id", "hostname", "os", "platform"];
+const VOLATILE_STATS_KEYS: &[&str] = &[
+    "pid",
+    "uptime",
+    "rusage-utime",
+    "rusage-stime",
+    "version",
+    "id",
+    "hostname",
+    "os",
+    "platform",
+];
 
 // ---------------------------------------------------------------------------------------
 // Case model and parser
@@ -77,13 +86,30 @@ struct Step {
     action: Action,
 }
 
+/// A timing window `LO..HI` in milliseconds.
+type Window = (u64, u64);
+
 #[derive(Debug)]
 enum Action {
     Connect(char),
-    Send { conn: char, bytes: Vec<u8> },
-    Expect { conn: char, bytes: Vec<u8>, window: Option<(u64, u64)> },
-    ExpectYaml { conn: char, n: Option<usize>, lines: Vec<Vec<u8>> },
-    Silence { conn: char, ms: u64 },
+    Send {
+        conn: char,
+        bytes: Vec<u8>,
+    },
+    Expect {
+        conn: char,
+        bytes: Vec<u8>,
+        window: Option<Window>,
+    },
+    ExpectYaml {
+        conn: char,
+        n: Option<usize>,
+        lines: Vec<Vec<u8>>,
+    },
+    Silence {
+        conn: char,
+        ms: u64,
+    },
     Eof(char),
     Close(char),
     Shutdown(char),
@@ -98,31 +124,23 @@ struct ParseError {
 }
 
 fn perr<T>(line: usize, msg: impl Into<String>) -> Result<T, ParseError> {
-    Err(ParseError { line, msg: msg.into() })
+    Err(ParseError {
+        line,
+        msg: msg.into(),
+    })
 }
 
 /// Decode the escapes of the case format: `\r \n \t \0 \\ \xNN` and `\{N:C}`.
 fn unescape(text: &str) -> Result<Vec<u8>, String> {
     let mut out = Vec::with_capacity(text.len());
-    let mut chars = text.char_indices().peekable();
-    while let Some((pos, c)) = chars.next() {
-        if c != '\\' {
-            let mut buf = [0u8; 4];
-            out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
-            continue;
-        }
-        let rest = &text[pos..];
-        let (bytes, consumed) = unescape_one(rest)?;
+    let mut rest = text;
+    while let Some(at) = rest.find('\\') {
+        out.extend_from_slice(&rest.as_bytes()[..at]);
+        let (bytes, used) = unescape_one(&rest[at..])?;
         out.extend_from_slice(&bytes);
-        // Skip the characters of the escape beyond the backslash already taken.
-        while let Some(&(p, _)) = chars.peek() {
-            if p < pos + consumed {
-                chars.next();
-            } else {
-                break;
-            }
-        }
+        rest = &rest[at + used..];
     }
+    out.extend_from_slice(rest.as_bytes());
     Ok(out)
 }
 
@@ -141,7 +159,8 @@ fn unescape_one(s: &str) -> Result<(Vec<u8>, usize), String> {
         b'\\' => Ok((vec![b'\\'], 2)),
         b'x' => {
             let hex = s.get(2..4).ok_or("`\\x` needs two hex digits")?;
-            let v = u8::from_str_radix(hex, 16).map_err(|_| format!("`\\x{hex}` is not two hex digits"))?;
+            let v = u8::from_str_radix(hex, 16)
+                .map_err(|_| format!("`\\x{hex}` is not two hex digits"))?;
             Ok((vec![v], 4))
         }
         b'{' => {
@@ -158,7 +177,9 @@ fn unescape_one(s: &str) -> Result<(Vec<u8>, usize), String> {
                 (c.encode_utf8(&mut buf).as_bytes().to_vec(), c.len_utf8())
             };
             if after.as_bytes().get(used) != Some(&b'}') {
-                return Err("`\\{N:C}`: C must be one character (or one escape) followed by `}`".into());
+                return Err(
+                    "`\\{N:C}`: C must be one character (or one escape) followed by `}`".into(),
+                );
             }
             Ok((unit.repeat(count), colon + 1 + used + 1))
         }
@@ -201,7 +222,7 @@ fn show(bytes: &[u8]) -> String {
 }
 
 /// Parse `LO..HI` (milliseconds).
-fn parse_window(s: &str) -> Option<(u64, u64)> {
+fn parse_window(s: &str) -> Option<Window> {
     let (lo, hi) = s.split_once("..")?;
     let lo: u64 = lo.parse().ok()?;
     let hi: u64 = hi.parse().ok()?;
@@ -209,13 +230,16 @@ fn parse_window(s: &str) -> Option<(u64, u64)> {
 }
 
 /// Split off a trailing ` @@ LO..HI` timing window from the text of an expectation.
-fn split_window(text: &str, line: usize) -> Result<(&str, Option<(u64, u64)>), ParseError> {
+fn split_window(text: &str, line: usize) -> Result<(&str, Option<Window>), ParseError> {
     match text.rfind(" @@ ") {
         Some(at) => {
             let spec = &text[at + 4..];
             match parse_window(spec) {
                 Some(w) => Ok((&text[..at], Some(w))),
-                None => perr(line, format!("bad timing window `@@ {spec}` (write `@@ LO..HI` in ms, LO <= HI)")),
+                None => perr(
+                    line,
+                    format!("bad timing window `@@ {spec}` (write `@@ LO..HI` in ms, LO <= HI)"),
+                ),
             }
         }
         None => Ok((text, None)),
@@ -223,27 +247,41 @@ fn split_window(text: &str, line: usize) -> Result<(&str, Option<(u64, u64)>), P
 }
 
 fn parse_ms(s: &str, line: usize, what: &str) -> Result<u64, ParseError> {
-    s.trim_end()
-        .parse()
-        .or_else(|_| perr(line, format!("{what}: `{s}` is not a number of milliseconds")))
+    s.trim_end().parse().or_else(|_| {
+        perr(
+            line,
+            format!("{what}: `{s}` is not a number of milliseconds"),
+        )
+    })
 }
 
 /// Parse a whole case file.
 fn parse_case(display_path: String, content: &str) -> Result<Case, ParseError> {
-    let mut case = Case { display_path, args: Vec::new(), only: Vec::new(), steps: Vec::new() };
+    let mut case = Case {
+        display_path,
+        args: Vec::new(),
+        only: Vec::new(),
+        steps: Vec::new(),
+    };
     // An open YAML block: index of its step in `case.steps`.
     let mut open_yaml: Option<usize> = None;
     for (idx, raw) in content.split('\n').enumerate() {
         let line = idx + 1;
         if raw.contains('\r') {
-            return perr(line, "the case file contains a carriage return (save it with LF line ends; write `\\r` for a CR byte)");
+            return perr(
+                line,
+                "the case file contains a carriage return (save it with LF line ends; write `\\r` for a CR byte)",
+            );
         }
         if raw.trim().is_empty() {
             continue;
         }
         if let Some(header) = raw.strip_prefix("#!") {
             if !case.steps.is_empty() {
-                return perr(line, "`#!` header lines must come before the first directive");
+                return perr(
+                    line,
+                    "`#!` header lines must come before the first directive",
+                );
             }
             let header = header.trim();
             if let Some(args) = header.strip_prefix("args:") {
@@ -251,15 +289,27 @@ fn parse_case(display_path: String, content: &str) -> Result<Case, ParseError> {
             } else if let Some(only) = header.strip_prefix("only:") {
                 for token in only.split_whitespace() {
                     let Some(ver) = token.strip_prefix("beanstalkd-") else {
-                        return perr(line, format!("`#! only:` takes `beanstalkd-X.Y` tokens, not `{token}`"));
+                        return perr(
+                            line,
+                            format!("`#! only:` takes `beanstalkd-X.Y` tokens, not `{token}`"),
+                        );
                     };
                     let Some(min) = parse_version(ver) else {
-                        return perr(line, format!("`#! only:` token `{token}` has no X.Y version"));
+                        return perr(
+                            line,
+                            format!("`#! only:` token `{token}` has no X.Y version"),
+                        );
                     };
-                    case.only.push(OracleVersion { token: token.to_string(), min });
+                    case.only.push(OracleVersion {
+                        token: token.to_string(),
+                        min,
+                    });
                 }
             } else {
-                return perr(line, format!("unknown header `#!{header}` (known: `#! args:`, `#! only:`)"));
+                return perr(
+                    line,
+                    format!("unknown header `#!{header}` (known: `#! args:`, `#! only:`)"),
+                );
             }
             continue;
         }
@@ -272,7 +322,10 @@ fn parse_case(display_path: String, content: &str) -> Result<Case, ParseError> {
         if bytes.len() >= 2 && bytes[0].is_ascii_lowercase() && bytes[1] == b'|' {
             let conn = bytes[0] as char;
             let Some(step_idx) = open_yaml else {
-                return perr(line, format!("`{conn}|` line without a preceding `{conn}< OK N`"));
+                return perr(
+                    line,
+                    format!("`{conn}|` line without a preceding `{conn}< OK N`"),
+                );
             };
             let text = match &raw[2..] {
                 "" => "",
@@ -284,17 +337,33 @@ fn parse_case(display_path: String, content: &str) -> Result<Case, ParseError> {
             match &mut step.action {
                 Action::ExpectYaml { conn: c, lines, .. } if *c == conn => lines.push(decoded),
                 Action::ExpectYaml { conn: c, .. } => {
-                    return perr(line, format!("`{conn}|` continues a YAML reply expected on `{c}`"));
+                    return perr(
+                        line,
+                        format!("`{conn}|` continues a YAML reply expected on `{c}`"),
+                    );
                 }
-                Action::Expect { conn: c, bytes, window: None } if *c == conn => {
+                Action::Expect {
+                    conn: c,
+                    bytes,
+                    window: None,
+                } if *c == conn => {
                     // `a< OK N` followed by `a|` lines: turn it into a YAML expectation.
                     let n = ok_header_of(bytes).ok_or_else(|| ParseError {
                         line,
                         msg: format!("`{conn}|` must follow `{conn}< OK N` or `{conn}< OK *`"),
                     })?;
-                    step.action = Action::ExpectYaml { conn, n, lines: vec![decoded] };
+                    step.action = Action::ExpectYaml {
+                        conn,
+                        n,
+                        lines: vec![decoded],
+                    };
                 }
-                _ => return perr(line, format!("`{conn}|` must follow `{conn}< OK N` or `{conn}< OK *`")),
+                _ => {
+                    return perr(
+                        line,
+                        format!("`{conn}|` must follow `{conn}< OK N` or `{conn}< OK *`"),
+                    );
+                }
             }
             continue;
         }
@@ -304,9 +373,12 @@ fn parse_case(display_path: String, content: &str) -> Result<Case, ParseError> {
         }
 
         let action = parse_directive(raw, line)?;
-        let is_ok_header =
-            matches!(&action, Action::Expect { bytes, window: None, .. } if ok_header_of(bytes).is_some());
-        case.steps.push(Step { line, source: raw.to_string(), action });
+        let is_ok_header = matches!(&action, Action::Expect { bytes, window: None, .. } if ok_header_of(bytes).is_some());
+        case.steps.push(Step {
+            line,
+            source: raw.to_string(),
+            action,
+        });
         if is_ok_header {
             open_yaml = Some(case.steps.len() - 1);
         }
@@ -314,12 +386,15 @@ fn parse_case(display_path: String, content: &str) -> Result<Case, ParseError> {
     if let Some(step_idx) = open_yaml {
         check_yaml_block(&case.steps[step_idx])?;
     }
+    if case.steps.is_empty() {
+        return perr(1, "the case has no directives");
+    }
     // `a< OK *` with no YAML lines after it is a mistake, not a literal expectation.
     for step in &case.steps {
-        if let Action::Expect { bytes, .. } = &step.action {
-            if bytes == b"OK *\r\n" {
-                return perr(step.line, "`OK *` must be followed by `a|` YAML lines");
-            }
+        if let Action::Expect { bytes, .. } = &step.action
+            && bytes == b"OK *\r\n"
+        {
+            return perr(step.line, "`OK *` must be followed by `a|` YAML lines");
         }
     }
     Ok(case)
@@ -351,17 +426,25 @@ fn is_wildcard_line(line: &[u8]) -> bool {
 /// Check a finished YAML expectation: `*` values need `OK *`, and a numeric `N` must be
 /// the length of the lines written (catches miscounted headers in the case file).
 fn check_yaml_block(step: &Step) -> Result<(), ParseError> {
-    let Action::ExpectYaml { n, lines, .. } = &step.action else { return Ok(()) };
+    let Action::ExpectYaml { n, lines, .. } = &step.action else {
+        return Ok(());
+    };
     let has_wildcard = lines.iter().any(|l| is_wildcard_line(l));
     let written: usize = lines.iter().map(|l| l.len() + 1).sum();
     match n {
-        Some(_) if has_wildcard => perr(step.line, "the block has `*` values, so write its header as `OK *`"),
-        None if !has_wildcard => {
-            perr(step.line, format!("the block has no `*` value, so write its header as `OK {written}`"))
-        }
+        Some(_) if has_wildcard => perr(
+            step.line,
+            "the block has `*` values, so write its header as `OK *`",
+        ),
+        None if !has_wildcard => perr(
+            step.line,
+            format!("the block has no `*` value, so write its header as `OK {written}`"),
+        ),
         Some(n) if *n != written => perr(
             step.line,
-            format!("the header says OK {n}, but the YAML lines below it add up to {written} bytes"),
+            format!(
+                "the header says OK {n}, but the YAML lines below it add up to {written} bytes"
+            ),
         ),
         _ => Ok(()),
     }
@@ -374,14 +457,26 @@ fn parse_directive(raw: &str, line: usize) -> Result<Action, ParseError> {
     }
     if let Some(rest) = raw.strip_prefix("signal ") {
         let name = rest.trim_end();
-        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit()) {
-            return perr(line, format!("signal: `{name}` is not a signal name like USR1"));
+        if name.is_empty()
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit())
+        {
+            return perr(
+                line,
+                format!("signal: `{name}` is not a signal name like USR1"),
+            );
         }
         return Ok(Action::Signal(name.to_string()));
     }
     let bytes = raw.as_bytes();
     if !bytes[0].is_ascii_lowercase() {
-        return perr(line, format!("cannot parse `{raw}`: a directive starts with a connection letter a-z, `sleep` or `signal`"));
+        return perr(
+            line,
+            format!(
+                "cannot parse `{raw}`: a directive starts with a connection letter a-z, `sleep` or `signal`"
+            ),
+        );
     }
     let conn = bytes[0] as char;
     let rest = &raw[1..];
@@ -396,7 +491,10 @@ fn parse_directive(raw: &str, line: usize) -> Result<Action, ParseError> {
     };
     let decode = |t: &str| unescape(t).or_else(|e| perr(line, e));
     if let Some(t) = text_after(">>")? {
-        return Ok(Action::Send { conn, bytes: decode(&t)? });
+        return Ok(Action::Send {
+            conn,
+            bytes: decode(&t)?,
+        });
     }
     if let Some(t) = text_after(">")? {
         let mut bytes = decode(&t)?;
@@ -405,16 +503,27 @@ fn parse_directive(raw: &str, line: usize) -> Result<Action, ParseError> {
     }
     if let Some(t) = text_after("<<")? {
         let (t, window) = split_window(&t, line)?;
-        return Ok(Action::Expect { conn, bytes: decode(t)?, window });
+        return Ok(Action::Expect {
+            conn,
+            bytes: decode(t)?,
+            window,
+        });
     }
     if let Some(t) = text_after("<")? {
         let (t, window) = split_window(&t, line)?;
         let mut bytes = decode(t)?;
         bytes.extend_from_slice(b"\r\n");
-        return Ok(Action::Expect { conn, bytes, window });
+        return Ok(Action::Expect {
+            conn,
+            bytes,
+            window,
+        });
     }
     if let Some(t) = rest.strip_prefix("- ") {
-        return Ok(Action::Silence { conn, ms: parse_ms(t, line, "silence")? });
+        return Ok(Action::Silence {
+            conn,
+            ms: parse_ms(t, line, "silence")?,
+        });
     }
     match rest.trim_end() {
         " eof" => Ok(Action::Eof(conn)),
@@ -466,8 +575,16 @@ impl<'a> Player<'a> {
         if !self.conns.contains_key(&name) {
             let stream = TcpStream::connect(self.server.addr)
                 .map_err(|e| format!("connect `{name}` to {}: {e}", self.server.addr))?;
-            stream.set_nodelay(true).map_err(|e| format!("set TCP_NODELAY: {e}"))?;
-            self.conns.insert(name, Conn { stream, last_send: Instant::now() });
+            stream
+                .set_nodelay(true)
+                .map_err(|e| format!("set TCP_NODELAY: {e}"))?;
+            self.conns.insert(
+                name,
+                Conn {
+                    stream,
+                    last_send: Instant::now(),
+                },
+            );
         }
         Ok(self.conns.get_mut(&name).expect("connection just inserted"))
     }
@@ -512,11 +629,17 @@ impl<'a> Player<'a> {
             }
             Action::Send { conn, bytes } => {
                 let c = self.conn(*conn)?;
-                c.stream.write_all(bytes).map_err(|e| format!("send on `{conn}` failed: {e}"))?;
+                c.stream
+                    .write_all(bytes)
+                    .map_err(|e| format!("send on `{conn}` failed: {e}"))?;
                 c.last_send = Instant::now();
                 Ok(())
             }
-            Action::Expect { conn, bytes, window } => self.expect(*conn, bytes, *window),
+            Action::Expect {
+                conn,
+                bytes,
+                window,
+            } => self.expect(*conn, bytes, *window),
             Action::ExpectYaml { conn, n, lines } => self.expect_yaml(*conn, *n, lines),
             Action::Silence { conn, ms } => self.silence(*conn, *ms),
             Action::Eof(conn) => self.eof(*conn),
@@ -528,7 +651,9 @@ impl<'a> Player<'a> {
             }
             Action::Shutdown(conn) => {
                 let c = self.conn(*conn)?;
-                c.stream.shutdown(Shutdown::Write).map_err(|e| format!("shutdown of `{conn}` failed: {e}"))
+                c.stream
+                    .shutdown(Shutdown::Write)
+                    .map_err(|e| format!("shutdown of `{conn}` failed: {e}"))
             }
             Action::Sleep(ms) => {
                 std::thread::sleep(Duration::from_millis(*ms));
@@ -543,13 +668,19 @@ impl<'a> Player<'a> {
     }
 
     /// Read up to `buf.len()` bytes from `conn`, waiting until `deadline`.
-    fn read_some(stream: &mut TcpStream, buf: &mut [u8], deadline: Instant) -> Result<usize, ReadEnd> {
+    fn read_some(
+        stream: &mut TcpStream,
+        buf: &mut [u8],
+        deadline: Instant,
+    ) -> Result<usize, ReadEnd> {
         loop {
             let now = Instant::now();
             if now >= deadline {
                 return Err(ReadEnd::TimedOut);
             }
-            stream.set_read_timeout(Some(deadline - now)).map_err(ReadEnd::Error)?;
+            stream
+                .set_read_timeout(Some(deadline - now))
+                .map_err(ReadEnd::Error)?;
             match stream.read(buf) {
                 Ok(0) => return Err(ReadEnd::Eof),
                 Ok(n) => return Ok(n),
@@ -576,7 +707,12 @@ impl<'a> Player<'a> {
 
     /// Read exactly `expected.len()` bytes and compare, failing as soon as a prefix
     /// differs. Returns when the first byte arrived.
-    fn expect_bytes(&mut self, conn: char, expected: &[u8], deadline: Instant) -> Result<Option<Instant>, String> {
+    fn expect_bytes(
+        &mut self,
+        conn: char,
+        expected: &[u8],
+        deadline: Instant,
+    ) -> Result<Option<Instant>, String> {
         let c = self.conn(conn)?;
         let mut got: Vec<u8> = Vec::with_capacity(expected.len());
         let mut first: Option<Instant> = None;
@@ -601,7 +737,12 @@ impl<'a> Player<'a> {
         Ok(first)
     }
 
-    fn expect(&mut self, conn: char, expected: &[u8], window: Option<(u64, u64)>) -> Result<(), String> {
+    fn expect(
+        &mut self,
+        conn: char,
+        expected: &[u8],
+        window: Option<Window>,
+    ) -> Result<(), String> {
         let last_send = self.conn(conn)?.last_send;
         let deadline = match window {
             Some((_, hi)) => last_send + Duration::from_millis(hi) + WINDOW_GRACE,
@@ -621,7 +762,12 @@ impl<'a> Player<'a> {
         Ok(())
     }
 
-    fn expect_yaml(&mut self, conn: char, n: Option<usize>, lines: &[Vec<u8>]) -> Result<(), String> {
+    fn expect_yaml(
+        &mut self,
+        conn: char,
+        n: Option<usize>,
+        lines: &[Vec<u8>],
+    ) -> Result<(), String> {
         let kind = self.server.kind;
         let deadline = Instant::now() + REPLY_TIMEOUT;
         let c = self.conn(conn)?;
@@ -641,7 +787,10 @@ impl<'a> Player<'a> {
             }
             if header.len() > 32 || !b"OK ".starts_with(&header[..header.len().min(3)]) {
                 Self::drain_for_diagnostics(&mut c.stream, &mut header);
-                return Err(format!("  expected an `OK <n>` YAML header\n  received: {}", show(&header)));
+                return Err(format!(
+                    "  expected an `OK <n>` YAML header\n  received: {}",
+                    show(&header)
+                ));
             }
         }
         let digits = &header[3..header.len() - 2];
@@ -676,24 +825,30 @@ impl<'a> Player<'a> {
         }
         let body = &data[..raw_n];
         if !body.ends_with(b"\n") {
-            return Err(format!("  the YAML data does not end in a newline\n  received: {}", show(body)));
+            return Err(format!(
+                "  the YAML data does not end in a newline\n  received: {}",
+                show(body)
+            ));
         }
         let (got_lines, norm_n) = normalise_yaml(kind, &body[..body.len() - 1]);
 
         let matches = got_lines.len() == lines.len()
-            && lines.iter().zip(&got_lines).all(|(want, have)| yaml_line_matches(want, have, is_stats(&got_lines)));
+            && lines
+                .iter()
+                .zip(&got_lines)
+                .all(|(want, have)| yaml_line_matches(want, have, is_stats(&got_lines)));
         if !matches {
             return Err(format!(
                 "  the YAML reply differs (`-` expected, `+` received, after normalisation):\n{}",
                 line_diff(lines, &got_lines)
             ));
         }
-        if let Some(n) = n {
-            if n != norm_n {
-                return Err(format!(
-                    "  the YAML lines match, but the header says OK {norm_n} (normalised; sent as OK {raw_n}); expected OK {n}"
-                ));
-            }
+        if let Some(n) = n
+            && n != norm_n
+        {
+            return Err(format!(
+                "  the YAML lines match, but the header says OK {norm_n} (normalised; sent as OK {raw_n}); expected OK {n}"
+            ));
         }
         Ok(())
     }
@@ -707,10 +862,17 @@ impl<'a> Player<'a> {
             Ok(n) => {
                 let mut got = buf[..n].to_vec();
                 Self::drain_for_diagnostics(&mut c.stream, &mut got);
-                Err(format!("  expected nothing for {ms} ms on `{conn}`\n  received: {}", show(&got)))
+                Err(format!(
+                    "  expected nothing for {ms} ms on `{conn}`\n  received: {}",
+                    show(&got)
+                ))
             }
-            Err(ReadEnd::Eof) => Err(format!("  expected nothing for {ms} ms on `{conn}`, but the server closed it")),
-            Err(ReadEnd::Error(e)) => Err(format!("  expected nothing for {ms} ms on `{conn}`, but reading failed: {e}")),
+            Err(ReadEnd::Eof) => Err(format!(
+                "  expected nothing for {ms} ms on `{conn}`, but the server closed it"
+            )),
+            Err(ReadEnd::Error(e)) => Err(format!(
+                "  expected nothing for {ms} ms on `{conn}`, but reading failed: {e}"
+            )),
         }
     }
 
@@ -726,11 +888,16 @@ impl<'a> Player<'a> {
                 "  expected the server to close `{conn}`, but it stayed open for {} s",
                 REPLY_TIMEOUT.as_secs()
             )),
-            Err(ReadEnd::Error(e)) => Err(format!("  expected the server to close `{conn}`, but reading failed: {e}")),
+            Err(ReadEnd::Error(e)) => Err(format!(
+                "  expected the server to close `{conn}`, but reading failed: {e}"
+            )),
             Ok(n) => {
                 let mut got = buf[..n].to_vec();
                 Self::drain_for_diagnostics(&mut c.stream, &mut got);
-                Err(format!("  expected the server to close `{conn}` without sending more\n  received: {}", show(&got)))
+                Err(format!(
+                    "  expected the server to close `{conn}` without sending more\n  received: {}",
+                    show(&got)
+                ))
             }
         }
     }
@@ -777,7 +944,11 @@ fn read_end_text(end: &ReadEnd, conn: char) -> String {
 }
 
 fn mismatch(expected: &[u8], got: &[u8], why: &str) -> String {
-    format!("  {why}\n  expected: {}\n  received: {}", show(expected), show(got))
+    format!(
+        "  {why}\n  expected: {}\n  received: {}",
+        show(expected),
+        show(got)
+    )
 }
 
 fn shorten(s: &str, max: usize) -> String {
@@ -803,16 +974,16 @@ fn normalise_yaml(kind: ServerKind, data: &[u8]) -> (Vec<Vec<u8>>, usize) {
     let lines = data
         .split(|&b| b == b'\n')
         .map(|line| {
-            if kind == ServerKind::Beanstalkd {
-                if let Some((key, value)) = split_key(line) {
-                    if QUOTED_KEYS.contains(&key) && !value.starts_with(b"\"") {
-                        n += 2;
-                        let mut quoted = format!("{key}: \"").into_bytes();
-                        quoted.extend_from_slice(value);
-                        quoted.push(b'"');
-                        return quoted;
-                    }
-                }
+            if kind == ServerKind::Beanstalkd
+                && let Some((key, value)) = split_key(line)
+                && QUOTED_KEYS.contains(&key)
+                && !value.starts_with(b"\"")
+            {
+                n += 2;
+                let mut quoted = format!("{key}: \"").into_bytes();
+                quoted.extend_from_slice(value);
+                quoted.push(b'"');
+                return quoted;
             }
             line.to_vec()
         })
@@ -841,7 +1012,9 @@ fn yaml_line_matches(want: &[u8], have: &[u8], stats: bool) -> bool {
         return have.starts_with(b"- ");
     }
     match (split_key(want), split_key(have)) {
-        (Some((wk, wv)), Some((hk, _))) if wk == hk => wv == b"*" || (stats && VOLATILE_STATS_KEYS.contains(&wk)),
+        (Some((wk, wv)), Some((hk, _))) if wk == hk => {
+            wv == b"*" || (stats && VOLATILE_STATS_KEYS.contains(&wk))
+        }
         _ => false,
     }
 }
@@ -855,7 +1028,11 @@ fn line_diff(want: &[Vec<u8>], have: &[Vec<u8>]) -> String {
     let mut lcs = vec![vec![0usize; m + 1]; n + 1];
     for i in (0..n).rev() {
         for j in (0..m).rev() {
-            lcs[i][j] = if eq(i, j) { lcs[i + 1][j + 1] + 1 } else { lcs[i + 1][j].max(lcs[i][j + 1]) };
+            lcs[i][j] = if eq(i, j) {
+                lcs[i + 1][j + 1] + 1
+            } else {
+                lcs[i + 1][j].max(lcs[i][j + 1])
+            };
         }
     }
     let text = |l: &[u8]| {
@@ -885,11 +1062,16 @@ fn line_diff(want: &[Vec<u8>], have: &[Vec<u8>]) -> String {
 // ---------------------------------------------------------------------------------------
 
 fn cases_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("protocol-tests").join("cases")
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("protocol-tests")
+        .join("cases")
 }
 
-/// Every `cases/*.txt`, sorted by name: (stem, parsed case or the error message).
-fn discover() -> Result<Vec<(String, Result<Arc<Case>, String>)>, String> {
+/// One case file: its stem, and the parsed case or the `file:line: message` error.
+type Discovered = (String, Result<Arc<Case>, String>);
+
+/// Every `cases/*.txt`, sorted by name.
+fn discover() -> Result<Vec<Discovered>, String> {
     let dir = cases_dir();
     let entries = std::fs::read_dir(&dir).map_err(|e| format!("read {}: {e}", dir.display()))?;
     let mut paths: Vec<PathBuf> = entries
@@ -899,13 +1081,23 @@ fn discover() -> Result<Vec<(String, Result<Arc<Case>, String>)>, String> {
     paths.sort();
     let mut cases = Vec::new();
     for path in paths {
-        let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-        let display = format!("protocol-tests/cases/{}", path.file_name().map(|f| f.to_string_lossy()).unwrap_or_default());
+        let stem = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let display = format!(
+            "protocol-tests/cases/{}",
+            path.file_name()
+                .map(|f| f.to_string_lossy())
+                .unwrap_or_default()
+        );
         let parsed = match std::fs::read_to_string(&path) {
             Err(e) => Err(format!("{display}: cannot read: {e}")),
             Ok(content) => match parse_case(display.clone(), &content) {
                 Ok(case) => Ok(Arc::new(case)),
-                Err(ParseError { line, msg }) => Err(format!("{display}:{line}: malformed case file: {msg}")),
+                Err(ParseError { line, msg }) => {
+                    Err(format!("{display}:{line}: malformed case file: {msg}"))
+                }
             },
         };
         cases.push((stem, parsed));
@@ -928,25 +1120,31 @@ fn oracle_version() -> Option<&'static [u64]> {
 
 /// Run one trial: a fresh server, the whole conversation, then stop the server.
 fn run_trial(kind: ServerKind, case: &Case) -> Result<Completion, Failed> {
-    if kind == ServerKind::Beanstalkd && !case.only.is_empty() {
-        if let Some(have) = oracle_version() {
-            if !case.only.iter().any(|o| have >= &o.min[..]) {
-                let tokens: Vec<&str> = case.only.iter().map(|o| o.token.as_str()).collect();
-                let have: Vec<String> = have.iter().map(u64::to_string).collect();
-                return Ok(Completion::ignored_with(format!(
-                    "oracle is beanstalkd {}; case is only for {}",
-                    have.join("."),
-                    tokens.join(", ")
-                )));
-            }
-        }
+    if kind == ServerKind::Beanstalkd
+        && !case.only.is_empty()
+        && let Some(have) = oracle_version()
+        && !case.only.iter().any(|o| have >= &o.min[..])
+    {
+        let tokens: Vec<&str> = case.only.iter().map(|o| o.token.as_str()).collect();
+        let have: Vec<String> = have.iter().map(u64::to_string).collect();
+        return Ok(Completion::ignored_with(format!(
+            "oracle is beanstalkd {}; case is only for {}",
+            have.join("."),
+            tokens.join(", ")
+        )));
     }
     let server = match ServerProc::start(kind, &case.args) {
         Ok(Some(server)) => server,
         Ok(None) => return Ok(Completion::ignored_with("beanstalkd is not installed")),
-        Err(e) => return Err(format!("{}: cannot start {}: {e}", case.display_path, kind.name()).into()),
+        Err(e) => {
+            return Err(format!("{}: cannot start {}: {e}", case.display_path, kind.name()).into());
+        }
     };
-    let mut player = Player { case, server: &server, conns: HashMap::new() };
+    let mut player = Player {
+        case,
+        server: &server,
+        conns: HashMap::new(),
+    };
     player.run()?;
     Ok(Completion::Completed)
 }

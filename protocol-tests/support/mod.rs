@@ -81,7 +81,10 @@ pub fn is_listening(port: u16) -> bool {
         // Not Linux: fall back to a probe connection.
         return TcpStream::connect(("127.0.0.1", port)).is_ok();
     };
-    let want = [format!("0100007F:{port:04X}"), format!("00000000:{port:04X}")];
+    let want = [
+        format!("0100007F:{port:04X}"),
+        format!("00000000:{port:04X}"),
+    ];
     table.lines().skip(1).any(|line| {
         let mut cols = line.split_whitespace();
         let local = cols.nth(1).unwrap_or("");
@@ -105,7 +108,10 @@ impl ServerProc {
             ServerKind::Beanstalkd => match beanstalkd_path() {
                 Some(p) => p,
                 None if oracle_required() => {
-                    return Err("beanstalkd is required (REDSTALK_REQUIRE_ORACLE=1) but not installed".into());
+                    return Err(
+                        "beanstalkd is required (REDSTALK_REQUIRE_ORACLE=1) but not installed"
+                            .into(),
+                    );
                 }
                 None => {
                     warn_oracle_missing();
@@ -118,10 +124,17 @@ impl ServerProc {
         for _attempt in 0..5 {
             let port = free_port();
             let mut cmd = Command::new(&program);
-            cmd.arg("-l").arg("127.0.0.1").arg("-p").arg(port.to_string());
+            cmd.arg("-l")
+                .arg("127.0.0.1")
+                .arg("-p")
+                .arg(port.to_string());
             cmd.args(extra_args);
-            cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
-            let mut child = cmd.spawn().map_err(|e| format!("spawn {}: {e}", program.display()))?;
+            cmd.stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped());
+            let mut child = cmd
+                .spawn()
+                .map_err(|e| format!("spawn {}: {e}", program.display()))?;
             let addr: SocketAddr = ([127, 0, 0, 1], port).into();
             let started = Instant::now();
             loop {
@@ -187,7 +200,11 @@ impl ServerProc {
             .arg(self.pid().to_string())
             .status()
             .map_err(|e| format!("run kill: {e}"))?;
-        if status.success() { Ok(()) } else { Err(format!("kill -{name} failed: {status}")) }
+        if status.success() {
+            Ok(())
+        } else {
+            Err(format!("kill -{name} failed: {status}"))
+        }
     }
 }
 

@@ -11,6 +11,7 @@ pub mod signals;
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::os::unix::fs::FileTypeExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,6 +50,10 @@ pub enum ServerError {
         addr: String,
         source: std::io::Error,
     },
+    #[error(
+        "{path:?} exists and is not a socket; refusing to replace it (choose another path for -l unix:)"
+    )]
+    NotASocket { path: PathBuf },
 }
 
 impl Listener {
@@ -72,7 +77,14 @@ impl Listener {
                 Ok(Listener::Tcp(socket.listen(BACKLOG).map_err(err)?))
             }
             ListenAddr::Unix(path) => {
-                let _ = std::fs::remove_file(path);
+                // Replace a stale socket, as the reference does, but never another file.
+                match std::fs::symlink_metadata(path) {
+                    Ok(meta) if meta.file_type().is_socket() => {
+                        std::fs::remove_file(path).map_err(err)?;
+                    }
+                    Ok(_) => return Err(ServerError::NotASocket { path: path.clone() }),
+                    Err(_) => {}
+                }
                 Ok(Listener::Unix(
                     UnixListener::bind(path).map_err(err)?,
                     path.clone(),
