@@ -67,7 +67,7 @@
 //!
 //! Environment: `REDSTALK_DIFF_SEED` (one seed or a comma-separated list, decimal or
 //! 0x-hex; default: three fixed seeds plus one from the clock, printed),
-//! `REDSTALK_DIFF_COMMANDS` (steps per seed, default 1500), `REDSTALK_DIFF_SUBJECT`
+//! `REDSTALK_DIFF_COMMANDS` (steps per seed, default 5000), `REDSTALK_DIFF_SUBJECT`
 //! (`memory`, the default, or `beanstalkd`), `REDSTALK_DIFF_SETTLE_MS` (default 0).
 //! A missing beanstalkd skips the test loudly unless `REDSTALK_REQUIRE_ORACLE=1`.
 //! On a mismatch the test fails with the seed, step, connection, the exact bytes sent,
@@ -89,8 +89,8 @@ const CONNS: usize = 4;
 const MAX_JOB_SIZE: u64 = 1024;
 /// Seeds every default run replays (plus one from the clock).
 const FIXED_SEEDS: [u64; 3] = [0x5eed_0001, 0x5eed_0002, 0x5eed_0003];
-/// Steps per seed by default: 4 seeds x 1500 = 6000 steps.
-const DEFAULT_COMMANDS: usize = 1500;
+/// Steps per seed by default: 4 seeds x 5000 = 20000 steps.
+const DEFAULT_COMMANDS: usize = 5000;
 /// How long a reply may take before it counts as missing.
 const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
 /// Steps shown before a mismatch.
