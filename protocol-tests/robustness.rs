@@ -70,35 +70,27 @@ trait Sock: Read + Write + Send + Sized + 'static {
     fn shutdown_write(&self) -> io::Result<()>;
 }
 
-impl Sock for TcpStream {
-    fn read_timeout(&self, d: Option<Duration>) -> io::Result<()> {
-        self.set_read_timeout(d)
-    }
-    fn write_timeout(&self, d: Option<Duration>) -> io::Result<()> {
-        self.set_write_timeout(d)
-    }
-    fn nonblocking(&self, on: bool) -> io::Result<()> {
-        self.set_nonblocking(on)
-    }
-    fn shutdown_write(&self) -> io::Result<()> {
-        self.shutdown(Shutdown::Write)
-    }
+/// The same methods exist on both stream types, but in no common trait.
+macro_rules! impl_sock {
+    ($($stream:ty),*) => {$(
+        impl Sock for $stream {
+            fn read_timeout(&self, d: Option<Duration>) -> io::Result<()> {
+                self.set_read_timeout(d)
+            }
+            fn write_timeout(&self, d: Option<Duration>) -> io::Result<()> {
+                self.set_write_timeout(d)
+            }
+            fn nonblocking(&self, on: bool) -> io::Result<()> {
+                self.set_nonblocking(on)
+            }
+            fn shutdown_write(&self) -> io::Result<()> {
+                self.shutdown(Shutdown::Write)
+            }
+        }
+    )*};
 }
 
-impl Sock for UnixStream {
-    fn read_timeout(&self, d: Option<Duration>) -> io::Result<()> {
-        self.set_read_timeout(d)
-    }
-    fn write_timeout(&self, d: Option<Duration>) -> io::Result<()> {
-        self.set_write_timeout(d)
-    }
-    fn nonblocking(&self, on: bool) -> io::Result<()> {
-        self.set_nonblocking(on)
-    }
-    fn shutdown_write(&self) -> io::Result<()> {
-        self.shutdown(Shutdown::Write)
-    }
-}
+impl_sock!(TcpStream, UnixStream);
 
 fn is_timeout(e: &io::Error) -> bool {
     matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut)
@@ -284,42 +276,38 @@ impl<S: Sock> Client<S> {
         String::from_utf8_lossy(&body[..n]).into_owned()
     }
 
-    /// The server closes the connection within `timeout` without sending anything.
-    fn expect_closed(&mut self, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
+    /// Read until reading ends (closed, reset, an error, or `deadline`), failing on any
+    /// byte received (`expected` names what was expected instead). Returns the end.
+    fn nothing_until_end(&mut self, deadline: Instant, expected: &str) -> ReadEnd {
         loop {
             assert!(
                 self.buf.is_empty(),
-                "{}: expected the server to close, received {}",
+                "{}: expected {expected}, received {}",
                 self.name,
                 show(&self.buf)
             );
-            match self.fill(deadline) {
-                Ok(_) => {}
-                Err(ReadEnd::Closed | ReadEnd::Reset(_)) => return,
-                Err(end) => panic!(
-                    "{}: the server did not close the connection within {timeout:?}: {end:?}",
-                    self.name
-                ),
+            if let Err(end) = self.fill(deadline) {
+                return end;
             }
+        }
+    }
+
+    /// The server closes the connection within `timeout` without sending anything.
+    fn expect_closed(&mut self, timeout: Duration) {
+        match self.nothing_until_end(Instant::now() + timeout, "the server to close") {
+            ReadEnd::Closed | ReadEnd::Reset(_) => {}
+            end => panic!(
+                "{}: the server did not close the connection within {timeout:?}: {end:?}",
+                self.name
+            ),
         }
     }
 
     /// Nothing arrives (and the connection stays open) for `quiet`.
     fn expect_silence(&mut self, quiet: Duration) {
-        let deadline = Instant::now() + quiet;
-        loop {
-            assert!(
-                self.buf.is_empty(),
-                "{}: expected silence, received {}",
-                self.name,
-                show(&self.buf)
-            );
-            match self.fill(deadline) {
-                Ok(_) => {}
-                Err(ReadEnd::TimedOut) => return,
-                Err(end) => panic!("{}: expected silence, got {end:?}", self.name),
-            }
+        match self.nothing_until_end(Instant::now() + quiet, "silence") {
+            ReadEnd::TimedOut => {}
+            end => panic!("{}: expected silence, got {end:?}", self.name),
         }
     }
 
@@ -514,16 +502,7 @@ impl UnixServer {
     }
 
     fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return Some(status);
-            }
-            if Instant::now() >= deadline {
-                return None;
-            }
-            thread::sleep(Duration::from_millis(5));
-        }
+        support::wait_exit(&mut self.child, timeout)
     }
 
     fn stderr_text(&self) -> String {

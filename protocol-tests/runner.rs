@@ -26,6 +26,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use libtest_mimic::{Arguments, Completion, Failed, Trial};
+use support::yaml::{self, VOLATILE_STATS_KEYS, split_key};
 use support::{ServerKind, ServerProc};
 
 /// How long any expected reply may take when no timing window is given.
@@ -39,21 +40,6 @@ const DIAGNOSTIC_READ: Duration = Duration::from_millis(200);
 const SIGNAL_SETTLE: Duration = Duration::from_millis(100);
 /// Before the end-of-case check for unconsumed bytes, give in-flight replies this long.
 const END_SETTLE: Duration = Duration::from_millis(20);
-
-/// Keys whose values 1.12 prints without the quotes that 1.13 adds.
-const QUOTED_KEYS: &[&str] = &["name", "tube", "version", "hostname", "os", "platform"];
-/// `stats` keys whose values change from run to run; they match anything.
-const VOLATILE_STATS_KEYS: &[&str] = &[
-    "pid",
-    "uptime",
-    "rusage-utime",
-    "rusage-stime",
-    "version",
-    "id",
-    "hostname",
-    "os",
-    "platform",
-];
 
 // ---------------------------------------------------------------------------------------
 // Case model and parser
@@ -830,7 +816,17 @@ impl<'a> Player<'a> {
                 show(body)
             ));
         }
-        let (got_lines, norm_n) = normalise_yaml(kind, &body[..body.len() - 1]);
+        // Only the oracle gets the missing quotes added: 1.12 predates them, while
+        // redstalk must send them itself.
+        let yaml::Normalised {
+            lines: got_lines,
+            n: norm_n,
+        } = yaml::normalise(
+            &body[..body.len() - 1],
+            raw_n,
+            &[],
+            kind == ServerKind::Beanstalkd,
+        );
 
         let matches = got_lines.len() == lines.len()
             && lines
@@ -961,42 +957,8 @@ fn shorten(s: &str, max: usize) -> String {
 }
 
 // ---------------------------------------------------------------------------------------
-// YAML normalisation and comparison
+// YAML comparison (the normalisation is in `support::yaml`)
 // ---------------------------------------------------------------------------------------
-
-/// Split YAML data (without its final newline) into lines and apply the README's
-/// normalisation. Returns the lines and the normalised `n`.
-///
-/// Only the oracle gets the missing quotes added: 1.12 predates them, while redstalk
-/// must send them itself.
-fn normalise_yaml(kind: ServerKind, data: &[u8]) -> (Vec<Vec<u8>>, usize) {
-    let mut n = data.len() + 1;
-    let lines = data
-        .split(|&b| b == b'\n')
-        .map(|line| {
-            if kind == ServerKind::Beanstalkd
-                && let Some((key, value)) = split_key(line)
-                && QUOTED_KEYS.contains(&key)
-                && !value.starts_with(b"\"")
-            {
-                n += 2;
-                let mut quoted = format!("{key}: \"").into_bytes();
-                quoted.extend_from_slice(value);
-                quoted.push(b'"');
-                return quoted;
-            }
-            line.to_vec()
-        })
-        .collect();
-    (lines, n)
-}
-
-/// `key: value` → (key, value).
-fn split_key(line: &[u8]) -> Option<(&str, &[u8])> {
-    let at = line.windows(2).position(|w| w == b": ")?;
-    let key = std::str::from_utf8(&line[..at]).ok()?;
-    Some((key, &line[at + 2..]))
-}
 
 /// A server `stats` reply (as opposed to stats-job or stats-tube) is recognised by its
 /// `binlog-max-size` key; only there are the volatile keys wild.

@@ -77,6 +77,21 @@ pub struct Cli {
     #[arg(short = 'n', action = ArgAction::SetTrue, hide = true)]
     pub no_compact: bool,
 
+    /// Keep jobs in Redis at URL (redis://HOST:PORT/DB): durable, and shared by every
+    /// redstalk instance with the same URL and prefix. Without it, jobs live in memory.
+    #[arg(long, env = "REDSTALK_REDIS", value_name = "URL")]
+    pub redis: Option<String>,
+
+    /// Namespace of every Redis key, so several deployments (or test runs) can share
+    /// one Redis.
+    #[arg(
+        long,
+        env = "REDSTALK_REDIS_PREFIX",
+        value_name = "NAME",
+        default_value = "redstalk"
+    )]
+    pub redis_prefix: String,
+
     /// Close new connections beyond this many open ones.
     #[arg(
         long,
@@ -112,6 +127,8 @@ pub enum CliError {
 #[derive(Clone, Debug)]
 pub struct Settings {
     pub listen: ListenAddr,
+    /// `None`: the in-memory engine.
+    pub redis: Option<crate::store::RedisConfig>,
     pub max_job_size: u32,
     pub user: Option<String>,
     pub verbose: u8,
@@ -146,6 +163,10 @@ impl Cli {
         };
         Ok(Settings {
             listen: self.listen_addr()?,
+            redis: self.redis.as_ref().map(|url| crate::store::RedisConfig {
+                url: url.clone(),
+                prefix: self.redis_prefix.clone(),
+            }),
             max_job_size,
             user: self.user.clone(),
             verbose: self.verbose,

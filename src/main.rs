@@ -8,7 +8,7 @@ use clap::Parser;
 use redstalk::cli::{Cli, EXIT_USAGE, Settings};
 use redstalk::engine::{Engine, EngineConfig};
 use redstalk::server::{self, Listener, ServerConfig, signals};
-use redstalk::store::{AnyStore, MemoryStore};
+use redstalk::store::{AnyStore, MemoryStore, RedisStore};
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -70,17 +70,38 @@ fn run(settings: Settings) -> anyhow::Result<()> {
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async move {
+        // Everything that must work before a client can connect comes first, so that
+        // "listening" means "ready" (and a SIGUSR1 sent then is not fatal).
+        let store = match &settings.redis {
+            None => AnyStore::Memory(MemoryStore::new()),
+            Some(config) => {
+                let redis = RedisStore::connect(config).await.with_context(|| {
+                    format!(
+                        "connecting to Redis at {} (is it running? check --redis)",
+                        config.url
+                    )
+                })?;
+                AnyStore::Redis(redis)
+            }
+        };
+        let engine = Engine::start(
+            store,
+            EngineConfig {
+                max_job_size: settings.max_job_size,
+            },
+        );
+        signals::spawn_drain_handler(engine.clone()).context("installing the SIGUSR1 handler")?;
+        let shutdown = signals::shutdown_signal().context("installing the SIGTERM handler")?;
         let listener = Listener::bind(&settings.listen)?;
         if let Some(user) = &settings.user {
             server::privileges::become_user(user)?;
         }
-        let engine = Engine::start(
-            AnyStore::Memory(MemoryStore::new()),
-            EngineConfig { max_job_size: settings.max_job_size },
+        tracing::info!(
+            pid = std::process::id(),
+            listen = %listener.describe(),
+            engine = engine.store_name(),
+            "redstalk started"
         );
-        tracing::info!(pid = std::process::id(), listen = %listener.describe(), engine = "memory", "redstalk started");
-        signals::spawn_drain_handler(engine.clone()).context("installing the SIGUSR1 handler")?;
-        let shutdown = signals::shutdown_signal().context("installing the SIGTERM handler")?;
         let config = ServerConfig {
             max_connections: settings.max_connections,
             shutdown_grace: settings.shutdown_grace,

@@ -1,16 +1,20 @@
-//! Test support shared by the protocol runner and the differential test: starting a
-//! beanstalk server (the real beanstalkd or redstalk) on a free loopback port and
-//! stopping it again.
+//! Test support shared by the protocol runner, the differential test and the
+//! robustness tests: starting a beanstalk server (the real beanstalkd or redstalk) on a
+//! free loopback port and stopping it again, and (in [`yaml`]) the YAML normalisation
+//! applied before replies are compared.
 //!
 //! Invariants: every server is a child process owned by a [`ServerProc`]; dropping it
 //! kills the process, so a failing test never leaves a server behind.
 
 #![allow(dead_code)]
 
+pub mod redis;
+pub mod yaml;
+
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 /// Which server a trial talks to.
@@ -20,6 +24,8 @@ pub enum ServerKind {
     Beanstalkd,
     /// redstalk on its in-memory engine.
     Memory,
+    /// redstalk on the Redis engine, with a private redis-server.
+    Redis,
 }
 
 impl ServerKind {
@@ -27,12 +33,17 @@ impl ServerKind {
         match self {
             ServerKind::Beanstalkd => "beanstalkd",
             ServerKind::Memory => "memory",
+            ServerKind::Redis => "redis",
         }
     }
 
     /// All kinds the suites run against.
     pub fn all() -> Vec<ServerKind> {
-        vec![ServerKind::Beanstalkd, ServerKind::Memory]
+        vec![
+            ServerKind::Beanstalkd,
+            ServerKind::Memory,
+            ServerKind::Redis,
+        ]
     }
 }
 
@@ -93,11 +104,28 @@ pub fn is_listening(port: u16) -> bool {
     })
 }
 
+/// Wait up to `timeout` for `child` to exit by itself. `None` while it still runs (it
+/// is then left running).
+pub fn wait_exit(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(status);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// A running server process.
 pub struct ServerProc {
     pub kind: ServerKind,
     pub addr: SocketAddr,
     child: Child,
+    /// The private Redis of a `Redis` server; dropped (killed) after the server.
+    pub redis: Option<redis::RedisServer>,
 }
 
 impl ServerProc {
@@ -118,8 +146,20 @@ impl ServerProc {
                     return Ok(None);
                 }
             },
-            ServerKind::Memory => redstalk_path(),
+            ServerKind::Memory | ServerKind::Redis => redstalk_path(),
         };
+        let mut redis_server = None;
+        let mut extra_args = extra_args.to_vec();
+        if kind == ServerKind::Redis {
+            let r = redis::RedisServer::start()?;
+            extra_args.extend([
+                "--redis".to_string(),
+                r.url(),
+                "--redis-prefix".into(),
+                "t".into(),
+            ]);
+            redis_server = Some(r);
+        }
         let mut last_err = String::new();
         for _attempt in 0..5 {
             let port = free_port();
@@ -128,7 +168,7 @@ impl ServerProc {
                 .arg("127.0.0.1")
                 .arg("-p")
                 .arg(port.to_string());
-            cmd.args(extra_args);
+            cmd.args(&extra_args);
             cmd.stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped());
@@ -149,7 +189,12 @@ impl ServerProc {
                 // Readiness is read from the kernel's socket table rather than probed
                 // with a connection, so `total-connections` starts at 0 in every case.
                 if is_listening(port) {
-                    return Ok(Some(ServerProc { kind, addr, child }));
+                    return Ok(Some(ServerProc {
+                        kind,
+                        addr,
+                        child,
+                        redis: redis_server,
+                    }));
                 }
                 if started.elapsed() > Duration::from_secs(10) {
                     let _ = child.kill();
@@ -169,17 +214,8 @@ impl ServerProc {
 
     /// Wait up to `timeout` for the process to exit by itself. `None` while it still
     /// runs (it is then left running; dropping the `ServerProc` kills it).
-    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return Some(status);
-            }
-            if Instant::now() >= deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        wait_exit(&mut self.child, timeout)
     }
 
     /// True while the process has not exited.

@@ -32,6 +32,14 @@ impl Clock {
         }
     }
 
+    /// A clock that reads `now` at this instant (for example the Redis clock).
+    pub fn starting_at(now: Nanos) -> Clock {
+        Clock {
+            base_wall: now,
+            base_instant: tokio::time::Instant::now(),
+        }
+    }
+
     /// Nanoseconds since the Unix epoch.
     pub fn now(&self) -> Nanos {
         self.base_wall + self.base_instant.elapsed().as_nanos() as u64

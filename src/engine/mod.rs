@@ -79,7 +79,8 @@ pub struct Engine {
 impl Engine {
     /// Build the engine and start its timer task (call inside a tokio runtime).
     pub fn start(store: AnyStore, config: EngineConfig) -> Arc<Engine> {
-        let clock = Clock::new();
+        let clock = store.clock();
+        let wake_events = store.take_wake_events();
         let engine = Arc::new(Engine {
             store,
             clock,
@@ -96,6 +97,20 @@ impl Engine {
             pending: Mutex::new(HashSet::new()),
         });
         tokio::spawn(timer::run(engine.clone()));
+        if let Some(mut events) = wake_events {
+            let e = engine.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        tube = events.recv() => match tube {
+                            Some(tube) => e.serve([tube]).await,
+                            None => return,
+                        },
+                        _ = e.stop.cancelled() => return,
+                    }
+                }
+            });
+        }
         engine
     }
 
@@ -111,6 +126,11 @@ impl Engine {
 
     pub fn is_draining(&self) -> bool {
         self.draining.load(Ordering::SeqCst)
+    }
+
+    /// Which storage engine serves this instance.
+    pub fn store_name(&self) -> &'static str {
+        self.store.name()
     }
 
     pub fn max_job_size(&self) -> u32 {
@@ -132,19 +152,14 @@ impl Engine {
     /// once (a close or quit); without, they stay until their TTR (a shutdown hands
     /// nothing back that a client still holds).
     pub async fn disconnect(&self, mut session: Session, release_jobs: bool) {
-        Counters::dec(&self.counters.connections);
-        if session.producer {
-            Counters::dec(&self.counters.producers);
-        }
-        if session.worker {
-            Counters::dec(&self.counters.workers);
-        }
         if release_jobs {
             match self.store.release_all(session.id).await {
                 Ok(tubes) => self.serve(tubes).await,
-                Err(err) => {
-                    tracing::warn!(%err, conn = session.id.0, "could not return a closed connection's jobs; their TTR will")
-                }
+                Err(err) => tracing::warn!(
+                    %err,
+                    conn = session.id.0,
+                    "could not return a closed connection's jobs; their TTR will"
+                ),
             }
         }
         // The reference clears the watch list by deleting its first element until empty
@@ -154,6 +169,15 @@ impl Engine {
             let _ = self.store.unwatch_tube(&t).await;
         }
         let _ = self.store.unuse_tube(&session.using).await;
+        // Counted last, so a connection that `stats` no longer shows has finished
+        // closing (its jobs and tube references are back).
+        Counters::dec(&self.counters.connections);
+        if session.producer {
+            Counters::dec(&self.counters.producers);
+        }
+        if session.worker {
+            Counters::dec(&self.counters.workers);
+        }
     }
 
     /// Run one request for `session`.
@@ -476,9 +500,10 @@ impl Engine {
     }
 
     async fn job_stats(&self, id: u64, now: Nanos) -> StoreResult<Option<JobStats>> {
-        let Some(j) = self.store.job_info(id).await? else {
+        let Some(j) = self.store.job_info(id, now).await? else {
             return Ok(None);
         };
+        let now = j.now;
         Ok(Some(JobStats {
             id: j.id,
             tube: j.tube.to_string(),
@@ -500,9 +525,10 @@ impl Engine {
     }
 
     async fn tube_stats(&self, tube: &TubeName, now: Nanos) -> StoreResult<Option<TubeStats>> {
-        let Some(t) = self.store.tube_info(tube).await? else {
+        let Some(t) = self.store.tube_info(tube, now).await? else {
             return Ok(None);
         };
+        let now = t.now;
         let paused = t.pause > 0 && t.pause_until > now;
         Ok(Some(TubeStats {
             name: tube.to_string(),

@@ -50,6 +50,16 @@ pub async fn run(engine: Arc<Engine>) {
                 Some(engine.clock.now() + NANOS_PER_SEC)
             }
         };
+        // A shared store may gain deadlines from other instances: never sleep past the
+        // safety sweep.
+        let sweep = engine
+            .store
+            .sweep_interval()
+            .map(|d| engine.clock.now() + d.as_nanos() as u64);
+        let next = match (next, sweep) {
+            (Some(n), Some(s)) => Some(n.min(s)),
+            (n, s) => n.or(s),
+        };
         engine
             .timer
             .planned

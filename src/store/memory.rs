@@ -491,7 +491,7 @@ impl Store for MemoryStore {
         Ok(head.and_then(|id| s.peek_body(id)))
     }
 
-    async fn job_info(&self, id: JobId) -> StoreResult<Option<JobInfo>> {
+    async fn job_info(&self, id: JobId, now: Nanos) -> StoreResult<Option<JobInfo>> {
         let s = self.lock();
         Ok(s.jobs.get(&id).map(|j| JobInfo {
             id: j.id,
@@ -507,10 +507,11 @@ impl Store for MemoryStore {
             releases: j.releases,
             buries: j.buries,
             kicks: j.kicks,
+            now,
         }))
     }
 
-    async fn tube_info(&self, tube: &TubeName) -> StoreResult<Option<TubeInfo>> {
+    async fn tube_info(&self, tube: &TubeName, now: Nanos) -> StoreResult<Option<TubeInfo>> {
         let s = self.lock();
         Ok(s.tubes.get(tube).map(|t| TubeInfo {
             urgent: t.urgent,
@@ -525,6 +526,7 @@ impl Store for MemoryStore {
             cmd_pause: t.cmd_pause,
             pause: t.pause,
             pause_until: t.pause_until,
+            now,
         }))
     }
 

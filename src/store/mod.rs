@@ -11,14 +11,17 @@
 //! it either happens entirely or not at all.
 
 pub mod memory;
+pub mod redis_store;
 
 use std::future::Future;
 
 use bytes::Bytes;
 
+use crate::engine::Clock;
 use crate::protocol::TubeName;
 
 pub use memory::MemoryStore;
+pub use redis_store::{RedisConfig, RedisStore};
 
 /// A job id. Ids start at 1 and are never reused.
 pub type JobId = u64;
@@ -90,6 +93,9 @@ pub struct JobInfo {
     pub releases: u64,
     pub buries: u64,
     pub kicks: u64,
+    /// The store's time when these figures were read (ages and time left are relative
+    /// to it, so a shared store's own clock decides them).
+    pub now: Nanos,
 }
 
 /// A tube's figures for `stats-tube` (except `current-waiting`, which is the engine's).
@@ -109,6 +115,8 @@ pub struct TubeInfo {
     pub pause: u64,
     /// When the pause ends.
     pub pause_until: Nanos,
+    /// The store's time when these figures were read.
+    pub now: Nanos,
 }
 
 /// Store-wide figures for `stats`.
@@ -208,10 +216,15 @@ pub trait Store: Send + Sync {
         tube: &TubeName,
     ) -> impl Future<Output = StoreResult<Option<(JobId, Bytes)>>> + Send;
 
-    fn job_info(&self, id: JobId) -> impl Future<Output = StoreResult<Option<JobInfo>>> + Send;
+    fn job_info(
+        &self,
+        id: JobId,
+        now: Nanos,
+    ) -> impl Future<Output = StoreResult<Option<JobInfo>>> + Send;
     fn tube_info(
         &self,
         tube: &TubeName,
+        now: Nanos,
     ) -> impl Future<Output = StoreResult<Option<TubeInfo>>> + Send;
     fn totals(&self) -> impl Future<Output = StoreResult<Totals>> + Send;
 
@@ -258,8 +271,45 @@ pub trait Store: Send + Sync {
 }
 
 /// The storage engines, dispatched statically.
+// One value per process, so the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum AnyStore {
     Memory(MemoryStore),
+    Redis(RedisStore),
+}
+
+impl AnyStore {
+    /// The engine's clock: the local one, or one that reads the Redis clock.
+    pub fn clock(&self) -> Clock {
+        match self {
+            AnyStore::Memory(_) => Clock::new(),
+            AnyStore::Redis(s) => s.clock(),
+        }
+    }
+
+    /// Tubes that gained ready jobs elsewhere (other instances), if the store is shared.
+    pub fn take_wake_events(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<TubeName>> {
+        match self {
+            AnyStore::Memory(_) => None,
+            AnyStore::Redis(s) => s.take_wake_events(),
+        }
+    }
+
+    /// For a shared store, the longest the timer may sleep: another instance may have
+    /// created a deadline this one was not told about (a safety sweep, not the pacing).
+    pub fn sweep_interval(&self) -> Option<std::time::Duration> {
+        match self {
+            AnyStore::Memory(_) => None,
+            AnyStore::Redis(_) => Some(std::time::Duration::from_secs(1)),
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            AnyStore::Memory(_) => "memory",
+            AnyStore::Redis(_) => "redis",
+        }
+    }
 }
 
 /// Forward a [`Store`] method to whichever engine this is.
@@ -267,6 +317,7 @@ macro_rules! dispatch {
     ($self:ident, $s:ident => $call:expr) => {
         match $self {
             AnyStore::Memory($s) => $call.await,
+            AnyStore::Redis($s) => $call.await,
         }
     };
 }
@@ -331,11 +382,11 @@ impl Store for AnyStore {
     async fn peek_buried(&self, tube: &TubeName) -> StoreResult<Option<(JobId, Bytes)>> {
         dispatch!(self, s => s.peek_buried(tube))
     }
-    async fn job_info(&self, id: JobId) -> StoreResult<Option<JobInfo>> {
-        dispatch!(self, s => s.job_info(id))
+    async fn job_info(&self, id: JobId, now: Nanos) -> StoreResult<Option<JobInfo>> {
+        dispatch!(self, s => s.job_info(id, now))
     }
-    async fn tube_info(&self, tube: &TubeName) -> StoreResult<Option<TubeInfo>> {
-        dispatch!(self, s => s.tube_info(tube))
+    async fn tube_info(&self, tube: &TubeName, now: Nanos) -> StoreResult<Option<TubeInfo>> {
+        dispatch!(self, s => s.tube_info(tube, now))
     }
     async fn totals(&self) -> StoreResult<Totals> {
         dispatch!(self, s => s.totals())

@@ -1,0 +1,122 @@
+//! A private `redis-server` for one test: on a free port, in a temporary directory,
+//! persisting nothing unless asked, killed when dropped. Tests never touch the Redis
+//! that may run on 6379.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::{free_port, is_listening};
+
+/// Path of `redis-server`: `$REDIS_SERVER` or the first on PATH.
+pub fn redis_server_path() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("REDIS_SERVER") {
+        return Some(PathBuf::from(p));
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join("redis-server"))
+        .find(|p| p.is_file())
+}
+
+pub struct RedisServer {
+    pub port: u16,
+    child: Option<Child>,
+    dir: PathBuf,
+    extra: Vec<String>,
+}
+
+impl RedisServer {
+    /// Start one with no persistence.
+    pub fn start() -> Result<RedisServer, String> {
+        Self::start_with(&[])
+    }
+
+    /// Start one with extra `redis-server` arguments (e.g. `--appendonly yes`).
+    pub fn start_with(extra: &[&str]) -> Result<RedisServer, String> {
+        let dir = std::env::temp_dir().join(format!(
+            "redstalk-test-redis-{}-{}",
+            std::process::id(),
+            free_port()
+        ));
+        std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+        let mut server = RedisServer {
+            port: 0,
+            child: None,
+            dir,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        server.spawn()?;
+        Ok(server)
+    }
+
+    /// (Re)start the process: on a new free port the first time, on the same port (and
+    /// data directory) after [`RedisServer::kill`].
+    pub fn spawn(&mut self) -> Result<(), String> {
+        let program = redis_server_path().ok_or("redis-server is not installed")?;
+        let first_start = self.port == 0;
+        for _ in 0..5 {
+            if self.port == 0 {
+                self.port = free_port();
+            }
+            let mut cmd = Command::new(&program);
+            cmd.arg("--port").arg(self.port.to_string());
+            cmd.args(["--bind", "127.0.0.1", "--save", ""]);
+            cmd.arg("--dir").arg(&self.dir);
+            if !self.extra.iter().any(|a| a == "--appendonly") {
+                cmd.args(["--appendonly", "no"]);
+            }
+            cmd.args(&self.extra);
+            cmd.stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            let mut child = cmd
+                .spawn()
+                .map_err(|e| format!("spawn redis-server: {e}"))?;
+            let started = Instant::now();
+            while started.elapsed() < Duration::from_secs(5) {
+                if let Ok(Some(_)) = child.try_wait() {
+                    break;
+                }
+                if is_listening(self.port) {
+                    self.child = Some(child);
+                    return Ok(());
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+            if first_start {
+                // The port was taken meanwhile: try another.
+                self.port = 0;
+            } else {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        Err("redis-server did not start".into())
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    /// Stop the process (SIGKILL); `spawn` brings it back on the same port and data
+    /// directory.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

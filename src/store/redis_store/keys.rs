@@ -1,0 +1,83 @@
+//! Key names of the Redis store, in one place (the schema is in docs/REDIS.md).
+//!
+//! Every key starts with the configured prefix, so deployments and test runs can share
+//! one Redis. A tube's keys share the hash tag `{<prefix>:t:<tube>}`, so one tube's keys
+//! live in one slot of a Redis Cluster.
+
+use crate::protocol::TubeName;
+
+/// The seven keys of one tube, in the order the scripts expect.
+pub const TUBE_KEYS: [&str; 7] = [
+    "ready", "delayed", "reserved", "buried", "jobs", "bodies", "meta",
+];
+
+#[derive(Clone, Debug)]
+pub struct Keys {
+    prefix: String,
+    namespace: [String; 7],
+}
+
+impl Keys {
+    pub fn new(prefix: &str) -> Keys {
+        let p = prefix;
+        Keys {
+            prefix: p.to_string(),
+            namespace: [
+                format!("{p}:ids"),
+                format!("{p}:seq"),
+                format!("{p}:stats"),
+                format!("{p}:index"),
+                format!("{p}:due"),
+                format!("{p}:tubes"),
+                format!("{p}:tubepos"),
+            ],
+        }
+    }
+
+    /// The namespace keys: ids, seq, stats, index, due, tubes, tubepos.
+    pub fn namespace(&self) -> &[String; 7] {
+        &self.namespace
+    }
+
+    pub fn ids(&self) -> &str {
+        &self.namespace[0]
+    }
+    pub fn stats(&self) -> &str {
+        &self.namespace[2]
+    }
+    pub fn index(&self) -> &str {
+        &self.namespace[3]
+    }
+    pub fn due(&self) -> &str {
+        &self.namespace[4]
+    }
+    pub fn tubes(&self) -> &str {
+        &self.namespace[5]
+    }
+
+    /// A tube's keys: ready, delayed, reserved, buried, jobs, bodies, meta.
+    pub fn tube(&self, tube: &str) -> [String; 7] {
+        TUBE_KEYS.map(|k| format!("{{{}:t:{tube}}}:{k}", self.prefix))
+    }
+
+    /// The hash of use/watch references held by connections of one instance, so that a
+    /// crashed instance's references can be dropped by the others.
+    pub fn refs(&self, instance: &str) -> String {
+        format!("{}:refs:{instance}", self.prefix)
+    }
+
+    /// Live instances: member instance id, score the time its heartbeat lapses.
+    pub fn instances(&self) -> String {
+        format!("{}:instances", self.prefix)
+    }
+
+    /// The pub/sub channel on which scripts announce tubes that gained ready jobs.
+    pub fn wake_channel(&self) -> String {
+        format!("{}:wake", self.prefix)
+    }
+
+    /// The tube named in a wake-up message, if it is a valid name.
+    pub fn parse_wake(payload: &[u8]) -> Option<TubeName> {
+        TubeName::new(payload)
+    }
+}

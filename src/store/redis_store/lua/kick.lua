@@ -1,0 +1,19 @@
+-- kick: ARGV[3] bound -> the number kicked (buried jobs if any, else delayed ones)
+local T, G, tube, channel = tube_keys(1), ns_keys(8), ARGV[1], ARGV[2]
+local bound = tonumber(ARGV[3])
+if bound < 1 then return 0 end
+local ids = redis.call('ZRANGE', T.buried, 0, bound - 1)
+if #ids == 0 then ids = redis.call('ZRANGE', T.delayed, 0, bound - 1) end
+for _, m in ipairs(ids) do
+  local id = tonumber(m)
+  local j = get_job(T, id)
+  detach(T, G, id, j)
+  j[KICKS] = j[KICKS] + 1
+  attach(T, G, id, j, 'ready')
+  put_job(T, id, j)
+end
+if #ids > 0 then
+  reschedule(T, G, tube)
+  wake(channel, tube)
+end
+return #ids

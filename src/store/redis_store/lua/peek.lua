@@ -1,0 +1,13 @@
+-- peek: ARGV[3] which ('id', 'ready', 'delayed', 'buried'), ARGV[4] id for 'id'
+-- -> nil or {id, body}
+local T = tube_keys(1)
+local which, m = ARGV[3], nil
+if which == 'id' then
+  m = ARGV[4]
+else
+  m = redis.call('ZRANGE', T[which], 0, 0)[1]
+end
+if not m then return nil end
+local body = redis.call('HGET', T.bodies, tonumber(m))
+if not body then return nil end
+return { tonumber(m), body }

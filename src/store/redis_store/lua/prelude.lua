@@ -1,0 +1,144 @@
+-- Shared by every redstalk script (prepended by store/redis/scripts.rs).
+--
+-- KEYS layout. A tube's keys (7, sharing the hash tag {<prefix>:t:<tube>}):
+--   ready (zset pri/id20), delayed (zset due_us/id20), reserved (zset deadline_us/id20),
+--   buried (zset seq/id20), jobs (hash id -> msgpack meta), bodies (hash id -> body),
+--   meta (hash: total_jobs, cmd_delete, cmd_pause, using, watching, pause, pause_until).
+-- The namespace's keys (7): ids (counter), seq (bury counter), stats (hash of totals),
+--   index (hash id -> tube), due (zset tube -> next due time), tubes (list, the
+--   reference's swap-remove order), tubepos (hash tube -> 0-based list position).
+-- Single-tube scripts: KEYS[1..7] the tube, KEYS[8..14] the namespace,
+--   ARGV[1] the tube name, ARGV[2] the wake-up channel.
+-- Times are microseconds of the Redis clock (TIME), so every instance shares one clock.
+
+local function tube_keys(b)
+  return { ready = KEYS[b], delayed = KEYS[b + 1], reserved = KEYS[b + 2], buried = KEYS[b + 3],
+           jobs = KEYS[b + 4], bodies = KEYS[b + 5], meta = KEYS[b + 6] }
+end
+
+local function ns_keys(b)
+  return { ids = KEYS[b], seq = KEYS[b + 1], stats = KEYS[b + 2], index = KEYS[b + 3],
+           due = KEYS[b + 4], tubes = KEYS[b + 5], tubepos = KEYS[b + 6] }
+end
+
+local function now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+local function id20(id)
+  return string.format('%020d', id)
+end
+
+-- Job meta, a msgpack array:
+local PRI, DELAY, TTR, CREATED, STATE, DUE, OWNER, RESERVES, TIMEOUTS, RELEASES, BURIES, KICKS, BSEQ =
+  1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13
+local URGENT = 1024
+
+local function get_job(T, id)
+  local v = redis.call('HGET', T.jobs, id)
+  if not v then return nil end
+  return cmsgpack.unpack(v)
+end
+
+local function put_job(T, id, j)
+  redis.call('HSET', T.jobs, id, cmsgpack.pack(j))
+end
+
+-- Take a job out of the structure its state puts it in, keeping the totals true.
+local function detach(T, G, id, j)
+  local m, s = id20(id), j[STATE]
+  if s == 'ready' then
+    redis.call('ZREM', T.ready, m)
+    redis.call('HINCRBY', G.stats, 'ready', -1)
+    if j[PRI] < URGENT then redis.call('HINCRBY', G.stats, 'urgent', -1) end
+  elseif s == 'delayed' then
+    redis.call('ZREM', T.delayed, m)
+    redis.call('HINCRBY', G.stats, 'delayed', -1)
+  elseif s == 'reserved' then
+    redis.call('ZREM', T.reserved, m)
+    redis.call('HINCRBY', G.stats, 'reserved', -1)
+  elseif s == 'buried' then
+    redis.call('ZREM', T.buried, m)
+    redis.call('HINCRBY', G.stats, 'buried', -1)
+  end
+end
+
+-- Put a detached job in `state`; `due` is the due time or TTR deadline.
+local function attach(T, G, id, j, state, due, owner)
+  local m = id20(id)
+  j[STATE], j[DUE], j[OWNER] = state, due or 0, owner or ''
+  if state == 'ready' then
+    redis.call('ZADD', T.ready, j[PRI], m)
+    redis.call('HINCRBY', G.stats, 'ready', 1)
+    if j[PRI] < URGENT then redis.call('HINCRBY', G.stats, 'urgent', 1) end
+  elseif state == 'delayed' then
+    redis.call('ZADD', T.delayed, due, m)
+    redis.call('HINCRBY', G.stats, 'delayed', 1)
+  elseif state == 'reserved' then
+    redis.call('ZADD', T.reserved, due, m)
+    redis.call('HINCRBY', G.stats, 'reserved', 1)
+  elseif state == 'buried' then
+    j[BSEQ] = redis.call('INCR', G.seq)
+    redis.call('ZADD', T.buried, j[BSEQ], m)
+    redis.call('HINCRBY', G.stats, 'buried', 1)
+  end
+end
+
+-- Keep the tube's entry in the due index equal to its earliest due time (a delayed
+-- job, a TTR deadline (which lapses strictly after it), or the end of a pause).
+local function reschedule(T, G, tube)
+  local best = nil
+  local d = redis.call('ZRANGE', T.delayed, 0, 0, 'WITHSCORES')
+  if d[2] then best = tonumber(d[2]) end
+  local r = redis.call('ZRANGE', T.reserved, 0, 0, 'WITHSCORES')
+  if r[2] then
+    local v = tonumber(r[2]) + 1
+    if not best or v < best then best = v end
+  end
+  local p = tonumber(redis.call('HGET', T.meta, 'pause_until') or '0')
+  if p > 0 and (not best or p < best) then best = p end
+  if best then
+    redis.call('ZADD', G.due, best, tube)
+  else
+    redis.call('ZREM', G.due, tube)
+  end
+end
+
+-- Add the tube to the tube list if it is not there.
+local function ensure_tube(G, tube)
+  if redis.call('HEXISTS', G.tubepos, tube) == 0 then
+    local n = redis.call('RPUSH', G.tubes, tube)
+    redis.call('HSET', G.tubepos, tube, n - 1)
+  end
+end
+
+-- Destroy the tube (with its counters and pause) when nothing refers to it.
+local function maybe_gc(T, G, tube)
+  if tube == 'default' then return end
+  local jobs = redis.call('ZCARD', T.ready) + redis.call('ZCARD', T.delayed)
+    + redis.call('ZCARD', T.reserved) + redis.call('ZCARD', T.buried)
+  if jobs > 0 then return end
+  local refs = redis.call('HMGET', T.meta, 'using', 'watching')
+  if tonumber(refs[1] or '0') + tonumber(refs[2] or '0') > 0 then return end
+  redis.call('DEL', T.meta, T.jobs, T.bodies)
+  redis.call('ZREM', G.due, tube)
+  local pos = redis.call('HGET', G.tubepos, tube)
+  if not pos then return end
+  redis.call('HDEL', G.tubepos, tube)
+  -- The reference's list removal: the last element moves into the hole.
+  local last = redis.call('RPOP', G.tubes)
+  if last ~= tube then
+    redis.call('LSET', G.tubes, tonumber(pos), last)
+    redis.call('HSET', G.tubepos, last, pos)
+  end
+end
+
+local function wake(channel, tube)
+  redis.call('PUBLISH', channel, tube)
+end
+
+local function paused(T, now)
+  local pu = redis.call('HGET', T.meta, 'pause_until')
+  return pu and tonumber(pu) > now
+end

@@ -1,0 +1,30 @@
+-- reserve across watched tubes: KEYS[1..7] the namespace, then 7 keys per tube;
+-- ARGV[1] channel (unused), ARGV[2] owner, ARGV[3..] the tube names.
+-- Picks the ready job with the least (pri, id) among tubes that are not paused.
+-- -> nil, or {id, body, deadline, tube index (1-based), now}
+local G, owner = ns_keys(1), ARGV[2]
+local now = now_us()
+local best_i, best_pri, best_m = nil, nil, nil
+for i = 3, #ARGV do
+  local T = tube_keys(8 + (i - 3) * 7)
+  if not paused(T, now) then
+    local head = redis.call('ZRANGE', T.ready, 0, 0, 'WITHSCORES')
+    if head[1] then
+      local pri = tonumber(head[2])
+      if not best_i or pri < best_pri or (pri == best_pri and head[1] < best_m) then
+        best_i, best_pri, best_m = i - 2, pri, head[1]
+      end
+    end
+  end
+end
+if not best_i then return nil end
+local T = tube_keys(8 + (best_i - 1) * 7)
+local id = tonumber(best_m)
+local j = get_job(T, id)
+detach(T, G, id, j)
+local deadline = now + j[TTR] * 1000000
+j[RESERVES] = j[RESERVES] + 1
+attach(T, G, id, j, 'reserved', deadline, owner)
+put_job(T, id, j)
+reschedule(T, G, ARGV[best_i + 2])
+return { id, redis.call('HGET', T.bodies, id), deadline, best_i, now }

@@ -1,0 +1,13 @@
+-- reserve-job: ARGV[3] id, ARGV[4] owner -> nil or {id, body, deadline}
+local T, G, tube = tube_keys(1), ns_keys(8), ARGV[1]
+local id = tonumber(ARGV[3])
+local j = get_job(T, id)
+if not j or j[STATE] == 'reserved' then return nil end
+local now = now_us()
+detach(T, G, id, j)
+local deadline = now + j[TTR] * 1000000
+j[RESERVES] = j[RESERVES] + 1
+attach(T, G, id, j, 'reserved', deadline, ARGV[4])
+put_job(T, id, j)
+reschedule(T, G, tube)
+return { id, redis.call('HGET', T.bodies, id), deadline }

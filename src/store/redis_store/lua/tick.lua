@@ -1,0 +1,32 @@
+-- Apply what is due in one tube: delayed jobs become ready, lapsed reservations
+-- (deadline strictly before now) return to ready, an ended pause is cleared.
+-- -> 1 when a job may now be reserved (waiters are woken), else 0
+local T, G, tube, channel = tube_keys(1), ns_keys(8), ARGV[1], ARGV[2]
+local now = now_us()
+local woke = 0
+for _, m in ipairs(redis.call('ZRANGEBYSCORE', T.delayed, '-inf', now)) do
+  local id = tonumber(m)
+  local j = get_job(T, id)
+  detach(T, G, id, j)
+  attach(T, G, id, j, 'ready')
+  put_job(T, id, j)
+  woke = 1
+end
+for _, m in ipairs(redis.call('ZRANGEBYSCORE', T.reserved, '-inf', '(' .. now)) do
+  local id = tonumber(m)
+  local j = get_job(T, id)
+  detach(T, G, id, j)
+  j[TIMEOUTS] = j[TIMEOUTS] + 1
+  attach(T, G, id, j, 'ready')
+  put_job(T, id, j)
+  redis.call('HINCRBY', G.stats, 'job_timeouts', 1)
+  woke = 1
+end
+local pu = tonumber(redis.call('HGET', T.meta, 'pause_until') or '0')
+if pu > 0 and pu <= now then
+  redis.call('HSET', T.meta, 'pause', 0, 'pause_until', 0)
+  woke = 1
+end
+reschedule(T, G, tube)
+if woke == 1 then wake(channel, tube) end
+return woke

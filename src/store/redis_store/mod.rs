@@ -1,0 +1,864 @@
+//! The Redis store: jobs in per-tube sorted sets and hashes, shared by every redstalk
+//! instance that uses the same Redis and prefix, and kept across restarts.
+//!
+//! Every state change is one Lua script (`lua/`), called by EVALSHA over a shared
+//! multiplexed connection (concurrent calls are pipelined), touching only the keys it
+//! is given. Times come from Redis `TIME`, so instances with skewed clocks agree.
+//! Scripts that make a job ready publish the tube on the wake-up channel; every
+//! instance subscribes and serves its waiting connections.
+//!
+//! Ownership: Redis owns the jobs. This process owns only `held`, its own view of the
+//! reservations its connections hold (the tube of each, and its deadline), which is
+//! exact because only the holding connection can release, bury, touch or delete a
+//! reserved job and the deadline is known; a reservation whose deadline has passed has
+//! lapsed (some instance's timer returns it to ready).
+
+pub mod keys;
+pub mod scripts;
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::Bytes;
+use rand::RngExt;
+use redis::aio::ConnectionManager;
+use redis::{Client, IntoConnectionInfo, ProtocolVersion, PushKind, Value};
+use tokio::sync::mpsc;
+
+use super::{
+    ConnId, JobId, JobInfo, JobState, Nanos, NewJob, Reserved, Store, StoreError, StoreResult,
+    Totals, TubeInfo,
+};
+use crate::engine::Clock;
+use crate::protocol::TubeName;
+use keys::Keys;
+use scripts::Scripts;
+
+/// How long a command may wait for Redis before it answers INTERNAL_ERROR.
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(1);
+/// How often an instance says it is alive, and how long until it counts as dead.
+const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
+const HEARTBEAT_LAPSES: Duration = Duration::from_secs(10);
+
+/// Where and under which prefix to keep jobs.
+#[derive(Clone, Debug)]
+pub struct RedisConfig {
+    pub url: String,
+    pub prefix: String,
+}
+
+#[derive(Clone, Debug)]
+struct Held {
+    tube: TubeName,
+    deadline: Nanos,
+}
+
+pub struct RedisStore {
+    conn: ConnectionManager,
+    keys: Keys,
+    scripts: Scripts,
+    /// This process's id in owner strings and in the instance registry.
+    instance: String,
+    channel: String,
+    clock: Clock,
+    held: Mutex<HashMap<ConnId, HashMap<JobId, Held>>>,
+    wake: Mutex<Option<mpsc::UnboundedReceiver<TubeName>>>,
+    next_heartbeat: Mutex<Nanos>,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("instance", &self.instance)
+            .finish_non_exhaustive()
+    }
+}
+
+fn unavailable(e: redis::RedisError) -> StoreError {
+    StoreError::Unavailable(e.to_string())
+}
+
+fn protocol_error(what: &str) -> StoreError {
+    StoreError::Unavailable(format!("unexpected reply from Redis to {what}"))
+}
+
+fn int(v: &Value) -> Option<i64> {
+    match v {
+        Value::Int(i) => Some(*i),
+        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+        Value::SimpleString(s) => s.parse().ok(),
+        Value::Double(d) => Some(*d as i64),
+        _ => None,
+    }
+}
+
+fn uint(v: &Value) -> u64 {
+    int(v).map_or(0, |i| i.max(0) as u64)
+}
+
+fn text(v: &Value) -> Option<&[u8]> {
+    match v {
+        Value::BulkString(b) => Some(b),
+        Value::SimpleString(s) => Some(s.as_bytes()),
+        _ => None,
+    }
+}
+
+fn array(v: Value) -> Option<Vec<Value>> {
+    match v {
+        Value::Array(items) | Value::Set(items) => Some(items),
+        _ => None,
+    }
+}
+
+fn body(v: Value) -> Bytes {
+    match v {
+        Value::BulkString(b) => Bytes::from(b),
+        _ => Bytes::new(),
+    }
+}
+
+const US: u64 = 1_000;
+
+impl RedisStore {
+    /// Connect, subscribe to wake-ups, make sure `default` exists, and read the Redis
+    /// clock. Fails when Redis cannot be reached.
+    pub async fn connect(config: &RedisConfig) -> Result<RedisStore, StoreError> {
+        let info = config
+            .url
+            .as_str()
+            .into_connection_info()
+            .map_err(unavailable)?;
+        let settings = info
+            .redis_settings()
+            .clone()
+            .set_protocol(ProtocolVersion::RESP3);
+        let client = Client::open(info.set_redis_settings(settings)).map_err(unavailable)?;
+        let (push_tx, mut push_rx) = mpsc::unbounded_channel();
+        let manager_config = redis::aio::ConnectionManagerConfig::new()
+            .set_push_sender(push_tx)
+            .set_automatic_resubscription()
+            .set_response_timeout(Some(RESPONSE_TIMEOUT))
+            .set_connection_timeout(Some(RESPONSE_TIMEOUT))
+            .set_number_of_retries(1)
+            .set_max_delay(Duration::from_millis(500));
+        let mut conn = client
+            .get_connection_manager_with_config(manager_config)
+            .await
+            .map_err(unavailable)?;
+        let keys = Keys::new(&config.prefix);
+        let channel = keys.wake_channel();
+        conn.subscribe(&channel).await.map_err(unavailable)?;
+
+        let (wake_tx, wake_rx) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Some(push) = push_rx.recv().await {
+                if push.kind != PushKind::Message {
+                    continue;
+                }
+                if let Some(tube) = push.data.get(1).and_then(text).and_then(Keys::parse_wake)
+                    && wake_tx.send(tube).is_err()
+                {
+                    return;
+                }
+            }
+        });
+
+        let scripts = Scripts::new();
+        let mut inv = scripts.init.prepare_invoke();
+        inv.key(&keys.tube("default")[..])
+            .key(&keys.namespace()[..])
+            .arg("default")
+            .arg(&channel);
+        let now_us: Value = inv.invoke_async(&mut conn).await.map_err(unavailable)?;
+        let now = uint(&now_us) * US;
+        let bytes: [u8; 8] = rand::rng().random();
+        let instance = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        let store = RedisStore {
+            conn,
+            keys,
+            scripts,
+            instance,
+            channel,
+            clock: Clock::starting_at(now),
+            held: Mutex::new(HashMap::new()),
+            wake: Mutex::new(Some(wake_rx)),
+            next_heartbeat: Mutex::new(0),
+        };
+        store.heartbeat(now).await?;
+        Ok(store)
+    }
+
+    /// A clock that reads (approximately) the Redis clock, for the engine.
+    pub fn clock(&self) -> Clock {
+        self.clock
+    }
+
+    /// The wake-up events from the channel (taken once, by the engine).
+    pub fn take_wake_events(&self) -> Option<mpsc::UnboundedReceiver<TubeName>> {
+        self.wake.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    fn held(&self) -> MutexGuard<'_, HashMap<ConnId, HashMap<JobId, Held>>> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn owner(&self, conn: ConnId) -> String {
+        format!("{}:{}", self.instance, conn.0)
+    }
+
+    fn conn(&self) -> ConnectionManager {
+        self.conn.clone()
+    }
+
+    /// Run a single-tube script: KEYS = the tube's keys then the namespace's (and
+    /// `extra_key`), ARGV = tube, channel, then `args`.
+    async fn tube_script(
+        &self,
+        script: &redis::Script,
+        tube: &str,
+        extra_key: Option<&str>,
+        args: &[&[u8]],
+    ) -> StoreResult<Value> {
+        let mut inv = script.prepare_invoke();
+        inv.key(&self.keys.tube(tube)[..])
+            .key(&self.keys.namespace()[..]);
+        if let Some(k) = extra_key {
+            inv.key(k);
+        }
+        inv.arg(tube).arg(&self.channel);
+        for a in args {
+            inv.arg(*a);
+        }
+        inv.invoke_async(&mut self.conn())
+            .await
+            .map_err(unavailable)
+    }
+
+    /// The tube of job `id`: from this connection's reservations, else the index.
+    async fn tube_of(&self, conn: Option<ConnId>, id: JobId) -> StoreResult<Option<TubeName>> {
+        if let Some(c) = conn
+            && let Some(h) = self.held().get(&c).and_then(|m| m.get(&id))
+        {
+            return Ok(Some(h.tube.clone()));
+        }
+        let v: Value = redis::cmd("HGET")
+            .arg(self.keys.index())
+            .arg(id)
+            .query_async(&mut self.conn())
+            .await
+            .map_err(unavailable)?;
+        Ok(text(&v).and_then(TubeName::new))
+    }
+
+    fn hold(&self, conn: ConnId, id: JobId, tube: TubeName, deadline: Nanos) {
+        self.held()
+            .entry(conn)
+            .or_default()
+            .insert(id, Held { tube, deadline });
+    }
+
+    fn unhold(&self, conn: ConnId, id: JobId) {
+        let mut held = self.held();
+        if let Some(m) = held.get_mut(&conn) {
+            m.remove(&id);
+            if m.is_empty() {
+                held.remove(&conn);
+            }
+        }
+    }
+
+    /// Say this instance is alive, and drop the tube references of instances that
+    /// stopped saying so (they crashed: their connections are gone).
+    async fn heartbeat(&self, now: Nanos) -> StoreResult<()> {
+        {
+            let mut next = self
+                .next_heartbeat
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            if now < *next {
+                return Ok(());
+            }
+            *next = now + HEARTBEAT_EVERY.as_nanos() as u64;
+        }
+        let registry = self.keys.instances();
+        let lapses_us = (now + HEARTBEAT_LAPSES.as_nanos() as u64) / US;
+        let mut conn = self.conn();
+        let dead: Vec<String> = redis::pipe()
+            .cmd("ZADD")
+            .arg(&registry)
+            .arg(lapses_us)
+            .arg(&self.instance)
+            .ignore()
+            .cmd("ZRANGEBYSCORE")
+            .arg(&registry)
+            .arg("-inf")
+            .arg(now / US)
+            .query_async::<(Vec<String>,)>(&mut conn)
+            .await
+            .map_err(unavailable)?
+            .0;
+        for instance in dead {
+            // Only the instance whose ZREM succeeds cleans up after the dead one.
+            let removed: i64 = redis::cmd("ZREM")
+                .arg(&registry)
+                .arg(&instance)
+                .query_async(&mut conn)
+                .await
+                .map_err(unavailable)?;
+            if removed == 1 {
+                self.drop_references(&instance).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn drop_references(&self, instance: &str) -> StoreResult<()> {
+        let refs_key = self.keys.refs(instance);
+        let refs: HashMap<String, i64> = redis::cmd("HGETALL")
+            .arg(&refs_key)
+            .query_async(&mut self.conn())
+            .await
+            .map_err(unavailable)?;
+        for (field, count) in refs {
+            let Some((kind, tube)) = field.split_once(':') else {
+                continue;
+            };
+            let delta = (-count).to_string();
+            self.tube_script(
+                &self.scripts.tube_ref,
+                tube,
+                Some(&refs_key),
+                &[kind.as_bytes(), delta.as_bytes()],
+            )
+            .await?;
+        }
+        tracing::info!(
+            instance,
+            "dropped the tube references of an instance that stopped"
+        );
+        Ok(())
+    }
+
+    async fn tube_ref(&self, tube: &TubeName, kind: &str, delta: i64) -> StoreResult<()> {
+        let refs_key = self.keys.refs(&self.instance);
+        let delta = delta.to_string();
+        self.tube_script(
+            &self.scripts.tube_ref,
+            tube.as_str(),
+            Some(&refs_key),
+            &[kind.as_bytes(), delta.as_bytes()],
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn peek_in(
+        &self,
+        tube: &str,
+        which: &str,
+        id: JobId,
+    ) -> StoreResult<Option<(JobId, Bytes)>> {
+        let id = id.to_string();
+        let v = self
+            .tube_script(
+                &self.scripts.peek,
+                tube,
+                None,
+                &[which.as_bytes(), id.as_bytes()],
+            )
+            .await?;
+        let Some(mut items) = array(v) else {
+            return Ok(None);
+        };
+        if items.len() < 2 {
+            return Err(protocol_error("peek"));
+        }
+        let b = body(items.swap_remove(1));
+        Ok(Some((uint(&items[0]), b)))
+    }
+
+    fn reserved_from(
+        &self,
+        conn: ConnId,
+        tube: TubeName,
+        items: Vec<Value>,
+    ) -> StoreResult<Reserved> {
+        let mut it = items.into_iter();
+        let (Some(id), Some(b), Some(deadline)) = (it.next(), it.next(), it.next()) else {
+            return Err(protocol_error("reserve"));
+        };
+        let (id, deadline) = (uint(&id), uint(&deadline) * US);
+        self.hold(conn, id, tube.clone(), deadline);
+        Ok(Reserved {
+            id,
+            tube,
+            body: body(b),
+            deadline,
+        })
+    }
+}
+
+fn parse_state(v: &Value) -> JobState {
+    match text(v) {
+        Some(b"reserved") => JobState::Reserved,
+        Some(b"delayed") => JobState::Delayed,
+        Some(b"buried") => JobState::Buried,
+        _ => JobState::Ready,
+    }
+}
+
+impl Store for RedisStore {
+    async fn put(&self, job: NewJob, _now: Nanos) -> StoreResult<JobId> {
+        let (pri, delay, ttr) = (
+            job.pri.to_string(),
+            job.delay_secs.to_string(),
+            job.ttr_secs.to_string(),
+        );
+        let v = self
+            .tube_script(
+                &self.scripts.put,
+                job.tube.as_str(),
+                None,
+                &[pri.as_bytes(), delay.as_bytes(), ttr.as_bytes(), &job.body],
+            )
+            .await?;
+        array(v)
+            .and_then(|items| items.first().map(uint))
+            .ok_or_else(|| protocol_error("put"))
+    }
+
+    async fn burn_id(&self) -> StoreResult<JobId> {
+        redis::cmd("INCR")
+            .arg(self.keys.ids())
+            .query_async(&mut self.conn())
+            .await
+            .map_err(unavailable)
+    }
+
+    async fn reserve(
+        &self,
+        conn: ConnId,
+        watched: &[TubeName],
+        _now: Nanos,
+    ) -> StoreResult<Option<Reserved>> {
+        let mut inv = self.scripts.reserve.prepare_invoke();
+        inv.key(&self.keys.namespace()[..]);
+        for t in watched {
+            inv.key(&self.keys.tube(t.as_str())[..]);
+        }
+        inv.arg(&self.channel).arg(self.owner(conn));
+        for t in watched {
+            inv.arg(t.as_str());
+        }
+        let v: Value = inv
+            .invoke_async(&mut self.conn())
+            .await
+            .map_err(unavailable)?;
+        let Some(items) = array(v) else {
+            return Ok(None);
+        };
+        let index = items.get(3).map(uint).unwrap_or(0) as usize;
+        let tube = watched
+            .get(index.wrapping_sub(1))
+            .cloned()
+            .ok_or_else(|| protocol_error("reserve"))?;
+        self.reserved_from(conn, tube, items).map(Some)
+    }
+
+    async fn reserve_job(
+        &self,
+        conn: ConnId,
+        id: JobId,
+        _now: Nanos,
+    ) -> StoreResult<Option<Reserved>> {
+        let Some(tube) = self.tube_of(None, id).await? else {
+            return Ok(None);
+        };
+        let (ids, owner) = (id.to_string(), self.owner(conn));
+        let v = self
+            .tube_script(
+                &self.scripts.reserve_job,
+                tube.as_str(),
+                None,
+                &[ids.as_bytes(), owner.as_bytes()],
+            )
+            .await?;
+        match array(v) {
+            Some(items) => self.reserved_from(conn, tube, items).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    async fn delete(&self, conn: ConnId, id: JobId) -> StoreResult<bool> {
+        let Some(tube) = self.tube_of(Some(conn), id).await? else {
+            return Ok(false);
+        };
+        let (ids, owner) = (id.to_string(), self.owner(conn));
+        let v = self
+            .tube_script(
+                &self.scripts.delete,
+                tube.as_str(),
+                None,
+                &[ids.as_bytes(), owner.as_bytes()],
+            )
+            .await?;
+        let deleted = uint(&v) == 1;
+        if deleted {
+            self.unhold(conn, id);
+        }
+        Ok(deleted)
+    }
+
+    async fn release(
+        &self,
+        conn: ConnId,
+        id: JobId,
+        pri: u32,
+        delay_secs: u32,
+        _now: Nanos,
+    ) -> StoreResult<Option<TubeName>> {
+        let Some(tube) = self
+            .held()
+            .get(&conn)
+            .and_then(|m| m.get(&id))
+            .map(|h| h.tube.clone())
+        else {
+            return Ok(None);
+        };
+        let (ids, owner, pri, delay) = (
+            id.to_string(),
+            self.owner(conn),
+            pri.to_string(),
+            delay_secs.to_string(),
+        );
+        let v = self
+            .tube_script(
+                &self.scripts.release,
+                tube.as_str(),
+                None,
+                &[
+                    ids.as_bytes(),
+                    owner.as_bytes(),
+                    pri.as_bytes(),
+                    delay.as_bytes(),
+                ],
+            )
+            .await?;
+        self.unhold(conn, id);
+        Ok((uint(&v) == 1).then_some(tube))
+    }
+
+    async fn bury(&self, conn: ConnId, id: JobId, pri: u32) -> StoreResult<bool> {
+        let Some(tube) = self
+            .held()
+            .get(&conn)
+            .and_then(|m| m.get(&id))
+            .map(|h| h.tube.clone())
+        else {
+            return Ok(false);
+        };
+        let (ids, owner, pri) = (id.to_string(), self.owner(conn), pri.to_string());
+        let v = self
+            .tube_script(
+                &self.scripts.bury,
+                tube.as_str(),
+                None,
+                &[ids.as_bytes(), owner.as_bytes(), pri.as_bytes()],
+            )
+            .await?;
+        self.unhold(conn, id);
+        Ok(uint(&v) == 1)
+    }
+
+    async fn touch(&self, conn: ConnId, id: JobId, _now: Nanos) -> StoreResult<Option<Nanos>> {
+        let Some(tube) = self
+            .held()
+            .get(&conn)
+            .and_then(|m| m.get(&id))
+            .map(|h| h.tube.clone())
+        else {
+            return Ok(None);
+        };
+        let (ids, owner) = (id.to_string(), self.owner(conn));
+        let v = self
+            .tube_script(
+                &self.scripts.touch,
+                tube.as_str(),
+                None,
+                &[ids.as_bytes(), owner.as_bytes()],
+            )
+            .await?;
+        let deadline = uint(&v) * US;
+        if deadline == 0 {
+            self.unhold(conn, id);
+            return Ok(None);
+        }
+        self.hold(conn, id, tube, deadline);
+        Ok(Some(deadline))
+    }
+
+    async fn kick(&self, tube: &TubeName, bound: u32) -> StoreResult<u32> {
+        let bound = bound.to_string();
+        let v = self
+            .tube_script(&self.scripts.kick, tube.as_str(), None, &[bound.as_bytes()])
+            .await?;
+        Ok(uint(&v) as u32)
+    }
+
+    async fn kick_job(&self, id: JobId) -> StoreResult<Option<TubeName>> {
+        let Some(tube) = self.tube_of(None, id).await? else {
+            return Ok(None);
+        };
+        let ids = id.to_string();
+        let v = self
+            .tube_script(
+                &self.scripts.kick_job,
+                tube.as_str(),
+                None,
+                &[ids.as_bytes()],
+            )
+            .await?;
+        Ok((uint(&v) == 1).then_some(tube))
+    }
+
+    async fn peek(&self, id: JobId) -> StoreResult<Option<(JobId, Bytes)>> {
+        let Some(tube) = self.tube_of(None, id).await? else {
+            return Ok(None);
+        };
+        self.peek_in(tube.as_str(), "id", id).await
+    }
+
+    async fn peek_ready(&self, tube: &TubeName) -> StoreResult<Option<(JobId, Bytes)>> {
+        self.peek_in(tube.as_str(), "ready", 0).await
+    }
+
+    async fn peek_delayed(&self, tube: &TubeName) -> StoreResult<Option<(JobId, Bytes)>> {
+        self.peek_in(tube.as_str(), "delayed", 0).await
+    }
+
+    async fn peek_buried(&self, tube: &TubeName) -> StoreResult<Option<(JobId, Bytes)>> {
+        self.peek_in(tube.as_str(), "buried", 0).await
+    }
+
+    async fn job_info(&self, id: JobId, _now: Nanos) -> StoreResult<Option<JobInfo>> {
+        let Some(tube) = self.tube_of(None, id).await? else {
+            return Ok(None);
+        };
+        let ids = id.to_string();
+        let v = self
+            .tube_script(
+                &self.scripts.job_info,
+                tube.as_str(),
+                None,
+                &[ids.as_bytes()],
+            )
+            .await?;
+        let Some(f) = array(v) else { return Ok(None) };
+        if f.len() < 12 {
+            return Err(protocol_error("stats-job"));
+        }
+        let state = parse_state(&f[4]);
+        Ok(Some(JobInfo {
+            id,
+            tube,
+            state,
+            pri: uint(&f[0]) as u32,
+            delay_secs: uint(&f[1]) as u32,
+            ttr_secs: uint(&f[2]) as u32,
+            created: uint(&f[3]) * US,
+            deadline: matches!(state, JobState::Delayed | JobState::Reserved)
+                .then(|| uint(&f[5]) * US),
+            reserves: uint(&f[6]),
+            timeouts: uint(&f[7]),
+            releases: uint(&f[8]),
+            buries: uint(&f[9]),
+            kicks: uint(&f[10]),
+            now: uint(&f[11]) * US,
+        }))
+    }
+
+    async fn tube_info(&self, tube: &TubeName, _now: Nanos) -> StoreResult<Option<TubeInfo>> {
+        let v = self
+            .tube_script(&self.scripts.tube_info, tube.as_str(), None, &[])
+            .await?;
+        let Some(f) = array(v) else { return Ok(None) };
+        if f.len() < 13 {
+            return Err(protocol_error("stats-tube"));
+        }
+        let n: Vec<u64> = f.iter().map(uint).collect();
+        Ok(Some(TubeInfo {
+            urgent: n[0],
+            ready: n[1],
+            reserved: n[2],
+            delayed: n[3],
+            buried: n[4],
+            total_jobs: n[5],
+            using: n[6],
+            watching: n[7],
+            cmd_delete: n[8],
+            cmd_pause: n[9],
+            pause: n[10] * US,
+            pause_until: n[11] * US,
+            now: n[12] * US,
+        }))
+    }
+
+    async fn totals(&self) -> StoreResult<Totals> {
+        let (fields, tubes): (Vec<Option<i64>>, u64) = redis::pipe()
+            .cmd("HMGET")
+            .arg(self.keys.stats())
+            .arg(&[
+                "urgent",
+                "ready",
+                "reserved",
+                "delayed",
+                "buried",
+                "total_jobs",
+                "job_timeouts",
+            ])
+            .cmd("LLEN")
+            .arg(self.keys.tubes())
+            .query_async(&mut self.conn())
+            .await
+            .map_err(unavailable)?;
+        let f = |i: usize| fields.get(i).copied().flatten().unwrap_or(0).max(0) as u64;
+        Ok(Totals {
+            urgent: f(0),
+            ready: f(1),
+            reserved: f(2),
+            delayed: f(3),
+            buried: f(4),
+            total_jobs: f(5),
+            job_timeouts: f(6),
+            tubes,
+        })
+    }
+
+    async fn list_tubes(&self) -> StoreResult<Vec<TubeName>> {
+        let names: Vec<Vec<u8>> = redis::cmd("LRANGE")
+            .arg(self.keys.tubes())
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut self.conn())
+            .await
+            .map_err(unavailable)?;
+        Ok(names.iter().filter_map(|n| TubeName::new(n)).collect())
+    }
+
+    async fn pause(&self, tube: &TubeName, delay_secs: u32, _now: Nanos) -> StoreResult<bool> {
+        let delay = delay_secs.to_string();
+        let v = self
+            .tube_script(
+                &self.scripts.pause,
+                tube.as_str(),
+                None,
+                &[delay.as_bytes()],
+            )
+            .await?;
+        Ok(uint(&v) > 0)
+    }
+
+    async fn has_ready(&self, watched: &[TubeName]) -> StoreResult<bool> {
+        let mut pipe = redis::pipe();
+        for t in watched {
+            pipe.cmd("ZCARD").arg(&self.keys.tube(t.as_str())[0]);
+        }
+        let counts: Vec<u64> = pipe
+            .query_async(&mut self.conn())
+            .await
+            .map_err(unavailable)?;
+        Ok(counts.iter().any(|&n| n > 0))
+    }
+
+    async fn soonest_deadline(&self, conn: ConnId) -> StoreResult<Option<Nanos>> {
+        let now = self.clock.now();
+        let mut held = self.held();
+        let Some(jobs) = held.get_mut(&conn) else {
+            return Ok(None);
+        };
+        // A reservation past its deadline has lapsed: some timer returns it to ready.
+        jobs.retain(|_, h| h.deadline >= now);
+        let soonest = jobs.values().map(|h| h.deadline).min();
+        if jobs.is_empty() {
+            held.remove(&conn);
+        }
+        Ok(soonest)
+    }
+
+    async fn release_all(&self, conn: ConnId) -> StoreResult<Vec<TubeName>> {
+        let jobs = self.held().remove(&conn).unwrap_or_default();
+        let owner = self.owner(conn);
+        let mut tubes = Vec::new();
+        for (id, h) in jobs {
+            let ids = id.to_string();
+            let v = self
+                .tube_script(
+                    &self.scripts.unreserve,
+                    h.tube.as_str(),
+                    None,
+                    &[ids.as_bytes(), owner.as_bytes()],
+                )
+                .await?;
+            if uint(&v) == 1 {
+                tubes.push(h.tube);
+            }
+        }
+        tubes.sort();
+        tubes.dedup();
+        Ok(tubes)
+    }
+
+    async fn tick(&self, now: Nanos) -> StoreResult<Vec<TubeName>> {
+        self.heartbeat(now).await?;
+        let due: Vec<Vec<u8>> = redis::cmd("ZRANGEBYSCORE")
+            .arg(self.keys.due())
+            .arg("-inf")
+            .arg(now / US)
+            .query_async(&mut self.conn())
+            .await
+            .map_err(unavailable)?;
+        let mut woken = Vec::new();
+        for name in due {
+            let Some(tube) = TubeName::new(&name) else {
+                continue;
+            };
+            let v = self
+                .tube_script(&self.scripts.tick, tube.as_str(), None, &[])
+                .await?;
+            if uint(&v) == 1 {
+                woken.push(tube);
+            }
+        }
+        Ok(woken)
+    }
+
+    async fn next_deadline(&self) -> StoreResult<Option<Nanos>> {
+        let head: Vec<(Vec<u8>, f64)> = redis::cmd("ZRANGE")
+            .arg(self.keys.due())
+            .arg(0)
+            .arg(0)
+            .arg("WITHSCORES")
+            .query_async(&mut self.conn())
+            .await
+            .map_err(unavailable)?;
+        Ok(head.first().map(|(_, score)| (*score as u64) * US))
+    }
+
+    async fn use_tube(&self, tube: &TubeName) -> StoreResult<()> {
+        self.tube_ref(tube, "using", 1).await
+    }
+
+    async fn unuse_tube(&self, tube: &TubeName) -> StoreResult<()> {
+        self.tube_ref(tube, "using", -1).await
+    }
+
+    async fn watch_tube(&self, tube: &TubeName) -> StoreResult<()> {
+        self.tube_ref(tube, "watching", 1).await
+    }
+
+    async fn unwatch_tube(&self, tube: &TubeName) -> StoreResult<()> {
+        self.tube_ref(tube, "watching", -1).await
+    }
+}
