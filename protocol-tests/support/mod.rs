@@ -1,7 +1,7 @@
 //! Test support shared by the protocol runner, the differential test and the
 //! robustness tests: starting a beanstalk server (the real beanstalkd or redstalk) on a
 //! free loopback port and stopping it again, and (in [`yaml`]) the YAML normalisation
-//! applied before replies are compared.
+//! applied before replies are compared; [`redis`] starts a private `redis-server`.
 //!
 //! Invariants: every server is a child process owned by a [`ServerProc`]; dropping it
 //! kills the process, so a failing test never leaves a server behind.
@@ -151,6 +151,18 @@ impl ServerProc {
         let mut redis_server = None;
         let mut extra_args = extra_args.to_vec();
         if kind == ServerKind::Redis {
+            if redis::redis_server_path().is_none() {
+                if oracle_required() {
+                    return Err(
+                        "redis-server is required (REDSTALK_REQUIRE_ORACLE=1) but not installed"
+                            .into(),
+                    );
+                }
+                eprintln!(
+                    "!!! redis-server is not installed: the Redis-engine trials are SKIPPED."
+                );
+                return Ok(None);
+            }
             let r = redis::RedisServer::start()?;
             extra_args.extend([
                 "--redis".to_string(),
@@ -160,15 +172,42 @@ impl ServerProc {
             ]);
             redis_server = Some(r);
         }
+        Self::spawn_listening(kind, &program, &extra_args, redis_server).map(Some)
+    }
+
+    /// Start redstalk on an existing Redis (for several instances sharing one queue,
+    /// or a redstalk restarted on the same data).
+    pub fn start_on_redis(
+        redis_url: &str,
+        prefix: &str,
+        extra_args: &[String],
+    ) -> Result<ServerProc, String> {
+        let mut args = vec![
+            "--redis".to_string(),
+            redis_url.to_string(),
+            "--redis-prefix".into(),
+            prefix.into(),
+        ];
+        args.extend_from_slice(extra_args);
+        Self::spawn_listening(ServerKind::Redis, &redstalk_path(), &args, None)
+    }
+
+    /// Spawn `program` on a free port and wait until it listens.
+    fn spawn_listening(
+        kind: ServerKind,
+        program: &std::path::Path,
+        extra_args: &[String],
+        mut redis_server: Option<redis::RedisServer>,
+    ) -> Result<ServerProc, String> {
         let mut last_err = String::new();
         for _attempt in 0..5 {
             let port = free_port();
-            let mut cmd = Command::new(&program);
+            let mut cmd = Command::new(program);
             cmd.arg("-l")
                 .arg("127.0.0.1")
                 .arg("-p")
                 .arg(port.to_string());
-            cmd.args(&extra_args);
+            cmd.args(extra_args);
             cmd.stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped());
@@ -189,12 +228,12 @@ impl ServerProc {
                 // Readiness is read from the kernel's socket table rather than probed
                 // with a connection, so `total-connections` starts at 0 in every case.
                 if is_listening(port) {
-                    return Ok(Some(ServerProc {
+                    return Ok(ServerProc {
                         kind,
                         addr,
                         child,
-                        redis: redis_server,
-                    }));
+                        redis: redis_server.take(),
+                    });
                 }
                 if started.elapsed() > Duration::from_secs(10) {
                     let _ = child.kill();
