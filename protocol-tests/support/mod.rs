@@ -1,13 +1,15 @@
 //! Test support shared by the protocol runner, the differential test and the
 //! robustness tests: starting a beanstalk server (the real beanstalkd or redstalk) on a
 //! free loopback port and stopping it again, and (in [`yaml`]) the YAML normalisation
-//! applied before replies are compared; [`redis`] starts a private `redis-server`.
+//! applied before replies are compared. [`client`] is a tiny blocking beanstalk client
+//! for tests that drive real processes, [`redis`] a private `redis-server`.
 //!
 //! Invariants: every server is a child process owned by a [`ServerProc`]; dropping it
 //! kills the process, so a failing test never leaves a server behind.
 
 #![allow(dead_code)]
 
+pub mod client;
 pub mod redis;
 pub mod yaml;
 

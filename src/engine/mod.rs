@@ -137,15 +137,20 @@ impl Engine {
         self.max_job_size
     }
 
-    /// A new connection: it uses and watches `default`.
-    pub async fn connect(&self) -> StoreResult<Session> {
+    /// A new connection: it uses and watches `default`. If the store cannot record
+    /// that now, the connection is served anyway (its commands answer INTERNAL_ERROR
+    /// while the store is away) and the store puts its references right later.
+    pub async fn connect(&self) -> Session {
         let id = ConnId(self.next_conn.fetch_add(1, Ordering::Relaxed));
         let session = Session::new(id);
-        self.store.use_tube(&session.using).await?;
-        self.store.watch_tube(&session.using).await?;
+        let used = self.store.use_tube(&session.using).await;
+        let watched = self.store.watch_tube(&session.using).await;
+        if let Err(err) = used.and(watched) {
+            tracing::warn!(%err, conn = id.0, "could not record a new connection's tubes");
+        }
         Counters::inc(&self.counters.connections);
         Counters::inc(&self.counters.total_connections);
-        Ok(session)
+        session
     }
 
     /// A connection ended. With `release_jobs`, its reservations go back to ready at
@@ -256,17 +261,26 @@ impl Engine {
     async fn command(&self, s: &mut Session, cmd: Command) -> StoreResult<Reply> {
         let now = self.clock.now();
         Ok(match cmd {
+            // A reference change that fails is undone before INTERNAL_ERROR, so the
+            // session and the store's count of references never disagree; releasing a
+            // reference cannot fail visibly (the store reconciles it later).
             Command::Use(tube) => {
                 if tube != s.using {
-                    self.store.use_tube(&tube).await?;
-                    self.store.unuse_tube(&s.using).await?;
+                    if let Err(err) = self.store.use_tube(&tube).await {
+                        let _ = self.store.unuse_tube(&tube).await;
+                        return Err(err);
+                    }
+                    let _ = self.store.unuse_tube(&s.using).await;
                     s.using = tube;
                 }
                 Reply::Using(s.using.clone())
             }
             Command::Watch(tube) => {
                 if !s.watching.contains(&tube) {
-                    self.store.watch_tube(&tube).await?;
+                    if let Err(err) = self.store.watch_tube(&tube).await {
+                        let _ = self.store.unwatch_tube(&tube).await;
+                        return Err(err);
+                    }
                     s.watching.insert(tube);
                     s.watch_list_changed();
                 }
@@ -279,7 +293,7 @@ impl Engine {
                     }
                     s.watching.remove(&tube);
                     s.watch_list_changed();
-                    self.store.unwatch_tube(&tube).await?;
+                    let _ = self.store.unwatch_tube(&tube).await;
                 }
                 Reply::Watching(s.watching.len())
             }

@@ -41,13 +41,7 @@ pub async fn serve<S>(engine: Arc<Engine>, stream: S, shutdown: CancellationToke
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let session = match engine.connect().await {
-        Ok(s) => s,
-        Err(err) => {
-            tracing::warn!(%err, "refusing a connection: the store is unavailable");
-            return;
-        }
-    };
+    let session = engine.connect().await;
     let conn_id = session.id.0;
     tracing::info!(conn = conn_id, "connection opened");
     let mut guard = SessionGuard {

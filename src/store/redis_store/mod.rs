@@ -24,7 +24,7 @@ use bytes::Bytes;
 use rand::RngExt;
 use redis::aio::ConnectionManager;
 use redis::{Client, IntoConnectionInfo, ProtocolVersion, PushKind, Value};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use super::{
     ConnId, JobId, JobInfo, JobState, Nanos, NewJob, Reserved, Store, StoreError, StoreResult,
@@ -52,6 +52,9 @@ pub struct RedisConfig {
 struct Held {
     tube: TubeName,
     deadline: Nanos,
+    /// The owner token of the reserve that got it (one per attempt, see
+    /// [`RedisStore::attempt_owner`]).
+    owner: String,
 }
 
 pub struct RedisStore {
@@ -65,6 +68,172 @@ pub struct RedisStore {
     held: Mutex<HashMap<ConnId, HashMap<JobId, Held>>>,
     wake: Mutex<Option<mpsc::UnboundedReceiver<TubeName>>>,
     next_heartbeat: Mutex<Nanos>,
+    /// Changes of this instance's tube references, applied in order by one task.
+    refs: mpsc::UnboundedSender<RefOp>,
+    /// Reserve attempts that failed without an answer (tubes, owner token): Redis may
+    /// have run them after all, leaving a job reserved that nobody knows of. Undone by
+    /// the next tick.
+    uncertain: Mutex<Vec<(Vec<TubeName>, String)>>,
+    attempts: std::sync::atomic::AtomicU64,
+}
+
+/// A change for the reference keeper.
+enum RefOp {
+    Change {
+        kind: &'static str,
+        tube: TubeName,
+        delta: i64,
+        done: oneshot::Sender<StoreResult<()>>,
+    },
+    /// Re-send every count (the references were dropped while this instance stalled).
+    Restore,
+    /// Re-send every count if a change failed since the last time.
+    SyncIfDirty,
+}
+
+/// Set to zero every reference Redis records for this instance that `counts` lacks.
+async fn drop_unknown_references(
+    target: ScriptTarget<'_>,
+    script: &redis::Script,
+    refs_key: &str,
+    counts: &HashMap<(&'static str, TubeName), i64>,
+) -> StoreResult<()> {
+    let mut conn = target.conn.clone();
+    let fields: Vec<String> = redis::cmd("HKEYS")
+        .arg(refs_key)
+        .query_async(&mut conn)
+        .await
+        .map_err(unavailable)?;
+    for field in fields {
+        let Some((kind, tube)) = field.split_once(':') else {
+            continue;
+        };
+        let (Some(kind), Some(tube)) = (
+            ["using", "watching"].into_iter().find(|k| *k == kind),
+            TubeName::new(tube.as_bytes()),
+        ) else {
+            continue;
+        };
+        if counts.contains_key(&(kind, tube.clone())) {
+            continue;
+        }
+        let t = ScriptTarget {
+            conn: conn.clone(),
+            keys: target.keys,
+            channel: target.channel,
+        };
+        let args: [&[u8]; 3] = [kind.as_bytes(), b"0", b"set"];
+        run_tube_script(t, script, tube.as_str(), Some(refs_key), &args).await?;
+    }
+    Ok(())
+}
+
+/// Where a single-tube script runs.
+struct ScriptTarget<'a> {
+    conn: ConnectionManager,
+    keys: &'a Keys,
+    channel: &'a str,
+}
+
+/// Run a single-tube script: KEYS = the tube's keys then the namespace's (and
+/// `extra_key`), ARGV = tube, channel, then `args`.
+async fn run_tube_script(
+    mut target: ScriptTarget<'_>,
+    script: &redis::Script,
+    tube: &str,
+    extra_key: Option<&str>,
+    args: &[&[u8]],
+) -> StoreResult<Value> {
+    let mut inv = script.prepare_invoke();
+    inv.key(&target.keys.tube(tube)[..])
+        .key(&target.keys.namespace()[..]);
+    if let Some(k) = extra_key {
+        inv.key(k);
+    }
+    inv.arg(tube).arg(target.channel);
+    for a in args {
+        inv.arg(*a);
+    }
+    inv.invoke_async(&mut target.conn)
+        .await
+        .map_err(unavailable)
+}
+
+/// The reference keeper: the one task that changes this instance's tube references,
+/// so that they reach Redis in the order they happened, and that can restore them all.
+/// Owns the local counts (what this instance's connections hold).
+async fn keep_references(
+    mut ops: mpsc::UnboundedReceiver<RefOp>,
+    conn: ConnectionManager,
+    keys: Keys,
+    channel: String,
+    refs_key: String,
+) {
+    let script = Scripts::new().tube_ref;
+    let mut counts: HashMap<(&'static str, TubeName), i64> = HashMap::new();
+    // Redis may or may not have applied a change whose call failed: it is put right by
+    // re-sending the absolute counts at the next heartbeat.
+    let mut dirty = false;
+    while let Some(op) = ops.recv().await {
+        let target = || ScriptTarget {
+            conn: conn.clone(),
+            keys: &keys,
+            channel: &channel,
+        };
+        match op {
+            RefOp::Change {
+                kind,
+                tube,
+                delta,
+                done,
+            } => {
+                let delta_arg = delta.to_string();
+                let args: [&[u8]; 3] = [kind.as_bytes(), delta_arg.as_bytes(), b"add"];
+                let result =
+                    run_tube_script(target(), &script, tube.as_str(), Some(&refs_key), &args).await;
+                // The local count follows every change asked for (the engine undoes a
+                // change it could not complete); Redis is brought in line by a restore
+                // when a call failed.
+                let count = counts.entry((kind, tube)).or_default();
+                *count = (*count + delta).max(0);
+                counts.retain(|_, n| *n > 0);
+                if result.is_err() {
+                    dirty = true;
+                }
+                let _ = done.send(result.map(|_| ()));
+            }
+            RefOp::Restore | RefOp::SyncIfDirty => {
+                if matches!(op, RefOp::SyncIfDirty) && !dirty {
+                    continue;
+                }
+                dirty = false;
+                // Every tube this instance ever referenced must be re-sent, zeros too,
+                // so a change Redis applied after its call failed is undone.
+                for ((kind, tube), n) in &counts {
+                    let n = n.to_string();
+                    let args: [&[u8]; 3] = [kind.as_bytes(), n.as_bytes(), b"set"];
+                    if let Err(err) =
+                        run_tube_script(target(), &script, tube.as_str(), Some(&refs_key), &args)
+                            .await
+                    {
+                        tracing::warn!(%err, "restoring tube references failed; the next heartbeat retries");
+                        dirty = true;
+                        break;
+                    }
+                }
+                if !dirty {
+                    // References Redis holds for this instance that it does not know of
+                    // (a failed change that Redis applied after all) are removed.
+                    if let Err(err) =
+                        drop_unknown_references(target(), &script, &refs_key, &counts).await
+                    {
+                        tracing::warn!(%err, "restoring tube references failed; the next heartbeat retries");
+                        dirty = true;
+                    }
+                }
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -176,8 +345,19 @@ impl RedisStore {
         // Redis read its clock about half a round trip ago.
         let now = uint(&now_us) * US + asked.elapsed().as_nanos() as u64 / 2;
         let bytes: [u8; 8] = rand::rng().random();
-        let instance = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        let instance: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        let (refs, ref_ops) = mpsc::unbounded_channel();
+        tokio::spawn(keep_references(
+            ref_ops,
+            conn.clone(),
+            keys.clone(),
+            channel.clone(),
+            keys.refs(&instance),
+        ));
         let store = RedisStore {
+            refs,
+            uncertain: Mutex::new(Vec::new()),
+            attempts: std::sync::atomic::AtomicU64::new(0),
             conn,
             keys,
             scripts,
@@ -206,16 +386,26 @@ impl RedisStore {
         self.held.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn owner(&self, conn: ConnId) -> String {
-        format!("{}:{}", self.instance, conn.0)
+    /// A fresh owner token for one reserve attempt by `conn`: instance, connection and
+    /// attempt, so the reservation of an attempt whose answer was lost can be told
+    /// apart from any other and undone without a race.
+    fn attempt_owner(&self, conn: ConnId) -> String {
+        let n = self
+            .attempts
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        format!("{}:{}:{n}", self.instance, conn.0)
+    }
+
+    /// The reservation `conn` holds on `id`, if any.
+    fn held_job(&self, conn: ConnId, id: JobId) -> Option<Held> {
+        self.held().get(&conn).and_then(|m| m.get(&id)).cloned()
     }
 
     fn conn(&self) -> ConnectionManager {
         self.conn.clone()
     }
 
-    /// Run a single-tube script: KEYS = the tube's keys then the namespace's (and
-    /// `extra_key`), ARGV = tube, channel, then `args`.
+    /// Run a single-tube script (see [`run_tube_script`]).
     async fn tube_script(
         &self,
         script: &redis::Script,
@@ -223,19 +413,12 @@ impl RedisStore {
         extra_key: Option<&str>,
         args: &[&[u8]],
     ) -> StoreResult<Value> {
-        let mut inv = script.prepare_invoke();
-        inv.key(&self.keys.tube(tube)[..])
-            .key(&self.keys.namespace()[..]);
-        if let Some(k) = extra_key {
-            inv.key(k);
-        }
-        inv.arg(tube).arg(&self.channel);
-        for a in args {
-            inv.arg(*a);
-        }
-        inv.invoke_async(&mut self.conn())
-            .await
-            .map_err(unavailable)
+        let target = ScriptTarget {
+            conn: self.conn(),
+            keys: &self.keys,
+            channel: &self.channel,
+        };
+        run_tube_script(target, script, tube, extra_key, args).await
     }
 
     /// The tube of job `id`: from this connection's reservations, else the index.
@@ -254,11 +437,44 @@ impl RedisStore {
         Ok(text(&v).and_then(TubeName::new))
     }
 
-    fn hold(&self, conn: ConnId, id: JobId, tube: TubeName, deadline: Nanos) {
-        self.held()
-            .entry(conn)
-            .or_default()
-            .insert(id, Held { tube, deadline });
+    /// Remember a reserve attempt whose answer was lost.
+    fn mark_uncertain(&self, tubes: &[TubeName], owner: String) {
+        let mut u = self.uncertain.lock().unwrap_or_else(|e| e.into_inner());
+        u.push((tubes.to_vec(), owner));
+    }
+
+    /// Undo the reservations made by reserve attempts whose answer was lost.
+    async fn reclaim_lost(&self) -> StoreResult<()> {
+        let lost = std::mem::take(&mut *self.uncertain.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut result = Ok(());
+        for (tubes, owner) in lost {
+            if result.is_err() {
+                self.mark_uncertain(&tubes, owner);
+                continue;
+            }
+            for tube in &tubes {
+                if let Err(err) = self
+                    .tube_script(
+                        &self.scripts.reclaim,
+                        tube.as_str(),
+                        None,
+                        &[owner.as_bytes()],
+                    )
+                    .await
+                {
+                    result = Err(err);
+                    break;
+                }
+            }
+            if result.is_err() {
+                self.mark_uncertain(&tubes, owner);
+            }
+        }
+        result
+    }
+
+    fn hold(&self, conn: ConnId, id: JobId, held: Held) {
+        self.held().entry(conn).or_default().insert(id, held);
     }
 
     fn unhold(&self, conn: ConnId, id: JobId) {
@@ -272,9 +488,11 @@ impl RedisStore {
     }
 
     /// Say this instance is alive, and drop the tube references of instances that
-    /// stopped saying so (they crashed: their connections are gone).
+    /// stopped saying so (they crashed: their connections are gone). If this instance
+    /// was itself taken for dead (it stalled for longer than the lapse), its references
+    /// were dropped: it restores them.
     async fn heartbeat(&self, now: Nanos) -> StoreResult<()> {
-        {
+        let first = {
             let mut next = self
                 .next_heartbeat
                 .lock()
@@ -282,78 +500,103 @@ impl RedisStore {
             if now < *next {
                 return Ok(());
             }
+            let first = *next == 0;
             *next = now + HEARTBEAT_EVERY.as_nanos() as u64;
-        }
+            first
+        };
         let registry = self.keys.instances();
         let lapses_us = (now + HEARTBEAT_LAPSES.as_nanos() as u64) / US;
         let mut conn = self.conn();
-        let dead: Vec<String> = redis::pipe()
+        let (added, dead): (i64, Vec<String>) = redis::pipe()
             .cmd("ZADD")
             .arg(&registry)
             .arg(lapses_us)
             .arg(&self.instance)
-            .ignore()
             .cmd("ZRANGEBYSCORE")
             .arg(&registry)
             .arg("-inf")
             .arg(now / US)
-            .query_async::<(Vec<String>,)>(&mut conn)
+            .query_async(&mut conn)
             .await
-            .map_err(unavailable)?
-            .0;
+            .map_err(unavailable)?;
+        if added == 1 && !first {
+            tracing::warn!(
+                instance = %self.instance,
+                "this instance was taken for dead (it stalled); restoring its tube references"
+            );
+            let _ = self.refs.send(RefOp::Restore);
+        }
+        let _ = self.refs.send(RefOp::SyncIfDirty);
         for instance in dead {
-            // Only the instance whose ZREM succeeds cleans up after the dead one.
-            let removed: i64 = redis::cmd("ZREM")
-                .arg(&registry)
-                .arg(&instance)
-                .query_async(&mut conn)
-                .await
-                .map_err(unavailable)?;
-            if removed == 1 {
-                self.drop_references(&instance).await?;
+            if instance != self.instance {
+                self.reap(&instance).await?;
             }
         }
         Ok(())
     }
 
-    async fn drop_references(&self, instance: &str) -> StoreResult<()> {
+    /// Drop a dead instance's tube references (one atomic script; retried if the
+    /// instance gained references between reading them and the script).
+    async fn reap(&self, instance: &str) -> StoreResult<()> {
         let refs_key = self.keys.refs(instance);
-        let refs: HashMap<String, i64> = redis::cmd("HGETALL")
-            .arg(&refs_key)
-            .query_async(&mut self.conn())
-            .await
-            .map_err(unavailable)?;
-        for (field, count) in refs {
-            let Some((kind, tube)) = field.split_once(':') else {
-                continue;
-            };
-            let delta = (-count).to_string();
-            self.tube_script(
-                &self.scripts.tube_ref,
-                tube,
-                Some(&refs_key),
-                &[kind.as_bytes(), delta.as_bytes()],
-            )
-            .await?;
+        let registry = self.keys.instances();
+        for _ in 0..3 {
+            let fields: Vec<String> = redis::cmd("HKEYS")
+                .arg(&refs_key)
+                .query_async(&mut self.conn())
+                .await
+                .map_err(unavailable)?;
+            let mut tubes: Vec<&str> = fields
+                .iter()
+                .filter_map(|f| f.split_once(':').map(|(_, t)| t))
+                .collect();
+            tubes.sort_unstable();
+            tubes.dedup();
+            let mut inv = self.scripts.reap.prepare_invoke();
+            inv.key(&self.keys.namespace()[..])
+                .key(&registry)
+                .key(&refs_key);
+            for t in &tubes {
+                inv.key(&self.keys.tube(t)[..]);
+            }
+            inv.arg(instance);
+            for t in &tubes {
+                inv.arg(*t);
+            }
+            let outcome: i64 = inv
+                .invoke_async(&mut self.conn())
+                .await
+                .map_err(unavailable)?;
+            match outcome {
+                1 => {
+                    tracing::info!(
+                        instance,
+                        "dropped the tube references of an instance that stopped"
+                    );
+                    return Ok(());
+                }
+                0 => return Ok(()),
+                _ => continue,
+            }
         }
-        tracing::info!(
-            instance,
-            "dropped the tube references of an instance that stopped"
-        );
         Ok(())
     }
 
-    async fn tube_ref(&self, tube: &TubeName, kind: &str, delta: i64) -> StoreResult<()> {
-        let refs_key = self.keys.refs(&self.instance);
-        let delta = delta.to_string();
-        self.tube_script(
-            &self.scripts.tube_ref,
-            tube.as_str(),
-            Some(&refs_key),
-            &[kind.as_bytes(), delta.as_bytes()],
-        )
-        .await?;
-        Ok(())
+    /// Change this instance's references to `tube`, in order with every other change
+    /// (see [`keep_references`]).
+    async fn tube_ref(&self, tube: &TubeName, kind: &'static str, delta: i64) -> StoreResult<()> {
+        let (done, result) = oneshot::channel();
+        self.refs
+            .send(RefOp::Change {
+                kind,
+                tube: tube.clone(),
+                delta,
+                done,
+            })
+            .map_err(|_| StoreError::Unavailable("the reference keeper stopped".into()))?;
+        result
+            .await
+            .map_err(|_| StoreError::Unavailable("the reference keeper stopped".into()))?
     }
 
     async fn peek_in(
@@ -385,6 +628,7 @@ impl RedisStore {
         &self,
         conn: ConnId,
         tube: TubeName,
+        owner: String,
         items: Vec<Value>,
     ) -> StoreResult<Reserved> {
         let mut it = items.into_iter();
@@ -392,7 +636,15 @@ impl RedisStore {
             return Err(protocol_error("reserve"));
         };
         let (id, deadline) = (uint(&id), uint(&deadline) * US);
-        self.hold(conn, id, tube.clone(), deadline);
+        self.hold(
+            conn,
+            id,
+            Held {
+                tube: tube.clone(),
+                deadline,
+                owner,
+            },
+        );
         Ok(Reserved {
             id,
             tube,
@@ -445,19 +697,24 @@ impl Store for RedisStore {
         watched: &[TubeName],
         _now: Nanos,
     ) -> StoreResult<Option<Reserved>> {
+        let owner = self.attempt_owner(conn);
         let mut inv = self.scripts.reserve.prepare_invoke();
         inv.key(&self.keys.namespace()[..]);
         for t in watched {
             inv.key(&self.keys.tube(t.as_str())[..]);
         }
-        inv.arg(&self.channel).arg(self.owner(conn));
+        inv.arg(&self.channel).arg(&owner);
         for t in watched {
             inv.arg(t.as_str());
         }
-        let v: Value = inv
-            .invoke_async(&mut self.conn())
-            .await
-            .map_err(unavailable)?;
+        let v: Value = match inv.invoke_async(&mut self.conn()).await {
+            Ok(v) => v,
+            Err(err) => {
+                // The script may still run (a timeout does not cancel it).
+                self.mark_uncertain(watched, owner);
+                return Err(unavailable(err));
+            }
+        };
         let Some(items) = array(v) else {
             return Ok(None);
         };
@@ -466,7 +723,7 @@ impl Store for RedisStore {
             .get(index.wrapping_sub(1))
             .cloned()
             .ok_or_else(|| protocol_error("reserve"))?;
-        self.reserved_from(conn, tube, items).map(Some)
+        self.reserved_from(conn, tube, owner, items).map(Some)
     }
 
     async fn reserve_job(
@@ -478,7 +735,7 @@ impl Store for RedisStore {
         let Some(tube) = self.tube_of(None, id).await? else {
             return Ok(None);
         };
-        let (ids, owner) = (id.to_string(), self.owner(conn));
+        let (ids, owner) = (id.to_string(), self.attempt_owner(conn));
         let v = self
             .tube_script(
                 &self.scripts.reserve_job,
@@ -486,9 +743,10 @@ impl Store for RedisStore {
                 None,
                 &[ids.as_bytes(), owner.as_bytes()],
             )
-            .await?;
+            .await
+            .inspect_err(|_| self.mark_uncertain(std::slice::from_ref(&tube), owner.clone()))?;
         match array(v) {
-            Some(items) => self.reserved_from(conn, tube, items).map(Some),
+            Some(items) => self.reserved_from(conn, tube, owner, items).map(Some),
             None => Ok(None),
         }
     }
@@ -497,7 +755,9 @@ impl Store for RedisStore {
         let Some(tube) = self.tube_of(Some(conn), id).await? else {
             return Ok(false);
         };
-        let (ids, owner) = (id.to_string(), self.owner(conn));
+        // Only the holder may delete a reserved job: its token proves it.
+        let owner = self.held_job(conn, id).map(|h| h.owner).unwrap_or_default();
+        let ids = id.to_string();
         let v = self
             .tube_script(
                 &self.scripts.delete,
@@ -521,20 +781,10 @@ impl Store for RedisStore {
         delay_secs: u32,
         _now: Nanos,
     ) -> StoreResult<Option<TubeName>> {
-        let Some(tube) = self
-            .held()
-            .get(&conn)
-            .and_then(|m| m.get(&id))
-            .map(|h| h.tube.clone())
-        else {
+        let Some(Held { tube, owner, .. }) = self.held_job(conn, id) else {
             return Ok(None);
         };
-        let (ids, owner, pri, delay) = (
-            id.to_string(),
-            self.owner(conn),
-            pri.to_string(),
-            delay_secs.to_string(),
-        );
+        let (ids, pri, delay) = (id.to_string(), pri.to_string(), delay_secs.to_string());
         let v = self
             .tube_script(
                 &self.scripts.release,
@@ -553,15 +803,10 @@ impl Store for RedisStore {
     }
 
     async fn bury(&self, conn: ConnId, id: JobId, pri: u32) -> StoreResult<bool> {
-        let Some(tube) = self
-            .held()
-            .get(&conn)
-            .and_then(|m| m.get(&id))
-            .map(|h| h.tube.clone())
-        else {
+        let Some(Held { tube, owner, .. }) = self.held_job(conn, id) else {
             return Ok(false);
         };
-        let (ids, owner, pri) = (id.to_string(), self.owner(conn), pri.to_string());
+        let (ids, pri) = (id.to_string(), pri.to_string());
         let v = self
             .tube_script(
                 &self.scripts.bury,
@@ -575,15 +820,10 @@ impl Store for RedisStore {
     }
 
     async fn touch(&self, conn: ConnId, id: JobId, _now: Nanos) -> StoreResult<Option<Nanos>> {
-        let Some(tube) = self
-            .held()
-            .get(&conn)
-            .and_then(|m| m.get(&id))
-            .map(|h| h.tube.clone())
-        else {
+        let Some(Held { tube, owner, .. }) = self.held_job(conn, id) else {
             return Ok(None);
         };
-        let (ids, owner) = (id.to_string(), self.owner(conn));
+        let ids = id.to_string();
         let v = self
             .tube_script(
                 &self.scripts.touch,
@@ -597,7 +837,15 @@ impl Store for RedisStore {
             self.unhold(conn, id);
             return Ok(None);
         }
-        self.hold(conn, id, tube, deadline);
+        self.hold(
+            conn,
+            id,
+            Held {
+                tube,
+                deadline,
+                owner,
+            },
+        );
         Ok(Some(deadline))
     }
 
@@ -794,7 +1042,6 @@ impl Store for RedisStore {
 
     async fn release_all(&self, conn: ConnId) -> StoreResult<Vec<TubeName>> {
         let jobs = self.held().remove(&conn).unwrap_or_default();
-        let owner = self.owner(conn);
         let mut tubes = Vec::new();
         for (id, h) in jobs {
             let ids = id.to_string();
@@ -803,7 +1050,7 @@ impl Store for RedisStore {
                     &self.scripts.unreserve,
                     h.tube.as_str(),
                     None,
-                    &[ids.as_bytes(), owner.as_bytes()],
+                    &[ids.as_bytes(), h.owner.as_bytes()],
                 )
                 .await?;
             if uint(&v) == 1 {
@@ -817,6 +1064,7 @@ impl Store for RedisStore {
 
     async fn tick(&self, now: Nanos) -> StoreResult<Vec<TubeName>> {
         self.heartbeat(now).await?;
+        self.reclaim_lost().await?;
         let due: Vec<Vec<u8>> = redis::cmd("ZRANGEBYSCORE")
             .arg(self.keys.due())
             .arg("-inf")

@@ -31,6 +31,8 @@ pub struct Scripts {
     pub pause: Script,
     pub tick: Script,
     pub tube_ref: Script,
+    pub reap: Script,
+    pub reclaim: Script,
     pub init: Script,
 }
 
@@ -53,6 +55,8 @@ impl Scripts {
             pause: lua!("pause.lua"),
             tick: lua!("tick.lua"),
             tube_ref: lua!("tube_ref.lua"),
+            reap: lua!("reap.lua"),
+            reclaim: lua!("reclaim.lua"),
             init: lua!("init.lua"),
         }
     }

@@ -1,12 +1,28 @@
--- A connection starts or stops using or watching a tube.
--- KEYS[15] this instance's reference hash. ARGV[3] 'using' or 'watching', ARGV[4] +n/-n
--- Counts never go below zero (as in the memory store).
+-- A connection starts or stops using or watching a tube, or an instance restores its
+-- references after it was taken for dead.
+-- KEYS[15] this instance's reference hash.
+-- ARGV[3] 'using' or 'watching', ARGV[4] an amount, ARGV[5] 'add' (a change) or 'set'
+-- (this instance's whole count for the tube).
+-- The shared count moves only by what this instance's own count really moved, and
+-- neither goes below zero: an instance whose references were dropped while it was
+-- stalled cannot take away other instances' references.
 local T, G, tube = tube_keys(1), ns_keys(8), ARGV[1]
-local field, delta = ARGV[3], tonumber(ARGV[4])
-if delta > 0 then ensure_tube(G, tube) end
-local count = tonumber(redis.call('HGET', T.meta, field) or '0')
-redis.call('HSET', T.meta, field, math.max(count + delta, 0))
-local mine = redis.call('HINCRBY', KEYS[15], field .. ':' .. tube, delta)
-if mine <= 0 then redis.call('HDEL', KEYS[15], field .. ':' .. tube) end
-if delta < 0 then maybe_gc(T, G, tube) end
-return 1
+local kind, amount, mode = ARGV[3], tonumber(ARGV[4]), ARGV[5]
+local field = kind .. ':' .. tube
+local cur = tonumber(redis.call('HGET', KEYS[15], field) or '0')
+local new = amount
+if mode == 'add' then new = cur + amount end
+if new < 0 then new = 0 end
+if new == 0 then
+  redis.call('HDEL', KEYS[15], field)
+else
+  redis.call('HSET', KEYS[15], field, new)
+end
+local applied = new - cur
+if applied > 0 then ensure_tube(G, tube) end
+if applied ~= 0 then
+  local count = tonumber(redis.call('HGET', T.meta, kind) or '0')
+  redis.call('HSET', T.meta, kind, math.max(count + applied, 0))
+end
+if applied < 0 then maybe_gc(T, G, tube) end
+return applied

@@ -1,0 +1,1178 @@
+//! Durability of the Redis engine, proven against real processes: the `redstalk` binary
+//! and a private `redis-server` per test (never the Redis on 6379), killed with SIGKILL
+//! where the test says so. Every wait is bounded, so a hung server fails a test rather
+//! than hanging it.
+//!
+//! What the tests prove:
+//! - `kill_9_keeps_every_job` — after `kill -9` of redstalk and a new redstalk on the
+//!   same Redis and prefix, every job is there with the same id, tube, state, priority,
+//!   body (binary: CR, LF, NUL, empty, 64 KiB), delay, TTR and counters (reserves,
+//!   timeouts, releases, buries, kicks); `age` and `time-left` differ by the elapsed
+//!   time only; the peeks, `list-tubes` and the `stats` job figures are unchanged; the
+//!   buried jobs kick out in bury order; delayed jobs become ready at their original
+//!   due time (not restarted by the restart); the job the dead process had reserved
+//!   returns to ready when its TTR runs out (not earlier, not never) and is handed to a
+//!   waiting reserve; ready jobs reserve in (priority, id) order; a new put gets an id
+//!   above every old one.
+//! - `redis_down_answers_internal_error_and_recovers` — with Redis killed, commands
+//!   that need it answer `INTERNAL_ERROR` promptly (< 2.5 s each), the process neither
+//!   crashes nor hangs, a reserve already waiting keeps its own timeout (TIMED_OUT at
+//!   ~3 s), a new connection is refused or answered at once (never left hanging); when
+//!   Redis comes back on the same port, service resumes without restarting redstalk.
+//! - `redis_frozen_answers_internal_error_and_recovers` — the same with Redis frozen
+//!   (SIGSTOP: its sockets accept but nothing answers), which exercises the 1 s response
+//!   timeout rather than a refused connection; after SIGCONT service resumes at once.
+//!   It also reports what the timed-out commands did once Redis resumed.
+//! - `failed_reserve_holds_no_job` — a `reserve` that answered `INTERNAL_ERROR` because
+//!   Redis was frozen past the response timeout leaves no job reserved once Redis is
+//!   back: the job it would have taken is reservable by another connection.
+//! - `aof_always_loses_no_acknowledged_put` — with `appendonly yes, appendfsync always`,
+//!   Redis killed and restarted in the middle of a multi-connection put load: every put
+//!   answered `INSERTED <id>` is found afterwards by `peek <id>` with its body, and no
+//!   id was handed out twice.
+//! - `scripts_reload_after_flush_and_restart` — after `SCRIPT FLUSH`, and after a Redis
+//!   restart (empty script cache), the first call of every script still works
+//!   (EVALSHA → NOSCRIPT → reload).
+//!
+//! The tests run one at a time (about 20 s in all). Each prints its figures
+//! (`--nocapture` shows them). Without `redis-server` they are skipped with a notice,
+//! unless `REDSTALK_REQUIRE_ORACLE=1`.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::io::{self, ErrorKind, Read, Write};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use support::ServerProc;
+use support::client::{Client, Reply, parse_dict};
+use support::redis::{RedisServer, redis_server_path};
+
+/// The tests run one at a time, so their timing figures do not disturb each other.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// How long an ordinary reply may take.
+const REPLY: Duration = Duration::from_secs(5);
+/// The bound on an `INTERNAL_ERROR` while Redis is down.
+const PROMPT_ERROR: Duration = Duration::from_millis(2500);
+/// Slack for comparing the test's clock with the Redis clock (same machine).
+const CLOCK_SLACK: Duration = Duration::from_millis(50);
+/// How late a due time may be acted on (the timer wakes at the deadline).
+const LATE: Duration = Duration::from_millis(1500);
+
+// ---------------------------------------------------------------------------------------
+// Client helpers on top of `support::client` that report I/O failures instead of
+// panicking (a command may meet a closed connection while Redis is down).
+
+fn try_connect(addr: SocketAddr) -> io::Result<Client> {
+    Client::try_connect(addr, "producer")
+}
+
+/// Send raw bytes and read the reply; any I/O failure is returned.
+fn try_call(c: &mut Client, request: &[u8], timeout: Duration) -> io::Result<Reply> {
+    let mut sock = c.socket();
+    sock.write_all(request)?;
+    c.try_reply(timeout)
+}
+
+fn try_put(c: &mut Client, pri: u32, delay: u32, ttr: u32, body: &[u8]) -> io::Result<Reply> {
+    let mut req = format!("put {pri} {delay} {ttr} {}\r\n", body.len()).into_bytes();
+    req.extend_from_slice(body);
+    req.extend_from_slice(b"\r\n");
+    try_call(c, &req, REPLY)
+}
+
+/// Put in `tube`; the new id.
+fn put_in(c: &mut Client, tube: &str, pri: u32, delay: u32, ttr: u32, body: &[u8]) -> u64 {
+    c.use_tube(tube);
+    c.put(pri, delay, ttr, body)
+}
+
+/// `put_in`, recording the job's id and body in `sent`.
+fn put_rec(
+    c: &mut Client,
+    sent: &mut Vec<(u64, Vec<u8>)>,
+    tube: &str,
+    pri: u32,
+    delay: u32,
+    ttr: u32,
+    body: &[u8],
+) -> u64 {
+    let id = put_in(c, tube, pri, delay, ttr, body);
+    sent.push((id, body.to_vec()));
+    id
+}
+
+/// A YAML dictionary reply as a map, or None on NOT_FOUND.
+fn dict(c: &mut Client, line: &str) -> Option<BTreeMap<String, String>> {
+    let r = c.cmd(line);
+    match r.word() {
+        "OK" => Some(parse_dict(&r.text()).into_iter().collect()),
+        "NOT_FOUND" => None,
+        _ => panic!("{line}: {}", show(&r)),
+    }
+}
+
+fn stats_job(c: &mut Client, id: u64) -> Option<BTreeMap<String, String>> {
+    dict(c, &format!("stats-job {id}"))
+}
+
+fn show(r: &Reply) -> String {
+    match &r.body {
+        Some(b) => format!("{:?} + {} body bytes", r.line, b.len()),
+        None => format!("{:?}", r.line),
+    }
+}
+
+fn num(map: &BTreeMap<String, String>, key: &str) -> u64 {
+    map.get(key)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no number {key} in {map:?}"))
+}
+
+// ---------------------------------------------------------------------------------------
+// Processes.
+
+/// A private Redis, or None (skip) when redis-server is missing and not required.
+fn redis_with(extra: &[&str]) -> Option<RedisServer> {
+    if redis_server_path().is_none() {
+        assert!(
+            !support::oracle_required(),
+            "redis-server is required (REDSTALK_REQUIRE_ORACLE=1) but not installed"
+        );
+        eprintln!("!!! redis-server is not installed: the durability tests are SKIPPED.");
+        return None;
+    }
+    Some(RedisServer::start_with(extra).expect("start redis-server"))
+}
+
+/// The server's stderr, drained by a thread (so a chatty server never blocks on a full
+/// pipe) and kept for failure messages.
+#[derive(Clone, Default)]
+struct Log(Arc<Mutex<Vec<u8>>>);
+
+impl Log {
+    fn tail(&self) -> String {
+        let buf = self.0.lock().unwrap();
+        let from = buf.len().saturating_sub(3000);
+        String::from_utf8_lossy(&buf[from..]).into_owned()
+    }
+}
+
+fn redstalk(redis: &RedisServer, prefix: &str) -> (ServerProc, Log) {
+    let mut srv =
+        ServerProc::start_on_redis(&redis.url(), prefix, &[]).expect("start redstalk on Redis");
+    let log = Log::default();
+    if let Some(mut err) = srv.take_stderr() {
+        let log = log.clone();
+        thread::spawn(move || {
+            let mut chunk = [0u8; 8192];
+            while let Ok(n) = err.read(&mut chunk) {
+                if n == 0 {
+                    break;
+                }
+                let mut buf = log.0.lock().unwrap();
+                buf.extend_from_slice(&chunk[..n]);
+                let excess = buf.len().saturating_sub(256 * 1024);
+                buf.drain(..excess);
+            }
+        });
+    }
+    (srv, log)
+}
+
+/// A plain (synchronous) connection to the private Redis, for admin commands.
+fn redis_admin(redis: &RedisServer) -> redis::Connection {
+    redis::Client::open(redis.url())
+        .and_then(|c| c.get_connection_with_timeout(REPLY))
+        .expect("connect to the private Redis")
+}
+
+fn ms(d: Duration) -> u128 {
+    d.as_millis()
+}
+
+// ---------------------------------------------------------------------------------------
+// A. kill -9 of redstalk.
+
+/// Bodies that a text protocol could mangle.
+fn bodies() -> Vec<Vec<u8>> {
+    let mut big = Vec::with_capacity(65_535);
+    let mut x: u32 = 0x1234_5678;
+    while big.len() < 65_535 {
+        x = x.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+        big.push((x >> 24) as u8);
+    }
+    vec![
+        b"plain".to_vec(),
+        Vec::new(),
+        b"\r\n".to_vec(),
+        b"a\r\nb\0c\r\n\r\nd\n\re".to_vec(),
+        (0..=255u8).collect(),
+        b"put 0 0 1 1\r\nx\r\nstats\r\n".to_vec(),
+        b"\0\0\0".to_vec(),
+        big,
+    ]
+}
+
+/// What a job looked like, with when its snapshot was taken.
+#[derive(Clone, Debug)]
+struct Snapshot {
+    jobs: BTreeMap<u64, (BTreeMap<String, String>, Reply)>,
+    peeks: Vec<(String, Reply)>,
+    stats: BTreeMap<String, String>,
+    tubes: Reply,
+    at: Instant,
+}
+
+const TUBES: [&str; 5] = ["default", "alpha", "beta", "gamma", "delta"];
+const STATS_KEYS: [&str; 8] = [
+    "current-jobs-urgent",
+    "current-jobs-ready",
+    "current-jobs-reserved",
+    "current-jobs-delayed",
+    "current-jobs-buried",
+    "total-jobs",
+    "job-timeouts",
+    "current-tubes",
+];
+
+fn snapshot(c: &mut Client, ids: &[u64]) -> Snapshot {
+    let at = Instant::now();
+    let mut jobs = BTreeMap::new();
+    for &id in ids {
+        let Some(stats) = stats_job(c, id) else {
+            continue;
+        };
+        let peek = c.cmd(&format!("peek {id}"));
+        jobs.insert(id, (stats, peek));
+    }
+    let mut peeks = Vec::new();
+    for tube in TUBES {
+        c.expect(&format!("use {tube}"), &format!("USING {tube}"));
+        for p in ["peek-ready", "peek-delayed", "peek-buried"] {
+            peeks.push((format!("{tube} {p}"), c.cmd(p)));
+        }
+    }
+    c.expect("use default", "USING default");
+    let all = dict(c, "stats").expect("stats");
+    let stats = STATS_KEYS
+        .iter()
+        .map(|k| (k.to_string(), all.get(*k).cloned().unwrap_or_default()))
+        .collect();
+    let tubes = c.cmd("list-tubes");
+    Snapshot {
+        jobs,
+        peeks,
+        stats,
+        tubes,
+        at,
+    }
+}
+
+/// Poll `stats-job id` until its state is `state`; the instant it was first seen.
+fn wait_state(c: &mut Client, id: u64, state: &str, timeout: Duration) -> Instant {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let s = stats_job(c, id).unwrap_or_else(|| panic!("job {id} vanished"));
+        if s.get("state").map(String::as_str) == Some(state) {
+            return Instant::now();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "job {id} not {state} within {timeout:?}: {s:?}"
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn kill_9_keeps_every_job() {
+    let _serial = serial();
+    let Some(redis) = redis_with(&[]) else { return };
+    let (mut first, _log1) = redstalk(&redis, "dur-a");
+    let bodies = bodies();
+    let body_of = |i: usize| bodies[i % bodies.len()].clone();
+    let mut p = Client::connect(first.addr, "p");
+    // Every job put, with the body it was put with.
+    let mut sent: Vec<(u64, Vec<u8>)> = Vec::new();
+
+    // Timed out once: reserved with TTR 1 by a connection that stays open.
+    let timeout_job = put_rec(&mut p, &mut sent, "default", 3, 0, 1, &body_of(3));
+    let mut t = Client::connect(first.addr, "t");
+    assert_eq!(
+        t.cmd(&format!("reserve-job {timeout_job}")).word(),
+        "RESERVED"
+    );
+
+    // Ready, with various priorities (equal ones too), in three tubes.
+    for (i, pri) in [0u32, 5, 5, 1023, 1024, 4_294_967_295, 2, 9]
+        .into_iter()
+        .enumerate()
+    {
+        put_rec(&mut p, &mut sent, "alpha", pri, 0, 60, &body_of(i));
+    }
+    for i in 0..3 {
+        put_rec(
+            &mut p,
+            &mut sent,
+            "beta",
+            100,
+            0,
+            30 + i as u32,
+            &body_of(i + 4),
+        );
+    }
+    put_rec(&mut p, &mut sent, "default", 1, 0, 120, &body_of(5));
+
+    let mut w = Client::connect(first.addr, "w");
+    // Released once (to a new priority).
+    let released = put_rec(&mut p, &mut sent, "alpha", 40, 0, 60, &body_of(2));
+    assert_eq!(w.cmd(&format!("reserve-job {released}")).word(), "RESERVED");
+    w.expect(&format!("release {released} 7 0"), "RELEASED");
+    // Kicked once.
+    let kicked = put_rec(&mut p, &mut sent, "beta", 50, 0, 60, &body_of(3));
+    assert_eq!(w.cmd(&format!("reserve-job {kicked}")).word(), "RESERVED");
+    w.expect(&format!("bury {kicked} 51"), "BURIED");
+    w.expect(&format!("kick-job {kicked}"), "KICKED");
+    // Buried, in an order that is not the id order, with new priorities.
+    let gamma: Vec<u64> = (0..4)
+        .map(|i| {
+            put_rec(
+                &mut p,
+                &mut sent,
+                "gamma",
+                200 + i,
+                0,
+                60,
+                &body_of(i as usize + 1),
+            )
+        })
+        .collect();
+    for &id in &gamma {
+        assert_eq!(w.cmd(&format!("reserve-job {id}")).word(), "RESERVED");
+    }
+    let bury_order = [gamma[2], gamma[0], gamma[3], gamma[1]];
+    for (i, id) in bury_order.iter().enumerate() {
+        w.expect(&format!("bury {id} {}", 300 + i), "BURIED");
+    }
+    // Delayed, due a few seconds ahead: two put with a delay, one released with one.
+    const DELAY: u32 = 6;
+    let mut delayed = Vec::new(); // (id, sent, acknowledged)
+    for (tube, pri) in [("alpha", 10), ("beta", 20)] {
+        let sent_at = Instant::now();
+        let id = put_rec(
+            &mut p,
+            &mut sent,
+            tube,
+            pri,
+            DELAY,
+            60,
+            &body_of(pri as usize),
+        );
+        delayed.push((id, sent_at, Instant::now()));
+    }
+    let rel_delayed = put_rec(&mut p, &mut sent, "default", 60, 0, 60, &body_of(7));
+    assert_eq!(
+        w.cmd(&format!("reserve-job {rel_delayed}")).word(),
+        "RESERVED"
+    );
+    let sent_at = Instant::now();
+    w.expect(&format!("release {rel_delayed} 61 {DELAY}"), "RELEASED");
+    delayed.push((rel_delayed, sent_at, Instant::now()));
+
+    // The timed-out job must have timed out by now (TTR 1).
+    wait_state(&mut p, timeout_job, "ready", Duration::from_secs(4));
+
+    // Reserved by a live connection, with TTR 5, as the last step before the kill.
+    const TTR: u32 = 5;
+    let reserved = put_rec(&mut p, &mut sent, "delta", 70, 0, TTR, &body_of(4));
+    let mut r = Client::connect(first.addr, "r");
+    r.expect("watch delta", "WATCHING 2");
+    r.expect("ignore default", "WATCHING 1");
+    let reserve_sent = Instant::now();
+    let got = r.cmd("reserve-with-timeout 0");
+    let reserve_acked = Instant::now();
+    assert_eq!(
+        got.line,
+        format!("RESERVED {reserved} {}", body_of(4).len())
+    );
+
+    let ids: Vec<u64> = sent.iter().map(|(id, _)| *id).collect();
+    let before = snapshot(&mut p, &ids);
+    assert_eq!(
+        before.jobs.len(),
+        ids.len(),
+        "every job exists before the kill"
+    );
+    let states = |s: &Snapshot, state: &str| {
+        s.jobs
+            .values()
+            .filter(|(j, _)| j.get("state").map(String::as_str) == Some(state))
+            .count()
+    };
+    assert_eq!(states(&before, "reserved"), 1);
+    assert_eq!(states(&before, "delayed"), 3);
+    assert_eq!(states(&before, "buried"), 4);
+    let max_id = *ids.iter().max().unwrap();
+
+    // kill -9, and a new redstalk on the same Redis and prefix.
+    first.signal("KILL").expect("kill -9 redstalk");
+    assert!(
+        first.wait_exit(Duration::from_secs(5)).is_some(),
+        "redstalk survived SIGKILL"
+    );
+    drop((t, w, r));
+    let kill_to_serve = Instant::now();
+    let (mut second, log2) = redstalk(&redis, "dur-a");
+    let mut c = Client::connect(second.addr, "c");
+    let restart = kill_to_serve.elapsed();
+    let after = snapshot(&mut c, &ids);
+    let elapsed = after.at.duration_since(before.at);
+
+    // Every job, field by field.
+    let mut lost = Vec::new();
+    for (id, (b, bpeek)) in &before.jobs {
+        let Some((a, apeek)) = after.jobs.get(id) else {
+            lost.push(*id);
+            continue;
+        };
+        assert_eq!(apeek, bpeek, "job {id}: peek differs");
+        let put_body = sent.iter().find(|(i, _)| i == id).map(|(_, b)| b);
+        assert_eq!(apeek.body.as_ref(), put_body, "job {id}: body");
+        for key in b.keys().chain(a.keys()) {
+            let (bv, av) = (b.get(key), a.get(key));
+            match key.as_str() {
+                "age" => {
+                    let (bn, an) = (num(b, key), num(a, key));
+                    assert!(
+                        an >= bn && an - bn <= elapsed.as_secs() + 1,
+                        "job {id}: age {bn} -> {an} over {elapsed:?}"
+                    );
+                }
+                "time-left" => {
+                    let (bn, an) = (num(b, key), num(a, key));
+                    assert!(
+                        an <= bn && bn - an <= elapsed.as_secs() + 1,
+                        "job {id}: time-left {bn} -> {an} over {elapsed:?}"
+                    );
+                }
+                _ => assert_eq!(av, bv, "job {id}: {key}"),
+            }
+        }
+    }
+    assert!(lost.is_empty(), "jobs lost by kill -9: {lost:?}");
+    assert_eq!(after.peeks, before.peeks, "peeks differ after the restart");
+    assert_eq!(after.stats, before.stats, "stats job figures differ");
+    assert_eq!(after.tubes, before.tubes, "list-tubes differs");
+    // Spot checks that the comparison covered what it should.
+    let job = |id: u64| &after.jobs[&id].0;
+    assert_eq!(job(timeout_job)["timeouts"], "1");
+    assert_eq!(job(released)["releases"], "1");
+    assert_eq!(job(released)["pri"], "7");
+    assert_eq!(
+        (
+            job(kicked)["buries"].as_str(),
+            job(kicked)["kicks"].as_str()
+        ),
+        ("1", "1")
+    );
+    assert_eq!(job(reserved)["state"], "reserved");
+
+    // A new put gets an id above every old one.
+    let new_id = put_in(&mut c, "default", 0, 0, 60, b"new");
+    assert!(new_id > max_id, "new id {new_id} <= old max {max_id}");
+    c.expect(&format!("delete {new_id}"), "DELETED");
+
+    // The dead process's reservation comes back when its TTR runs out, to a waiter.
+    let waiter = thread::spawn({
+        let addr = second.addr;
+        move || {
+            let mut q = Client::connect(addr, "q");
+            q.expect("watch delta", "WATCHING 2");
+            q.expect("ignore default", "WATCHING 1");
+            let r = try_call(
+                &mut q,
+                b"reserve-with-timeout 20\r\n",
+                Duration::from_secs(25),
+            )
+            .expect("reserve on delta");
+            (r, Instant::now(), q)
+        }
+    });
+    // Delayed jobs become ready at their original due time.
+    let mut due_report = Vec::new();
+    for &(id, sent_at, acked_at) in &delayed {
+        let seen = wait_state(&mut c, id, "ready", Duration::from_secs(15));
+        let (from_sent, from_acked) = (seen - sent_at, seen - acked_at);
+        let due = Duration::from_secs(DELAY.into());
+        assert!(
+            from_sent + CLOCK_SLACK >= due,
+            "job {id} ready {from_sent:?} after its put/release: before its delay {due:?}"
+        );
+        assert!(
+            from_acked <= due + LATE,
+            "job {id} ready {from_acked:?} after its put/release: its due time {due:?} \
+             was not kept (restarted by the restart?)"
+        );
+        due_report.push(ms(from_sent));
+    }
+    let (got, seen, mut q) = waiter.join().expect("waiter thread");
+    assert_eq!(
+        got.line,
+        format!("RESERVED {reserved} {}", body_of(4).len()),
+        "the dead process's job to the waiter"
+    );
+    let ttr = Duration::from_secs(TTR.into());
+    let back_after = seen - reserve_sent;
+    assert!(
+        back_after + CLOCK_SLACK >= ttr,
+        "reserved job back after {back_after:?}, before its TTR {ttr:?}"
+    );
+    assert!(
+        seen - reserve_acked <= ttr + LATE,
+        "reserved job back only after {back_after:?} (TTR {ttr:?})"
+    );
+    let s = stats_job(&mut c, reserved).expect("the returned job");
+    assert_eq!((s["timeouts"].as_str(), s["reserves"].as_str()), ("1", "2"));
+    q.expect(&format!("delete {reserved}"), "DELETED");
+
+    // Buried jobs kick out in bury order.
+    c.expect("use gamma", "USING gamma");
+    let mut kicked_order = Vec::new();
+    for _ in 0..bury_order.len() {
+        let head = c.cmd("peek-buried");
+        assert_eq!(head.word(), "FOUND", "peek-buried: {}", show(&head));
+        kicked_order.push(head.id().unwrap());
+        c.expect("kick 1", "KICKED 1");
+    }
+    assert_eq!(kicked_order, bury_order, "buried order after the restart");
+    assert_eq!(c.cmd("peek-buried").line, "NOT_FOUND");
+
+    // Ready jobs reserve in (priority, id) order.
+    let mut expect_order: Vec<(u64, u64)> = ids
+        .iter()
+        .filter_map(|&id| {
+            let s = stats_job(&mut c, id)?;
+            (s["tube"] == "alpha" && s["state"] == "ready").then(|| (num(&s, "pri"), id))
+        })
+        .collect();
+    expect_order.sort();
+    let mut a = Client::connect(second.addr, "a");
+    a.expect("watch alpha", "WATCHING 2");
+    a.expect("ignore default", "WATCHING 1");
+    let mut order = Vec::new();
+    loop {
+        let r = a.cmd("reserve-with-timeout 0");
+        if r.word() != "RESERVED" {
+            assert_eq!(r.line, "TIMED_OUT");
+            break;
+        }
+        order.push(r.id().unwrap());
+    }
+    let want: Vec<u64> = expect_order.iter().map(|&(_, id)| id).collect();
+    assert_eq!(order, want, "alpha's reserve order after the restart");
+
+    assert!(second.is_running(), "redstalk died: {}", log2.tail());
+    println!(
+        "kill -9: {} jobs before, {} after, lost {} (new redstalk serving {} ms after the \
+         kill; delayed jobs ready {:?} ms after their put, due {} ms; reserved job back \
+         {} ms after its reserve, TTR {} ms; new id {new_id} > {max_id})",
+        before.jobs.len(),
+        after.jobs.len(),
+        lost.len(),
+        ms(restart),
+        due_report,
+        DELAY * 1000,
+        ms(back_after),
+        TTR * 1000,
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// B. Redis stopped and started again.
+
+#[test]
+fn redis_down_answers_internal_error_and_recovers() {
+    let _serial = serial();
+    let Some(mut redis) = redis_with(&[]) else {
+        return;
+    };
+    let (mut srv, log) = redstalk(&redis, "dur-b");
+    let mut c = Client::connect(srv.addr, "c");
+    let mut c2 = Client::connect(srv.addr, "c2");
+    let id = put_in(&mut c, "default", 0, 0, 60, b"before");
+    assert_eq!(c.cmd("reserve-with-timeout 0").id(), Some(id));
+    c.expect(&format!("delete {id}"), "DELETED");
+
+    // A reserve that waits (nothing is ready) before Redis goes away.
+    c2.send(b"reserve-with-timeout 3\r\n");
+    let waiting_since = Instant::now();
+    let deadline = Instant::now() + REPLY;
+    while c.stat("current-waiting") != "1" {
+        assert!(Instant::now() < deadline, "the reserve never waited");
+        thread::sleep(Duration::from_millis(10));
+    }
+    let waiter = thread::spawn(move || {
+        let r = c2.try_reply(Duration::from_secs(10));
+        (r, waiting_since.elapsed(), c2)
+    });
+
+    redis.kill();
+    let down_at = Instant::now();
+    let commands: [&[u8]; 12] = [
+        b"put 0 0 60 3\r\nabc\r\n",
+        b"reserve-with-timeout 0\r\n",
+        b"stats\r\n",
+        b"peek 1\r\n",
+        b"use elsewhere\r\n",
+        b"stats-job 1\r\n",
+        b"peek-ready\r\n",
+        b"stats-tube default\r\n",
+        b"watch elsewhere\r\n",
+        b"kick 1\r\n",
+        b"delete 1\r\n",
+        b"list-tubes\r\n",
+    ];
+    let mut slowest = Duration::ZERO;
+    let mut answered = 0;
+    for round in 0..2 {
+        for req in commands {
+            let name = String::from_utf8_lossy(req.split(|&b| b == b'\r').next().unwrap());
+            let start = Instant::now();
+            let r = try_call(&mut c, req, REPLY)
+                .unwrap_or_else(|e| panic!("round {round}, {name}: {e}\n{}", log.tail()));
+            let took = start.elapsed();
+            assert_eq!(r.line, "INTERNAL_ERROR", "round {round}, {name}");
+            assert!(
+                took < PROMPT_ERROR,
+                "round {round}, {name}: INTERNAL_ERROR after {took:?}"
+            );
+            slowest = slowest.max(took);
+            answered += 1;
+        }
+        // A command that needs no Redis still answers normally.
+        c.expect("list-tube-used", "USING default");
+        assert!(srv.is_running(), "redstalk died: {}", log.tail());
+        thread::sleep(Duration::from_millis(300));
+    }
+    // A new connection while Redis is down is answered or closed, never left hanging.
+    let start = Instant::now();
+    let fresh = try_connect(srv.addr).and_then(|mut n| try_call(&mut n, b"stats\r\n", REPLY));
+    let fresh_took = start.elapsed();
+    let fresh_outcome = match &fresh {
+        Ok(r) => r.line.clone(),
+        Err(e) => format!("{:?}", e.kind()),
+    };
+    assert!(
+        fresh_took < PROMPT_ERROR
+            && match &fresh {
+                Ok(r) => r.line == "INTERNAL_ERROR",
+                Err(e) => matches!(
+                    e.kind(),
+                    ErrorKind::UnexpectedEof | ErrorKind::ConnectionReset | ErrorKind::BrokenPipe
+                ),
+            },
+        "a new connection while Redis is down: {fresh_outcome} after {fresh_took:?}"
+    );
+
+    // The reserve that was waiting kept its own timeout.
+    let (r, waited, mut c2) = waiter.join().expect("waiter thread");
+    let r = r.unwrap_or_else(|e| panic!("waiting reserve: {e}\n{}", log.tail()));
+    assert_eq!(r.line, "TIMED_OUT", "the waiting reserve");
+    assert!(
+        waited >= Duration::from_millis(2950) && waited < Duration::from_millis(4000),
+        "the waiting reserve answered after {waited:?}, not at its 3 s timeout"
+    );
+    let down_for = down_at.elapsed();
+
+    // Redis back on the same port: service resumes without a restart.
+    redis.spawn().expect("restart redis-server");
+    let up_at = Instant::now();
+    let mut attempts = 0;
+    let id = loop {
+        attempts += 1;
+        let r = try_put(&mut c, 0, 0, 60, b"after")
+            .unwrap_or_else(|e| panic!("put after Redis came back: {e}\n{}", log.tail()));
+        if r.word() == "INSERTED" {
+            break r.id().unwrap();
+        }
+        assert_eq!(r.line, "INTERNAL_ERROR");
+        assert!(
+            up_at.elapsed() < Duration::from_secs(5),
+            "no INSERTED within 5 s of Redis coming back ({attempts} attempts)\n{}",
+            log.tail()
+        );
+        thread::sleep(Duration::from_millis(50));
+    };
+    let recovery = up_at.elapsed();
+    let r = c2.cmd("reserve-with-timeout 2");
+    assert_eq!(r.line, format!("RESERVED {id} 5"));
+    assert_eq!(r.body.as_deref(), Some(&b"after"[..]));
+    c2.expect(&format!("delete {id}"), "DELETED");
+    c.expect(&format!("peek {id}"), "NOT_FOUND");
+    c.expect("use elsewhere", "USING elsewhere");
+    let id2 = put_in(&mut c, "elsewhere", 1, 0, 60, b"x");
+    c2.expect("watch elsewhere", "WATCHING 2");
+    assert_eq!(c2.cmd("reserve-with-timeout 2").id(), Some(id2));
+    c2.expect(&format!("delete {id2}"), "DELETED");
+    assert_eq!(dict(&mut c, "stats").map(|s| s.len() > 10), Some(true));
+    let mut n = Client::connect(srv.addr, "n");
+    n.expect("list-tube-used", "USING default");
+    assert!(srv.is_running(), "redstalk died: {}", log.tail());
+
+    println!(
+        "Redis down {} ms: {answered} commands answered INTERNAL_ERROR, slowest {} ms; \
+         a new connection got {fresh_outcome} in {} ms; the waiting reserve-with-timeout 3 \
+         answered TIMED_OUT after {} ms; recovery: first INSERTED {} ms after Redis came \
+         back ({attempts} attempts)",
+        ms(down_for),
+        ms(slowest),
+        ms(fresh_took),
+        ms(waited),
+        ms(recovery),
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// B'. Redis frozen (SIGSTOP): connections to it stay open but nothing answers.
+
+fn signal_pid(pid: u32, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "kill -{sig} {pid}");
+}
+
+#[test]
+fn redis_frozen_answers_internal_error_and_recovers() {
+    let _serial = serial();
+    let Some(redis) = redis_with(&[]) else {
+        return;
+    };
+    let (mut srv, log) = redstalk(&redis, "dur-e");
+    let mut c = Client::connect(srv.addr, "c");
+    let mut c2 = Client::connect(srv.addr, "c2");
+    let mut c3 = Client::connect(srv.addr, "c3");
+    let id = put_in(&mut c, "default", 0, 0, 60, b"before");
+    c3.use_tube("frozen");
+    c2.watch_only("empty");
+    c2.send(b"reserve-with-timeout 3\r\n");
+    let waiting_since = Instant::now();
+    let deadline = Instant::now() + REPLY;
+    while c.stat("current-waiting") != "1" {
+        assert!(Instant::now() < deadline, "the reserve never waited");
+        thread::sleep(Duration::from_millis(10));
+    }
+    let waiter = thread::spawn(move || {
+        let r = c2.try_reply(Duration::from_secs(10));
+        (r, waiting_since.elapsed(), c2)
+    });
+
+    let pid = redis.pid().expect("redis pid");
+    signal_pid(pid, "STOP");
+    let frozen_at = Instant::now();
+    let put_req: &[u8] = b"put 0 0 60 6\r\nfrozen\r\n";
+    let peek_req = format!("peek {id}\r\n");
+    // The put goes through c3, which uses the tube `frozen`.
+    let commands: [(bool, &[u8]); 6] = [
+        (true, put_req),
+        (false, b"reserve-with-timeout 0\r\n"),
+        (false, b"stats\r\n"),
+        (false, peek_req.as_bytes()),
+        (false, b"use elsewhere\r\n"),
+        (false, b"stats-job 1\r\n"),
+    ];
+    let mut slowest = Duration::ZERO;
+    let mut times = Vec::new();
+    for (on_c3, req) in commands {
+        let client = if on_c3 { &mut c3 } else { &mut c };
+        let name = String::from_utf8_lossy(req.split(|&b| b == b'\r').next().unwrap());
+        let start = Instant::now();
+        let r = try_call(client, req, REPLY)
+            .unwrap_or_else(|e| panic!("{name} with Redis frozen: {e}\n{}", log.tail()));
+        let took = start.elapsed();
+        assert_eq!(r.line, "INTERNAL_ERROR", "{name} with Redis frozen");
+        assert!(
+            took < PROMPT_ERROR,
+            "{name} with Redis frozen: INTERNAL_ERROR after {took:?}"
+        );
+        slowest = slowest.max(took);
+        times.push(ms(took));
+    }
+    c.expect("list-tube-used", "USING default");
+    assert!(srv.is_running(), "redstalk died: {}", log.tail());
+    let (r, waited, _c2) = waiter.join().expect("waiter thread");
+    let r = r.unwrap_or_else(|e| panic!("waiting reserve: {e}\n{}", log.tail()));
+    assert_eq!(r.line, "TIMED_OUT", "the waiting reserve");
+    assert!(
+        waited >= Duration::from_millis(2950) && waited < Duration::from_millis(4000),
+        "the waiting reserve answered after {waited:?}, not at its 3 s timeout"
+    );
+    let frozen_for = frozen_at.elapsed();
+
+    signal_pid(pid, "CONT");
+    let up_at = Instant::now();
+    let mut attempts = 0;
+    let new_id = loop {
+        attempts += 1;
+        let r = try_put(&mut c, 0, 0, 60, b"after")
+            .unwrap_or_else(|e| panic!("put after Redis resumed: {e}\n{}", log.tail()));
+        if r.word() == "INSERTED" {
+            break r.id().unwrap();
+        }
+        assert_eq!(r.line, "INTERNAL_ERROR");
+        assert!(
+            up_at.elapsed() < Duration::from_secs(5),
+            "no INSERTED within 5 s of Redis resuming ({attempts} attempts)\n{}",
+            log.tail()
+        );
+        thread::sleep(Duration::from_millis(50));
+    };
+    let recovery = up_at.elapsed();
+    c.expect(&format!("delete {new_id}"), "DELETED");
+    // The full cycle on a new connection and tube.
+    let mut n = Client::connect(srv.addr, "n");
+    n.use_tube("resumed");
+    n.watch_only("resumed");
+    let rid = n.put(0, 0, 60, b"resumed");
+    assert_eq!(n.reserve_timeout(2).map(|(i, _)| i), Some(rid));
+    n.expect(&format!("delete {rid}"), "DELETED");
+    // What the commands that timed out did once Redis resumed (reported; the test
+    // `failed_reserve_holds_no_job` judges the reserve).
+    let before_state = stats_job(&mut c, id).map_or("gone".into(), |s| s["state"].clone());
+    // The put that answered INTERNAL_ERROR may still have been applied once Redis
+    // resumed (the script was sent before the timeout): report which.
+    let frozen_put = dict(&mut c, "stats-tube frozen").map_or(0, |s| num(&s, "current-jobs-ready"));
+    assert!(srv.is_running(), "redstalk died: {}", log.tail());
+    println!(
+        "Redis frozen {} ms: put, reserve-with-timeout 0, stats, peek, use, stats-job \
+         answered INTERNAL_ERROR in {times:?} ms (slowest {} ms); the waiting \
+         reserve-with-timeout 3 answered TIMED_OUT after {} ms; recovery: first INSERTED {} \
+         ms after SIGCONT ({attempts} attempts); afterwards, the put that got \
+         INTERNAL_ERROR while frozen exists: {}; the job that was ready when the \
+         reserve-with-timeout 0 got INTERNAL_ERROR is {before_state}",
+        ms(frozen_for),
+        ms(slowest),
+        ms(waited),
+        ms(recovery),
+        if frozen_put > 0 { "yes" } else { "no" },
+    );
+}
+
+/// A reserve that answered INTERNAL_ERROR (Redis frozen past the response timeout)
+/// must not leave a job reserved by a connection that was told it got none: once Redis
+/// is back, the job is reservable (not only after its TTR).
+#[test]
+fn failed_reserve_holds_no_job() {
+    let _serial = serial();
+    let Some(redis) = redis_with(&[]) else {
+        return;
+    };
+    let (mut srv, log) = redstalk(&redis, "dur-f");
+    let mut c = Client::connect(srv.addr, "c");
+    let mut p = Client::connect(srv.addr, "p");
+    const TTR: u32 = 30;
+    // Once, so the reserve script is in Redis' cache (an uncached one would meet
+    // NOSCRIPT when Redis resumes, and nobody would load it any more).
+    c.expect("reserve-with-timeout 0", "TIMED_OUT");
+    let id = p.put(0, 0, TTR, b"job");
+    let pid = redis.pid().expect("redis pid");
+    signal_pid(pid, "STOP");
+    let sent = Instant::now();
+    let r = try_call(&mut c, b"reserve-with-timeout 0\r\n", REPLY);
+    let took = sent.elapsed();
+    signal_pid(pid, "CONT");
+    let r = r.unwrap_or_else(|e| panic!("reserve with Redis frozen: {e}\n{}", log.tail()));
+    assert_eq!(r.line, "INTERNAL_ERROR", "reserve with Redis frozen");
+    assert!(took < PROMPT_ERROR, "INTERNAL_ERROR after {took:?}");
+    let up_at = Instant::now();
+    while p.line("stats-tube default").starts_with("INTERNAL_ERROR") {
+        assert!(up_at.elapsed() < Duration::from_secs(5), "no recovery");
+        thread::sleep(Duration::from_millis(50));
+    }
+    let state = stats_job(&mut p, id).map(|s| (s["state"].clone(), s["reserves"].clone()));
+    let mut q = Client::connect(srv.addr, "q");
+    let got = q.reserve_timeout(2).map(|(i, _)| i);
+    // The weaker guarantee: closing the connection returns what it may hold.
+    drop(c);
+    thread::sleep(Duration::from_millis(300));
+    let after_close = stats_job(&mut p, id).map(|s| s["state"].clone());
+    assert!(srv.is_running(), "redstalk died: {}", log.tail());
+    assert_eq!(
+        got,
+        Some(id),
+        "job {id} was ready when `reserve-with-timeout 0` answered INTERNAL_ERROR (Redis \
+         frozen); after Redis resumed its (state, reserves) is {state:?}: the timed-out \
+         reserve script ran anyway and the job is held by a connection that was told it \
+         got nothing, so nobody can reserve it until its TTR ({TTR} s) runs out; 300 ms \
+         after that connection closed its state is {after_close:?}"
+    );
+    q.expect(&format!("delete {id}"), "DELETED");
+}
+
+// ---------------------------------------------------------------------------------------
+// C. No acknowledged put lost with appendfsync always.
+
+#[test]
+fn aof_always_loses_no_acknowledged_put() {
+    let _serial = serial();
+    let Some(mut redis) = redis_with(&["--appendonly", "yes", "--appendfsync", "always"]) else {
+        return;
+    };
+    let (mut srv, log) = redstalk(&redis, "dur-c");
+    const PRODUCERS: usize = 4;
+    const BEFORE_KILL: usize = 200;
+    const AFTER_RESTART: usize = 200;
+    let stop = Arc::new(AtomicBool::new(false));
+    let acked = Arc::new(Mutex::new(Vec::<(u64, Vec<u8>)>::new()));
+    let failed = Arc::new(AtomicUsize::new(0));
+    let surprises = Arc::new(Mutex::new(Vec::<String>::new()));
+    let producers: Vec<_> = (0..PRODUCERS)
+        .map(|p| {
+            let (stop, acked, failed, surprises) = (
+                stop.clone(),
+                acked.clone(),
+                failed.clone(),
+                surprises.clone(),
+            );
+            let addr = srv.addr;
+            thread::spawn(move || {
+                let mut conn: Option<Client> = None;
+                let mut seq = 0usize;
+                while !stop.load(Ordering::SeqCst) {
+                    let Some(c) = conn.as_mut() else {
+                        conn = try_connect(addr).ok();
+                        if conn.is_none() {
+                            thread::sleep(Duration::from_millis(20));
+                        }
+                        continue;
+                    };
+                    seq += 1;
+                    let mut body = format!("p{p}-{seq}\r\n\0").into_bytes();
+                    body.extend((0..(seq * 7) % 300).map(|i| (i * 31 + p) as u8));
+                    match try_put(c, 0, 0, 60, &body) {
+                        Ok(r) if r.word() == "INSERTED" => match r.id() {
+                            Some(id) => acked.lock().unwrap().push((id, body)),
+                            None => surprises.lock().unwrap().push(r.line),
+                        },
+                        Ok(r) if r.line == "INTERNAL_ERROR" => {
+                            failed.fetch_add(1, Ordering::SeqCst);
+                        }
+                        Ok(r) => surprises.lock().unwrap().push(r.line),
+                        Err(e) => {
+                            if e.kind() == ErrorKind::TimedOut {
+                                surprises.lock().unwrap().push(format!("put hung: {e}"));
+                            }
+                            failed.fetch_add(1, Ordering::SeqCst);
+                            conn = None;
+                            thread::sleep(Duration::from_millis(20));
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    let wait_for = |n: usize, what: &str| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while acked.lock().unwrap().len() < n {
+            assert!(
+                Instant::now() < deadline,
+                "{what}: only {} puts acknowledged\n{}",
+                acked.lock().unwrap().len(),
+                log.tail()
+            );
+            thread::sleep(Duration::from_millis(5));
+        }
+    };
+    let started = Instant::now();
+    wait_for(BEFORE_KILL, "before the kill");
+    redis.kill();
+    let at_kill = acked.lock().unwrap().len();
+    thread::sleep(Duration::from_millis(300));
+    redis.spawn().expect("restart redis-server");
+    let up_at = Instant::now();
+    let at_up = acked.lock().unwrap().len();
+    wait_for(at_up + 1, "after the restart");
+    let first_after = up_at.elapsed();
+    wait_for(at_up + AFTER_RESTART, "after the restart");
+    stop.store(true, Ordering::SeqCst);
+    for p in producers {
+        p.join().expect("producer thread");
+    }
+    let load_took = started.elapsed();
+    let surprises = surprises.lock().unwrap().clone();
+    assert!(surprises.is_empty(), "unexpected replies: {surprises:?}");
+    let acked = acked.lock().unwrap().clone();
+
+    let mut ids: Vec<u64> = acked.iter().map(|(id, _)| *id).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), acked.len(), "an id was acknowledged twice");
+    let mut c = Client::connect(srv.addr, "c");
+    let mut missing = Vec::new();
+    for (id, body) in &acked {
+        let r = c.cmd(&format!("peek {id}"));
+        if r.line != format!("FOUND {id} {}", body.len()) || r.body.as_ref() != Some(body) {
+            missing.push((*id, show(&r)));
+        }
+    }
+    assert!(srv.is_running(), "redstalk died: {}", log.tail());
+    println!(
+        "acknowledged {}, found {}, lost {} ({PRODUCERS} connections, {at_kill} acknowledged \
+         before Redis was killed, {} put attempts failed while it was down, first INSERTED \
+         {} ms after it came back, load {} ms)",
+        acked.len(),
+        acked.len() - missing.len(),
+        missing.len(),
+        failed.load(Ordering::SeqCst),
+        ms(first_after),
+        ms(load_took),
+    );
+    assert!(
+        missing.is_empty(),
+        "acknowledged puts lost: {} of {}, first: {:?}",
+        missing.len(),
+        acked.len(),
+        &missing[..missing.len().min(10)]
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// D. Scripts reloaded after SCRIPT FLUSH and after a Redis restart.
+
+fn cached_scripts(admin: &mut redis::Connection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("memory")
+        .query(admin)
+        .expect("INFO memory");
+    info.lines()
+        .find_map(|l| l.strip_prefix("number_of_cached_scripts:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("number_of_cached_scripts in INFO memory")
+}
+
+/// Clients connected to the private Redis other than `admin` itself.
+fn other_clients(admin: &mut redis::Connection) -> usize {
+    let me: i64 = redis::cmd("CLIENT")
+        .arg("ID")
+        .query(admin)
+        .expect("CLIENT ID");
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query(admin)
+        .expect("CLIENT LIST");
+    list.lines()
+        .filter(|l| !l.starts_with(&format!("id={me} ")))
+        .count()
+}
+
+/// A command for each script, each its first call since the cache was emptied. Leaves
+/// one job reserved by `w`; returns its id.
+fn every_script_once(c: &mut Client, w: &mut Client, tag: &str) -> u64 {
+    let tube = format!("d-{tag}");
+    c.expect(&format!("use {tube}"), &format!("USING {tube}")); // tube_ref
+    let id = put_in(c, &tube, 5, 0, 60, b"d\r\n\0"); // put
+    let r = c.cmd("peek-ready"); // peek
+    assert_eq!(r.id(), Some(id));
+    assert!(stats_job(c, id).is_some()); // job_info
+    assert!(dict(c, &format!("stats-tube {tube}")).is_some()); // tube_info
+    w.expect(&format!("watch {tube}"), "WATCHING 2");
+    assert_eq!(w.cmd("reserve-with-timeout 0").id(), Some(id)); // reserve
+    w.expect(&format!("touch {id}"), "TOUCHED"); // touch
+    w.expect(&format!("release {id} 5 0"), "RELEASED"); // release
+    assert_eq!(w.cmd(&format!("reserve-job {id}")).id(), Some(id)); // reserve_job
+    w.expect(&format!("bury {id} 5"), "BURIED"); // bury
+    c.expect("kick 1", "KICKED 1"); // kick
+    assert_eq!(w.cmd(&format!("reserve-job {id}")).id(), Some(id));
+    w.expect(&format!("bury {id} 5"), "BURIED");
+    c.expect(&format!("kick-job {id}"), "KICKED"); // kick_job
+    c.expect(&format!("pause-tube {tube} 0"), "PAUSED"); // pause
+    c.expect(&format!("delete {id}"), "DELETED"); // delete
+    w.expect(&format!("ignore {tube}"), "WATCHING 1");
+    let id = put_in(c, &tube, 5, 0, 60, b"held");
+    assert_eq!(w.cmd(&format!("reserve-job {id}")).id(), Some(id));
+    id
+}
+
+#[test]
+fn scripts_reload_after_flush_and_restart() {
+    let _serial = serial();
+    let Some(mut redis) = redis_with(&["--appendonly", "yes", "--appendfsync", "always"]) else {
+        return;
+    };
+    let (mut srv, log) = redstalk(&redis, "dur-d");
+    let mut admin = redis_admin(&redis);
+    let mut c = Client::connect(srv.addr, "c");
+    let mut w = Client::connect(srv.addr, "w");
+    let _ = every_script_once(&mut c, &mut w, "warm");
+    let loaded = cached_scripts(&mut admin);
+    assert!(loaded > 5, "scripts loaded: {loaded}");
+
+    // SCRIPT FLUSH under a running redstalk.
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query(&mut admin)
+        .expect("SCRIPT FLUSH");
+    assert_eq!(cached_scripts(&mut admin), 0);
+    let held = every_script_once(&mut c, &mut w, "flushed");
+    // A closed connection's reservation goes back at once (the unreserve script).
+    let closed_at = Instant::now();
+    drop(w);
+    let back = wait_state(&mut c, held, "ready", Duration::from_secs(3)) - closed_at;
+    assert!(back < Duration::from_secs(1), "unreserve took {back:?}");
+    let reloaded = cached_scripts(&mut admin);
+    assert!(reloaded > 5, "scripts reloaded: {reloaded}");
+
+    // A Redis restart: the new process has no scripts. Wait until redstalk has
+    // reconnected (its timer talks to Redis at least every second), then the first
+    // protocol command must work.
+    let kept = put_in(&mut c, "d-kept", 0, 0, 60, b"kept across the restart");
+    redis.kill();
+    redis.spawn().expect("restart redis-server");
+    let up_at = Instant::now();
+    let mut admin = redis_admin(&redis);
+    while other_clients(&mut admin) == 0 {
+        assert!(
+            up_at.elapsed() < Duration::from_secs(5),
+            "redstalk did not reconnect within 5 s\n{}",
+            log.tail()
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+    let reconnected = up_at.elapsed();
+    assert_eq!(
+        cached_scripts(&mut admin),
+        0,
+        "scripts survived the restart"
+    );
+    let r = c.cmd(&format!("peek {kept}"));
+    assert_eq!(
+        (r.line.as_str(), r.body.as_deref()),
+        (
+            format!("FOUND {kept} 23").as_str(),
+            Some(&b"kept across the restart"[..])
+        ),
+        "the first command after the restart\n{}",
+        log.tail()
+    );
+    let mut w = Client::connect(srv.addr, "w");
+    let _ = every_script_once(&mut c, &mut w, "restarted");
+    assert!(srv.is_running(), "redstalk died: {}", log.tail());
+    println!(
+        "scripts: {loaded} cached, 0 after SCRIPT FLUSH, {reloaded} after the next calls (all \
+         answered normally); after a Redis restart redstalk reconnected in {} ms and its \
+         first command (peek) worked with an empty script cache",
+        ms(reconnected),
+    );
+}
