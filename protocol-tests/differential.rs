@@ -81,6 +81,7 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use support::rng::Rng;
 use support::yaml::{self, VOLATILE_STATS_KEYS};
 use support::{ServerKind, ServerProc};
 
@@ -105,38 +106,6 @@ const TTRS: [u64; 4] = [86_400, 100_000, 1_000_000, 4_294_967_295];
 const TUBES: [&str; 8] = ["default", "a", "b", "c", "tube-1", "x_y.z", "(p)$;+/", "T0"];
 
 // ---------------------------------------------------------------------------------------
-// Random numbers: SplitMix64, so a seed means the same stream forever.
-
-struct Rng(u64);
-
-impl Rng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (the modulo bias is irrelevant here).
-    fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
-    }
-
-    /// Uniform in `lo..=hi`.
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.below(hi - lo + 1)
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len() as u64) as usize]
-    }
-}
-
 // ---------------------------------------------------------------------------------------
 // The generator.
 
@@ -211,7 +180,7 @@ struct Gen {
 impl Gen {
     fn new(seed: u64) -> Gen {
         Gen {
-            rng: Rng(seed),
+            rng: Rng::new(seed),
             max_id: 0,
             reserved: Default::default(),
             long_tube: long_tube_name(),
@@ -1196,7 +1165,7 @@ impl Session {
         self.sync_connections(0, CONNS + 1)?;
         // One seed in four ends in drain mode (from its own stream, so the command
         // stream does not depend on it): puts then answer DRAINING.
-        let mut side = Rng(self.seed ^ 0xd4a1_d4a1_d4a1_d4a1);
+        let mut side = Rng::new(self.seed ^ 0xd4a1_d4a1_d4a1_d4a1);
         let n = self.commands as u64;
         let drain_at = side.chance(25).then(|| side.range(n * 3 / 4, n) as usize);
         for step_no in 1..=self.commands {
@@ -1534,7 +1503,7 @@ fn clock_seed() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0);
-    Rng(nanos).next_u64() & 0xffff_ffff_ffff
+    Rng::new(nanos).next_u64() & 0xffff_ffff_ffff
 }
 
 fn env_number(name: &str, default: usize) -> usize {

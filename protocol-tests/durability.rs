@@ -90,6 +90,28 @@ fn try_put(c: &mut Client, pri: u32, delay: u32, ttr: u32, body: &[u8]) -> io::R
     try_call(c, &req, REPLY)
 }
 
+/// Put `after` until it is INSERTED (INTERNAL_ERROR meanwhile), for at most 5 s after
+/// Redis came back. Returns the id, how long it took and the number of attempts.
+fn put_until_inserted(c: &mut Client, log: &Log, event: &str) -> (u64, Duration, u32) {
+    let up_at = Instant::now();
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let r = try_put(c, 0, 0, 60, b"after")
+            .unwrap_or_else(|e| panic!("put after Redis {event}: {e}\n{}", log.tail()));
+        if r.word() == "INSERTED" {
+            return (r.id().unwrap(), up_at.elapsed(), attempts);
+        }
+        assert_eq!(r.line, "INTERNAL_ERROR");
+        assert!(
+            up_at.elapsed() < Duration::from_secs(5),
+            "no INSERTED within 5 s of Redis {event} ({attempts} attempts)\n{}",
+            log.tail()
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Put in `tube`; the new id.
 fn put_in(c: &mut Client, tube: &str, pri: u32, delay: u32, ttr: u32, body: &[u8]) -> u64 {
     c.use_tube(tube);
@@ -696,24 +718,7 @@ fn redis_down_answers_internal_error_and_recovers() {
 
     // Redis back on the same port: service resumes without a restart.
     redis.spawn().expect("restart redis-server");
-    let up_at = Instant::now();
-    let mut attempts = 0;
-    let id = loop {
-        attempts += 1;
-        let r = try_put(&mut c, 0, 0, 60, b"after")
-            .unwrap_or_else(|e| panic!("put after Redis came back: {e}\n{}", log.tail()));
-        if r.word() == "INSERTED" {
-            break r.id().unwrap();
-        }
-        assert_eq!(r.line, "INTERNAL_ERROR");
-        assert!(
-            up_at.elapsed() < Duration::from_secs(5),
-            "no INSERTED within 5 s of Redis coming back ({attempts} attempts)\n{}",
-            log.tail()
-        );
-        thread::sleep(Duration::from_millis(50));
-    };
-    let recovery = up_at.elapsed();
+    let (id, recovery, attempts) = put_until_inserted(&mut c, &log, "coming back");
     let r = c2.cmd("reserve-with-timeout 2");
     assert_eq!(r.line, format!("RESERVED {id} 5"));
     assert_eq!(r.body.as_deref(), Some(&b"after"[..]));
@@ -822,24 +827,7 @@ fn redis_frozen_answers_internal_error_and_recovers() {
     let frozen_for = frozen_at.elapsed();
 
     signal_pid(pid, "CONT");
-    let up_at = Instant::now();
-    let mut attempts = 0;
-    let new_id = loop {
-        attempts += 1;
-        let r = try_put(&mut c, 0, 0, 60, b"after")
-            .unwrap_or_else(|e| panic!("put after Redis resumed: {e}\n{}", log.tail()));
-        if r.word() == "INSERTED" {
-            break r.id().unwrap();
-        }
-        assert_eq!(r.line, "INTERNAL_ERROR");
-        assert!(
-            up_at.elapsed() < Duration::from_secs(5),
-            "no INSERTED within 5 s of Redis resuming ({attempts} attempts)\n{}",
-            log.tail()
-        );
-        thread::sleep(Duration::from_millis(50));
-    };
-    let recovery = up_at.elapsed();
+    let (new_id, recovery, attempts) = put_until_inserted(&mut c, &log, "resuming");
     c.expect(&format!("delete {new_id}"), "DELETED");
     // The full cycle on a new connection and tube.
     let mut n = Client::connect(srv.addr, "n");

@@ -47,6 +47,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use support::rng::Rng;
 use support::{ServerKind, ServerProc, redstalk_path};
 
 /// How long an ordinary reply may take.
@@ -861,35 +862,6 @@ fn fifty_megabyte_body_of_a_too_big_put_is_discarded_while_streaming() {
 // ---------------------------------------------------------------------------------------
 // 6. Random input.
 
-/// xorshift64*: a small seeded generator, so a seed replays exactly.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed.max(1))
-    }
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn chance(&mut self, percent: usize) -> bool {
-        self.below(100) < percent
-    }
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len())]
-    }
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
-    }
-}
-
 /// Words and fragments that make random input look like the protocol.
 const NOISE: &[&str] = &[
     "put",
@@ -946,15 +918,15 @@ const NOISE: &[&str] = &[
 
 /// Valid commands, each answered with exactly one reply (no quit, no blocking reserve).
 fn valid_command(rng: &mut Rng) -> Vec<u8> {
-    let id = rng.below(30);
+    let id = rng.index(30);
     let tube = *rng.pick(&["default", "fuzz", "x-y", "t1"]);
-    let cmd = match rng.below(20) {
+    let cmd = match rng.index(20) {
         0..=3 => {
-            let n = rng.below(100);
+            let n = rng.index(100);
             let body = rng.bytes(n);
             let mut put = format!(
                 "put {} {} {} {}\r\n",
-                rng.below(5000),
+                rng.index(5000),
                 rng.pick(&[0, 0, 1, 100000]),
                 rng.pick(&[1, 2, 60]),
                 body.len()
@@ -977,7 +949,7 @@ fn valid_command(rng: &mut Rng) -> Vec<u8> {
         14 => rng
             .pick(&["peek-ready", "peek-delayed", "peek-buried"])
             .to_string(),
-        15 => format!("kick {}", rng.below(10)),
+        15 => format!("kick {}", rng.index(10)),
         16 => format!("kick-job {id}"),
         17 => format!("stats-job {id}"),
         18 => format!("stats-tube {tube}"),
@@ -995,14 +967,14 @@ fn valid_command(rng: &mut Rng) -> Vec<u8> {
 
 /// One run's input: raw bytes, protocol-ish noise, or valid commands mixed with junk.
 fn random_input(rng: &mut Rng) -> Vec<u8> {
-    let len = rng.below(4097);
+    let len = rng.index(4097);
     let mut out = Vec::with_capacity(len + 128);
-    match rng.below(3) {
+    match rng.index(3) {
         0 => out = rng.bytes(len),
         1 => {
             while out.len() < len {
                 if rng.chance(10) {
-                    out.push(rng.next() as u8);
+                    out.push(rng.next_u64() as u8);
                 } else {
                     out.extend_from_slice(rng.pick(NOISE).as_bytes());
                 }
@@ -1011,7 +983,7 @@ fn random_input(rng: &mut Rng) -> Vec<u8> {
         _ => {
             while out.len() < len {
                 if rng.chance(30) {
-                    let n = rng.below(64);
+                    let n = rng.index(64);
                     let junk = rng.bytes(n);
                     out.extend_from_slice(&junk);
                 } else {
@@ -1172,7 +1144,7 @@ fn random_bytes_never_crash_the_server_nor_draw_unknown_replies() {
         // Sent in a few random pieces, so lines and bodies straddle reads.
         let mut rest = &input[..];
         while !rest.is_empty() {
-            let n = 1 + rng.below(rest.len());
+            let n = 1 + rng.index(rest.len());
             if c.sock.write_all(&rest[..n]).is_err() {
                 break; // the input quit; the server closed
             }

@@ -73,6 +73,7 @@ use redstalk::store::{
     RedisConfig, RedisStore, Reserved, Store, StoreResult, Totals, TubeInfo,
 };
 use support::redis::{RedisServer, redis_server_path};
+use support::rng::Rng;
 
 // ---------------------------------------------------------------------------------
 // Shared helpers
@@ -967,31 +968,6 @@ const SWEEP_EVERY: usize = 50;
 /// Operations shown before a mismatch.
 const HISTORY: usize = 25;
 
-/// splitmix64: small, seedable, stable across dependency versions.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len() as u64) as usize]
-    }
-}
-
 #[derive(Clone, Debug)]
 enum Op {
     Put {
@@ -1310,7 +1286,7 @@ impl Model {
 
     fn body(rng: &mut Rng) -> Bytes {
         let len = rng.below(12) as usize;
-        (0..len).map(|_| rng.next() as u8).collect()
+        (0..len).map(|_| rng.next_u64() as u8).collect()
     }
 
     /// A job id: one held by `conn` (`own` percent of the time, when it holds any),
@@ -1699,7 +1675,7 @@ async fn run_seed(
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(0),
     };
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let mut model = Model::new();
     let mut history: VecDeque<String> = VecDeque::new();
     let mut tube_count = 1;

@@ -11,6 +11,7 @@
 
 pub mod client;
 pub mod redis;
+pub mod rng;
 pub mod yaml;
 
 use std::io::Read;
@@ -49,15 +50,20 @@ impl ServerKind {
     }
 }
 
-/// Path of the beanstalkd binary: `$BEANSTALKD` or the first `beanstalkd` on PATH.
-pub fn beanstalkd_path() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("BEANSTALKD") {
+/// A program: the path in environment variable `env`, or the first `name` on PATH.
+pub fn find_program(env: &str, name: &str) -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os(env) {
         return Some(PathBuf::from(p));
     }
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
-        .map(|dir| dir.join("beanstalkd"))
+        .map(|dir| dir.join(name))
         .find(|p| p.is_file())
+}
+
+/// Path of the beanstalkd binary: `$BEANSTALKD` or the first `beanstalkd` on PATH.
+pub fn beanstalkd_path() -> Option<PathBuf> {
+    find_program("BEANSTALKD", "beanstalkd")
 }
 
 /// True when the README's test command runs us: a missing oracle is then a failure,

@@ -10,13 +10,7 @@ use super::{free_port, is_listening};
 
 /// Path of `redis-server`: `$REDIS_SERVER` or the first on PATH.
 pub fn redis_server_path() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("REDIS_SERVER") {
-        return Some(PathBuf::from(p));
-    }
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join("redis-server"))
-        .find(|p| p.is_file())
+    super::find_program("REDIS_SERVER", "redis-server")
 }
 
 pub struct RedisServer {
