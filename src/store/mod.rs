@@ -72,7 +72,7 @@ pub struct Reserved {
     pub id: JobId,
     pub tube: TubeName,
     pub body: Bytes,
-    /// When the reservation lapses.
+    /// When the reservation lapses, on the engine's clock ([`AnyStore::clock`]).
     pub deadline: Nanos,
 }
 

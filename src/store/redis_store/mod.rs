@@ -396,6 +396,15 @@ impl RedisStore {
         format!("{}:{}:{n}", self.instance, conn.0)
     }
 
+    /// A time `at_us` of the Redis clock, read by a script at `now_us`, on this
+    /// process's clock: as far after our now as it was after the script's. Reservation
+    /// deadlines are kept this way so that the DEADLINE_SOON margin is never decided
+    /// by a skew between the two clocks (the reply arrives after the script ran, so the
+    /// local deadline is never earlier than Redis').
+    fn local_time(&self, at_us: u64, now_us: u64) -> Nanos {
+        self.clock.now() + at_us.saturating_sub(now_us) * US
+    }
+
     /// The reservation `conn` holds on `id`, if any.
     fn held_job(&self, conn: ConnId, id: JobId) -> Option<Held> {
         self.held().get(&conn).and_then(|m| m.get(&id)).cloned()
@@ -632,10 +641,12 @@ impl RedisStore {
         items: Vec<Value>,
     ) -> StoreResult<Reserved> {
         let mut it = items.into_iter();
-        let (Some(id), Some(b), Some(deadline)) = (it.next(), it.next(), it.next()) else {
+        let (Some(id), Some(b), Some(deadline), _, Some(now)) =
+            (it.next(), it.next(), it.next(), it.next(), it.next())
+        else {
             return Err(protocol_error("reserve"));
         };
-        let (id, deadline) = (uint(&id), uint(&deadline) * US);
+        let (id, deadline) = (uint(&id), self.local_time(uint(&deadline), uint(&now)));
         self.hold(
             conn,
             id,
@@ -832,11 +843,11 @@ impl Store for RedisStore {
                 &[ids.as_bytes(), owner.as_bytes()],
             )
             .await?;
-        let deadline = uint(&v) * US;
-        if deadline == 0 {
+        let Some(f) = array(v).filter(|f| f.len() >= 2) else {
             self.unhold(conn, id);
             return Ok(None);
-        }
+        };
+        let deadline = self.local_time(uint(&f[0]), uint(&f[1]));
         self.hold(
             conn,
             id,

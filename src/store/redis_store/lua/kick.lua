@@ -6,11 +6,7 @@ local ids = redis.call('ZRANGE', T.buried, 0, bound - 1)
 if #ids == 0 then ids = redis.call('ZRANGE', T.delayed, 0, bound - 1) end
 for _, m in ipairs(ids) do
   local id = tonumber(m)
-  local j = get_job(T, id)
-  detach(T, G, id, j)
-  j[KICKS] = j[KICKS] + 1
-  attach(T, G, id, j, 'ready')
-  put_job(T, id, j)
+  to_ready(T, G, id, get_job(T, id), KICKS)
 end
 if #ids > 0 then
   reschedule(T, G, tube)

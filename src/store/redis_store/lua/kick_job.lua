@@ -3,10 +3,7 @@ local T, G, tube, channel = tube_keys(1), ns_keys(8), ARGV[1], ARGV[2]
 local id = tonumber(ARGV[3])
 local j = get_job(T, id)
 if not j or (j[STATE] ~= 'buried' and j[STATE] ~= 'delayed') then return 0 end
-detach(T, G, id, j)
-j[KICKS] = j[KICKS] + 1
-attach(T, G, id, j, 'ready')
-put_job(T, id, j)
+to_ready(T, G, id, j, KICKS)
 reschedule(T, G, tube)
 wake(channel, tube)
 return 1

@@ -142,3 +142,11 @@ local function paused(T, now)
   local pu = redis.call('HGET', T.meta, 'pause_until')
   return pu and tonumber(pu) > now
 end
+
+-- Make job `id` (with meta `j`) ready, bumping counter `bump` (an index) if given.
+local function to_ready(T, G, id, j, bump)
+  detach(T, G, id, j)
+  if bump then j[bump] = j[bump] + 1 end
+  attach(T, G, id, j, 'ready')
+  put_job(T, id, j)
+end

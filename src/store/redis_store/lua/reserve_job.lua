@@ -1,4 +1,4 @@
--- reserve-job: ARGV[3] id, ARGV[4] owner -> nil or {id, body, deadline}
+-- reserve-job: ARGV[3] id, ARGV[4] owner -> nil or {id, body, deadline, 0, now}
 local T, G, tube = tube_keys(1), ns_keys(8), ARGV[1]
 local id = tonumber(ARGV[3])
 local j = get_job(T, id)
@@ -10,4 +10,4 @@ j[RESERVES] = j[RESERVES] + 1
 attach(T, G, id, j, 'reserved', deadline, ARGV[4])
 put_job(T, id, j)
 reschedule(T, G, tube)
-return { id, redis.call('HGET', T.bodies, id), deadline }
+return { id, redis.call('HGET', T.bodies, id), deadline, 0, now }

@@ -6,19 +6,12 @@ local now = now_us()
 local woke = 0
 for _, m in ipairs(redis.call('ZRANGEBYSCORE', T.delayed, '-inf', now)) do
   local id = tonumber(m)
-  local j = get_job(T, id)
-  detach(T, G, id, j)
-  attach(T, G, id, j, 'ready')
-  put_job(T, id, j)
+  to_ready(T, G, id, get_job(T, id))
   woke = 1
 end
 for _, m in ipairs(redis.call('ZRANGEBYSCORE', T.reserved, '-inf', '(' .. now)) do
   local id = tonumber(m)
-  local j = get_job(T, id)
-  detach(T, G, id, j)
-  j[TIMEOUTS] = j[TIMEOUTS] + 1
-  attach(T, G, id, j, 'ready')
-  put_job(T, id, j)
+  to_ready(T, G, id, get_job(T, id), TIMEOUTS)
   redis.call('HINCRBY', G.stats, 'job_timeouts', 1)
   woke = 1
 end

@@ -1,11 +1,12 @@
--- touch: ARGV[3] id, ARGV[4] owner -> the new deadline, or 0
+-- touch: ARGV[3] id, ARGV[4] owner -> {the new deadline, now}, or nil
 local T, G, tube = tube_keys(1), ns_keys(8), ARGV[1]
 local id = tonumber(ARGV[3])
 local j = get_job(T, id)
-if not j or j[STATE] ~= 'reserved' or j[OWNER] ~= ARGV[4] then return 0 end
-local deadline = now_us() + j[TTR] * 1000000
+if not j or j[STATE] ~= 'reserved' or j[OWNER] ~= ARGV[4] then return nil end
+local now = now_us()
+local deadline = now + j[TTR] * 1000000
 detach(T, G, id, j)
 attach(T, G, id, j, 'reserved', deadline, ARGV[4])
 put_job(T, id, j)
 reschedule(T, G, tube)
-return deadline
+return { deadline, now }

@@ -4,9 +4,7 @@ local T, G, tube, channel = tube_keys(1), ns_keys(8), ARGV[1], ARGV[2]
 local id = tonumber(ARGV[3])
 local j = get_job(T, id)
 if not j or j[STATE] ~= 'reserved' or j[OWNER] ~= ARGV[4] then return 0 end
-detach(T, G, id, j)
-attach(T, G, id, j, 'ready')
-put_job(T, id, j)
+to_ready(T, G, id, j)
 reschedule(T, G, tube)
 wake(channel, tube)
 return 1
