@@ -65,7 +65,9 @@ fn init_logging(verbose: u8) {
 }
 
 fn run(settings: Settings) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    // One thread, like beanstalkd's event loop: events are handled in the order the
+    // kernel reports them (a hang-up before another connection's next command).
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;

@@ -157,23 +157,26 @@ impl Engine {
     /// once (a close or quit); without, they stay until their TTR (a shutdown hands
     /// nothing back that a client still holds).
     pub async fn disconnect(&self, mut session: Session, release_jobs: bool) {
-        if release_jobs {
-            match self.store.release_all(session.id).await {
-                Ok(tubes) => self.serve(tubes).await,
-                Err(err) => tracing::warn!(
-                    %err,
-                    conn = session.id.0,
-                    "could not return a closed connection's jobs; their TTR will"
-                ),
-            }
-        }
         // The reference clears the watch list by deleting its first element until empty
         // (which fixes the order in which tubes die), then drops the used tube.
+        let mut watching = Vec::with_capacity(session.watching.len());
         while let Some(t) = session.watching.as_slice().first().cloned() {
             session.watching.remove(&t);
-            let _ = self.store.unwatch_tube(&t).await;
+            watching.push(t);
         }
-        let _ = self.store.unuse_tube(&session.using).await;
+        // One step, so no other connection's command sees half of the close.
+        match self
+            .store
+            .close(session.id, &watching, &session.using, release_jobs)
+            .await
+        {
+            Ok(tubes) => self.serve(tubes).await,
+            Err(err) => tracing::warn!(
+                %err,
+                conn = session.id.0,
+                "could not close a connection in the store; its jobs come back at their TTR"
+            ),
+        }
         // Counted last, so a connection that `stats` no longer shows has finished
         // closing (its jobs and tube references are back).
         Counters::dec(&self.counters.connections);

@@ -24,6 +24,13 @@ use super::{
 use crate::protocol::TubeName;
 use crate::util::SwapList;
 
+/// The two kinds of reference a connection holds on a tube.
+#[derive(Clone, Copy, Debug)]
+enum Ref {
+    Using,
+    Watching,
+}
+
 /// Jobs with a priority below this are "urgent" in the stats.
 pub const URGENT_PRI: u32 = 1024;
 
@@ -282,6 +289,35 @@ impl State {
         } else {
             self.attach(id, JobState::Ready, 0, None);
         }
+    }
+
+    /// Drop one use or watch reference to `tube`, destroying it if that was the last.
+    fn unref(&mut self, tube: &TubeName, kind: Ref) {
+        if let Some(t) = self.tubes.get_mut(tube) {
+            let count = match kind {
+                Ref::Using => &mut t.using,
+                Ref::Watching => &mut t.watching,
+            };
+            *count = count.saturating_sub(1);
+        }
+        self.maybe_drop_tube(tube);
+    }
+
+    /// Every job `conn` holds back to ready, counters untouched; the tubes that gained.
+    fn release_held(&mut self, conn: ConnId) -> Vec<TubeName> {
+        let Some(held) = self.by_conn.get(&conn).cloned() else {
+            return Vec::new();
+        };
+        let mut tubes = Vec::new();
+        for (_, id) in held {
+            self.move_to(id, JobState::Ready, 0, None);
+            if let Some(j) = self.jobs.get(&id) {
+                tubes.push(j.tube.clone());
+            }
+        }
+        tubes.sort();
+        tubes.dedup();
+        tubes
     }
 
     fn peek_body(&self, id: JobId) -> Option<(JobId, Bytes)> {
@@ -572,20 +608,27 @@ impl Store for MemoryStore {
     }
 
     async fn release_all(&self, conn: ConnId) -> StoreResult<Vec<TubeName>> {
+        Ok(self.lock().release_held(conn))
+    }
+
+    async fn close(
+        &self,
+        conn: ConnId,
+        watching: &[TubeName],
+        using: &TubeName,
+        release_jobs: bool,
+    ) -> StoreResult<Vec<TubeName>> {
         let mut s = self.lock();
-        let Some(held) = s.by_conn.get(&conn).cloned() else {
-            return Ok(Vec::new());
+        let woken = if release_jobs {
+            s.release_held(conn)
+        } else {
+            Vec::new()
         };
-        let mut tubes = Vec::new();
-        for (_, id) in held {
-            s.move_to(id, JobState::Ready, 0, None);
-            if let Some(j) = s.jobs.get(&id) {
-                tubes.push(j.tube.clone());
-            }
+        for t in watching {
+            s.unref(t, Ref::Watching);
         }
-        tubes.sort();
-        tubes.dedup();
-        Ok(tubes)
+        s.unref(using, Ref::Using);
+        Ok(woken)
     }
 
     async fn tick(&self, now: Nanos) -> StoreResult<Vec<TubeName>> {
@@ -644,11 +687,7 @@ impl Store for MemoryStore {
     }
 
     async fn unuse_tube(&self, tube: &TubeName) -> StoreResult<()> {
-        let mut s = self.lock();
-        if let Some(t) = s.tubes.get_mut(tube) {
-            t.using = t.using.saturating_sub(1);
-        }
-        s.maybe_drop_tube(tube);
+        self.lock().unref(tube, Ref::Using);
         Ok(())
     }
 
@@ -658,11 +697,7 @@ impl Store for MemoryStore {
     }
 
     async fn unwatch_tube(&self, tube: &TubeName) -> StoreResult<()> {
-        let mut s = self.lock();
-        if let Some(t) = s.tubes.get_mut(tube) {
-            t.watching = t.watching.saturating_sub(1);
-        }
-        s.maybe_drop_tube(tube);
+        self.lock().unref(tube, Ref::Watching);
         Ok(())
     }
 }

@@ -253,6 +253,18 @@ pub trait Store: Send + Sync {
     /// connection closed). Returns the tubes that gained ready jobs.
     fn release_all(&self, conn: ConnId) -> impl Future<Output = StoreResult<Vec<TubeName>>> + Send;
 
+    /// A connection closed, as one atomic step: with `release_jobs`, every job it holds
+    /// goes back to ready at once (counters untouched); then its references go, each
+    /// tube of `watching` in the order given, then `using` (tubes may be destroyed).
+    /// Returns the tubes that gained ready jobs.
+    fn close(
+        &self,
+        conn: ConnId,
+        watching: &[TubeName],
+        using: &TubeName,
+        release_jobs: bool,
+    ) -> impl Future<Output = StoreResult<Vec<TubeName>>> + Send;
+
     /// Apply everything due at `now`: delayed jobs become ready, lapsed reservations
     /// return to ready, pauses end. Returns the tubes that may now serve a reserve.
     fn tick(&self, now: Nanos) -> impl Future<Output = StoreResult<Vec<TubeName>>> + Send;
@@ -405,6 +417,15 @@ impl Store for AnyStore {
     }
     async fn release_all(&self, conn: ConnId) -> StoreResult<Vec<TubeName>> {
         dispatch!(self, s => s.release_all(conn))
+    }
+    async fn close(
+        &self,
+        conn: ConnId,
+        watching: &[TubeName],
+        using: &TubeName,
+        release_jobs: bool,
+    ) -> StoreResult<Vec<TubeName>> {
+        dispatch!(self, s => s.close(conn, watching, using, release_jobs))
     }
     async fn tick(&self, now: Nanos) -> StoreResult<Vec<TubeName>> {
         dispatch!(self, s => s.tick(now))

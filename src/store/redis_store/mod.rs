@@ -17,7 +17,8 @@ pub mod keys;
 pub mod scripts;
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -70,11 +71,21 @@ pub struct RedisStore {
     next_heartbeat: Mutex<Nanos>,
     /// Changes of this instance's tube references, applied in order by one task.
     refs: mpsc::UnboundedSender<RefOp>,
+    ref_counts: RefCounts,
+    refs_dirty: Arc<AtomicBool>,
     /// Reserve attempts that failed without an answer (tubes, owner token): Redis may
     /// have run them after all, leaving a job reserved that nobody knows of. Undone by
     /// the next tick.
     uncertain: Mutex<Vec<(Vec<TubeName>, String)>>,
     attempts: std::sync::atomic::AtomicU64,
+}
+
+/// This instance's own tube references (kind, tube) -> count: what its connections
+/// hold. Shared by the store (a close updates it directly) and the reference keeper.
+type RefCounts = Arc<Mutex<HashMap<(&'static str, TubeName), i64>>>;
+
+fn lock_counts(counts: &RefCounts) -> MutexGuard<'_, HashMap<(&'static str, TubeName), i64>> {
+    counts.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// A change for the reference keeper.
@@ -89,6 +100,53 @@ enum RefOp {
     Restore,
     /// Re-send every count if a change failed since the last time.
     SyncIfDirty,
+}
+
+/// Run the `close` script for one connection; the tubes that gained ready jobs.
+async fn close_connection<'a>(
+    mut target: ScriptTarget<'_>,
+    script: &redis::Script,
+    refs_key: &str,
+    jobs: &[(JobId, TubeName, String)],
+    refs: impl Iterator<Item = (&'static str, &'a TubeName)> + Clone,
+) -> StoreResult<Vec<TubeName>> {
+    let mut tubes: Vec<&TubeName> = jobs
+        .iter()
+        .map(|(_, t, _)| t)
+        .chain(refs.clone().map(|(_, t)| t))
+        .collect();
+    tubes.sort();
+    tubes.dedup();
+    let index = |t: &TubeName| {
+        tubes
+            .iter()
+            .position(|x| *x == t)
+            .map_or(0, |i| i + 1)
+            .to_string()
+    };
+    let mut inv = script.prepare_invoke();
+    inv.key(&target.keys.namespace()[..]).key(refs_key);
+    for t in &tubes {
+        inv.key(&target.keys.tube(t.as_str())[..]);
+    }
+    let names: Vec<&str> = tubes.iter().map(|t| t.as_str()).collect();
+    inv.arg(target.channel)
+        .arg(names.join("\n"))
+        .arg(jobs.len());
+    for (id, tube, owner) in jobs {
+        inv.arg(*id).arg(owner).arg(index(tube));
+    }
+    for (kind, tube) in refs {
+        inv.arg(kind).arg(index(tube));
+    }
+    let woken: Vec<usize> = inv
+        .invoke_async(&mut target.conn)
+        .await
+        .map_err(unavailable)?;
+    Ok(woken
+        .into_iter()
+        .filter_map(|i| tubes.get(i.wrapping_sub(1)).map(|t| (*t).clone()))
+        .collect())
 }
 
 /// Set to zero every reference Redis records for this instance that `counts` lacks.
@@ -168,12 +226,12 @@ async fn keep_references(
     keys: Keys,
     channel: String,
     refs_key: String,
+    counts: RefCounts,
+    dirty: Arc<AtomicBool>,
 ) {
     let script = Scripts::new().tube_ref;
-    let mut counts: HashMap<(&'static str, TubeName), i64> = HashMap::new();
-    // Redis may or may not have applied a change whose call failed: it is put right by
-    // re-sending the absolute counts at the next heartbeat.
-    let mut dirty = false;
+    // Redis may or may not have applied a change whose call failed (`dirty`): it is put
+    // right by re-sending the absolute counts at the next heartbeat.
     while let Some(op) = ops.recv().await {
         let target = || ScriptTarget {
             conn: conn.clone(),
@@ -194,22 +252,28 @@ async fn keep_references(
                 // The local count follows every change asked for (the engine undoes a
                 // change it could not complete); Redis is brought in line by a restore
                 // when a call failed.
-                let count = counts.entry((kind, tube)).or_default();
-                *count = (*count + delta).max(0);
-                counts.retain(|_, n| *n > 0);
+                {
+                    let mut counts = lock_counts(&counts);
+                    let count = counts.entry((kind, tube)).or_default();
+                    *count = (*count + delta).max(0);
+                    counts.retain(|_, n| *n > 0);
+                }
                 if result.is_err() {
-                    dirty = true;
+                    dirty.store(true, Ordering::SeqCst);
                 }
                 let _ = done.send(result.map(|_| ()));
             }
             RefOp::Restore | RefOp::SyncIfDirty => {
-                if matches!(op, RefOp::SyncIfDirty) && !dirty {
+                let was_dirty = dirty.swap(false, Ordering::SeqCst);
+                if matches!(op, RefOp::SyncIfDirty) && !was_dirty {
                     continue;
                 }
-                dirty = false;
-                // Every tube this instance ever referenced must be re-sent, zeros too,
-                // so a change Redis applied after its call failed is undone.
-                for ((kind, tube), n) in &counts {
+                // A close running meanwhile (it does not go through this task) could
+                // interleave with this snapshot: after a restore, check once more at the
+                // next heartbeat.
+                let mut failed = matches!(op, RefOp::Restore);
+                let snapshot = lock_counts(&counts).clone();
+                for ((kind, tube), n) in &snapshot {
                     let n = n.to_string();
                     let args: [&[u8]; 3] = [kind.as_bytes(), n.as_bytes(), b"set"];
                     if let Err(err) =
@@ -217,19 +281,22 @@ async fn keep_references(
                             .await
                     {
                         tracing::warn!(%err, "restoring tube references failed; the next heartbeat retries");
-                        dirty = true;
+                        failed = true;
                         break;
                     }
                 }
-                if !dirty {
+                if !failed || matches!(op, RefOp::Restore) {
                     // References Redis holds for this instance that it does not know of
                     // (a failed change that Redis applied after all) are removed.
                     if let Err(err) =
-                        drop_unknown_references(target(), &script, &refs_key, &counts).await
+                        drop_unknown_references(target(), &script, &refs_key, &snapshot).await
                     {
                         tracing::warn!(%err, "restoring tube references failed; the next heartbeat retries");
-                        dirty = true;
+                        failed = true;
                     }
+                }
+                if failed {
+                    dirty.store(true, Ordering::SeqCst);
                 }
             }
         }
@@ -335,6 +402,9 @@ impl RedisStore {
         });
 
         let scripts = Scripts::new();
+        for script in scripts.all() {
+            script.load_async(&mut conn).await.map_err(unavailable)?;
+        }
         let mut inv = scripts.init.prepare_invoke();
         inv.key(&keys.tube("default")[..])
             .key(&keys.namespace()[..])
@@ -347,15 +417,21 @@ impl RedisStore {
         let bytes: [u8; 8] = rand::rng().random();
         let instance: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
         let (refs, ref_ops) = mpsc::unbounded_channel();
+        let ref_counts = RefCounts::default();
+        let refs_dirty = Arc::new(AtomicBool::new(false));
         tokio::spawn(keep_references(
             ref_ops,
             conn.clone(),
             keys.clone(),
             channel.clone(),
             keys.refs(&instance),
+            ref_counts.clone(),
+            refs_dirty.clone(),
         ));
         let store = RedisStore {
             refs,
+            ref_counts,
+            refs_dirty,
             uncertain: Mutex::new(Vec::new()),
             attempts: std::sync::atomic::AtomicU64::new(0),
             conn,
@@ -1071,6 +1147,50 @@ impl Store for RedisStore {
         tubes.sort();
         tubes.dedup();
         Ok(tubes)
+    }
+
+    async fn close(
+        &self,
+        conn: ConnId,
+        watching: &[TubeName],
+        using: &TubeName,
+        release_jobs: bool,
+    ) -> StoreResult<Vec<TubeName>> {
+        let held = self.held().remove(&conn).unwrap_or_default();
+        let jobs: Vec<(JobId, TubeName, String)> = if release_jobs {
+            held.into_iter()
+                .map(|(id, h)| (id, h.tube, h.owner))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let refs = watching
+            .iter()
+            .map(|t| ("watching", t))
+            .chain(std::iter::once(("using", using)));
+        {
+            let mut counts = lock_counts(&self.ref_counts);
+            for (kind, tube) in refs.clone() {
+                if let Some(n) = counts.get_mut(&(kind, tube.clone())) {
+                    *n -= 1;
+                }
+            }
+            counts.retain(|_, n| *n > 0);
+        }
+        // Sent from the closing connection's own task, not through the reference
+        // keeper: the script is queued on the shared Redis connection before any command
+        // another connection sends after this one hung up, so none sees half the close.
+        let target = ScriptTarget {
+            conn: self.conn(),
+            keys: &self.keys,
+            channel: &self.channel,
+        };
+        let refs_key = self.keys.refs(&self.instance);
+        let result = close_connection(target, &self.scripts.close, &refs_key, &jobs, refs).await;
+        if result.is_err() {
+            self.refs_dirty.store(true, Ordering::SeqCst);
+        }
+        result
     }
 
     async fn tick(&self, now: Nanos) -> StoreResult<Vec<TubeName>> {

@@ -33,6 +33,7 @@ pub struct Scripts {
     pub tube_ref: Script,
     pub reap: Script,
     pub reclaim: Script,
+    pub close: Script,
     pub init: Script,
 }
 
@@ -57,8 +58,38 @@ impl Scripts {
             tube_ref: lua!("tube_ref.lua"),
             reap: lua!("reap.lua"),
             reclaim: lua!("reclaim.lua"),
+            close: lua!("close.lua"),
             init: lua!("init.lua"),
         }
+    }
+}
+
+impl Scripts {
+    /// Every script, for loading them all up front (so no command pays for a NOSCRIPT
+    /// round trip, and a close is one round trip like any other).
+    pub fn all(&self) -> [&Script; 20] {
+        [
+            &self.put,
+            &self.reserve,
+            &self.reserve_job,
+            &self.delete,
+            &self.release,
+            &self.bury,
+            &self.touch,
+            &self.unreserve,
+            &self.kick,
+            &self.kick_job,
+            &self.peek,
+            &self.job_info,
+            &self.tube_info,
+            &self.pause,
+            &self.tick,
+            &self.tube_ref,
+            &self.reap,
+            &self.reclaim,
+            &self.close,
+            &self.init,
+        ]
     }
 }
 
