@@ -17,7 +17,7 @@ pub mod keys;
 pub mod scripts;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -73,6 +73,8 @@ pub struct RedisStore {
     refs: mpsc::UnboundedSender<RefOp>,
     ref_counts: RefCounts,
     refs_dirty: Arc<AtomicBool>,
+    /// Bumped by every close (see the reference keeper's restore).
+    closes: Arc<AtomicU64>,
     /// Reserve attempts that failed without an answer (tubes, owner token): Redis may
     /// have run them after all, leaving a job reserved that nobody knows of. Undone by
     /// the next tick.
@@ -86,6 +88,15 @@ type RefCounts = Arc<Mutex<HashMap<(&'static str, TubeName), i64>>>;
 
 fn lock_counts(counts: &RefCounts) -> MutexGuard<'_, HashMap<(&'static str, TubeName), i64>> {
     counts.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// What the store shares with the reference keeper.
+struct RefShared {
+    counts: RefCounts,
+    /// A change failed since the last restore (Redis may or may not have applied it).
+    dirty: Arc<AtomicBool>,
+    /// Bumped by every close, which does not go through the keeper.
+    closes: Arc<AtomicU64>,
 }
 
 /// A change for the reference keeper.
@@ -147,6 +158,32 @@ async fn close_connection<'a>(
         .into_iter()
         .filter_map(|i| tubes.get(i.wrapping_sub(1)).map(|t| (*t).clone()))
         .collect())
+}
+
+/// Re-send this instance's reference counts as absolute values, and zero those Redis
+/// records that `snapshot` lacks (a failed change that Redis applied after all).
+async fn restore(
+    target: ScriptTarget<'_>,
+    script: &redis::Script,
+    refs_key: &str,
+    snapshot: &HashMap<(&'static str, TubeName), i64>,
+) -> StoreResult<()> {
+    for ((kind, tube), n) in snapshot {
+        let n = n.to_string();
+        let args: [&[u8]; 3] = [kind.as_bytes(), n.as_bytes(), b"set"];
+        let t = ScriptTarget {
+            conn: target.conn.clone(),
+            keys: target.keys,
+            channel: target.channel,
+        };
+        if let Err(err) = run_tube_script(t, script, tube.as_str(), Some(refs_key), &args).await {
+            tracing::warn!(%err, "restoring tube references failed; the next heartbeat retries");
+            return Err(err);
+        }
+    }
+    drop_unknown_references(target, script, refs_key, snapshot)
+        .await
+        .inspect_err(|err| tracing::warn!(%err, "restoring tube references failed; the next heartbeat retries"))
 }
 
 /// Set to zero every reference Redis records for this instance that `counts` lacks.
@@ -226,9 +263,13 @@ async fn keep_references(
     keys: Keys,
     channel: String,
     refs_key: String,
-    counts: RefCounts,
-    dirty: Arc<AtomicBool>,
+    shared: RefShared,
 ) {
+    let RefShared {
+        counts,
+        dirty,
+        closes,
+    } = shared;
     let script = Scripts::new().tube_ref;
     // Redis may or may not have applied a change whose call failed (`dirty`): it is put
     // right by re-sending the absolute counts at the next heartbeat.
@@ -268,31 +309,18 @@ async fn keep_references(
                 if matches!(op, RefOp::SyncIfDirty) && !was_dirty {
                     continue;
                 }
-                // A close running meanwhile (it does not go through this task) could
-                // interleave with this snapshot: after a restore, check once more at the
-                // next heartbeat.
-                let mut failed = matches!(op, RefOp::Restore);
-                let snapshot = lock_counts(&counts).clone();
-                for ((kind, tube), n) in &snapshot {
-                    let n = n.to_string();
-                    let args: [&[u8]; 3] = [kind.as_bytes(), n.as_bytes(), b"set"];
-                    if let Err(err) =
-                        run_tube_script(target(), &script, tube.as_str(), Some(&refs_key), &args)
-                            .await
-                    {
-                        tracing::warn!(%err, "restoring tube references failed; the next heartbeat retries");
-                        failed = true;
+                // A close runs from its connection's task, not through this one: if one
+                // happened while a snapshot was re-sent, its script may have run before
+                // the re-sent counts; re-send until no close interleaved.
+                let mut failed = false;
+                for _ in 0..5 {
+                    let generation = closes.load(Ordering::SeqCst);
+                    let snapshot = lock_counts(&counts).clone();
+                    failed = restore(target(), &script, &refs_key, &snapshot)
+                        .await
+                        .is_err();
+                    if failed || closes.load(Ordering::SeqCst) == generation {
                         break;
-                    }
-                }
-                if !failed || matches!(op, RefOp::Restore) {
-                    // References Redis holds for this instance that it does not know of
-                    // (a failed change that Redis applied after all) are removed.
-                    if let Err(err) =
-                        drop_unknown_references(target(), &script, &refs_key, &snapshot).await
-                    {
-                        tracing::warn!(%err, "restoring tube references failed; the next heartbeat retries");
-                        failed = true;
                     }
                 }
                 if failed {
@@ -419,19 +447,24 @@ impl RedisStore {
         let (refs, ref_ops) = mpsc::unbounded_channel();
         let ref_counts = RefCounts::default();
         let refs_dirty = Arc::new(AtomicBool::new(false));
+        let closes = Arc::new(AtomicU64::new(0));
         tokio::spawn(keep_references(
             ref_ops,
             conn.clone(),
             keys.clone(),
             channel.clone(),
             keys.refs(&instance),
-            ref_counts.clone(),
-            refs_dirty.clone(),
+            RefShared {
+                counts: ref_counts.clone(),
+                dirty: refs_dirty.clone(),
+                closes: closes.clone(),
+            },
         ));
         let store = RedisStore {
             refs,
             ref_counts,
             refs_dirty,
+            closes,
             uncertain: Mutex::new(Vec::new()),
             attempts: std::sync::atomic::AtomicU64::new(0),
             conn,
@@ -1177,6 +1210,7 @@ impl Store for RedisStore {
             }
             counts.retain(|_, n| *n > 0);
         }
+        self.closes.fetch_add(1, Ordering::SeqCst);
         // Sent from the closing connection's own task, not through the reference
         // keeper: the script is queued on the shared Redis connection before any command
         // another connection sends after this one hung up, so none sees half the close.
