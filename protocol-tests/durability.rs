@@ -90,6 +90,25 @@ fn try_put(c: &mut Client, pri: u32, delay: u32, ttr: u32, body: &[u8]) -> io::R
     try_call(c, &req, REPLY)
 }
 
+/// `waiter` sends `reserve-with-timeout 3` (nothing is ready for it); once `observer`
+/// sees it waiting, a thread collects its reply: (reply, time since sent, connection).
+fn wait_in_reserve(
+    observer: &mut Client,
+    mut waiter: Client,
+) -> thread::JoinHandle<(io::Result<Reply>, Duration, Client)> {
+    waiter.send(b"reserve-with-timeout 3\r\n");
+    let waiting_since = Instant::now();
+    let deadline = Instant::now() + REPLY;
+    while observer.stat("current-waiting") != "1" {
+        assert!(Instant::now() < deadline, "the reserve never waited");
+        thread::sleep(Duration::from_millis(10));
+    }
+    thread::spawn(move || {
+        let r = waiter.try_reply(Duration::from_secs(10));
+        (r, waiting_since.elapsed(), waiter)
+    })
+}
+
 /// Put `after` until it is INSERTED (INTERNAL_ERROR meanwhile), for at most 5 s after
 /// Redis came back. Returns the id, how long it took and the number of attempts.
 fn put_until_inserted(c: &mut Client, log: &Log, event: &str) -> (u64, Duration, u32) {
@@ -630,23 +649,13 @@ fn redis_down_answers_internal_error_and_recovers() {
     };
     let (mut srv, log) = redstalk(&redis, "dur-b");
     let mut c = Client::connect(srv.addr, "c");
-    let mut c2 = Client::connect(srv.addr, "c2");
+    let c2 = Client::connect(srv.addr, "c2");
     let id = put_in(&mut c, "default", 0, 0, 60, b"before");
     assert_eq!(c.cmd("reserve-with-timeout 0").id(), Some(id));
     c.expect(&format!("delete {id}"), "DELETED");
 
     // A reserve that waits (nothing is ready) before Redis goes away.
-    c2.send(b"reserve-with-timeout 3\r\n");
-    let waiting_since = Instant::now();
-    let deadline = Instant::now() + REPLY;
-    while c.stat("current-waiting") != "1" {
-        assert!(Instant::now() < deadline, "the reserve never waited");
-        thread::sleep(Duration::from_millis(10));
-    }
-    let waiter = thread::spawn(move || {
-        let r = c2.try_reply(Duration::from_secs(10));
-        (r, waiting_since.elapsed(), c2)
-    });
+    let waiter = wait_in_reserve(&mut c, c2);
 
     redis.kill();
     let down_at = Instant::now();
@@ -772,17 +781,7 @@ fn redis_frozen_answers_internal_error_and_recovers() {
     let id = put_in(&mut c, "default", 0, 0, 60, b"before");
     c3.use_tube("frozen");
     c2.watch_only("empty");
-    c2.send(b"reserve-with-timeout 3\r\n");
-    let waiting_since = Instant::now();
-    let deadline = Instant::now() + REPLY;
-    while c.stat("current-waiting") != "1" {
-        assert!(Instant::now() < deadline, "the reserve never waited");
-        thread::sleep(Duration::from_millis(10));
-    }
-    let waiter = thread::spawn(move || {
-        let r = c2.try_reply(Duration::from_secs(10));
-        (r, waiting_since.elapsed(), c2)
-    });
+    let waiter = wait_in_reserve(&mut c, c2);
 
     let pid = redis.pid().expect("redis pid");
     signal_pid(pid, "STOP");

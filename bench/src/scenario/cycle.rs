@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use tokio::sync::{Semaphore, watch};
 
-use super::produce::{Plan, Quota, produce};
+use super::produce::{Plan, Quota, produce_all};
 use super::{Run, check_empty, connect_consumers, connect_producers, consume, join_all, secs};
 use crate::cli::Scenario;
 use crate::report::Outcome;
@@ -64,12 +64,7 @@ pub async fn run(run: Arc<Run>) -> Result<Outcome> {
         pace,
         delay,
     });
-    let handles = producers
-        .into_iter()
-        .enumerate()
-        .map(|(i, c)| tokio::spawn(produce(run.clone(), c, i, plan.clone())))
-        .collect();
-    let puts = join_all(handles).await;
+    let puts = produce_all(&run, producers, plan).await;
     let total = puts.ledger.put.len() as u64;
 
     // Wait for the workers to delete every job put (a delayed job needs its delay first).

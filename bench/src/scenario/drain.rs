@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use super::produce::{Plan, Quota, produce};
+use super::produce::{Plan, Quota, produce_all};
 use super::put::drain_all;
-use super::{Run, check_empty, connect_producers, join_all};
+use super::{Run, check_empty, connect_producers};
 use crate::memory;
 use crate::report::Outcome;
 
@@ -39,12 +39,7 @@ pub async fn run(run: Arc<Run>) -> Result<Outcome> {
         pace: None,
         delay: 0,
     });
-    let handles = producers
-        .into_iter()
-        .enumerate()
-        .map(|(i, c)| tokio::spawn(produce(run.clone(), c, i, plan.clone())))
-        .collect();
-    let mut fill = join_all(handles).await;
+    let mut fill = produce_all(&run, producers, plan).await;
     let fill_secs = (run.now_ns() - fill_start) as f64 / 1e9;
     let after = snapshot(&run).await?;
 

@@ -61,6 +61,16 @@ enum Sent {
     Put(i64),
 }
 
+/// Run `produce` on every producer connection at once and merge what they report.
+pub async fn produce_all(run: &Arc<Run>, producers: Vec<Conn>, plan: Arc<Plan>) -> TaskOut {
+    let handles = producers
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| tokio::spawn(produce(run.clone(), c, i, plan.clone())))
+        .collect();
+    super::join_all(handles).await
+}
+
 /// Put jobs on `conn` (producer number `idx`) until the plan's quota is used up.
 /// With more than one tube in the run, each put is preceded by a `use` of the next
 /// tube in turn.

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
-use super::produce::{Plan, Quota, produce};
+use super::produce::{Plan, Quota, produce_all};
 use super::{
     Run, TaskOut, check_empty, connect_consumers, connect_producers, consume, join_all, secs,
 };
@@ -27,12 +27,7 @@ pub async fn run(run: Arc<Run>) -> Result<Outcome> {
         pace: None,
         delay: 0,
     });
-    let handles = producers
-        .into_iter()
-        .enumerate()
-        .map(|(i, c)| tokio::spawn(produce(run.clone(), c, i, plan.clone())))
-        .collect();
-    let mut puts = join_all(handles).await;
+    let mut puts = produce_all(&run, producers, plan).await;
     let ended = run.now_ns();
     let put_rtt = std::mem::take(&mut puts.latency);
 
