@@ -1146,6 +1146,16 @@ enum Out {
     Unit,
 }
 
+/// Whether the two stores' results for `op` agree: equal, except that the Redis store's
+/// next deadline may be early (its due index is lowered eagerly and raised only when a
+/// tick finds nothing due), so it may name a time when the memory store names none.
+fn agree(op: &Op, memory: &Out, redis: &Out) -> bool {
+    match (op, memory, redis) {
+        (Op::NextDeadline, Out::Bool(false), Out::Bool(_)) => true,
+        _ => memory == redis,
+    }
+}
+
 /// Apply `op` to `s` at `now` (the store's own time) and normalise the result.
 async fn apply(s: &AnyStore, op: &Op, now: Nanos) -> StoreResult<Out> {
     let reserved = |r: Option<Reserved>| Out::Reserved(r.map(|r| (r.id, r.tube, r.body)));
@@ -1699,7 +1709,7 @@ async fn run_seed(
     for step in 0..ops {
         let op = model.gen_op(&mut rng, step);
         let (m, r) = pair.run(&op).await;
-        if m != r {
+        if !agree(&op, &m, &r) {
             return Err(mismatch(step, format!("{op:?}"), &m, &r, &history));
         }
         let touched = touched_jobs(&op, &m, &model);
@@ -1731,7 +1741,7 @@ async fn run_seed(
                 }
                 tube_count = x.tubes;
             }
-            if m != r {
+            if !agree(&check, &m, &r) {
                 let what = format!("{check:?} after step {step} ({op:?})");
                 return Err(mismatch(step, what, &m, &r, &history));
             }

@@ -19,9 +19,10 @@ pub mod timer;
 pub mod waiters;
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use futures_util::future::join_all;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
@@ -40,6 +41,9 @@ pub use waiters::{Delivery, GiveUp, Waiters};
 
 /// The protocol version redstalk reports in `stats` (the reference's shape, quoted).
 pub const PROTOCOL_VERSION: &str = "1.13";
+
+/// At most this many waiters are served by one batch of reserves (see [`Engine::serve`]).
+const MAX_SERVE_BATCH: usize = 64;
 
 /// The reference reports its default binlog size even without a binlog.
 const BINLOG_MAX_SIZE: u64 = 10_485_760;
@@ -74,6 +78,8 @@ pub struct Engine {
     next_conn: AtomicU64,
     serving: AtomicBool,
     pending: Mutex<HashSet<TubeName>>,
+    /// Wake-ups since the serve pass last looked: how many jobs may have become ready.
+    signals: AtomicUsize,
 }
 
 impl Engine {
@@ -95,6 +101,7 @@ impl Engine {
             next_conn: AtomicU64::new(1),
             serving: AtomicBool::new(false),
             pending: Mutex::new(HashSet::new()),
+            signals: AtomicUsize::new(0),
         });
         tokio::spawn(timer::run(engine.clone()));
         if let Some(mut events) = wake_events {
@@ -437,16 +444,28 @@ impl Engine {
 
     /// Hand ready jobs in `tubes` to waiting connections (see the module invariant).
     /// Single-flight: if a pass is already running, it picks these tubes up too.
+    ///
+    /// A pass asks the store for several waiters at once (a batch), so that with Redis
+    /// their reserves share round trips instead of queueing one behind another. The
+    /// batch is as large as the number of wake-ups that arrived (each may have made one
+    /// job ready), and doubles while every reserve in it finds a job; a reserve that
+    /// finds none ends the pass for its tubes. Results are handled in claim order, and
+    /// the store runs the reserves in that order, so earlier waiters get better jobs.
     pub(crate) async fn serve(&self, tubes: impl IntoIterator<Item = TubeName>) {
         if self.waiters.is_empty() {
             return;
         }
         {
             let mut pending = self.pending();
-            pending.extend(tubes);
+            let mut signals = 0;
+            for t in tubes {
+                pending.insert(t);
+                signals += 1;
+            }
             if pending.is_empty() {
                 return;
             }
+            self.signals.fetch_add(signals, Ordering::SeqCst);
         }
         if self.serving.swap(true, Ordering::SeqCst) {
             return;
@@ -462,38 +481,62 @@ impl Engine {
                 continue;
             }
             let mut after = 0;
+            let mut budget = self.signals.swap(0, Ordering::SeqCst).max(1);
             while !tubes.is_empty() {
-                let Some(claim) = self.waiters.claim_next(&tubes, after) else {
+                let mut claims = Vec::new();
+                while claims.len() < budget.min(MAX_SERVE_BATCH) {
+                    let Some(claim) = self.waiters.claim_next(&tubes, after) else {
+                        break;
+                    };
+                    after = claim.seq;
+                    claims.push(claim);
+                }
+                if claims.is_empty() {
                     break;
-                };
-                after = claim.seq;
-                match self
-                    .store
-                    .reserve(claim.conn, &claim.watched, self.clock.now())
-                    .await
-                {
-                    Ok(Some(job)) => {
-                        self.timer.hint(job.deadline);
-                        if self.waiters.deliver(claim.seq, job).is_err() {
-                            // The waiter's connection is gone: return what it now holds.
-                            if let Ok(back) = self.store.release_all(claim.conn).await {
-                                self.pending().extend(back);
+                }
+                let now = self.clock.now();
+                let results = join_all(
+                    claims
+                        .iter()
+                        .map(|c| self.store.reserve(c.conn, &c.watched, now)),
+                )
+                .await;
+                let (mut all_found, mut failed) = (true, false);
+                for (claim, result) in claims.iter().zip(results) {
+                    match result {
+                        Ok(Some(job)) => {
+                            self.timer.hint(job.deadline);
+                            if self.waiters.deliver(claim.seq, job).is_err() {
+                                // The waiter's connection is gone: return what it now holds.
+                                if let Ok(back) = self.store.release_all(claim.conn).await {
+                                    self.pending().extend(back);
+                                }
                             }
                         }
-                    }
-                    Ok(None) => {
-                        self.waiters.unclaim(claim.seq);
-                        // None of this waiter's tubes has a reservable job.
-                        for t in claim.watched.iter() {
-                            tubes.remove(t);
+                        Ok(None) => {
+                            all_found = false;
+                            self.waiters.unclaim(claim.seq);
+                            // None of this waiter's tubes has a reservable job.
+                            for t in claim.watched.iter() {
+                                tubes.remove(t);
+                            }
+                        }
+                        Err(err) => {
+                            failed = true;
+                            self.waiters.unclaim(claim.seq);
+                            tracing::warn!(%err, "serving waiters failed; they keep waiting");
                         }
                     }
-                    Err(err) => {
-                        self.waiters.unclaim(claim.seq);
-                        tracing::warn!(%err, "serving waiters failed; they keep waiting");
-                        break;
-                    }
                 }
+                if failed {
+                    break;
+                }
+                let more = self.signals.swap(0, Ordering::SeqCst);
+                budget = if all_found {
+                    claims.len() * 2 + more
+                } else {
+                    more.max(1)
+                };
             }
         }
     }

@@ -269,7 +269,9 @@ pub trait Store: Send + Sync {
     /// return to ready, pauses end. Returns the tubes that may now serve a reserve.
     fn tick(&self, now: Nanos) -> impl Future<Output = StoreResult<Vec<TubeName>>> + Send;
 
-    /// When [`Store::tick`] next has work to do.
+    /// When [`Store::tick`] next has work to do: never later than that, possibly
+    /// earlier (a tick that then finds nothing due is harmless), `None` only when
+    /// nothing is timed.
     fn next_deadline(&self) -> impl Future<Output = StoreResult<Option<Nanos>>> + Send;
 
     /// A connection started using `tube` (creating it if needed).

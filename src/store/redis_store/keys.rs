@@ -3,8 +3,22 @@
 //! Every key starts with the configured prefix, so deployments and test runs can share
 //! one Redis. A tube's keys share the hash tag `{<prefix>:t:<tube>}`, so one tube's keys
 //! live in one slot of a Redis Cluster.
+//!
+//! A tube's key names are built once and kept in a small cache shared by the clones of
+//! one [`Keys`] (every command names its tube's seven keys; formatting them each time
+//! was a measurable part of a command's cost). The cache is bounded: when it is full it
+//! is emptied and refills with the tubes in use.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use crate::protocol::TubeName;
+
+/// How many tubes' key names are kept.
+const CACHED_TUBES: usize = 4096;
+
+/// The key names of one tube, in [`TUBE_KEYS`] order.
+pub type TubeKeys = Arc<[String; 7]>;
 
 /// The seven keys of one tube, in the order the scripts expect.
 pub const TUBE_KEYS: [&str; 7] = [
@@ -15,6 +29,7 @@ pub const TUBE_KEYS: [&str; 7] = [
 pub struct Keys {
     prefix: String,
     namespace: [String; 7],
+    tubes: Arc<Mutex<HashMap<String, TubeKeys>>>,
 }
 
 impl Keys {
@@ -31,6 +46,7 @@ impl Keys {
                 format!("{p}:tubes"),
                 format!("{p}:tubepos"),
             ],
+            tubes: Arc::default(),
         }
     }
 
@@ -56,8 +72,18 @@ impl Keys {
     }
 
     /// A tube's keys: ready, delayed, reserved, buried, jobs, bodies, meta.
-    pub fn tube(&self, tube: &str) -> [String; 7] {
-        TUBE_KEYS.map(|k| format!("{{{}:t:{tube}}}:{k}", self.prefix))
+    pub fn tube(&self, tube: &str) -> TubeKeys {
+        let mut cache = self.tubes.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(keys) = cache.get(tube) {
+            return keys.clone();
+        }
+        if cache.len() >= CACHED_TUBES {
+            cache.clear();
+        }
+        let keys: TubeKeys =
+            Arc::new(TUBE_KEYS.map(|k| format!("{{{}:t:{tube}}}:{k}", self.prefix)));
+        cache.insert(tube.to_string(), keys.clone());
+        keys
     }
 
     /// The hash of use/watch references held by connections of one instance, so that a
@@ -76,8 +102,14 @@ impl Keys {
         format!("{}:wake", self.prefix)
     }
 
-    /// The tube named in a wake-up message, if it is a valid name.
-    pub fn parse_wake(payload: &[u8]) -> Option<TubeName> {
-        TubeName::new(payload)
+    /// The tube named in a wake-up message ("<instance>\n<tube>"), unless the message
+    /// is from instance `me` (which served its own waiters) or malformed.
+    pub fn parse_wake(payload: &[u8], me: &str) -> Option<TubeName> {
+        let split = payload.iter().position(|&b| b == b'\n')?;
+        let (from, tube) = (&payload[..split], &payload[split + 1..]);
+        if from == me.as_bytes() {
+            return None;
+        }
+        TubeName::new(tube)
     }
 }

@@ -4,8 +4,10 @@
 //! Every state change is one Lua script (`lua/`), called by EVALSHA over a shared
 //! multiplexed connection (concurrent calls are pipelined), touching only the keys it
 //! is given. Times come from Redis `TIME`, so instances with skewed clocks agree.
-//! Scripts that make a job ready publish the tube on the wake-up channel; every
-//! instance subscribes and serves its waiting connections.
+//! Scripts that make a job ready publish the tube on the wake-up channel when another
+//! instance listens; every instance subscribes and serves its waiting connections (an
+//! instance serves its own waiters after its own commands, so it skips its own
+//! messages).
 //!
 //! Ownership: Redis owns the jobs. This process owns only `held`, its own view of the
 //! reservations its connections hold (the tube of each, and its deadline), which is
@@ -64,7 +66,8 @@ pub struct RedisStore {
     scripts: Scripts,
     /// This process's id in owner strings and in the instance registry.
     instance: String,
-    channel: String,
+    /// "<instance>\n<wake-up channel>", the scripts' `origin` argument.
+    origin: String,
     clock: Clock,
     held: Mutex<HashMap<ConnId, HashMap<JobId, Held>>>,
     wake: Mutex<Option<mpsc::UnboundedReceiver<TubeName>>>,
@@ -141,9 +144,7 @@ async fn close_connection<'a>(
         inv.key(&target.keys.tube(t.as_str())[..]);
     }
     let names: Vec<&str> = tubes.iter().map(|t| t.as_str()).collect();
-    inv.arg(target.channel)
-        .arg(names.join("\n"))
-        .arg(jobs.len());
+    inv.arg(target.origin).arg(names.join("\n")).arg(jobs.len());
     for (id, tube, owner) in jobs {
         inv.arg(*id).arg(owner).arg(index(tube));
     }
@@ -174,7 +175,7 @@ async fn restore(
         let t = ScriptTarget {
             conn: target.conn.clone(),
             keys: target.keys,
-            channel: target.channel,
+            origin: target.origin,
         };
         if let Err(err) = run_tube_script(t, script, tube.as_str(), Some(refs_key), &args).await {
             tracing::warn!(%err, "restoring tube references failed; the next heartbeat retries");
@@ -215,7 +216,7 @@ async fn drop_unknown_references(
         let t = ScriptTarget {
             conn: conn.clone(),
             keys: target.keys,
-            channel: target.channel,
+            origin: target.origin,
         };
         let args: [&[u8]; 3] = [kind.as_bytes(), b"0", b"set"];
         run_tube_script(t, script, tube.as_str(), Some(refs_key), &args).await?;
@@ -227,11 +228,12 @@ async fn drop_unknown_references(
 struct ScriptTarget<'a> {
     conn: ConnectionManager,
     keys: &'a Keys,
-    channel: &'a str,
+    /// The scripts' wake-up origin: "<instance>\n<channel>" (see `wake` in the prelude).
+    origin: &'a str,
 }
 
 /// Run a single-tube script: KEYS = the tube's keys then the namespace's (and
-/// `extra_key`), ARGV = tube, channel, then `args`.
+/// `extra_key`), ARGV = tube, origin, then `args`.
 async fn run_tube_script(
     mut target: ScriptTarget<'_>,
     script: &redis::Script,
@@ -245,7 +247,7 @@ async fn run_tube_script(
     if let Some(k) = extra_key {
         inv.key(k);
     }
-    inv.arg(tube).arg(target.channel);
+    inv.arg(tube).arg(target.origin);
     for a in args {
         inv.arg(*a);
     }
@@ -261,7 +263,7 @@ async fn keep_references(
     mut ops: mpsc::UnboundedReceiver<RefOp>,
     conn: ConnectionManager,
     keys: Keys,
-    channel: String,
+    origin: String,
     refs_key: String,
     shared: RefShared,
 ) {
@@ -277,7 +279,7 @@ async fn keep_references(
         let target = || ScriptTarget {
             conn: conn.clone(),
             keys: &keys,
-            channel: &channel,
+            origin: &origin,
         };
         match op {
             RefOp::Change {
@@ -412,16 +414,24 @@ impl RedisStore {
             .await
             .map_err(unavailable)?;
         let keys = Keys::new(&config.prefix);
+        let bytes: [u8; 8] = rand::rng().random();
+        let instance: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
         let channel = keys.wake_channel();
+        let origin = format!("{instance}\n{channel}");
         conn.subscribe(&channel).await.map_err(unavailable)?;
 
         let (wake_tx, wake_rx) = mpsc::unbounded_channel();
+        let me = instance.clone();
         tokio::spawn(async move {
             while let Some(push) = push_rx.recv().await {
                 if push.kind != PushKind::Message {
                     continue;
                 }
-                if let Some(tube) = push.data.get(1).and_then(text).and_then(Keys::parse_wake)
+                if let Some(tube) = push
+                    .data
+                    .get(1)
+                    .and_then(text)
+                    .and_then(|m| Keys::parse_wake(m, &me))
                     && wake_tx.send(tube).is_err()
                 {
                     return;
@@ -437,13 +447,11 @@ impl RedisStore {
         inv.key(&keys.tube("default")[..])
             .key(&keys.namespace()[..])
             .arg("default")
-            .arg(&channel);
+            .arg(&origin);
         let asked = std::time::Instant::now();
         let now_us: Value = inv.invoke_async(&mut conn).await.map_err(unavailable)?;
         // Redis read its clock about half a round trip ago.
         let now = uint(&now_us) * US + asked.elapsed().as_nanos() as u64 / 2;
-        let bytes: [u8; 8] = rand::rng().random();
-        let instance: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
         let (refs, ref_ops) = mpsc::unbounded_channel();
         let ref_counts = RefCounts::default();
         let refs_dirty = Arc::new(AtomicBool::new(false));
@@ -452,7 +460,7 @@ impl RedisStore {
             ref_ops,
             conn.clone(),
             keys.clone(),
-            channel.clone(),
+            origin.clone(),
             keys.refs(&instance),
             RefShared {
                 counts: ref_counts.clone(),
@@ -471,7 +479,7 @@ impl RedisStore {
             keys,
             scripts,
             instance,
-            channel,
+            origin,
             clock: Clock::starting_at(now),
             held: Mutex::new(HashMap::new()),
             wake: Mutex::new(Some(wake_rx)),
@@ -534,7 +542,7 @@ impl RedisStore {
         let target = ScriptTarget {
             conn: self.conn(),
             keys: &self.keys,
-            channel: &self.channel,
+            origin: &self.origin,
         };
         run_tube_script(target, script, tube, extra_key, args).await
     }
@@ -561,8 +569,9 @@ impl RedisStore {
         u.push((tubes.to_vec(), owner));
     }
 
-    /// Undo the reservations made by reserve attempts whose answer was lost.
-    async fn reclaim_lost(&self) -> StoreResult<()> {
+    /// Undo the reservations made by reserve attempts whose answer was lost; the tubes
+    /// that got jobs back (added to `woken`).
+    async fn reclaim_lost(&self, woken: &mut Vec<TubeName>) -> StoreResult<()> {
         let lost = std::mem::take(&mut *self.uncertain.lock().unwrap_or_else(|e| e.into_inner()));
         let mut result = Ok(());
         for (tubes, owner) in lost {
@@ -571,7 +580,7 @@ impl RedisStore {
                 continue;
             }
             for tube in &tubes {
-                if let Err(err) = self
+                match self
                     .tube_script(
                         &self.scripts.reclaim,
                         tube.as_str(),
@@ -580,8 +589,12 @@ impl RedisStore {
                     )
                     .await
                 {
-                    result = Err(err);
-                    break;
+                    Ok(v) if uint(&v) > 0 => woken.push(tube.clone()),
+                    Ok(_) => {}
+                    Err(err) => {
+                        result = Err(err);
+                        break;
+                    }
                 }
             }
             if result.is_err() {
@@ -823,7 +836,7 @@ impl Store for RedisStore {
         for t in watched {
             inv.key(&self.keys.tube(t.as_str())[..]);
         }
-        inv.arg(&self.channel).arg(&owner);
+        inv.arg(&self.origin).arg(&owner);
         for t in watched {
             inv.arg(t.as_str());
         }
@@ -1076,33 +1089,44 @@ impl Store for RedisStore {
     }
 
     async fn totals(&self) -> StoreResult<Totals> {
-        let (fields, tubes): (Vec<Option<i64>>, u64) = redis::pipe()
+        // The sets are the only count of jobs per state (the scripts keep no totals of
+        // them), so the figures are summed over the tubes, in one transaction.
+        let names = self.list_tubes().await?;
+        let mut pipe = redis::pipe();
+        pipe.atomic()
             .cmd("HMGET")
             .arg(self.keys.stats())
-            .arg(&[
-                "urgent",
-                "ready",
-                "reserved",
-                "delayed",
-                "buried",
-                "total_jobs",
-                "job_timeouts",
-            ])
-            .cmd("LLEN")
-            .arg(self.keys.tubes())
+            .arg(&["total_jobs", "job_timeouts"]);
+        for t in &names {
+            let k = self.keys.tube(t.as_str());
+            pipe.cmd("ZCOUNT").arg(&k[0]).arg("-inf").arg("(1024");
+            for set in &k[..4] {
+                pipe.cmd("ZCARD").arg(set);
+            }
+        }
+        let mut replies: Vec<Value> = pipe
             .query_async(&mut self.conn())
             .await
             .map_err(unavailable)?;
-        let f = |i: usize| fields.get(i).copied().flatten().unwrap_or(0).max(0) as u64;
+        if replies.len() != 1 + names.len() * 5 {
+            return Err(protocol_error("stats"));
+        }
+        let fields = array(replies.remove(0)).unwrap_or_default();
+        let f = |i: usize| fields.get(i).map_or(0, uint);
+        let mut sums = [0u64; 5];
+        for (i, v) in replies.iter().enumerate() {
+            sums[i % 5] += uint(v);
+        }
+        let [urgent, ready, delayed, reserved, buried] = sums;
         Ok(Totals {
-            urgent: f(0),
-            ready: f(1),
-            reserved: f(2),
-            delayed: f(3),
-            buried: f(4),
-            total_jobs: f(5),
-            job_timeouts: f(6),
-            tubes,
+            urgent,
+            ready,
+            reserved,
+            delayed,
+            buried,
+            total_jobs: f(0),
+            job_timeouts: f(1),
+            tubes: names.len() as u64,
         })
     }
 
@@ -1217,7 +1241,7 @@ impl Store for RedisStore {
         let target = ScriptTarget {
             conn: self.conn(),
             keys: &self.keys,
-            channel: &self.channel,
+            origin: &self.origin,
         };
         let refs_key = self.keys.refs(&self.instance);
         let result = close_connection(target, &self.scripts.close, &refs_key, &jobs, refs).await;
@@ -1229,7 +1253,8 @@ impl Store for RedisStore {
 
     async fn tick(&self, now: Nanos) -> StoreResult<Vec<TubeName>> {
         self.heartbeat(now).await?;
-        self.reclaim_lost().await?;
+        let mut woken = Vec::new();
+        self.reclaim_lost(&mut woken).await?;
         let due: Vec<Vec<u8>> = redis::cmd("ZRANGEBYSCORE")
             .arg(self.keys.due())
             .arg("-inf")
@@ -1237,7 +1262,6 @@ impl Store for RedisStore {
             .query_async(&mut self.conn())
             .await
             .map_err(unavailable)?;
-        let mut woken = Vec::new();
         for name in due {
             let Some(tube) = TubeName::new(&name) else {
                 continue;

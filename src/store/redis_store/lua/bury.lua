@@ -3,9 +3,8 @@ local T, G, tube = tube_keys(1), ns_keys(8), ARGV[1]
 local id = tonumber(ARGV[3])
 local j = get_job(T, id)
 if not j or j[STATE] ~= 'reserved' or j[OWNER] ~= ARGV[4] then return 0 end
-detach(T, G, id, j)
+detach(T, id, j)
 j[PRI], j[BURIES] = tonumber(ARGV[5]), j[BURIES] + 1
 attach(T, G, id, j, 'buried')
 put_job(T, id, j)
-reschedule(T, G, tube)
 return 1

@@ -1,11 +1,11 @@
 -- A connection closed: its reservations go back to ready and its tube references go,
 -- in one step, so no other connection's command sees half of it.
 -- KEYS[1..7] the namespace, KEYS[8] this instance's reference hash, then 7 keys per tube.
--- ARGV[1] channel, ARGV[2] tube names joined by '\n' (tube i = key group i), ARGV[3] the
+-- ARGV[1] origin, ARGV[2] tube names joined by '\n' (tube i = key group i), ARGV[3] the
 -- number of jobs J, then J triples (id, owner, tube index), then references as pairs
 -- (kind, tube index) in the order they are dropped.
 -- -> the indexes of tubes that gained ready jobs
-local G, refs, channel = ns_keys(1), KEYS[8], ARGV[1]
+local G, refs, origin = ns_keys(1), KEYS[8], ARGV[1]
 local names = {}
 for name in string.gmatch(ARGV[2], '[^\n]+') do names[#names + 1] = name end
 local function tube(i) return tube_keys(9 + (i - 1) * 7), names[i] end
@@ -19,11 +19,10 @@ for _ = 1, n_jobs do
   local j = get_job(T, id)
   if j and j[STATE] == 'reserved' and j[OWNER] == owner then
     to_ready(T, G, id, j)
-    reschedule(T, G, name)
     if not seen[i] then
       seen[i] = true
       woken[#woken + 1] = i
-      wake(channel, name)
+      wake(origin, name)
     end
   end
 end

@@ -4,11 +4,10 @@ local id = tonumber(ARGV[3])
 local j = get_job(T, id)
 if not j then return 0 end
 if j[STATE] == 'reserved' and j[OWNER] ~= ARGV[4] then return 0 end
-detach(T, G, id, j)
+detach(T, id, j)
 redis.call('HDEL', T.jobs, id)
 redis.call('HDEL', T.bodies, id)
 redis.call('HDEL', G.index, id)
 redis.call('HINCRBY', T.meta, 'cmd_delete', 1)
-reschedule(T, G, tube)
 maybe_gc(T, G, tube)
 return 1

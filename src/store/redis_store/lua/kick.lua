@@ -1,5 +1,5 @@
 -- kick: ARGV[3] bound -> the number kicked (buried jobs if any, else delayed ones)
-local T, G, tube, channel = tube_keys(1), ns_keys(8), ARGV[1], ARGV[2]
+local T, G, tube, origin = tube_keys(1), ns_keys(8), ARGV[1], ARGV[2]
 local bound = tonumber(ARGV[3])
 if bound < 1 then return 0 end
 local ids = redis.call('ZRANGE', T.buried, 0, bound - 1)
@@ -9,7 +9,6 @@ for _, m in ipairs(ids) do
   to_ready(T, G, id, get_job(T, id), KICKS)
 end
 if #ids > 0 then
-  reschedule(T, G, tube)
-  wake(channel, tube)
+  wake(origin, tube)
 end
 return #ids

@@ -4,11 +4,12 @@
 --   ready (zset pri/id20), delayed (zset due_us/id20), reserved (zset deadline_us/id20),
 --   buried (zset seq/id20), jobs (hash id -> msgpack meta), bodies (hash id -> body),
 --   meta (hash: total_jobs, cmd_delete, cmd_pause, using, watching, pause, pause_until).
--- The namespace's keys (7): ids (counter), seq (bury counter), stats (hash of totals),
+-- The namespace's keys (7): ids (counter), seq (bury counter), stats (hash: total_jobs,
+--   job_timeouts; how many jobs are in each state is counted from the sets),
 --   index (hash id -> tube), due (zset tube -> next due time), tubes (list, the
 --   reference's swap-remove order), tubepos (hash tube -> 0-based list position).
 -- Single-tube scripts: KEYS[1..7] the tube, KEYS[8..14] the namespace,
---   ARGV[1] the tube name, ARGV[2] the wake-up channel.
+--   ARGV[1] the tube name, ARGV[2] the wake-up origin (see `wake`).
 -- Times are microseconds of the Redis clock (TIME), so every instance shares one clock.
 
 local function tube_keys(b)
@@ -45,23 +46,13 @@ local function put_job(T, id, j)
   redis.call('HSET', T.jobs, id, cmsgpack.pack(j))
 end
 
--- Take a job out of the structure its state puts it in, keeping the totals true.
-local function detach(T, G, id, j)
-  local m, s = id20(id), j[STATE]
-  if s == 'ready' then
-    redis.call('ZREM', T.ready, m)
-    redis.call('HINCRBY', G.stats, 'ready', -1)
-    if j[PRI] < URGENT then redis.call('HINCRBY', G.stats, 'urgent', -1) end
-  elseif s == 'delayed' then
-    redis.call('ZREM', T.delayed, m)
-    redis.call('HINCRBY', G.stats, 'delayed', -1)
-  elseif s == 'reserved' then
-    redis.call('ZREM', T.reserved, m)
-    redis.call('HINCRBY', G.stats, 'reserved', -1)
-  elseif s == 'buried' then
-    redis.call('ZREM', T.buried, m)
-    redis.call('HINCRBY', G.stats, 'buried', -1)
-  end
+-- Take a job out of the structure its state puts it in. (The sets are the only record
+-- of how many jobs are in each state: `stats` counts them, so no total can drift.)
+local STATE_SET = { ready = 'ready', delayed = 'delayed', reserved = 'reserved', buried = 'buried' }
+
+local function detach(T, id, j)
+  local set = STATE_SET[j[STATE]]
+  if set then redis.call('ZREM', T[set], id20(id)) end
 end
 
 -- Put a detached job in `state`; `due` is the due time or TTR deadline.
@@ -70,23 +61,21 @@ local function attach(T, G, id, j, state, due, owner)
   j[STATE], j[DUE], j[OWNER] = state, due or 0, owner or ''
   if state == 'ready' then
     redis.call('ZADD', T.ready, j[PRI], m)
-    redis.call('HINCRBY', G.stats, 'ready', 1)
-    if j[PRI] < URGENT then redis.call('HINCRBY', G.stats, 'urgent', 1) end
   elseif state == 'delayed' then
     redis.call('ZADD', T.delayed, due, m)
-    redis.call('HINCRBY', G.stats, 'delayed', 1)
   elseif state == 'reserved' then
     redis.call('ZADD', T.reserved, due, m)
-    redis.call('HINCRBY', G.stats, 'reserved', 1)
   elseif state == 'buried' then
     j[BSEQ] = redis.call('INCR', G.seq)
     redis.call('ZADD', T.buried, j[BSEQ], m)
-    redis.call('HINCRBY', G.stats, 'buried', 1)
   end
 end
 
--- Keep the tube's entry in the due index equal to its earliest due time (a delayed
--- job, a TTR deadline (which lapses strictly after it), or the end of a pause).
+-- The due index holds, per tube, a time at or before the tube's earliest due time (a
+-- delayed job, a TTR deadline (which lapses strictly after it), or the end of a pause).
+-- An entry may be early -- a job it stood for was deleted or kicked -- never late: the
+-- tick of a tube whose entry came due recomputes it exactly. So the hot paths only
+-- ever lower an entry (`due_by`), and removing a job costs nothing here.
 local function reschedule(T, G, tube)
   local best = nil
   local d = redis.call('ZRANGE', T.delayed, 0, 0, 'WITHSCORES')
@@ -105,6 +94,11 @@ local function reschedule(T, G, tube)
   end
 end
 
+-- Something in `tube` comes due at `at`: lower its due-index entry to it if later.
+local function due_by(G, tube, at)
+  redis.call('ZADD', G.due, 'LT', at, tube)
+end
+
 -- Add the tube to the tube list if it is not there.
 local function ensure_tube(G, tube)
   if redis.call('HEXISTS', G.tubepos, tube) == 0 then
@@ -116,11 +110,12 @@ end
 -- Destroy the tube (with its counters and pause) when nothing refers to it.
 local function maybe_gc(T, G, tube)
   if tube == 'default' then return end
+  -- References first: a tube in use (the common case) is decided in one call.
+  local refs = redis.call('HMGET', T.meta, 'using', 'watching')
+  if tonumber(refs[1] or '0') + tonumber(refs[2] or '0') > 0 then return end
   local jobs = redis.call('ZCARD', T.ready) + redis.call('ZCARD', T.delayed)
     + redis.call('ZCARD', T.reserved) + redis.call('ZCARD', T.buried)
   if jobs > 0 then return end
-  local refs = redis.call('HMGET', T.meta, 'using', 'watching')
-  if tonumber(refs[1] or '0') + tonumber(refs[2] or '0') > 0 then return end
   redis.call('DEL', T.meta, T.jobs, T.bodies)
   redis.call('ZREM', G.due, tube)
   local pos = redis.call('HGET', G.tubepos, tube)
@@ -134,8 +129,15 @@ local function maybe_gc(T, G, tube)
   end
 end
 
-local function wake(channel, tube)
-  redis.call('PUBLISH', channel, tube)
+-- Tell the other instances that `tube` gained a reservable job. `origin` is
+-- "<instance>\n<channel>"; the message is "<instance>\n<tube>", so the sender, which
+-- serves its own waiters without it, skips its own messages. With no other instance
+-- subscribed, nothing is published at all.
+local function wake(origin, tube)
+  local instance, channel = string.match(origin, '^([^\n]*)\n(.*)$')
+  if redis.call('PUBSUB', 'NUMSUB', channel)[2] > 1 then
+    redis.call('PUBLISH', channel, instance .. '\n' .. tube)
+  end
 end
 
 local function paused(T, now)
@@ -145,7 +147,7 @@ end
 
 -- Make job `id` (with meta `j`) ready, bumping counter `bump` (an index) if given.
 local function to_ready(T, G, id, j, bump)
-  detach(T, G, id, j)
+  detach(T, id, j)
   if bump then j[bump] = j[bump] + 1 end
   attach(T, G, id, j, 'ready')
   put_job(T, id, j)

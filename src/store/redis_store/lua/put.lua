@@ -1,5 +1,5 @@
 -- put: ARGV[3] pri, ARGV[4] delay (s), ARGV[5] ttr (s), ARGV[6] body -> {id, now}
-local T, G, tube, channel = tube_keys(1), ns_keys(8), ARGV[1], ARGV[2]
+local T, G, tube, origin = tube_keys(1), ns_keys(8), ARGV[1], ARGV[2]
 local pri, delay, ttr = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local now = now_us()
 local id = redis.call('INCR', G.ids)
@@ -10,12 +10,13 @@ redis.call('HSET', G.index, id, tube)
 redis.call('HINCRBY', T.meta, 'total_jobs', 1)
 redis.call('HINCRBY', G.stats, 'total_jobs', 1)
 if delay > 0 then
-  attach(T, G, id, j, 'delayed', now + delay * 1000000)
+  local due = now + delay * 1000000
+  attach(T, G, id, j, 'delayed', due)
   put_job(T, id, j)
-  reschedule(T, G, tube)
+  due_by(G, tube, due)
 else
   attach(T, G, id, j, 'ready')
   put_job(T, id, j)
-  wake(channel, tube)
+  wake(origin, tube)
 end
 return { id, now }

@@ -2,14 +2,14 @@
 -- reserve attempt whose answer was lost (Redis timed out, then ran it anyway): nobody
 -- was told of that reservation, so it is undone, and not counted.
 -- -> the number returned
-local T, G, tube, channel = tube_keys(1), ns_keys(8), ARGV[1], ARGV[2]
+local T, G, tube, origin = tube_keys(1), ns_keys(8), ARGV[1], ARGV[2]
 local owner = ARGV[3]
 local n = 0
 for _, m in ipairs(redis.call('ZRANGE', T.reserved, 0, -1)) do
   local id = tonumber(m)
   local j = get_job(T, id)
   if j and j[OWNER] == owner then
-    detach(T, G, id, j)
+    detach(T, id, j)
     j[RESERVES] = math.max(j[RESERVES] - 1, 0)
     attach(T, G, id, j, 'ready')
     put_job(T, id, j)
@@ -17,7 +17,6 @@ for _, m in ipairs(redis.call('ZRANGE', T.reserved, 0, -1)) do
   end
 end
 if n > 0 then
-  reschedule(T, G, tube)
-  wake(channel, tube)
+  wake(origin, tube)
 end
 return n

@@ -1,5 +1,5 @@
 -- reserve across watched tubes: KEYS[1..7] the namespace, then 7 keys per tube;
--- ARGV[1] channel (unused), ARGV[2] owner, ARGV[3..] the tube names.
+-- ARGV[1] origin (unused), ARGV[2] owner, ARGV[3..] the tube names.
 -- Picks the ready job with the least (pri, id) among tubes that are not paused.
 -- -> nil, or {id, body, deadline, tube index (1-based), now}
 local G, owner = ns_keys(1), ARGV[2]
@@ -21,10 +21,10 @@ if not best_i then return nil end
 local T = tube_keys(8 + (best_i - 1) * 7)
 local id = tonumber(best_m)
 local j = get_job(T, id)
-detach(T, G, id, j)
+detach(T, id, j)
 local deadline = now + j[TTR] * 1000000
 j[RESERVES] = j[RESERVES] + 1
 attach(T, G, id, j, 'reserved', deadline, owner)
 put_job(T, id, j)
-reschedule(T, G, ARGV[best_i + 2])
+due_by(G, ARGV[best_i + 2], deadline + 1)
 return { id, redis.call('HGET', T.bodies, id), deadline, best_i, now }

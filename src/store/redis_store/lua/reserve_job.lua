@@ -4,10 +4,10 @@ local id = tonumber(ARGV[3])
 local j = get_job(T, id)
 if not j or j[STATE] == 'reserved' then return nil end
 local now = now_us()
-detach(T, G, id, j)
+detach(T, id, j)
 local deadline = now + j[TTR] * 1000000
 j[RESERVES] = j[RESERVES] + 1
 attach(T, G, id, j, 'reserved', deadline, ARGV[4])
 put_job(T, id, j)
-reschedule(T, G, tube)
+due_by(G, tube, deadline + 1)
 return { id, redis.call('HGET', T.bodies, id), deadline, 0, now }

@@ -1,7 +1,7 @@
 -- Apply what is due in one tube: delayed jobs become ready, lapsed reservations
 -- (deadline strictly before now) return to ready, an ended pause is cleared.
 -- -> 1 when a job may now be reserved (waiters are woken), else 0
-local T, G, tube, channel = tube_keys(1), ns_keys(8), ARGV[1], ARGV[2]
+local T, G, tube, origin = tube_keys(1), ns_keys(8), ARGV[1], ARGV[2]
 local now = now_us()
 local woke = 0
 for _, m in ipairs(redis.call('ZRANGEBYSCORE', T.delayed, '-inf', now)) do
@@ -21,5 +21,5 @@ if pu > 0 and pu <= now then
   woke = 1
 end
 reschedule(T, G, tube)
-if woke == 1 then wake(channel, tube) end
+if woke == 1 then wake(origin, tube) end
 return woke

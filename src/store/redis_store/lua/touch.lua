@@ -5,8 +5,8 @@ local j = get_job(T, id)
 if not j or j[STATE] ~= 'reserved' or j[OWNER] ~= ARGV[4] then return nil end
 local now = now_us()
 local deadline = now + j[TTR] * 1000000
-detach(T, G, id, j)
+detach(T, id, j)
 attach(T, G, id, j, 'reserved', deadline, ARGV[4])
 put_job(T, id, j)
-reschedule(T, G, tube)
+-- The due index needs nothing: its entry is at or before the old, earlier deadline.
 return { deadline, now }
