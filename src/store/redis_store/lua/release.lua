@@ -9,6 +9,7 @@ j[PRI], j[DELAY], j[RELEASES] = tonumber(ARGV[5]), delay, j[RELEASES] + 1
 if delay > 0 then
   attach(T, G, id, j, 'delayed', now_us() + delay * 1000000)
 else
+  j[READY] = now_us()
   attach(T, G, id, j, 'ready')
   wake(channel, tube)
 end
