@@ -18,9 +18,12 @@
 //!    list order after tube destruction (the removed tube's slot takes the last
 //!    tube); use/watch references keeping tubes alive, and destruction dropping their
 //!    counters and pause; `release_all` returning jobs with their counters untouched;
-//!    `soonest_deadline`/`next_deadline`; and `tick` promoting delayed jobs, expiring
-//!    reservations and ending pauses. Only [`timed_tick`] waits on the clock (one real
-//!    2.1 s sleep: both stores read wall or Redis time); the checks run concurrently.
+//!    `soonest_deadline`/`next_deadline`; `tick` promoting delayed jobs, expiring
+//!    reservations and ending pauses; and the wait a reserve reports (since the job
+//!    last became ready: put, release, kick, `release_all`, the end of its delay or its
+//!    lapsed deadline). Only [`timed_tick`] (one real 2.1 s sleep) and
+//!    [`waits_since_ready`] (300 ms sleeps) wait on the clock (both stores read wall or
+//!    Redis time); the checks run concurrently.
 //!
 //! 2. A seeded randomized differential (`memory_vs_redis_differential`): one random
 //!    sequence of store operations (four fake connections, five tube names, ids mostly
@@ -473,24 +476,32 @@ async fn kick_order(s: &AnyStore) {
     );
 
     let k = t("k");
-    assert_eq!(s.kick(&k, 0).await.expect("kick"), 0, "bound 0");
-    assert_eq!(s.kick(&k, 2).await.expect("kick"), 2);
+    assert_eq!(s.kick(&k, 0, now(s)).await.expect("kick"), 0, "bound 0");
+    assert_eq!(s.kick(&k, 2, now(s)).await.expect("kick"), 2);
     assert_eq!(
         [state(s, b2).await, state(s, b3).await, state(s, b1).await],
         [JobState::Ready, JobState::Ready, JobState::Buried],
         "the first two buried, in bury order"
     );
-    assert_eq!(s.kick(&k, 10).await.expect("kick"), 1, "only buried jobs");
+    assert_eq!(
+        s.kick(&k, 10, now(s)).await.expect("kick"),
+        1,
+        "only buried jobs"
+    );
     assert_eq!(state(s, d2).await, JobState::Delayed);
-    assert_eq!(s.kick(&k, 2).await.expect("kick"), 2);
+    assert_eq!(s.kick(&k, 2, now(s)).await.expect("kick"), 2);
     assert_eq!(
         [state(s, d2).await, state(s, d3).await, state(s, d1).await],
         [JobState::Ready, JobState::Ready, JobState::Delayed],
         "then delayed ones, soonest due first"
     );
-    assert_eq!(s.kick(&k, u32::MAX).await.expect("kick"), 1);
-    assert_eq!(s.kick(&k, 5).await.expect("kick"), 0, "nothing left");
-    assert_eq!(s.kick(&t("nosuch"), 5).await.expect("kick"), 0);
+    assert_eq!(s.kick(&k, u32::MAX, now(s)).await.expect("kick"), 1);
+    assert_eq!(
+        s.kick(&k, 5, now(s)).await.expect("kick"),
+        0,
+        "nothing left"
+    );
+    assert_eq!(s.kick(&t("nosuch"), 5, now(s)).await.expect("kick"), 0);
     assert!(
         tube_info(s, "nosuch").await.is_none(),
         "kick creates no tube"
@@ -513,7 +524,7 @@ async fn kick_job_rules(s: &AnyStore) {
     assert!(reserve_job(s, C1, h).await.is_some());
 
     let kick = |id| async move {
-        s.kick_job(id)
+        s.kick_job(id, now(s))
             .await
             .expect("kick_job")
             .map(|t| t.to_string())
@@ -767,7 +778,7 @@ async fn release_all_rules(s: &AnyStore) {
     assert!(reserve_job(s, C2, other).await.is_some());
     assert!(s.soonest_deadline(C1).await.expect("soonest").is_some());
 
-    let tubes = sorted_names(s.release_all(C1).await.expect("release_all"));
+    let tubes = sorted_names(s.release_all(C1, now(s)).await.expect("release_all"));
     assert_eq!(tubes, ["ra", "rb"]);
     for id in [a, b, a2] {
         let j = job(s, id).await;
@@ -781,14 +792,71 @@ async fn release_all_rules(s: &AnyStore) {
     assert_eq!(counts(&tube_of(s, "ra").await), [2, 2, 1, 0, 0]);
     assert_eq!(s.soonest_deadline(C1).await.expect("soonest"), None);
     assert_eq!(release(s, C1, a, 1, 0).await, None, "no longer held");
-    assert!(s.release_all(C1).await.expect("release_all").is_empty());
     assert!(
-        s.release_all(ConnId(77))
+        s.release_all(C1, now(s))
+            .await
+            .expect("release_all")
+            .is_empty()
+    );
+    assert!(
+        s.release_all(ConnId(77), now(s))
             .await
             .expect("release_all")
             .is_empty()
     );
     assert_eq!(reserve(s, C1, &["rb", "ra"]).await.map(|r| r.id), Some(a));
+}
+
+/// A reserve reports how long the job had been ready: since its put, release, kick,
+/// or its holder's `release_all`, and not since anything earlier; `reserve_job` of a
+/// ready job likewise, of a buried one 0. (Real time: 300 ms sleeps.)
+async fn waits_since_ready(s: &AnyStore) {
+    const PAUSE: Duration = Duration::from_millis(300);
+    let long = PAUSE.as_nanos() as Nanos;
+    // A wait that started just now: well under the pause even on a busy machine.
+    let short = long / 2;
+    let waited = |r: Option<Reserved>| r.expect("a job").waited.expect("a recorded wait");
+
+    let a = put(s, "w", 1, 0, LONG, "a").await;
+    tokio::time::sleep(PAUSE).await;
+    let w = waited(reserve(s, C1, &["w"]).await);
+    assert!((long..long + SLACK).contains(&w), "since put: {w}");
+
+    assert_eq!(release(s, C1, a, 1, 0).await.as_deref(), Some("w"));
+    assert!(
+        waited(reserve(s, C1, &["w"]).await) < short,
+        "since release"
+    );
+
+    assert!(bury(s, C1, a, 1).await);
+    tokio::time::sleep(PAUSE).await;
+    assert_eq!(s.kick(&t("w"), 1, now(s)).await.expect("kick"), 1);
+    assert!(waited(reserve(s, C1, &["w"]).await) < short, "since kick");
+
+    tokio::time::sleep(PAUSE).await;
+    assert_eq!(
+        sorted_names(s.release_all(C1, now(s)).await.expect("release_all")),
+        ["w"]
+    );
+    assert!(
+        waited(reserve(s, C2, &["w"]).await) < short,
+        "since release_all"
+    );
+
+    assert!(bury(s, C2, a, 1).await);
+    assert_eq!(
+        waited(reserve_job(s, C1, a).await),
+        0,
+        "a buried job never waited"
+    );
+
+    let b = put(s, "w", 1, 0, LONG, "b").await;
+    tokio::time::sleep(PAUSE).await;
+    let w = waited(reserve_job(s, C1, b).await);
+    assert!(
+        (long..long + SLACK).contains(&w),
+        "reserve_job since put: {w}"
+    );
 }
 
 /// burn_id consumes an id without making a job.
@@ -851,7 +919,17 @@ async fn timed_tick(s: &AnyStore) {
     assert_eq!(s.next_deadline().await.expect("next"), None);
     assert!(s.tick(now(s)).await.expect("tick").is_empty(), "all done");
     assert_eq!(totals(s).await.job_timeouts, 1);
-    assert_eq!(reserve(s, C2, &["tr"]).await.map(|x| x.id), Some(r));
+    // Both have been ready since their due time and deadline (about 1 s before this
+    // tick), not since the tick noticed.
+    for (tube, id) in [("tr", r), ("td", d)] {
+        let got = reserve(s, C2, &[tube]).await.expect("ready");
+        assert_eq!(got.id, id);
+        let w = got.waited.expect("a recorded wait");
+        assert!(
+            (secs(1) - NANOS_PER_SEC / 10..secs(3)).contains(&w),
+            "{tube}: waited {w} ns"
+        );
+    }
 }
 
 type BoxFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -881,6 +959,7 @@ const CHECKS: &[Check] = checks![
     release_all_rules,
     burn_id_consumes,
     timed_tick,
+    waits_since_ready,
 ];
 
 static PREFIXES: AtomicU64 = AtomicU64::new(0);
@@ -1188,8 +1267,8 @@ async fn apply(s: &AnyStore, op: &Op, now: Nanos) -> StoreResult<Out> {
         } => Out::Tube(s.release(*conn, *id, *pri, *delay, now).await?),
         Op::Bury { conn, id, pri } => Out::Bool(s.bury(*conn, *id, *pri).await?),
         Op::Touch { conn, id } => Out::Bool(s.touch(*conn, *id, now).await?.is_some()),
-        Op::Kick { tube, bound } => Out::Count(s.kick(tube, *bound).await?),
-        Op::KickJob { id } => Out::Tube(s.kick_job(*id).await?),
+        Op::Kick { tube, bound } => Out::Count(s.kick(tube, *bound, now).await?),
+        Op::KickJob { id } => Out::Tube(s.kick_job(*id, now).await?),
         Op::Peek { id } => Out::Body(s.peek(*id).await?),
         Op::PeekReady { tube } => Out::Body(s.peek_ready(tube).await?),
         Op::PeekDelayed { tube } => Out::Body(s.peek_delayed(tube).await?),
@@ -1203,7 +1282,7 @@ async fn apply(s: &AnyStore, op: &Op, now: Nanos) -> StoreResult<Out> {
         Op::SoonestDeadline { conn } => Out::Bool(s.soonest_deadline(*conn).await?.is_some()),
         Op::NextDeadline => Out::Bool(s.next_deadline().await?.is_some()),
         Op::ReleaseAll { conn } => {
-            let mut v = s.release_all(*conn).await?;
+            let mut v = s.release_all(*conn, now).await?;
             v.sort();
             Out::Tubes(v)
         }

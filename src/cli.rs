@@ -101,6 +101,11 @@ pub struct Cli {
     )]
     pub max_connections: usize,
 
+    /// Serve Prometheus metrics (GET /metrics) and health checks (GET /healthz,
+    /// /readyz) over HTTP on ADDR (HOST:PORT, e.g. 127.0.0.1:9100). Off by default.
+    #[arg(long, env = "REDSTALK_METRICS", value_name = "ADDR")]
+    pub metrics: Option<String>,
+
     /// On SIGTERM/SIGINT, wait this many seconds for connections to finish.
     #[arg(
         long,
@@ -121,6 +126,8 @@ pub enum CliError {
     Binlog { flag: char },
     #[error("cannot resolve listen address {0:?}")]
     Resolve(String),
+    #[error("--metrics {0:?} is not HOST:PORT that resolves (for example 127.0.0.1:9100)")]
+    Metrics(String),
 }
 
 /// Settings derived from the flags.
@@ -134,6 +141,8 @@ pub struct Settings {
     pub verbose: u8,
     pub max_connections: usize,
     pub shutdown_grace: Duration,
+    /// Where to serve metrics over HTTP; `None`: not served.
+    pub metrics: Option<SocketAddr>,
     pub warnings: Vec<String>,
 }
 
@@ -172,8 +181,20 @@ impl Cli {
             verbose: self.verbose,
             max_connections: self.max_connections.max(1),
             shutdown_grace: Duration::from_secs(self.shutdown_grace),
+            metrics: self.metrics_addr()?,
             warnings,
         })
+    }
+
+    fn metrics_addr(&self) -> Result<Option<SocketAddr>, CliError> {
+        let Some(addr) = &self.metrics else {
+            return Ok(None);
+        };
+        addr.to_socket_addrs()
+            .ok()
+            .and_then(|mut addrs| addrs.next())
+            .map(Some)
+            .ok_or_else(|| CliError::Metrics(addr.clone()))
     }
 
     fn listen_addr(&self) -> Result<ListenAddr, CliError> {
@@ -219,6 +240,15 @@ mod tests {
         assert_eq!(s.listen, ListenAddr::Unix("/tmp/x.sock".into()));
         assert_eq!(s.max_job_size, MAX_JOB_SIZE_LIMIT);
         assert_eq!(s.warnings.len(), 1);
+    }
+
+    #[test]
+    fn metrics_address_is_host_and_port() {
+        let s = parse(&["--metrics", "127.0.0.1:9100"]).validate().unwrap();
+        assert_eq!(s.metrics, Some("127.0.0.1:9100".parse().unwrap()));
+        assert!(parse(&[]).validate().unwrap().metrics.is_none());
+        let err = parse(&["--metrics", "9100"]).validate().unwrap_err();
+        assert!(err.to_string().contains("HOST:PORT"));
     }
 
     #[test]

@@ -1,4 +1,8 @@
 //! The `redstalk` binary: parse beanstalkd-style flags, bind, and serve until SIGTERM.
+//!
+//! Logging (stderr): warnings and errors always; `-V` adds startup (version, engine,
+//! addresses), shutdown and each connection opened or closed with its peer; `-VV` adds
+//! every request and reply. `REDSTALK_LOG` (an `EnvFilter`) overrides the level.
 
 use std::process::ExitCode;
 
@@ -7,6 +11,7 @@ use clap::Parser;
 
 use redstalk::cli::{Cli, EXIT_USAGE, Settings};
 use redstalk::engine::{Engine, EngineConfig};
+use redstalk::metrics::{self, MetricsListener};
 use redstalk::server::{self, Listener, ServerConfig, signals};
 use redstalk::store::{AnyStore, MemoryStore, RedisStore};
 
@@ -58,9 +63,12 @@ fn init_logging(verbose: u8) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("REDSTALK_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("redstalk={level},warn")));
+    // Colour codes only on a terminal: logs sent to a file or journal stay plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(ansi)
         .init();
 }
 
@@ -79,7 +87,9 @@ fn run(settings: Settings) -> anyhow::Result<()> {
             Some(config) => {
                 let redis = RedisStore::connect(config).await.with_context(|| {
                     format!(
-                        "connecting to Redis at {} (is it running? check --redis)",
+                        "cannot start: Redis at {} did not answer (start Redis or fix --redis / \
+                         REDSTALK_REDIS, then start redstalk again; once running, redstalk \
+                         rides out Redis outages by itself)",
                         config.url
                     )
                 })?;
@@ -95,13 +105,26 @@ fn run(settings: Settings) -> anyhow::Result<()> {
         signals::spawn_drain_handler(engine.clone()).context("installing the SIGUSR1 handler")?;
         let shutdown = signals::shutdown_signal().context("installing the SIGTERM handler")?;
         let listener = Listener::bind(&settings.listen)?;
+        let metrics_listener = settings.metrics.map(MetricsListener::bind).transpose()?;
         if let Some(user) = &settings.user {
             server::privileges::become_user(user)?;
         }
+        let metrics_addr = match &metrics_listener {
+            Some(m) => m
+                .local_addr()
+                .map_or_else(|_| "on".to_string(), |a| a.to_string()),
+            None => "off".to_string(),
+        };
+        let stop_metrics = tokio_util::sync::CancellationToken::new();
+        if let Some(m) = metrics_listener {
+            tokio::spawn(metrics::serve(engine.clone(), m, stop_metrics.clone()));
+        }
         tracing::info!(
+            version = env!("CARGO_PKG_VERSION"),
             pid = std::process::id(),
-            listen = %listener.describe(),
             engine = engine.store_name(),
+            listen = %listener.describe(),
+            metrics = %metrics_addr,
             "redstalk started"
         );
         let config = ServerConfig {
@@ -109,6 +132,7 @@ fn run(settings: Settings) -> anyhow::Result<()> {
             shutdown_grace: settings.shutdown_grace,
         };
         server::run(engine, listener, config, shutdown).await;
+        stop_metrics.cancel();
         tracing::info!("redstalk stopped");
         Ok(())
     })

@@ -1,9 +1,14 @@
-//! This instance's own counters: commands by kind and connections by role. Shared by
-//! every connection task, so they are atomics (relaxed: each is an independent tally).
+//! This instance's own counters: commands by kind, connections by role, and the
+//! histogram of how long reserved jobs had waited as ready. Shared by every connection
+//! task, so they are atomics (relaxed: each is an independent tally).
+//!
+//! Invariant: a [`WaitSnapshot`]'s count is the sum of its buckets, so the `+Inf`
+//! bucket always equals `_count` in the exposition even if an observation races a read.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use crate::protocol::Counter;
+use crate::store::Nanos;
 
 #[derive(Debug, Default)]
 pub struct Counters {
@@ -12,6 +17,7 @@ pub struct Counters {
     pub total_connections: AtomicU64,
     pub producers: AtomicU64,
     pub workers: AtomicU64,
+    pub wait: WaitHistogram,
 }
 
 impl Counters {
@@ -33,5 +39,100 @@ impl Counters {
 
     pub fn dec(v: &AtomicU64) {
         v.fetch_sub(1, Relaxed);
+    }
+}
+
+const MS: Nanos = 1_000_000;
+const SEC: Nanos = 1_000 * MS;
+
+/// Upper bounds (inclusive, as Prometheus' `le`) of the wait histogram's buckets, from
+/// 1 ms to 1 h: a queue that keeps up sits in the first few, a backlog shows in the
+/// seconds-to-minutes range, and anything beyond an hour is a stuck consumer. Kept in
+/// nanoseconds so a wait is placed by integer comparison and labels print exactly.
+pub const WAIT_BUCKETS: [Nanos; 19] = [
+    MS,
+    5 * MS / 2,
+    5 * MS,
+    10 * MS,
+    25 * MS,
+    50 * MS,
+    100 * MS,
+    250 * MS,
+    500 * MS,
+    SEC,
+    5 * SEC / 2,
+    5 * SEC,
+    10 * SEC,
+    30 * SEC,
+    60 * SEC,
+    300 * SEC,
+    900 * SEC,
+    1800 * SEC,
+    3600 * SEC,
+];
+
+/// How long jobs had been ready when a reserve took them.
+#[derive(Debug, Default)]
+pub struct WaitHistogram {
+    /// Per bucket, not cumulative; the last slot counts waits above every bound.
+    buckets: [AtomicU64; WAIT_BUCKETS.len() + 1],
+    /// In microseconds: nanoseconds could wrap after a few million hour-long waits.
+    sum_us: AtomicU64,
+}
+
+/// A copy of the histogram, cumulative as the exposition format wants it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WaitSnapshot {
+    /// Jobs that had waited at most `WAIT_BUCKETS[i]`.
+    pub cumulative: [u64; WAIT_BUCKETS.len()],
+    pub count: u64,
+    pub sum_us: u64,
+}
+
+impl WaitHistogram {
+    pub fn observe(&self, waited: Nanos) {
+        let i = WAIT_BUCKETS.partition_point(|&bound| bound < waited);
+        self.buckets[i].fetch_add(1, Relaxed);
+        self.sum_us.fetch_add(waited / 1_000, Relaxed);
+    }
+
+    pub fn snapshot(&self) -> WaitSnapshot {
+        let mut snap = WaitSnapshot {
+            sum_us: self.sum_us.load(Relaxed),
+            ..WaitSnapshot::default()
+        };
+        let mut running = 0;
+        for (i, b) in self.buckets.iter().enumerate() {
+            running += b.load(Relaxed);
+            if let Some(slot) = snap.cumulative.get_mut(i) {
+                *slot = running;
+            }
+        }
+        snap.count = running;
+        snap
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounds_are_inclusive_and_cumulative() {
+        let h = WaitHistogram::default();
+        h.observe(0);
+        h.observe(MS);
+        h.observe(MS + 1);
+        h.observe(200 * MS);
+        h.observe(2 * 3600 * SEC);
+        let s = h.snapshot();
+        assert_eq!(s.cumulative[0], 2, "0 and exactly 1 ms are <= 1 ms");
+        assert_eq!(s.cumulative[1], 3);
+        assert_eq!(s.cumulative[6], 3, "200 ms is above 100 ms");
+        assert_eq!(s.cumulative[7], 4, "and at most 250 ms");
+        assert_eq!(s.cumulative[WAIT_BUCKETS.len() - 1], 4, "2 h is above 1 h");
+        assert_eq!(s.count, 5);
+        assert!(s.cumulative.windows(2).all(|w| w[0] <= w[1]));
+        assert_eq!(s.sum_us, (MS + MS + 1 + 200 * MS + 2 * 3600 * SEC) / 1_000);
     }
 }

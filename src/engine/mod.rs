@@ -33,7 +33,7 @@ use crate::store::{
 };
 
 pub use clock::Clock;
-pub use counters::Counters;
+pub use counters::{Counters, WAIT_BUCKETS, WaitSnapshot};
 pub use host::HostInfo;
 pub use session::Session;
 pub use timer::Timer;
@@ -52,6 +52,17 @@ const BINLOG_MAX_SIZE: u64 = 10_485_760;
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
     pub max_job_size: u32,
+}
+
+/// Every figure the metrics endpoint exposes, read through the same functions that
+/// build the `stats` and `stats-tube` documents, so the two never disagree.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    pub engine: &'static str,
+    pub server: ServerStats,
+    /// Every existing tube, in `list-tubes` order.
+    pub tubes: Vec<TubeStats>,
+    pub wait: WaitSnapshot,
 }
 
 /// What running one request leads to.
@@ -174,7 +185,13 @@ impl Engine {
         // One step, so no other connection's command sees half of the close.
         match self
             .store
-            .close(session.id, &watching, &session.using, release_jobs)
+            .close(
+                session.id,
+                &watching,
+                &session.using,
+                release_jobs,
+                self.clock.now(),
+            )
             .await
         {
             Ok(tubes) => self.serve(tubes).await,
@@ -220,7 +237,11 @@ impl Engine {
             Request::Rejected(r) => self.rejected(session, r).await.map(Outcome::Reply),
         };
         result.unwrap_or_else(|err: StoreError| {
-            tracing::warn!(%err, conn = session.id.0, "command failed");
+            tracing::warn!(
+                %err,
+                conn = session.id.0,
+                "a command failed in the store and was answered INTERNAL_ERROR (clients may retry; check that the store is reachable)"
+            );
             Outcome::Reply(Reply::InternalError)
         })
     }
@@ -311,6 +332,7 @@ impl Engine {
                 Some(job) => {
                     self.mark_worker(s);
                     self.timer.hint(job.deadline);
+                    self.observe_wait(job.waited);
                     Reply::Reserved {
                         id: job.id,
                         body: job.body,
@@ -344,13 +366,13 @@ impl Engine {
             Command::PeekDelayed => found_job(self.store.peek_delayed(&s.using).await?),
             Command::PeekBuried => found_job(self.store.peek_buried(&s.using).await?),
             Command::Kick(bound) => {
-                let n = self.store.kick(&s.using, bound).await?;
+                let n = self.store.kick(&s.using, bound, now).await?;
                 if n > 0 {
                     self.serve([s.using.clone()]).await;
                 }
                 Reply::Kicked(n)
             }
-            Command::KickJob(id) => match self.store.kick_job(id).await? {
+            Command::KickJob(id) => match self.store.kick_job(id, now).await? {
                 Some(tube) => {
                     self.serve([tube]).await;
                     Reply::KickedJob
@@ -410,6 +432,7 @@ impl Engine {
         }
         if let Some(job) = self.store.reserve(s.id, &watched, now).await? {
             self.timer.hint(job.deadline);
+            self.observe_wait(job.waited);
             return Ok(Outcome::Reply(Reply::Reserved {
                 id: job.id,
                 body: job.body,
@@ -506,10 +529,17 @@ impl Engine {
                     match result {
                         Ok(Some(job)) => {
                             self.timer.hint(job.deadline);
-                            if self.waiters.deliver(claim.seq, job).is_err() {
-                                // The waiter's connection is gone: return what it now holds.
-                                if let Ok(back) = self.store.release_all(claim.conn).await {
-                                    self.pending().extend(back);
+                            let waited = job.waited;
+                            match self.waiters.deliver(claim.seq, job) {
+                                Ok(()) => self.observe_wait(waited),
+                                Err(_) => {
+                                    // The waiter's connection is gone: return what it now
+                                    // holds (a job it never got is not a wait that ended).
+                                    let now = self.clock.now();
+                                    if let Ok(back) = self.store.release_all(claim.conn, now).await
+                                    {
+                                        self.pending().extend(back);
+                                    }
                                 }
                             }
                         }
@@ -543,6 +573,14 @@ impl Engine {
 
     fn pending(&self) -> MutexGuard<'_, HashSet<TubeName>> {
         self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A reserve handed out a job: count how long it had waited as ready (a job whose
+    /// ready time the store did not record is left out rather than guessed).
+    fn observe_wait(&self, waited: Option<Nanos>) {
+        if let Some(w) = waited {
+            self.counters.wait.observe(w);
+        }
     }
 
     fn mark_producer(&self, s: &mut Session) {
@@ -584,7 +622,8 @@ impl Engine {
         }))
     }
 
-    async fn tube_stats(&self, tube: &TubeName, now: Nanos) -> StoreResult<Option<TubeStats>> {
+    /// The `stats-tube` document's figures; `None` when the tube does not exist.
+    pub async fn tube_stats(&self, tube: &TubeName, now: Nanos) -> StoreResult<Option<TubeStats>> {
         let Some(t) = self.store.tube_info(tube, now).await? else {
             return Ok(None);
         };
@@ -644,6 +683,34 @@ impl Engine {
             hostname: self.host.hostname.clone(),
             os: self.host.os.clone(),
             platform: self.host.platform.clone(),
+        })
+    }
+}
+
+impl Engine {
+    /// Whether the store answers now (for readiness probes).
+    pub async fn store_ready(&self) -> StoreResult<()> {
+        self.store.ping().await
+    }
+
+    /// Everything the metrics endpoint shows, through [`Engine::server_stats`] and
+    /// [`Engine::tube_stats`] (the functions behind `stats` and `stats-tube`). A tube
+    /// that disappears between the list and its figures is left out.
+    pub async fn snapshot(&self) -> StoreResult<Snapshot> {
+        let now = self.clock.now();
+        let server = self.server_stats(now).await?;
+        let names = self.store.list_tubes().await?;
+        let mut tubes = Vec::with_capacity(names.len());
+        for name in &names {
+            if let Some(t) = self.tube_stats(name, now).await? {
+                tubes.push(t);
+            }
+        }
+        Ok(Snapshot {
+            engine: self.store_name(),
+            server,
+            tubes,
+            wait: self.counters.wait.snapshot(),
         })
     }
 }

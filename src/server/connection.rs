@@ -36,14 +36,14 @@ enum End {
     Shutdown,
 }
 
-/// Serve one connection until it ends.
-pub async fn serve<S>(engine: Arc<Engine>, stream: S, shutdown: CancellationToken)
+/// Serve one connection until it ends. `peer` names the client in the logs.
+pub async fn serve<S>(engine: Arc<Engine>, stream: S, peer: &str, shutdown: CancellationToken)
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let session = engine.connect().await;
     let conn_id = session.id.0;
-    tracing::info!(conn = conn_id, "connection opened");
+    tracing::info!(conn = conn_id, peer, "connection opened");
     let mut guard = SessionGuard {
         engine: engine.clone(),
         session: Some(session),
@@ -62,7 +62,7 @@ where
     if let Some(session) = guard.session.take() {
         engine.disconnect(session, end == End::Closed).await;
     }
-    tracing::info!(conn = conn_id, ?end, "connection closed");
+    tracing::info!(conn = conn_id, peer, ?end, "connection closed");
 }
 
 /// Returns the session to the engine if the connection task unwinds.

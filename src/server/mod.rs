@@ -33,6 +33,15 @@ pub enum ListenAddr {
     Unix(PathBuf),
 }
 
+impl std::fmt::Display for ListenAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ListenAddr::Tcp(a) => write!(f, "{a}"),
+            ListenAddr::Unix(p) => write!(f, "unix:{}", p.display()),
+        }
+    }
+}
+
 /// A bound listener.
 #[derive(Debug)]
 pub enum Listener {
@@ -44,11 +53,12 @@ pub enum Listener {
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
     #[error(
-        "cannot listen on {addr}: {source} (is another server on that port? choose another with -p or -l)"
+        "cannot listen on {addr}: {cause} (is another server on that port? choose another with -p or -l)"
     )]
     Bind {
         addr: String,
-        source: std::io::Error,
+        // Not a `source`: the message already names it, and a chain would repeat it.
+        cause: std::io::Error,
     },
     #[error(
         "{path:?} exists and is not a socket; refusing to replace it (choose another path for -l unix:)"
@@ -60,9 +70,9 @@ impl Listener {
     /// Bind `addr`. A unix socket path that already exists is replaced, as the
     /// reference does.
     pub fn bind(addr: &ListenAddr) -> Result<Listener, ServerError> {
-        let err = |source| ServerError::Bind {
-            addr: format!("{addr:?}"),
-            source,
+        let err = |cause| ServerError::Bind {
+            addr: addr.to_string(),
+            cause,
         };
         match addr {
             ListenAddr::Tcp(sa) => {
@@ -146,8 +156,8 @@ pub async fn run(
         let (engine, stop) = (engine.clone(), stop.clone());
         tasks.spawn(async move {
             match stream {
-                Stream::Tcp(s) => connection::serve(engine, s, stop).await,
-                Stream::Unix(s) => connection::serve(engine, s, stop).await,
+                Stream::Tcp(s, peer) => connection::serve(engine, s, &peer, stop).await,
+                Stream::Unix(s) => connection::serve(engine, s, "unix", stop).await,
             }
             drop(permit);
         });
@@ -171,17 +181,18 @@ pub async fn run(
 }
 
 enum Stream {
-    Tcp(tokio::net::TcpStream),
+    /// With the peer's address, for the logs.
+    Tcp(tokio::net::TcpStream, String),
     Unix(tokio::net::UnixStream),
 }
 
 async fn accept(listener: &Listener) -> std::io::Result<Stream> {
     match listener {
         Listener::Tcp(l) => {
-            let (s, _) = l.accept().await?;
+            let (s, peer) = l.accept().await?;
             // Replies are written whole; don't let Nagle hold them back.
             s.set_nodelay(true)?;
-            Ok(Stream::Tcp(s))
+            Ok(Stream::Tcp(s, peer.to_string()))
         }
         Listener::Unix(l, _) => Ok(Stream::Unix(l.accept().await?.0)),
     }

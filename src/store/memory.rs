@@ -48,6 +48,9 @@ struct Job {
     owner: Option<ConnId>,
     /// Position in the tube's buried FIFO.
     bury_seq: u64,
+    /// When the job last became ready (meaningful while it is ready): a reserve
+    /// reports how long it waited.
+    ready_since: Nanos,
     reserves: u64,
     timeouts: u64,
     releases: u64,
@@ -257,6 +260,15 @@ impl State {
         self.attach(id, state, due, owner);
     }
 
+    /// Move job `id` to ready, having become ready at `since` (which may be earlier
+    /// than now: the end of its delay, or its lapsed deadline).
+    fn make_ready(&mut self, id: JobId, since: Nanos) {
+        self.move_to(id, JobState::Ready, 0, None);
+        if let Some(job) = self.jobs.get_mut(&id) {
+            job.ready_since = since;
+        }
+    }
+
     fn held_by(&self, id: JobId, conn: ConnId) -> Option<&Job> {
         self.jobs
             .get(&id)
@@ -264,7 +276,13 @@ impl State {
     }
 
     fn reserve_id(&mut self, conn: ConnId, id: JobId, now: Nanos) -> Option<Reserved> {
-        let ttr = u64::from(self.jobs.get(&id)?.ttr_secs);
+        let job = self.jobs.get(&id)?;
+        let ttr = u64::from(job.ttr_secs);
+        // A delayed or buried job taken by reserve-job never waited as ready.
+        let waited = match job.state {
+            JobState::Ready => now.saturating_sub(job.ready_since),
+            _ => 0,
+        };
         let deadline = now + ttr * NANOS_PER_SEC;
         self.move_to(id, JobState::Reserved, deadline, Some(conn));
         let job = self.jobs.get_mut(&id)?;
@@ -274,6 +292,7 @@ impl State {
             tube: job.tube.clone(),
             body: job.body.clone(),
             deadline,
+            waited: Some(waited),
         })
     }
 
@@ -288,6 +307,9 @@ impl State {
             );
         } else {
             self.attach(id, JobState::Ready, 0, None);
+            if let Some(job) = self.jobs.get_mut(&id) {
+                job.ready_since = now;
+            }
         }
     }
 
@@ -304,13 +326,13 @@ impl State {
     }
 
     /// Every job `conn` holds back to ready, counters untouched; the tubes that gained.
-    fn release_held(&mut self, conn: ConnId) -> Vec<TubeName> {
+    fn release_held(&mut self, conn: ConnId, now: Nanos) -> Vec<TubeName> {
         let Some(held) = self.by_conn.get(&conn).cloned() else {
             return Vec::new();
         };
         let mut tubes = Vec::new();
         for (_, id) in held {
-            self.move_to(id, JobState::Ready, 0, None);
+            self.make_ready(id, now);
             if let Some(j) = self.jobs.get(&id) {
                 tubes.push(j.tube.clone());
             }
@@ -345,6 +367,7 @@ impl Store for MemoryStore {
                 due: 0,
                 owner: None,
                 bury_seq: 0,
+                ready_since: now,
                 reserves: 0,
                 timeouts: 0,
                 releases: 0,
@@ -457,7 +480,7 @@ impl Store for MemoryStore {
         Ok(Some(deadline))
     }
 
-    async fn kick(&self, tube: &TubeName, bound: u32) -> StoreResult<u32> {
+    async fn kick(&self, tube: &TubeName, bound: u32, now: Nanos) -> StoreResult<u32> {
         let mut s = self.lock();
         let Some(t) = s.tubes.get(tube) else {
             return Ok(0);
@@ -472,7 +495,7 @@ impl Store for MemoryStore {
             t.buried.values().take(bound as usize).copied().collect()
         };
         for &id in &ids {
-            s.move_to(id, JobState::Ready, 0, None);
+            s.make_ready(id, now);
             if let Some(j) = s.jobs.get_mut(&id) {
                 j.kicks += 1;
             }
@@ -480,7 +503,7 @@ impl Store for MemoryStore {
         Ok(ids.len() as u32)
     }
 
-    async fn kick_job(&self, id: JobId) -> StoreResult<Option<TubeName>> {
+    async fn kick_job(&self, id: JobId, now: Nanos) -> StoreResult<Option<TubeName>> {
         let mut s = self.lock();
         let Some(job) = s.jobs.get(&id) else {
             return Ok(None);
@@ -489,7 +512,7 @@ impl Store for MemoryStore {
             return Ok(None);
         }
         let tube = job.tube.clone();
-        s.move_to(id, JobState::Ready, 0, None);
+        s.make_ready(id, now);
         if let Some(j) = s.jobs.get_mut(&id) {
             j.kicks += 1;
         }
@@ -607,8 +630,8 @@ impl Store for MemoryStore {
             .and_then(|set| set.first().map(|&(d, _)| d)))
     }
 
-    async fn release_all(&self, conn: ConnId) -> StoreResult<Vec<TubeName>> {
-        Ok(self.lock().release_held(conn))
+    async fn release_all(&self, conn: ConnId, now: Nanos) -> StoreResult<Vec<TubeName>> {
+        Ok(self.lock().release_held(conn, now))
     }
 
     async fn close(
@@ -617,10 +640,11 @@ impl Store for MemoryStore {
         watching: &[TubeName],
         using: &TubeName,
         release_jobs: bool,
+        now: Nanos,
     ) -> StoreResult<Vec<TubeName>> {
         let mut s = self.lock();
         let woken = if release_jobs {
-            s.release_held(conn)
+            s.release_held(conn, now)
         } else {
             Vec::new()
         };
@@ -638,7 +662,8 @@ impl Store for MemoryStore {
             if due > now {
                 break;
             }
-            s.move_to(id, JobState::Ready, 0, None);
+            // It has waited since its delay ended, not since this tick noticed.
+            s.make_ready(id, due);
             if let Some(j) = s.jobs.get(&id) {
                 woken.push(j.tube.clone());
             }
@@ -648,7 +673,7 @@ impl Store for MemoryStore {
             if deadline >= now {
                 break;
             }
-            s.move_to(id, JobState::Ready, 0, None);
+            s.make_ready(id, deadline);
             s.totals.job_timeouts += 1;
             if let Some(j) = s.jobs.get_mut(&id) {
                 j.timeouts += 1;

@@ -74,6 +74,11 @@ pub struct Reserved {
     pub body: Bytes,
     /// When the reservation lapses, on the engine's clock ([`AnyStore::clock`]).
     pub deadline: Nanos,
+    /// How long the job had been ready when it was reserved: since its put, the end of
+    /// its delay, its release, kick or lapsed reservation, or its holder's close (0 for
+    /// a delayed or buried job taken by reserve-job). `None` when the store cannot tell
+    /// (a job written by a version that did not record it).
+    pub waited: Option<Nanos>,
 }
 
 /// A job's figures for `stats-job` (the engine turns times into ages and time left).
@@ -197,10 +202,19 @@ pub trait Store: Send + Sync {
     ) -> impl Future<Output = StoreResult<Option<Nanos>>> + Send;
 
     /// Kick up to `bound` jobs in `tube`: buried ones if any, else delayed ones.
-    fn kick(&self, tube: &TubeName, bound: u32) -> impl Future<Output = StoreResult<u32>> + Send;
+    fn kick(
+        &self,
+        tube: &TubeName,
+        bound: u32,
+        now: Nanos,
+    ) -> impl Future<Output = StoreResult<u32>> + Send;
 
     /// Kick one buried or delayed job; `Some(tube)` when kicked.
-    fn kick_job(&self, id: JobId) -> impl Future<Output = StoreResult<Option<TubeName>>> + Send;
+    fn kick_job(
+        &self,
+        id: JobId,
+        now: Nanos,
+    ) -> impl Future<Output = StoreResult<Option<TubeName>>> + Send;
 
     fn peek(&self, id: JobId) -> impl Future<Output = StoreResult<Option<(JobId, Bytes)>>> + Send;
     fn peek_ready(
@@ -251,7 +265,11 @@ pub trait Store: Send + Sync {
 
     /// Return every job `conn` holds to ready at once, counters untouched (the
     /// connection closed). Returns the tubes that gained ready jobs.
-    fn release_all(&self, conn: ConnId) -> impl Future<Output = StoreResult<Vec<TubeName>>> + Send;
+    fn release_all(
+        &self,
+        conn: ConnId,
+        now: Nanos,
+    ) -> impl Future<Output = StoreResult<Vec<TubeName>>> + Send;
 
     /// A connection closed, as one atomic step: with `release_jobs`, every job it holds
     /// goes back to ready at once (counters untouched); then its references go, each
@@ -263,6 +281,7 @@ pub trait Store: Send + Sync {
         watching: &[TubeName],
         using: &TubeName,
         release_jobs: bool,
+        now: Nanos,
     ) -> impl Future<Output = StoreResult<Vec<TubeName>>> + Send;
 
     /// Apply everything due at `now`: delayed jobs become ready, lapsed reservations
@@ -324,6 +343,15 @@ impl AnyStore {
             AnyStore::Redis(_) => "redis",
         }
     }
+
+    /// Whether the store answers now (readiness): always for memory; for Redis, one
+    /// PING, bounded by the store's response timeout.
+    pub async fn ping(&self) -> StoreResult<()> {
+        match self {
+            AnyStore::Memory(_) => Ok(()),
+            AnyStore::Redis(s) => s.ping().await,
+        }
+    }
 }
 
 /// Forward a [`Store`] method to whichever engine this is.
@@ -378,11 +406,11 @@ impl Store for AnyStore {
     async fn touch(&self, conn: ConnId, id: JobId, now: Nanos) -> StoreResult<Option<Nanos>> {
         dispatch!(self, s => s.touch(conn, id, now))
     }
-    async fn kick(&self, tube: &TubeName, bound: u32) -> StoreResult<u32> {
-        dispatch!(self, s => s.kick(tube, bound))
+    async fn kick(&self, tube: &TubeName, bound: u32, now: Nanos) -> StoreResult<u32> {
+        dispatch!(self, s => s.kick(tube, bound, now))
     }
-    async fn kick_job(&self, id: JobId) -> StoreResult<Option<TubeName>> {
-        dispatch!(self, s => s.kick_job(id))
+    async fn kick_job(&self, id: JobId, now: Nanos) -> StoreResult<Option<TubeName>> {
+        dispatch!(self, s => s.kick_job(id, now))
     }
     async fn peek(&self, id: JobId) -> StoreResult<Option<(JobId, Bytes)>> {
         dispatch!(self, s => s.peek(id))
@@ -417,8 +445,8 @@ impl Store for AnyStore {
     async fn soonest_deadline(&self, conn: ConnId) -> StoreResult<Option<Nanos>> {
         dispatch!(self, s => s.soonest_deadline(conn))
     }
-    async fn release_all(&self, conn: ConnId) -> StoreResult<Vec<TubeName>> {
-        dispatch!(self, s => s.release_all(conn))
+    async fn release_all(&self, conn: ConnId, now: Nanos) -> StoreResult<Vec<TubeName>> {
+        dispatch!(self, s => s.release_all(conn, now))
     }
     async fn close(
         &self,
@@ -426,8 +454,9 @@ impl Store for AnyStore {
         watching: &[TubeName],
         using: &TubeName,
         release_jobs: bool,
+        now: Nanos,
     ) -> StoreResult<Vec<TubeName>> {
-        dispatch!(self, s => s.close(conn, watching, using, release_jobs))
+        dispatch!(self, s => s.close(conn, watching, using, release_jobs, now))
     }
     async fn tick(&self, now: Nanos) -> StoreResult<Vec<TubeName>> {
         dispatch!(self, s => s.tick(now))

@@ -489,6 +489,16 @@ impl RedisStore {
         Ok(store)
     }
 
+    /// Whether Redis answers now: one PING on the shared connection (so it also tells
+    /// whether the connection commands use has come back after an outage), bounded by
+    /// the response timeout.
+    pub async fn ping(&self) -> StoreResult<()> {
+        redis::cmd("PING")
+            .query_async::<()>(&mut self.conn())
+            .await
+            .map_err(unavailable)
+    }
+
     /// A clock that reads (approximately) the Redis clock, for the engine.
     pub fn clock(&self) -> Clock {
         self.clock
@@ -763,12 +773,23 @@ impl RedisStore {
         items: Vec<Value>,
     ) -> StoreResult<Reserved> {
         let mut it = items.into_iter();
-        let (Some(id), Some(b), Some(deadline), _, Some(now)) =
-            (it.next(), it.next(), it.next(), it.next(), it.next())
-        else {
+        let (Some(id), Some(b), Some(deadline), _, Some(now), waited) = (
+            it.next(),
+            it.next(),
+            it.next(),
+            it.next(),
+            it.next(),
+            it.next(),
+        ) else {
             return Err(protocol_error("reserve"));
         };
         let (id, deadline) = (uint(&id), self.local_time(uint(&deadline), uint(&now)));
+        // Negative: the job was written before its ready time was recorded.
+        let waited = waited
+            .as_ref()
+            .and_then(int)
+            .and_then(|us| u64::try_from(us).ok())
+            .map(|us| us * US);
         self.hold(
             conn,
             id,
@@ -783,6 +804,7 @@ impl RedisStore {
             tube,
             body: body(b),
             deadline,
+            waited,
         })
     }
 }
@@ -982,7 +1004,7 @@ impl Store for RedisStore {
         Ok(Some(deadline))
     }
 
-    async fn kick(&self, tube: &TubeName, bound: u32) -> StoreResult<u32> {
+    async fn kick(&self, tube: &TubeName, bound: u32, _now: Nanos) -> StoreResult<u32> {
         let bound = bound.to_string();
         let v = self
             .tube_script(&self.scripts.kick, tube.as_str(), None, &[bound.as_bytes()])
@@ -990,7 +1012,7 @@ impl Store for RedisStore {
         Ok(uint(&v) as u32)
     }
 
-    async fn kick_job(&self, id: JobId) -> StoreResult<Option<TubeName>> {
+    async fn kick_job(&self, id: JobId, _now: Nanos) -> StoreResult<Option<TubeName>> {
         let Some(tube) = self.tube_of(None, id).await? else {
             return Ok(None);
         };
@@ -1184,7 +1206,7 @@ impl Store for RedisStore {
         Ok(soonest)
     }
 
-    async fn release_all(&self, conn: ConnId) -> StoreResult<Vec<TubeName>> {
+    async fn release_all(&self, conn: ConnId, _now: Nanos) -> StoreResult<Vec<TubeName>> {
         let jobs = self.held().remove(&conn).unwrap_or_default();
         let mut tubes = Vec::new();
         for (id, h) in jobs {
@@ -1212,6 +1234,7 @@ impl Store for RedisStore {
         watching: &[TubeName],
         using: &TubeName,
         release_jobs: bool,
+        _now: Nanos,
     ) -> StoreResult<Vec<TubeName>> {
         let held = self.held().remove(&conn).unwrap_or_default();
         let jobs: Vec<(JobId, TubeName, String)> = if release_jobs {

@@ -31,9 +31,10 @@ local function id20(id)
   return string.format('%020d', id)
 end
 
--- Job meta, a msgpack array:
-local PRI, DELAY, TTR, CREATED, STATE, DUE, OWNER, RESERVES, TIMEOUTS, RELEASES, BURIES, KICKS, BSEQ =
-  1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13
+-- Job meta, a msgpack array. READY is when the job last became ready (us), so a reserve
+-- can report how long it waited; jobs written before it existed lack it (nil).
+local PRI, DELAY, TTR, CREATED, STATE, DUE, OWNER, RESERVES, TIMEOUTS, RELEASES, BURIES, KICKS, BSEQ,
+  READY = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14
 local URGENT = 1024
 
 local function get_job(T, id)
@@ -146,9 +147,18 @@ local function paused(T, now)
 end
 
 -- Make job `id` (with meta `j`) ready, bumping counter `bump` (an index) if given.
-local function to_ready(T, G, id, j, bump)
+-- `since` is when it became ready (default now): the end of its delay or its lapsed
+-- deadline when a tick finds it late.
+local function to_ready(T, G, id, j, bump, since)
   detach(T, id, j)
   if bump then j[bump] = j[bump] + 1 end
+  j[READY] = since or now_us()
   attach(T, G, id, j, 'ready')
   put_job(T, id, j)
+end
+
+-- How long the ready job `j` has waited at `now` (us), or -1 when it was not recorded.
+local function waited(j, now)
+  if not j[READY] then return -1 end
+  return math.max(now - j[READY], 0)
 end

@@ -4,7 +4,7 @@ local pri, delay, ttr = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local now = now_us()
 local id = redis.call('INCR', G.ids)
 ensure_tube(G, tube)
-local j = { pri, delay, ttr, now, '', 0, '', 0, 0, 0, 0, 0, 0 }
+local j = { pri, delay, ttr, now, '', 0, '', 0, 0, 0, 0, 0, 0, now }
 redis.call('HSET', T.bodies, id, ARGV[6])
 redis.call('HSET', G.index, id, tube)
 redis.call('HINCRBY', T.meta, 'total_jobs', 1)

@@ -1,6 +1,7 @@
 -- Return to ready the jobs in this tube reserved under ARGV[3], the owner token of one
 -- reserve attempt whose answer was lost (Redis timed out, then ran it anyway): nobody
--- was told of that reservation, so it is undone, and not counted.
+-- was told of that reservation, so it is undone, and not counted (and the time it
+-- became ready is kept: as far as anyone knows it never left ready).
 -- -> the number returned
 local T, G, tube, origin = tube_keys(1), ns_keys(8), ARGV[1], ARGV[2]
 local owner = ARGV[3]

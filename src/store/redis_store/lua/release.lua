@@ -11,6 +11,7 @@ if delay > 0 then
   attach(T, G, id, j, 'delayed', due)
   due_by(G, tube, due)
 else
+  j[READY] = now_us()
   attach(T, G, id, j, 'ready')
   wake(origin, tube)
 end

@@ -1,7 +1,7 @@
 -- reserve across watched tubes: KEYS[1..7] the namespace, then 7 keys per tube;
 -- ARGV[1] origin (unused), ARGV[2] owner, ARGV[3..] the tube names.
 -- Picks the ready job with the least (pri, id) among tubes that are not paused.
--- -> nil, or {id, body, deadline, tube index (1-based), now}
+-- -> nil, or {id, body, deadline, tube index (1-based), now, waited (us, -1 unknown)}
 local G, owner = ns_keys(1), ARGV[2]
 local now = now_us()
 local best_i, best_pri, best_m = nil, nil, nil
@@ -21,10 +21,11 @@ if not best_i then return nil end
 local T = tube_keys(8 + (best_i - 1) * 7)
 local id = tonumber(best_m)
 local j = get_job(T, id)
+local w = waited(j, now)
 detach(T, id, j)
 local deadline = now + j[TTR] * 1000000
 j[RESERVES] = j[RESERVES] + 1
 attach(T, G, id, j, 'reserved', deadline, owner)
 put_job(T, id, j)
 due_by(G, ARGV[best_i + 2], deadline + 1)
-return { id, redis.call('HGET', T.bodies, id), deadline, best_i, now }
+return { id, redis.call('HGET', T.bodies, id), deadline, best_i, now, w }
