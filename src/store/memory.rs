@@ -34,6 +34,9 @@ enum Ref {
 /// Jobs with a priority below this are "urgent" in the stats.
 pub const URGENT_PRI: u32 = 1024;
 
+/// One job. Kept small, because a queue may hold millions (each is boxed, so the job
+/// table's spare capacity costs a pointer per slot, not a whole job): one time field
+/// serves every state, the counters are 32-bit as in the reference.
 #[derive(Debug)]
 struct Job {
     id: JobId,
@@ -41,22 +44,26 @@ struct Job {
     pri: u32,
     delay_secs: u32,
     ttr_secs: u32,
-    created: Nanos,
     state: JobState,
-    /// Due time (delayed) or TTR deadline (reserved).
-    due: Nanos,
-    owner: Option<ConnId>,
-    /// Position in the tube's buried FIFO.
-    bury_seq: u64,
-    /// When the job last became ready (meaningful while it is ready): a reserve
-    /// reports how long it waited.
-    ready_since: Nanos,
-    reserves: u64,
-    timeouts: u64,
-    releases: u64,
-    buries: u64,
-    kicks: u64,
+    created: Nanos,
+    /// By state: delayed, the due time; reserved, the TTR deadline; ready, when it
+    /// became ready (a reserve reports how long it waited); buried, its position in
+    /// the tube's buried FIFO.
+    at: u64,
+    /// The reserving connection's id while reserved, else 0 (ids start at 1).
+    owner: u64,
+    reserves: u32,
+    timeouts: u32,
+    releases: u32,
+    buries: u32,
+    kicks: u32,
     body: Bytes,
+}
+
+impl Job {
+    fn owned_by(&self, conn: ConnId) -> bool {
+        self.state == JobState::Reserved && self.owner == conn.0
+    }
 }
 
 #[derive(Debug, Default)]
@@ -91,7 +98,7 @@ impl Tube {
 #[derive(Debug, Default)]
 struct State {
     next_id: JobId,
-    jobs: HashMap<JobId, Job>,
+    jobs: HashMap<JobId, Box<Job>>,
     tubes: HashMap<TubeName, Tube>,
     order: SwapList<TubeName>,
     delayed: BTreeSet<(Nanos, JobId)>,
@@ -183,17 +190,16 @@ impl State {
                 self.totals.ready -= 1;
             }
             JobState::Delayed => {
-                tube.delayed.remove(&(job.due, id));
-                self.delayed.remove(&(job.due, id));
+                tube.delayed.remove(&(job.at, id));
+                self.delayed.remove(&(job.at, id));
                 self.totals.delayed -= 1;
             }
             JobState::Reserved => {
                 tube.reserved -= 1;
-                self.reserved.remove(&(job.due, id));
-                if let Some(owner) = job.owner
-                    && let Some(set) = self.by_conn.get_mut(&owner)
-                {
-                    set.remove(&(job.due, id));
+                self.reserved.remove(&(job.at, id));
+                let owner = ConnId(job.owner);
+                if let Some(set) = self.by_conn.get_mut(&owner) {
+                    set.remove(&(job.at, id));
                     if set.is_empty() {
                         self.by_conn.remove(&owner);
                     }
@@ -201,14 +207,14 @@ impl State {
                 self.totals.reserved -= 1;
             }
             JobState::Buried => {
-                tube.buried.remove(&job.bury_seq);
+                tube.buried.remove(&job.at);
                 self.totals.buried -= 1;
             }
         }
     }
 
-    /// Place a detached job in `state`. `due` is the due time (delayed) or deadline
-    /// (reserved); `owner` the reserving connection.
+    /// Place a detached job in `state`. `due` is the due time (delayed), the deadline
+    /// (reserved) or when it became ready (ready); `owner` the reserving connection.
     fn attach(&mut self, id: JobId, state: JobState, due: Nanos, owner: Option<ConnId>) {
         let bury_seq = if state == JobState::Buried {
             self.bury_seq += 1;
@@ -220,9 +226,12 @@ impl State {
             return;
         };
         job.state = state;
-        job.due = due;
-        job.owner = owner;
-        job.bury_seq = bury_seq;
+        job.at = if state == JobState::Buried {
+            bury_seq
+        } else {
+            due
+        };
+        job.owner = owner.map_or(0, |c| c.0);
         let Some(tube) = self.tubes.get_mut(&job.tube) else {
             return;
         };
@@ -263,16 +272,14 @@ impl State {
     /// Move job `id` to ready, having become ready at `since` (which may be earlier
     /// than now: the end of its delay, or its lapsed deadline).
     fn make_ready(&mut self, id: JobId, since: Nanos) {
-        self.move_to(id, JobState::Ready, 0, None);
-        if let Some(job) = self.jobs.get_mut(&id) {
-            job.ready_since = since;
-        }
+        self.move_to(id, JobState::Ready, since, None);
     }
 
     fn held_by(&self, id: JobId, conn: ConnId) -> Option<&Job> {
         self.jobs
             .get(&id)
-            .filter(|j| j.state == JobState::Reserved && j.owner == Some(conn))
+            .map(|j| &**j)
+            .filter(|j| j.owned_by(conn))
     }
 
     fn reserve_id(&mut self, conn: ConnId, id: JobId, now: Nanos) -> Option<Reserved> {
@@ -280,7 +287,7 @@ impl State {
         let ttr = u64::from(job.ttr_secs);
         // A delayed or buried job taken by reserve-job never waited as ready.
         let waited = match job.state {
-            JobState::Ready => now.saturating_sub(job.ready_since),
+            JobState::Ready => now.saturating_sub(job.at),
             _ => 0,
         };
         let deadline = now + ttr * NANOS_PER_SEC;
@@ -306,10 +313,7 @@ impl State {
                 None,
             );
         } else {
-            self.attach(id, JobState::Ready, 0, None);
-            if let Some(job) = self.jobs.get_mut(&id) {
-                job.ready_since = now;
-            }
+            self.attach(id, JobState::Ready, now, None);
         }
     }
 
@@ -356,25 +360,23 @@ impl Store for MemoryStore {
         s.totals.total_jobs += 1;
         s.jobs.insert(
             id,
-            Job {
+            Box::new(Job {
                 id,
                 tube: job.tube,
                 pri: job.pri,
                 delay_secs: job.delay_secs,
                 ttr_secs: job.ttr_secs,
-                created: now,
                 state: JobState::Ready,
-                due: 0,
-                owner: None,
-                bury_seq: 0,
-                ready_since: now,
+                created: now,
+                at: now,
+                owner: 0,
                 reserves: 0,
                 timeouts: 0,
                 releases: 0,
                 buries: 0,
                 kicks: 0,
                 body: job.body,
-            },
+            }),
         );
         s.attach_after(id, job.delay_secs, now);
         Ok(id)
@@ -418,7 +420,7 @@ impl Store for MemoryStore {
         let Some(job) = s.jobs.get(&id) else {
             return Ok(false);
         };
-        if job.state == JobState::Reserved && job.owner != Some(conn) {
+        if job.state == JobState::Reserved && !job.owned_by(conn) {
             return Ok(false);
         }
         s.detach(id);
@@ -560,12 +562,12 @@ impl Store for MemoryStore {
             created: j.created,
             delay_secs: j.delay_secs,
             ttr_secs: j.ttr_secs,
-            deadline: matches!(j.state, JobState::Delayed | JobState::Reserved).then_some(j.due),
-            reserves: j.reserves,
-            timeouts: j.timeouts,
-            releases: j.releases,
-            buries: j.buries,
-            kicks: j.kicks,
+            deadline: matches!(j.state, JobState::Delayed | JobState::Reserved).then_some(j.at),
+            reserves: j.reserves.into(),
+            timeouts: j.timeouts.into(),
+            releases: j.releases.into(),
+            buries: j.buries.into(),
+            kicks: j.kicks.into(),
             now,
         }))
     }
