@@ -36,7 +36,7 @@ use super::{
 use crate::engine::Clock;
 use crate::protocol::TubeName;
 use keys::Keys;
-use scripts::Scripts;
+use scripts::{Call, Scripts};
 
 /// How long a command may wait for Redis before it answers INTERNAL_ERROR.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(1);
@@ -138,10 +138,10 @@ async fn close_connection<'a>(
             .map_or(0, |i| i + 1)
             .to_string()
     };
-    let mut inv = script.prepare_invoke();
-    inv.key(&target.keys.namespace()[..]).key(refs_key);
+    let mut inv = Call::new(script, 8 + 7 * tubes.len());
+    inv.keys(target.keys.namespace()).key(refs_key);
     for t in &tubes {
-        inv.key(&target.keys.tube(t.as_str())[..]);
+        inv.keys(&target.keys.tube(t.as_str())[..]);
     }
     let names: Vec<&str> = tubes.iter().map(|t| t.as_str()).collect();
     inv.arg(target.origin).arg(names.join("\n")).arg(jobs.len());
@@ -151,10 +151,7 @@ async fn close_connection<'a>(
     for (kind, tube) in refs {
         inv.arg(kind).arg(index(tube));
     }
-    let woken: Vec<usize> = inv
-        .invoke_async(&mut target.conn)
-        .await
-        .map_err(unavailable)?;
+    let woken: Vec<usize> = inv.invoke(&mut target.conn).await.map_err(unavailable)?;
     Ok(woken
         .into_iter()
         .filter_map(|i| tubes.get(i.wrapping_sub(1)).map(|t| (*t).clone()))
@@ -241,9 +238,9 @@ async fn run_tube_script(
     extra_key: Option<&str>,
     args: &[&[u8]],
 ) -> StoreResult<Value> {
-    let mut inv = script.prepare_invoke();
-    inv.key(&target.keys.tube(tube)[..])
-        .key(&target.keys.namespace()[..]);
+    let mut inv = Call::new(script, 14 + usize::from(extra_key.is_some()));
+    inv.keys(&target.keys.tube(tube)[..])
+        .keys(target.keys.namespace());
     if let Some(k) = extra_key {
         inv.key(k);
     }
@@ -251,9 +248,7 @@ async fn run_tube_script(
     for a in args {
         inv.arg(*a);
     }
-    inv.invoke_async(&mut target.conn)
-        .await
-        .map_err(unavailable)
+    inv.invoke(&mut target.conn).await.map_err(unavailable)
 }
 
 /// The reference keeper: the one task that changes this instance's tube references,
@@ -443,13 +438,13 @@ impl RedisStore {
         for script in scripts.all() {
             script.load_async(&mut conn).await.map_err(unavailable)?;
         }
-        let mut inv = scripts.init.prepare_invoke();
-        inv.key(&keys.tube("default")[..])
-            .key(&keys.namespace()[..])
+        let mut inv = Call::new(&scripts.init, 14);
+        inv.keys(&keys.tube("default")[..])
+            .keys(keys.namespace())
             .arg("default")
             .arg(&origin);
         let asked = std::time::Instant::now();
-        let now_us: Value = inv.invoke_async(&mut conn).await.map_err(unavailable)?;
+        let now_us: Value = inv.invoke(&mut conn).await.map_err(unavailable)?;
         // Redis read its clock about half a round trip ago.
         let now = uint(&now_us) * US + asked.elapsed().as_nanos() as u64 / 2;
         let (refs, ref_ops) = mpsc::unbounded_channel();
@@ -693,21 +688,18 @@ impl RedisStore {
                 .collect();
             tubes.sort_unstable();
             tubes.dedup();
-            let mut inv = self.scripts.reap.prepare_invoke();
-            inv.key(&self.keys.namespace()[..])
+            let mut inv = Call::new(&self.scripts.reap, 9 + 7 * tubes.len());
+            inv.keys(self.keys.namespace())
                 .key(&registry)
                 .key(&refs_key);
             for t in &tubes {
-                inv.key(&self.keys.tube(t)[..]);
+                inv.keys(&self.keys.tube(t)[..]);
             }
             inv.arg(instance);
             for t in &tubes {
                 inv.arg(*t);
             }
-            let outcome: i64 = inv
-                .invoke_async(&mut self.conn())
-                .await
-                .map_err(unavailable)?;
+            let outcome: i64 = inv.invoke(&mut self.conn()).await.map_err(unavailable)?;
             match outcome {
                 1 => {
                     tracing::info!(
@@ -853,16 +845,16 @@ impl Store for RedisStore {
         _now: Nanos,
     ) -> StoreResult<Option<Reserved>> {
         let owner = self.attempt_owner(conn);
-        let mut inv = self.scripts.reserve.prepare_invoke();
-        inv.key(&self.keys.namespace()[..]);
+        let mut inv = Call::new(&self.scripts.reserve, 7 + 7 * watched.len());
+        inv.keys(self.keys.namespace());
         for t in watched {
-            inv.key(&self.keys.tube(t.as_str())[..]);
+            inv.keys(&self.keys.tube(t.as_str())[..]);
         }
         inv.arg(&self.origin).arg(&owner);
         for t in watched {
             inv.arg(t.as_str());
         }
-        let v: Value = match inv.invoke_async(&mut self.conn()).await {
+        let v: Value = match inv.invoke(&mut self.conn()).await {
             Ok(v) => v,
             Err(err) => {
                 // The script may still run (a timeout does not cancel it).

@@ -1,8 +1,65 @@
 //! The Lua scripts, one per job transition. Each is the shared prelude followed by the
-//! script's own body; `redis::Script` loads it once and calls it by EVALSHA (loading it
-//! again by itself after a Redis restart).
+//! script's own body; it is loaded once and called by EVALSHA ([`Call`]), and loaded
+//! again when Redis answers NOSCRIPT (after a restart or `SCRIPT FLUSH`).
 
-use redis::Script;
+use redis::aio::ConnectionLike;
+use redis::{Cmd, ErrorKind, FromRedisValue, RedisResult, Script, ServerErrorKind, ToRedisArgs};
+
+/// One call of a script, written straight into one command buffer as its keys and
+/// arguments are added (redis-rs' `ScriptInvocation` keeps each in its own allocation
+/// and copies them again into the command: a measurable part of every command's cost).
+///
+/// Invariant: exactly the number of keys announced to [`Call::new`] are added before
+/// the first argument; [`Call::invoke`] refuses a call that broke it.
+pub struct Call<'a> {
+    script: &'a Script,
+    cmd: Cmd,
+    keys_left: usize,
+}
+
+impl<'a> Call<'a> {
+    /// A call of `script` that will name `keys` keys.
+    pub fn new(script: &'a Script, keys: usize) -> Call<'a> {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(script.get_hash()).arg(keys);
+        Call {
+            script,
+            cmd,
+            keys_left: keys,
+        }
+    }
+
+    pub fn key(&mut self, key: impl ToRedisArgs) -> &mut Self {
+        self.keys_left = self.keys_left.saturating_sub(1);
+        self.cmd.arg(key);
+        self
+    }
+
+    pub fn keys<K: ToRedisArgs>(&mut self, keys: &[K]) -> &mut Self {
+        for k in keys {
+            self.key(k);
+        }
+        self
+    }
+
+    pub fn arg(&mut self, arg: impl ToRedisArgs) -> &mut Self {
+        self.cmd.arg(arg);
+        self
+    }
+
+    pub async fn invoke<T: FromRedisValue>(&self, con: &mut impl ConnectionLike) -> RedisResult<T> {
+        if self.keys_left != 0 {
+            return Err((ErrorKind::Client, "script call built with too few keys").into());
+        }
+        match self.cmd.query_async(con).await {
+            Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                self.script.load_async(con).await?;
+                self.cmd.query_async(con).await
+            }
+            other => other,
+        }
+    }
+}
 
 macro_rules! lua {
     ($file:literal) => {
