@@ -41,23 +41,15 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::io::{self, ErrorKind, Read, Write};
+use std::io::{self, ErrorKind};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use support::ServerProc;
 use support::client::{Client, Reply, parse_dict};
-use support::redis::{RedisServer, redis_server_path};
-
-/// The tests run one at a time, so their timing figures do not disturb each other.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
+use support::load::{Load, LoadConfig};
+use support::redis::{RedisServer, private_redis};
+use support::{Log, redstalk_on, serial, signal_pid};
 
 /// How long an ordinary reply may take.
 const REPLY: Duration = Duration::from_secs(5);
@@ -68,26 +60,8 @@ const CLOCK_SLACK: Duration = Duration::from_millis(50);
 /// How late a due time may be acted on (the timer wakes at the deadline).
 const LATE: Duration = Duration::from_millis(1500);
 
-// ---------------------------------------------------------------------------------------
-// Client helpers on top of `support::client` that report I/O failures instead of
-// panicking (a command may meet a closed connection while Redis is down).
-
 fn try_connect(addr: SocketAddr) -> io::Result<Client> {
     Client::try_connect(addr, "producer")
-}
-
-/// Send raw bytes and read the reply; any I/O failure is returned.
-fn try_call(c: &mut Client, request: &[u8], timeout: Duration) -> io::Result<Reply> {
-    let mut sock = c.socket();
-    sock.write_all(request)?;
-    c.try_reply(timeout)
-}
-
-fn try_put(c: &mut Client, pri: u32, delay: u32, ttr: u32, body: &[u8]) -> io::Result<Reply> {
-    let mut req = format!("put {pri} {delay} {ttr} {}\r\n", body.len()).into_bytes();
-    req.extend_from_slice(body);
-    req.extend_from_slice(b"\r\n");
-    try_call(c, &req, REPLY)
 }
 
 /// `waiter` sends `reserve-with-timeout 3` (nothing is ready for it); once `observer`
@@ -116,7 +90,8 @@ fn put_until_inserted(c: &mut Client, log: &Log, event: &str) -> (u64, Duration,
     let mut attempts = 0;
     loop {
         attempts += 1;
-        let r = try_put(c, 0, 0, 60, b"after")
+        let r = c
+            .try_put(0, 0, 60, b"after", REPLY)
             .unwrap_or_else(|e| panic!("put after Redis {event}: {e}\n{}", log.tail()));
         if r.word() == "INSERTED" {
             return (r.id().unwrap(), up_at.elapsed(), attempts);
@@ -184,50 +159,7 @@ fn num(map: &BTreeMap<String, String>, key: &str) -> u64 {
 
 /// A private Redis, or None (skip) when redis-server is missing and not required.
 fn redis_with(extra: &[&str]) -> Option<RedisServer> {
-    if redis_server_path().is_none() {
-        assert!(
-            !support::oracle_required(),
-            "redis-server is required (REDSTALK_REQUIRE_ORACLE=1) but not installed"
-        );
-        eprintln!("!!! redis-server is not installed: the durability tests are SKIPPED.");
-        return None;
-    }
-    Some(RedisServer::start_with(extra).expect("start redis-server"))
-}
-
-/// The server's stderr, drained by a thread (so a chatty server never blocks on a full
-/// pipe) and kept for failure messages.
-#[derive(Clone, Default)]
-struct Log(Arc<Mutex<Vec<u8>>>);
-
-impl Log {
-    fn tail(&self) -> String {
-        let buf = self.0.lock().unwrap();
-        let from = buf.len().saturating_sub(3000);
-        String::from_utf8_lossy(&buf[from..]).into_owned()
-    }
-}
-
-fn redstalk(redis: &RedisServer, prefix: &str) -> (ServerProc, Log) {
-    let mut srv =
-        ServerProc::start_on_redis(&redis.url(), prefix, &[]).expect("start redstalk on Redis");
-    let log = Log::default();
-    if let Some(mut err) = srv.take_stderr() {
-        let log = log.clone();
-        thread::spawn(move || {
-            let mut chunk = [0u8; 8192];
-            while let Ok(n) = err.read(&mut chunk) {
-                if n == 0 {
-                    break;
-                }
-                let mut buf = log.0.lock().unwrap();
-                buf.extend_from_slice(&chunk[..n]);
-                let excess = buf.len().saturating_sub(256 * 1024);
-                buf.drain(..excess);
-            }
-        });
-    }
-    (srv, log)
+    private_redis(extra, "durability tests")
 }
 
 /// A plain (synchronous) connection to the private Redis, for admin commands.
@@ -339,7 +271,7 @@ fn wait_state(c: &mut Client, id: u64, state: &str, timeout: Duration) -> Instan
 fn kill_9_keeps_every_job() {
     let _serial = serial();
     let Some(redis) = redis_with(&[]) else { return };
-    let (mut first, _log1) = redstalk(&redis, "dur-a");
+    let (mut first, _log1) = redstalk_on(&redis, "dur-a");
     let bodies = bodies();
     let body_of = |i: usize| bodies[i % bodies.len()].clone();
     let mut p = Client::connect(first.addr, "p");
@@ -473,7 +405,7 @@ fn kill_9_keeps_every_job() {
     );
     drop((t, w, r));
     let kill_to_serve = Instant::now();
-    let (mut second, log2) = redstalk(&redis, "dur-a");
+    let (mut second, log2) = redstalk_on(&redis, "dur-a");
     let mut c = Client::connect(second.addr, "c");
     let restart = kill_to_serve.elapsed();
     let after = snapshot(&mut c, &ids);
@@ -540,12 +472,9 @@ fn kill_9_keeps_every_job() {
             let mut q = Client::connect(addr, "q");
             q.expect("watch delta", "WATCHING 2");
             q.expect("ignore default", "WATCHING 1");
-            let r = try_call(
-                &mut q,
-                b"reserve-with-timeout 20\r\n",
-                Duration::from_secs(25),
-            )
-            .expect("reserve on delta");
+            let r = q
+                .try_call(b"reserve-with-timeout 20\r\n", Duration::from_secs(25))
+                .expect("reserve on delta");
             (r, Instant::now(), q)
         }
     });
@@ -647,7 +576,7 @@ fn redis_down_answers_internal_error_and_recovers() {
     let Some(mut redis) = redis_with(&[]) else {
         return;
     };
-    let (mut srv, log) = redstalk(&redis, "dur-b");
+    let (mut srv, log) = redstalk_on(&redis, "dur-b");
     let mut c = Client::connect(srv.addr, "c");
     let c2 = Client::connect(srv.addr, "c2");
     let id = put_in(&mut c, "default", 0, 0, 60, b"before");
@@ -679,7 +608,8 @@ fn redis_down_answers_internal_error_and_recovers() {
         for req in commands {
             let name = String::from_utf8_lossy(req.split(|&b| b == b'\r').next().unwrap());
             let start = Instant::now();
-            let r = try_call(&mut c, req, REPLY)
+            let r = c
+                .try_call(req, REPLY)
                 .unwrap_or_else(|e| panic!("round {round}, {name}: {e}\n{}", log.tail()));
             let took = start.elapsed();
             assert_eq!(r.line, "INTERNAL_ERROR", "round {round}, {name}");
@@ -697,7 +627,7 @@ fn redis_down_answers_internal_error_and_recovers() {
     }
     // A new connection while Redis is down is answered or closed, never left hanging.
     let start = Instant::now();
-    let fresh = try_connect(srv.addr).and_then(|mut n| try_call(&mut n, b"stats\r\n", REPLY));
+    let fresh = try_connect(srv.addr).and_then(|mut n| n.try_call(b"stats\r\n", REPLY));
     let fresh_took = start.elapsed();
     let fresh_outcome = match &fresh {
         Ok(r) => r.line.clone(),
@@ -759,22 +689,13 @@ fn redis_down_answers_internal_error_and_recovers() {
 // ---------------------------------------------------------------------------------------
 // B'. Redis frozen (SIGSTOP): connections to it stay open but nothing answers.
 
-fn signal_pid(pid: u32, sig: &str) {
-    let ok = std::process::Command::new("kill")
-        .arg(format!("-{sig}"))
-        .arg(pid.to_string())
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(ok, "kill -{sig} {pid}");
-}
-
 #[test]
 fn redis_frozen_answers_internal_error_and_recovers() {
     let _serial = serial();
     let Some(redis) = redis_with(&[]) else {
         return;
     };
-    let (mut srv, log) = redstalk(&redis, "dur-e");
+    let (mut srv, log) = redstalk_on(&redis, "dur-e");
     let mut c = Client::connect(srv.addr, "c");
     let mut c2 = Client::connect(srv.addr, "c2");
     let mut c3 = Client::connect(srv.addr, "c3");
@@ -803,7 +724,8 @@ fn redis_frozen_answers_internal_error_and_recovers() {
         let client = if on_c3 { &mut c3 } else { &mut c };
         let name = String::from_utf8_lossy(req.split(|&b| b == b'\r').next().unwrap());
         let start = Instant::now();
-        let r = try_call(client, req, REPLY)
+        let r = client
+            .try_call(req, REPLY)
             .unwrap_or_else(|e| panic!("{name} with Redis frozen: {e}\n{}", log.tail()));
         let took = start.elapsed();
         assert_eq!(r.line, "INTERNAL_ERROR", "{name} with Redis frozen");
@@ -866,7 +788,7 @@ fn failed_reserve_holds_no_job() {
     let Some(redis) = redis_with(&[]) else {
         return;
     };
-    let (mut srv, log) = redstalk(&redis, "dur-f");
+    let (mut srv, log) = redstalk_on(&redis, "dur-f");
     let mut c = Client::connect(srv.addr, "c");
     let mut p = Client::connect(srv.addr, "p");
     const TTR: u32 = 30;
@@ -877,7 +799,7 @@ fn failed_reserve_holds_no_job() {
     let pid = redis.pid().expect("redis pid");
     signal_pid(pid, "STOP");
     let sent = Instant::now();
-    let r = try_call(&mut c, b"reserve-with-timeout 0\r\n", REPLY);
+    let r = c.try_call(b"reserve-with-timeout 0\r\n", REPLY);
     let took = sent.elapsed();
     signal_pid(pid, "CONT");
     let r = r.unwrap_or_else(|e| panic!("reserve with Redis frozen: {e}\n{}", log.tail()));
@@ -917,122 +839,56 @@ fn aof_always_loses_no_acknowledged_put() {
     let Some(mut redis) = redis_with(&["--appendonly", "yes", "--appendfsync", "always"]) else {
         return;
     };
-    let (mut srv, log) = redstalk(&redis, "dur-c");
+    let (mut srv, log) = redstalk_on(&redis, "dur-c");
     const PRODUCERS: usize = 4;
     const BEFORE_KILL: usize = 200;
     const AFTER_RESTART: usize = 200;
-    let stop = Arc::new(AtomicBool::new(false));
-    let acked = Arc::new(Mutex::new(Vec::<(u64, Vec<u8>)>::new()));
-    let failed = Arc::new(AtomicUsize::new(0));
-    let surprises = Arc::new(Mutex::new(Vec::<String>::new()));
-    let producers: Vec<_> = (0..PRODUCERS)
-        .map(|p| {
-            let (stop, acked, failed, surprises) = (
-                stop.clone(),
-                acked.clone(),
-                failed.clone(),
-                surprises.clone(),
-            );
-            let addr = srv.addr;
-            thread::spawn(move || {
-                let mut conn: Option<Client> = None;
-                let mut seq = 0usize;
-                while !stop.load(Ordering::SeqCst) {
-                    let Some(c) = conn.as_mut() else {
-                        conn = try_connect(addr).ok();
-                        if conn.is_none() {
-                            thread::sleep(Duration::from_millis(20));
-                        }
-                        continue;
-                    };
-                    seq += 1;
-                    let mut body = format!("p{p}-{seq}\r\n\0").into_bytes();
-                    body.extend((0..(seq * 7) % 300).map(|i| (i * 31 + p) as u8));
-                    match try_put(c, 0, 0, 60, &body) {
-                        Ok(r) if r.word() == "INSERTED" => match r.id() {
-                            Some(id) => acked.lock().unwrap().push((id, body)),
-                            None => surprises.lock().unwrap().push(r.line),
-                        },
-                        Ok(r) if r.line == "INTERNAL_ERROR" => {
-                            failed.fetch_add(1, Ordering::SeqCst);
-                        }
-                        Ok(r) => surprises.lock().unwrap().push(r.line),
-                        Err(e) => {
-                            if e.kind() == ErrorKind::TimedOut {
-                                surprises.lock().unwrap().push(format!("put hung: {e}"));
-                            }
-                            failed.fetch_add(1, Ordering::SeqCst);
-                            conn = None;
-                            thread::sleep(Duration::from_millis(20));
-                        }
-                    }
-                }
-            })
-        })
-        .collect();
-    let wait_for = |n: usize, what: &str| {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while acked.lock().unwrap().len() < n {
-            assert!(
-                Instant::now() < deadline,
-                "{what}: only {} puts acknowledged\n{}",
-                acked.lock().unwrap().len(),
-                log.tail()
-            );
-            thread::sleep(Duration::from_millis(5));
-        }
-    };
-    let started = Instant::now();
-    wait_for(BEFORE_KILL, "before the kill");
+    let load = Load::start(
+        srv.addr,
+        LoadConfig {
+            producers: PRODUCERS,
+            workers: 0,
+            tube: "default".into(),
+            ttr: 60,
+            reply_timeout: REPLY,
+        },
+    );
+    let acked = |n: usize| move |l: &support::load::Ledger| l.acked.len() >= n;
+    let bound = Duration::from_secs(20);
+    load.wait_until("before the kill", bound, || log.tail(), acked(BEFORE_KILL));
     redis.kill();
-    let at_kill = acked.lock().unwrap().len();
+    let at_kill = load.ledger(|l| l.acked.len());
     thread::sleep(Duration::from_millis(300));
     redis.spawn().expect("restart redis-server");
-    let up_at = Instant::now();
-    let at_up = acked.lock().unwrap().len();
-    wait_for(at_up + 1, "after the restart");
-    let first_after = up_at.elapsed();
-    wait_for(at_up + AFTER_RESTART, "after the restart");
-    stop.store(true, Ordering::SeqCst);
-    for p in producers {
-        p.join().expect("producer thread");
-    }
-    let load_took = started.elapsed();
-    let surprises = surprises.lock().unwrap().clone();
-    assert!(surprises.is_empty(), "unexpected replies: {surprises:?}");
-    let acked = acked.lock().unwrap().clone();
-
-    let mut ids: Vec<u64> = acked.iter().map(|(id, _)| *id).collect();
-    ids.sort_unstable();
-    ids.dedup();
-    assert_eq!(ids.len(), acked.len(), "an id was acknowledged twice");
-    let mut c = Client::connect(srv.addr, "c");
-    let mut missing = Vec::new();
-    for (id, body) in &acked {
-        let r = c.cmd(&format!("peek {id}"));
-        if r.line != format!("FOUND {id} {}", body.len()) || r.body.as_ref() != Some(body) {
-            missing.push((*id, show(&r)));
-        }
-    }
+    let at_up = load.ledger(|l| l.acked.len());
+    let first_after = load.wait_until("after the restart", bound, || log.tail(), acked(at_up + 1));
+    load.wait_until(
+        "after the restart",
+        bound,
+        || log.tail(),
+        acked(at_up + AFTER_RESTART),
+    );
+    let load_took = load.elapsed();
+    let ledger = load.stop();
+    assert!(
+        ledger.surprises.is_empty(),
+        "unexpected replies: {:?}",
+        ledger.surprises
+    );
+    let audit = ledger.audit(&mut Client::connect(srv.addr, "c"));
     assert!(srv.is_running(), "redstalk died: {}", log.tail());
     println!(
         "acknowledged {}, found {}, lost {} ({PRODUCERS} connections, {at_kill} acknowledged \
          before Redis was killed, {} put attempts failed while it was down, first INSERTED \
          {} ms after it came back, load {} ms)",
-        acked.len(),
-        acked.len() - missing.len(),
-        missing.len(),
-        failed.load(Ordering::SeqCst),
+        audit.acknowledged,
+        audit.found,
+        audit.lost.len(),
+        ledger.put_failed.len() + ledger.put_unanswered.len(),
         ms(first_after),
         ms(load_took),
     );
-    assert!(
-        missing.is_empty(),
-        "acknowledged puts lost: {} of {}, first: {:?}",
-        missing.len(),
-        acked.len(),
-        &missing[..missing.len().min(10)]
-    );
+    audit.assert_sound("Redis killed and restarted under a put load");
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1098,7 +954,7 @@ fn scripts_reload_after_flush_and_restart() {
     let Some(mut redis) = redis_with(&["--appendonly", "yes", "--appendfsync", "always"]) else {
         return;
     };
-    let (mut srv, log) = redstalk(&redis, "dur-d");
+    let (mut srv, log) = redstalk_on(&redis, "dur-d");
     let mut admin = redis_admin(&redis);
     let mut c = Client::connect(srv.addr, "c");
     let mut w = Client::connect(srv.addr, "w");

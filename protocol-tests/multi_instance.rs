@@ -179,10 +179,8 @@ fn ms(d: Duration) -> f64 {
 
 /// (median, p90, max) of `samples`.
 fn summary(samples: &[Duration]) -> (Duration, Duration, Duration) {
-    let mut s = samples.to_vec();
-    s.sort();
-    let at = |p: f64| s[((s.len() - 1) as f64 * p).round() as usize];
-    (at(0.5), at(0.9), s[s.len() - 1])
+    let q = support::quantiles(samples, &[0.5, 0.9, 1.0]);
+    (q[0], q[1], q[2])
 }
 
 /// The job figures of a `stats` or `stats-tube` reply.

@@ -19,8 +19,12 @@
 //!   discarded while streaming, never buffered nor executed: JOB_TOO_BIG, small peak
 //!   RSS, in sync afterwards;
 //! - seeded random input (raw bytes, protocol-ish noise, valid commands mixed with
-//!   junk) never crashes the server, and every reply it draws is a well-formed protocol
-//!   reply (known word, right arity, bodies framed by their length);
+//!   junk or with malformed requests: over-long lines, numbers too big for their field,
+//!   bodies not ended by CRLF, too-big puts full of commands, invalid tube names, cut-off
+//!   lines) never crashes the server, every reply it draws is a well-formed protocol
+//!   reply (known word, right arity, bodies framed by their length), the server still
+//!   answers afterwards, and its RSS does not grow over the runs (each run's connection
+//!   leaves nothing behind);
 //! - SIGTERM shuts down gracefully even with a reserved job and a blocked reserve: exit
 //!   status 0 within `--shutdown-grace`, and a unix socket's file is removed;
 //! - `-l unix:/path` serves the protocol end to end and replaces a stale socket file,
@@ -48,7 +52,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use support::rng::Rng;
-use support::{ServerKind, ServerProc, redstalk_path};
+use support::{ServerKind, ServerProc, proc_status_kb, redstalk_path};
 
 /// How long an ordinary reply may take.
 const REPLY: Duration = Duration::from_secs(5);
@@ -398,17 +402,6 @@ fn tcp(srv: &ServerProc, name: impl Into<String>) -> Client<TcpStream> {
     let s = TcpStream::connect_timeout(&srv.addr, REPLY).expect("connect to redstalk");
     s.set_nodelay(true).expect("nodelay");
     Client::new(s, name)
-}
-
-/// One field (in kB) of `/proc/<pid>/status`.
-fn proc_status_kb(pid: u32, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_else(|e| panic!("read /proc/{pid}/status: {e}"));
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|v| v.trim().strip_suffix("kB")?.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
 }
 
 /// The server's peak RSS so far is below [`RSS_LIMIT_KB`].
@@ -965,11 +958,77 @@ fn valid_command(rng: &mut Rng) -> Vec<u8> {
     format!("{cmd}\r\n").into_bytes()
 }
 
-/// One run's input: raw bytes, protocol-ish noise, or valid commands mixed with junk.
+/// The size limit (`-z`) of the random-input server, so too-big puts stay small.
+const FUZZ_MAX_JOB: usize = 1000;
+
+/// A malformed request the reference has a rule for: an over-long line, a number too
+/// big for its field, a body not ended by CRLF, a too-big put (its body full of
+/// commands), an invalid tube name, or a line cut off without its CRLF.
+fn malformed_request(rng: &mut Rng) -> Vec<u8> {
+    let tube = *rng.pick(&["-x", "a:b", "", " two", "a b", "\u{e9}", "t\0"]);
+    match rng.index(7) {
+        0 => {
+            let n = rng.range(223, 2000) as usize;
+            let mut l = rng.bytes(n);
+            l.retain(|&b| b != b'\r');
+            l.extend_from_slice(b"\r\n");
+            l
+        }
+        1 => rng
+            .pick(&[
+                "put 99999999999999999999 0 60 1\r\n",
+                "put 0 4294967296 60 1\r\n",
+                "delete 18446744073709551616\r\n",
+                "release 1 4294967296 0\r\n",
+                "kick 99999999999999999999\r\n",
+                "reserve-with-timeout 2147483648\r\n",
+                "pause-tube default 4294967296\r\n",
+            ])
+            .as_bytes()
+            .to_vec(),
+        2 => {
+            let n = rng.index(FUZZ_MAX_JOB);
+            let body = rng.bytes(n);
+            let mut put = format!("put 0 0 60 {}\r\n", body.len()).into_bytes();
+            put.extend_from_slice(&body);
+            put.extend_from_slice(b"xy");
+            put
+        }
+        3 => {
+            let n = FUZZ_MAX_JOB + 1 + rng.index(3000);
+            let mut put = format!("put 0 0 60 {n}\r\n").into_bytes();
+            put.extend(b"delete 1\r\nquit\r\n".iter().cycle().take(n + 2));
+            put
+        }
+        4 => format!(
+            "{} {tube}\r\n",
+            rng.pick(&["use", "watch", "ignore", "stats-tube"])
+        )
+        .into_bytes(),
+        5 => format!("use {}\r\n", "a".repeat(201)).into_bytes(),
+        _ => {
+            let mut cmd = valid_command(rng);
+            cmd.truncate(rng.index(cmd.len()));
+            cmd
+        }
+    }
+}
+
+/// One run's input: raw bytes, protocol-ish noise, valid commands mixed with junk, or
+/// valid commands mixed with malformed requests.
 fn random_input(rng: &mut Rng) -> Vec<u8> {
     let len = rng.index(4097);
     let mut out = Vec::with_capacity(len + 128);
-    match rng.index(3) {
+    match rng.index(4) {
+        3 => {
+            while out.len() < len {
+                if rng.chance(40) {
+                    out.extend_from_slice(&malformed_request(rng));
+                } else {
+                    out.extend_from_slice(&valid_command(rng));
+                }
+            }
+        }
         0 => out = rng.bytes(len),
         1 => {
             while out.len() < len {
@@ -1125,11 +1184,12 @@ fn random_bytes_never_crash_the_server_nor_draw_unknown_replies() {
         })
         .unwrap_or(0x0b5e_55ed_f00d_2024);
     const RUNS: usize = 200;
-    let mut srv = start(&[]);
+    let mut srv = start(&["-z", &FUZZ_MAX_JOB.to_string()]);
     let mut rng = Rng::new(seed);
     let mut control = tcp(&srv, "control");
     let mut replies = 0;
     let mut sent = 0;
+    let mut rss_warm = 0;
     for run in 0..RUNS {
         let input = random_input(&mut rng);
         sent += input.len();
@@ -1160,8 +1220,23 @@ fn random_bytes_never_crash_the_server_nor_draw_unknown_replies() {
             assert!(srv.is_running(), "{}", context("the server died".into()));
             assert_stats_answered(&mut control, &context("control".into()));
         }
+        // Memory after the first runs (allocator warmed up) is the baseline.
+        if run == RUNS / 4 {
+            rss_warm = proc_status_kb(srv.pid(), "VmRSS");
+        }
     }
-    eprintln!("seed {seed:#x}: {RUNS} runs, {sent} bytes sent, {replies} well-formed replies");
+    let rss_end = proc_status_kb(srv.pid(), "VmRSS");
+    eprintln!(
+        "seed {seed:#x}: {RUNS} runs, {sent} bytes sent, {replies} well-formed replies; \
+         server RSS {rss_warm} kB after {} runs, {rss_end} kB after all",
+        RUNS / 4
+    );
+    // Each run's connection is gone: what it cost must have been given back for reuse.
+    assert!(
+        rss_end <= rss_warm + 4 * 1024,
+        "seed {seed:#x}: server RSS grew from {rss_warm} kB to {rss_end} kB over the runs"
+    );
+    assert_peak_rss_small(srv.pid(), "after the random input");
     assert!(
         replies > RUNS,
         "the random input drew only {replies} replies"

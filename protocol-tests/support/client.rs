@@ -62,7 +62,14 @@ impl Client {
     }
 
     pub fn try_connect(addr: SocketAddr, name: impl Into<String>) -> io::Result<Client> {
-        let sock = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+        Self::from_stream(
+            TcpStream::connect_timeout(&addr, Duration::from_secs(5))?,
+            name,
+        )
+    }
+
+    /// A client on a connection opened elsewhere (e.g. one of many raw sockets).
+    pub fn from_stream(sock: TcpStream, name: impl Into<String>) -> io::Result<Client> {
         sock.set_nodelay(true)?;
         sock.set_write_timeout(Some(Duration::from_secs(30)))?;
         Ok(Client {
@@ -171,6 +178,26 @@ impl Client {
         Ok(Reply { line, body })
     }
 
+    /// Send raw bytes and read the reply within `timeout`; any I/O failure (a closed or
+    /// reset connection, a timeout) is returned rather than panicking, for tests that
+    /// expect the server or its Redis to go away.
+    pub fn try_call(&mut self, request: &[u8], timeout: Duration) -> io::Result<Reply> {
+        self.sock.write_all(request)?;
+        self.try_reply(timeout)
+    }
+
+    /// [`Client::try_call`] of a `put`.
+    pub fn try_put(
+        &mut self,
+        pri: u32,
+        delay: u32,
+        ttr: u32,
+        body: &[u8],
+        timeout: Duration,
+    ) -> io::Result<Reply> {
+        self.try_call(&put_request(pri, delay, ttr, body), timeout)
+    }
+
     /// The next reply within [`Client::timeout`] (panics otherwise).
     pub fn reply(&mut self) -> Reply {
         let t = self.timeout;
@@ -199,10 +226,7 @@ impl Client {
 
     /// Send a `put` (the request only; read the reply with [`Client::reply`]).
     pub fn send_put(&mut self, pri: u32, delay: u32, ttr: u32, body: &[u8]) {
-        let mut b = format!("put {pri} {delay} {ttr} {}\r\n", body.len()).into_bytes();
-        b.extend_from_slice(body);
-        b.extend_from_slice(b"\r\n");
-        self.send(&b);
+        self.send(&put_request(pri, delay, ttr, body));
     }
 
     /// `put`, returning the reply (INSERTED, BURIED, …).
@@ -329,6 +353,14 @@ impl Client {
             Ok(l) => panic!("{}: expected silence, received {l:?}", self.name),
         }
     }
+}
+
+/// The bytes of a `put` request.
+pub fn put_request(pri: u32, delay: u32, ttr: u32, body: &[u8]) -> Vec<u8> {
+    let mut req = format!("put {pri} {delay} {ttr} {}\r\n", body.len()).into_bytes();
+    req.extend_from_slice(body);
+    req.extend_from_slice(b"\r\n");
+    req
 }
 
 /// `key: value` lines of a YAML dictionary (the `---` header skipped).

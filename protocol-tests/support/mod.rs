@@ -2,7 +2,8 @@
 //! robustness tests: starting a beanstalk server (the real beanstalkd or redstalk) on a
 //! free loopback port and stopping it again, and (in [`yaml`]) the YAML normalisation
 //! applied before replies are compared. [`client`] is a tiny blocking beanstalk client
-//! for tests that drive real processes, [`redis`] a private `redis-server`.
+//! for tests that drive real processes, [`redis`] a private `redis-server`, [`load`] a
+//! producer/worker load that keeps a ledger of every job through crashes.
 //!
 //! Invariants: every server is a child process owned by a [`ServerProc`]; dropping it
 //! kills the process, so a failing test never leaves a server behind.
@@ -10,6 +11,7 @@
 #![allow(dead_code)]
 
 pub mod client;
+pub mod load;
 pub mod redis;
 pub mod rng;
 pub mod yaml;
@@ -18,7 +20,61 @@ use std::io::Read;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+
+/// Tests of one binary that take this lock run one at a time, so their timing figures
+/// (and their processes' load) do not disturb each other.
+pub fn serial() -> MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Send signal `sig` (a name: `KILL`, `STOP`, `CONT`, …) to process `pid`; panics if
+/// `kill` fails.
+pub fn signal_pid(pid: u32, sig: &str) {
+    let ok = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "kill -{sig} {pid}");
+}
+
+/// One field (in kB) of `/proc/<pid>/status` (`VmRSS`, `VmHWM`, …; Linux).
+pub fn proc_status_kb(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_else(|e| panic!("read /proc/{pid}/status: {e}"));
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().strip_suffix("kB")?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
+}
+
+/// The values at the given quantiles (0.0..=1.0, nearest rank) of `samples`; `samples`
+/// must not be empty.
+pub fn quantiles(samples: &[Duration], ps: &[f64]) -> Vec<Duration> {
+    let mut s = samples.to_vec();
+    s.sort();
+    ps.iter()
+        .map(|p| s[((s.len() - 1) as f64 * p).round() as usize])
+        .collect()
+}
+
+/// A server's stderr, drained by a thread (so a chatty server never blocks on a full
+/// pipe) and kept, its last 256 KiB, for failure messages.
+#[derive(Clone, Default)]
+pub struct Log(Arc<Mutex<Vec<u8>>>);
+
+impl Log {
+    /// The last few kilobytes, as text.
+    pub fn tail(&self) -> String {
+        let buf = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let from = buf.len().saturating_sub(3000);
+        String::from_utf8_lossy(&buf[from..]).into_owned()
+    }
+}
 
 /// Which server a trial talks to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -125,6 +181,15 @@ pub fn wait_exit(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
         }
         std::thread::sleep(Duration::from_millis(5));
     }
+}
+
+/// redstalk on an existing Redis under `prefix`, its stderr captured (panics if it
+/// does not start).
+pub fn redstalk_on(redis: &redis::RedisServer, prefix: &str) -> (ServerProc, Log) {
+    let mut srv =
+        ServerProc::start_on_redis(&redis.url(), prefix, &[]).expect("start redstalk on Redis");
+    let log = srv.capture_stderr();
+    (srv, log)
 }
 
 /// A running server process.
@@ -274,6 +339,27 @@ impl ServerProc {
     /// should keep draining it, or a chatty server could block on a full pipe.
     pub fn take_stderr(&mut self) -> Option<std::process::ChildStderr> {
         self.child.stderr.take()
+    }
+
+    /// Drain the server's stderr into a [`Log`] from now on (empty if already taken).
+    pub fn capture_stderr(&mut self) -> Log {
+        let log = Log::default();
+        if let Some(mut err) = self.take_stderr() {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                let mut chunk = [0u8; 8192];
+                while let Ok(n) = err.read(&mut chunk) {
+                    if n == 0 {
+                        break;
+                    }
+                    let mut buf = log.0.lock().unwrap_or_else(|e| e.into_inner());
+                    buf.extend_from_slice(&chunk[..n]);
+                    let excess = buf.len().saturating_sub(256 * 1024);
+                    buf.drain(..excess);
+                }
+            });
+        }
+        log
     }
 
     /// Send a signal by name (`USR1`, `TERM`, …) to the server process.

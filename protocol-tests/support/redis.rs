@@ -13,6 +13,20 @@ pub fn redis_server_path() -> Option<PathBuf> {
     super::find_program("REDIS_SERVER", "redis-server")
 }
 
+/// A private Redis started with `extra` arguments, or `None` (the caller skips, after a
+/// loud notice naming `what`) when redis-server is missing and not required.
+pub fn private_redis(extra: &[&str], what: &str) -> Option<RedisServer> {
+    if redis_server_path().is_none() {
+        assert!(
+            !super::oracle_required(),
+            "redis-server is required (REDSTALK_REQUIRE_ORACLE=1) but not installed"
+        );
+        eprintln!("!!! redis-server is not installed: the {what} are SKIPPED.");
+        return None;
+    }
+    Some(RedisServer::start_with(extra).expect("start redis-server"))
+}
+
 pub struct RedisServer {
     pub port: u16,
     child: Option<Child>,

@@ -252,16 +252,21 @@ mod tests {
     }
 }
 
-/// Property tests: framing must not depend on how the bytes are split into reads.
-#[cfg(test)]
-mod props {
-    use proptest::prelude::*;
-
+/// Checks of the codec's invariants on any input, shared by the property tests below
+/// and the fuzz target (`protocol-tests/fuzz/`, which enables the `fuzzing` feature).
+/// Every function panics on a violation.
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod harness {
     use super::*;
+    use crate::protocol::command::Command;
 
-    /// Decode `input` fed in the given chunk sizes (cycled), checking the bounds.
-    fn decode_chunked(input: &[u8], chunks: &[usize], max_job: u32) -> Vec<Request> {
-        let mut codec = ServerCodec::new(max_job);
+    /// Decode `input` fed in the given chunk sizes (cycled). After every call that asks
+    /// for more input, the buffer must hold no more than the state needs: less than a
+    /// line window between commands, at most a CR while discarding a line, less than
+    /// the body while reading one, nothing while skipping one. A call that returns a
+    /// request must have consumed input.
+    pub fn decode_chunked(input: &[u8], chunks: &[usize], max_job_size: u32) -> Vec<Request> {
+        let mut codec = ServerCodec::new(max_job_size);
         let mut buf = BytesMut::new();
         let mut out = Vec::new();
         let mut rest = input;
@@ -270,21 +275,78 @@ mod props {
             let n = (*sizes.next().unwrap_or(&1)).clamp(1, rest.len());
             buf.extend_from_slice(&rest[..n]);
             rest = &rest[n..];
-            // Each decode call makes progress or asks for more: never loops forever.
+            // Each call makes progress or asks for more: never loops forever.
             for _ in 0..=input.len() {
                 let before = buf.len();
-                match codec.decode(&mut buf).unwrap() {
+                match codec.decode(&mut buf).expect("decode never fails") {
                     Some(r) => out.push(r),
                     None => break,
                 }
-                assert!(buf.len() < before || before == 0, "Some without consuming");
+                assert!(buf.len() < before, "a request without consuming input");
             }
-            if codec.is_between_commands() {
-                assert!(buf.len() < LINE_MAX, "line window exceeded: {}", buf.len());
+            let held = buf.len();
+            match &codec.state {
+                State::Line => assert!(held < LINE_MAX, "line window exceeded: {held}"),
+                State::DiscardLine => assert!(held <= 1, "kept {held} bytes of a long line"),
+                State::Body { need, .. } => assert!(held < *need, "body of {need} holds {held}"),
+                State::Skip { .. } => assert_eq!(held, 0, "kept bytes of a skipped body"),
             }
         }
         out
     }
+
+    /// What the reference can answer to a request the protocol layer rejected.
+    pub const REJECTION_REPLIES: [&[u8]; 4] = [
+        b"BAD_FORMAT\r\n",
+        b"UNKNOWN_COMMAND\r\n",
+        b"EXPECTED_CRLF\r\n",
+        b"JOB_TOO_BIG\r\n",
+    ];
+
+    /// A request is within the protocol's limits, and a rejection's reply is one of the
+    /// reference's error lines.
+    pub fn check_request(r: &Request, max_job_size: u32) {
+        match r {
+            Request::Rejected(rej) => {
+                let mut wire = BytesMut::new();
+                Reply::from(*rej).encode(&mut wire);
+                assert!(
+                    REJECTION_REPLIES.contains(&&wire[..]),
+                    "{rej:?} answers {wire:?}"
+                );
+            }
+            Request::Put(put) => assert!(put.body.len() <= max_job_size as usize),
+            Request::Command(Command::ReserveWithTimeout(secs)) => {
+                assert!(*secs <= i32::MAX as u32)
+            }
+            Request::Command(_) => {}
+        }
+    }
+
+    /// Decode `input` whole, in `chunks`, and byte by byte: the same requests each
+    /// time, every one checked; returns them.
+    pub fn check_stream(input: &[u8], chunks: &[usize], max_job_size: u32) -> Vec<Request> {
+        let whole = decode_chunked(input, &[input.len().max(1)], max_job_size);
+        let split = decode_chunked(input, chunks, max_job_size);
+        let bytewise = decode_chunked(input, &[1], max_job_size);
+        assert_eq!(whole, split, "split reads decode differently");
+        assert_eq!(whole, bytewise, "byte-by-byte reads decode differently");
+        for r in &whole {
+            check_request(r, max_job_size);
+        }
+        whole
+    }
+}
+
+/// Property tests: framing must not depend on how the bytes are split into reads, and
+/// malformed input draws exactly the reference's error replies, in step.
+#[cfg(test)]
+mod props {
+    use proptest::prelude::*;
+
+    use super::harness::{check_stream, decode_chunked};
+    use super::*;
+    use crate::protocol::command::Command;
 
     fn client_line() -> impl Strategy<Value = Vec<u8>> {
         prop_oneof![
@@ -305,17 +367,134 @@ mod props {
         ]
     }
 
+    /// What one piece of a stream must decode to.
+    #[derive(Clone, Debug)]
+    enum Expect {
+        Command,
+        Put(usize),
+        BadFormat,
+        Unknown,
+        ExpectedCrlf,
+        TooBig,
+        /// A command or a rejection, but not a put (junk of unknown meaning).
+        OneLine,
+    }
+
+    const MAX_JOB: u32 = 100;
+
+    /// Bytes that contain no CR, so no CRLF can appear inside them.
+    fn no_cr(len: std::ops::Range<usize>) -> impl Strategy<Value = Vec<u8>> {
+        proptest::collection::vec(
+            any::<u8>().prop_map(|b| if b == b'\r' { b'.' } else { b }),
+            len,
+        )
+    }
+
+    fn line(text: String) -> Vec<u8> {
+        format!("{text}\r\n").into_bytes()
+    }
+
+    /// One self-delimiting piece of client input and what it must decode to. Malformed
+    /// pieces never swallow the next piece, so a stream of them must decode in step.
+    fn piece() -> impl Strategy<Value = (Vec<u8>, Expect)> {
+        let huge = prop_oneof![
+            Just("put 99999999999999999999 0 60 1"),
+            Just("put 0 4294967296 60 1"),
+            Just("put 0 0 60 18446744073709551616"),
+            Just("put -1 0 60 1"),
+            Just("put 1 2 3"),
+            Just("delete 18446744073709551616"),
+            Just("release 1 4294967296 0"),
+            Just("bury 1 99999999999999999999"),
+            Just("kick 99999999999999999999"),
+            Just("reserve-with-timeout 2147483648"),
+            Just("reserve-with-timeout 99999999999999999999"),
+            Just("peek 1 "),
+            Just("touch +1"),
+            Just("pause-tube default 4294967296"),
+        ];
+        let bad_tube = prop_oneof![
+            Just("use -x".to_string()),
+            Just("watch a:b".to_string()),
+            Just("ignore ".to_string()),
+            Just("use  two".to_string()),
+            Just("use a b".to_string()),
+            Just("stats-tube é".to_string()),
+            Just(format!("use {}", "a".repeat(201))),
+            "[a-z]{1,20}".prop_map(|t| format!("watch {t}\0")),
+        ];
+        prop_oneof![
+            client_line().prop_filter_map("a known line", |l| {
+                let is_put = l.starts_with(b"put ");
+                let known = is_put
+                    || [&b"reserve"[..], b"stats", b"delete", b"use "]
+                        .iter()
+                        .any(|p| l.starts_with(p));
+                let body = l
+                    .len()
+                    .saturating_sub(l.iter().position(|&b| b == b'\n')? + 3);
+                known.then(|| {
+                    let e = if is_put {
+                        Expect::Put(body)
+                    } else {
+                        Expect::Command
+                    };
+                    (l, e)
+                })
+            }),
+            huge.prop_map(|l| (line(l.into()), Expect::BadFormat)),
+            bad_tube.prop_map(|l| (line(l), Expect::BadFormat)),
+            "[xyzXYZ!#][a-z -]{0,30}".prop_map(|l| (line(l), Expect::Unknown)),
+            // A body whose last two bytes are not CRLF.
+            (no_cr(0..MAX_JOB as usize), "[a-z]{2}").prop_map(|(body, end)| {
+                let mut v = format!("put 0 0 1 {}\r\n", body.len()).into_bytes();
+                v.extend_from_slice(&body);
+                v.extend_from_slice(end.as_bytes());
+                (v, Expect::ExpectedCrlf)
+            }),
+            // Too big: `bytes + 2` of anything, CRLFs and commands included, skipped.
+            (1u32..300, any::<u8>()).prop_map(|(over, fill)| {
+                let n = MAX_JOB + over;
+                let mut v = format!("put 0 0 1 {n}\r\n").into_bytes();
+                let junk = [b"delete 1\r\n".as_slice(), &[fill]].concat();
+                v.extend(junk.iter().cycle().take(n as usize + 2));
+                (v, Expect::TooBig)
+            }),
+            // Over-long lines: 223 bytes or more before the CRLF.
+            no_cr(LINE_MAX - 1..700).prop_map(|mut l| {
+                l.extend_from_slice(b"\r\n");
+                (l, Expect::BadFormat)
+            }),
+            // Junk that fits a line and is not a put header: one request of some kind.
+            no_cr(0..LINE_MAX - 2)
+                .prop_filter("not a put", |l| !l.starts_with(b"put "))
+                .prop_map(|mut l| {
+                    l.extend_from_slice(b"\r\n");
+                    (l, Expect::OneLine)
+                }),
+        ]
+    }
+
+    fn matches(r: &Request, e: &Expect) -> bool {
+        match (e, r) {
+            (Expect::Command, Request::Command(_)) => true,
+            (Expect::Put(n), Request::Put(p)) => p.body.len() == *n,
+            (Expect::BadFormat, Request::Rejected(Rejection::BadFormat { .. })) => true,
+            (Expect::Unknown, Request::Rejected(Rejection::UnknownCommand)) => true,
+            (Expect::ExpectedCrlf, Request::Rejected(Rejection::ExpectedCrlf)) => true,
+            (Expect::TooBig, Request::Rejected(Rejection::JobTooBig)) => true,
+            (Expect::OneLine, Request::Command(_) | Request::Rejected(_)) => true,
+            _ => false,
+        }
+    }
+
     proptest! {
         #[test]
         fn arbitrary_bytes_decode_the_same_whole_or_split(
             input in proptest::collection::vec(any::<u8>(), 0..2000),
             chunks in proptest::collection::vec(1usize..64, 1..8),
         ) {
-            let whole = decode_chunked(&input, &[input.len().max(1)], 100);
-            let split = decode_chunked(&input, &chunks, 100);
-            let bytewise = decode_chunked(&input, &[1], 100);
-            prop_assert_eq!(&whole, &split);
-            prop_assert_eq!(&whole, &bytewise);
+            check_stream(&input, &chunks, MAX_JOB);
         }
 
         #[test]
@@ -323,12 +502,39 @@ mod props {
             lines in proptest::collection::vec(client_line(), 0..30),
         ) {
             let input: Vec<u8> = lines.concat();
-            let whole = decode_chunked(&input, &[input.len().max(1)], 65_535);
-            let bytewise = decode_chunked(&input, &[1], 65_535);
-            prop_assert_eq!(&whole, &bytewise);
+            let whole = check_stream(&input, &[7], 65_535);
             let puts = lines.iter().filter(|l| l.starts_with(b"put ")).count();
             let got_puts = whole.iter().filter(|r| matches!(r, Request::Put(_))).count();
             prop_assert_eq!(puts, got_puts);
+        }
+
+        /// Random and malformed input — huge numbers, bodies without CRLF, too-big
+        /// bodies full of commands, over-long lines, invalid tube names, unknown verbs,
+        /// junk — mixed with valid commands: one request per piece, in order, each the
+        /// one the reference gives, and the framing never falls out of step.
+        #[test]
+        fn malformed_input_draws_the_reference_replies_in_step(
+            pieces in proptest::collection::vec(piece(), 1..25),
+            chunks in proptest::collection::vec(1usize..300, 1..6),
+        ) {
+            let input: Vec<u8> = pieces.iter().flat_map(|(b, _)| b.clone()).collect();
+            let got = check_stream(&input, &chunks, MAX_JOB);
+            prop_assert_eq!(got.len(), pieces.len(), "requests for {:?}", pieces);
+            for (i, (r, (bytes, e))) in got.iter().zip(&pieces).enumerate() {
+                prop_assert!(
+                    matches(r, e),
+                    "piece {} {:?} decoded to {:?}, expected {:?}",
+                    i,
+                    String::from_utf8_lossy(bytes),
+                    r,
+                    e
+                );
+            }
+            // The stream stays usable: a command after all of it is understood.
+            let mut tail = input.clone();
+            tail.extend_from_slice(b"stats\r\n");
+            let after = decode_chunked(&tail, &chunks, MAX_JOB);
+            prop_assert_eq!(after.last(), Some(&Request::Command(Command::Stats)));
         }
     }
 }

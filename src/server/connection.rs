@@ -9,12 +9,14 @@
 //!
 //! Bounds: the read buffer holds at most one read chunk beyond what the codec keeps (a
 //! line window, or one body up to the job size limit); the write buffer is flushed once
-//! it passes [`WRITE_FLUSH_AT`], so it holds at most that plus one reply.
+//! it passes [`WRITE_FLUSH_AT`], so it holds at most that plus one reply. An idle
+//! connection (nothing buffered, waiting for the client) holds neither buffer.
 
 use std::sync::Arc;
 
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpStream, UnixStream};
 use tokio_util::codec::Decoder;
 use tokio_util::sync::CancellationToken;
 
@@ -36,11 +38,32 @@ enum End {
     Shutdown,
 }
 
+/// A client socket: the byte stream plus a readiness wait, so that an idle connection
+/// can wait for input without holding a read buffer.
+pub trait Socket: AsyncRead + AsyncWrite + Unpin {
+    /// Resolves when the socket may be readable (possibly spuriously).
+    fn readable(&self) -> impl Future<Output = std::io::Result<()>>;
+}
+
+impl Socket for TcpStream {
+    fn readable(&self) -> impl Future<Output = std::io::Result<()>> {
+        TcpStream::readable(self)
+    }
+}
+
+impl Socket for UnixStream {
+    fn readable(&self) -> impl Future<Output = std::io::Result<()>> {
+        UnixStream::readable(self)
+    }
+}
+
 /// Serve one connection until it ends. `peer` names the client in the logs.
-pub async fn serve<S>(engine: Arc<Engine>, stream: S, peer: &str, shutdown: CancellationToken)
-where
-    S: AsyncRead + AsyncWrite + Unpin,
-{
+pub async fn serve<S: Socket>(
+    engine: Arc<Engine>,
+    stream: S,
+    peer: &str,
+    shutdown: CancellationToken,
+) {
     let session = engine.connect().await;
     let conn_id = session.id.0;
     tracing::info!(conn = conn_id, peer, "connection opened");
@@ -51,8 +74,8 @@ where
     let mut conn = Connection {
         engine: engine.clone(),
         stream,
-        rbuf: BytesMut::with_capacity(READ_CHUNK),
-        wbuf: BytesMut::with_capacity(4096),
+        rbuf: BytesMut::new(),
+        wbuf: BytesMut::new(),
         codec: ServerCodec::new(engine.max_job_size()),
     };
     let end = match guard.session.as_mut() {
@@ -90,7 +113,7 @@ struct Connection<S> {
     codec: ServerCodec,
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
+impl<S: Socket> Connection<S> {
     async fn run(&mut self, session: &mut Session, shutdown: &CancellationToken) -> End {
         let mut eof = false;
         loop {
@@ -127,6 +150,20 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             }
             if self.flush().await.is_err() || eof {
                 return End::Closed;
+            }
+            // An idle connection holds no buffers: they are released here and taken
+            // again only once the client has sent something. Thousands of idle clients
+            // would otherwise pin a read chunk each (and the allocator keeps that memory
+            // after they leave).
+            if self.rbuf.is_empty() {
+                self.rbuf = BytesMut::new();
+            }
+            self.wbuf = BytesMut::new();
+            tokio::select! {
+                ready = self.stream.readable() => if ready.is_err() {
+                    return End::Closed;
+                },
+                _ = shutdown.cancelled() => return End::Shutdown,
             }
             self.rbuf.reserve(READ_CHUNK);
             tokio::select! {
