@@ -1,6 +1,6 @@
 -- stats-job figures: ARGV[3] id -> nil or the meta array (state as a string), then now
 local T = tube_keys(1)
-local j = get_job(T, tonumber(ARGV[3]))
+local j = get_job(T, ARGV[3])
 if not j then return nil end
 return { j[PRI], j[DELAY], j[TTR], j[CREATED], j[STATE], j[DUE], j[RESERVES], j[TIMEOUTS],
          j[RELEASES], j[BURIES], j[KICKS], now_us() }

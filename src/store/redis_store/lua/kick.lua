@@ -6,7 +6,7 @@ local ids = redis.call('ZRANGE', T.buried, 0, bound - 1)
 if #ids == 0 then ids = redis.call('ZRANGE', T.delayed, 0, bound - 1) end
 local now = now_us()
 for _, m in ipairs(ids) do
-  local id = tonumber(m)
+  local id = id_of(m)
   to_ready(T, G, id, get_job(T, id), KICKS, now)
 end
 if #ids > 0 then

@@ -1,6 +1,6 @@
 -- kick-job: ARGV[3] id -> 1 kicked, 0 not found / not buried or delayed
 local T, G, tube, origin = tube_keys(1), ns_keys(8), ARGV[1], ARGV[2]
-local id = tonumber(ARGV[3])
+local id = ARGV[3]
 local j = get_job(T, id)
 if not j or (j[STATE] ~= 'buried' and j[STATE] ~= 'delayed') then return 0 end
 to_ready(T, G, id, j, KICKS)

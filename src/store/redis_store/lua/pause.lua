@@ -5,6 +5,6 @@ if redis.call('HEXISTS', G.tubepos, tube) == 0 then return 0 end
 local pause = math.max(tonumber(ARGV[3]) * 1000000, 1)
 local until_ = now_us() + pause
 redis.call('HSET', T.meta, 'pause', pause, 'pause_until', until_)
-redis.call('HINCRBY', T.meta, 'cmd_pause', 1)
+redis.call('HINCRBY', T.meta, 'cmd_pause', '1')
 reschedule(T, G, tube)
 return until_

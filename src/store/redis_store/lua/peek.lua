@@ -8,6 +8,8 @@ else
   m = redis.call('ZRANGE', T[which], 0, 0)[1]
 end
 if not m then return nil end
-local body = redis.call('HGET', T.bodies, tonumber(m))
+local id = m
+if which ~= 'id' then id = id_of(m) end
+local body = redis.call('HGET', T.bodies, id)
 if not body then return nil end
-return { tonumber(m), body }
+return { id, body }

@@ -27,8 +27,15 @@ local function now_us()
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
+-- Ids are handled as decimal strings: hash fields and zset members are strings, and a
+-- Lua number handed to redis.call is formatted with sprintf on every call.
 local function id20(id)
-  return string.format('%020d', id)
+  return string.rep('0', 20 - #id) .. id
+end
+
+-- The id of a zset member (its zero-padded form).
+local function id_of(member)
+  return string.match(member, '[1-9]%d*$')
 end
 
 -- Job meta, a msgpack array. READY is when the job last became ready (us), so a reserve

@@ -2,13 +2,14 @@
 local T, G, tube, origin = tube_keys(1), ns_keys(8), ARGV[1], ARGV[2]
 local pri, delay, ttr = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local now = now_us()
-local id = redis.call('INCR', G.ids)
-ensure_tube(G, tube)
+local id = string.format('%d', redis.call('INCR', G.ids))
+-- A tube whose meta already counts a put is in the tube list: both go together when it
+-- is destroyed, so only a tube's first put (since its meta was made) checks the list.
+if redis.call('HINCRBY', T.meta, 'total_jobs', '1') == 1 then ensure_tube(G, tube) end
 local j = { pri, delay, ttr, now, '', 0, '', 0, 0, 0, 0, 0, 0, now }
 redis.call('HSET', T.bodies, id, ARGV[6])
 redis.call('HSET', G.index, id, tube)
-redis.call('HINCRBY', T.meta, 'total_jobs', 1)
-redis.call('HINCRBY', G.stats, 'total_jobs', 1)
+redis.call('HINCRBY', G.stats, 'total_jobs', '1')
 if delay > 0 then
   local due = now + delay * 1000000
   attach(T, G, id, j, 'delayed', due)

@@ -7,7 +7,7 @@ local T, G, tube, origin = tube_keys(1), ns_keys(8), ARGV[1], ARGV[2]
 local owner = ARGV[3]
 local n = 0
 for _, m in ipairs(redis.call('ZRANGE', T.reserved, 0, -1)) do
-  local id = tonumber(m)
+  local id = id_of(m)
   local j = get_job(T, id)
   if j and j[OWNER] == owner then
     detach(T, id, j)

@@ -19,7 +19,7 @@ for i = 3, #ARGV do
 end
 if not best_i then return nil end
 local T = tube_keys(8 + (best_i - 1) * 7)
-local id = tonumber(best_m)
+local id = id_of(best_m)
 local j = get_job(T, id)
 local w = waited(j, now)
 detach(T, id, j)

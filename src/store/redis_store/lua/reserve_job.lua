@@ -1,7 +1,7 @@
 -- reserve-job: ARGV[3] id, ARGV[4] owner -> nil or {id, body, deadline, 0, now, waited}
 -- (a delayed or buried job never waited as ready: 0)
 local T, G, tube = tube_keys(1), ns_keys(8), ARGV[1]
-local id = tonumber(ARGV[3])
+local id = ARGV[3]
 local j = get_job(T, id)
 if not j or j[STATE] == 'reserved' then return nil end
 local now = now_us()

@@ -6,16 +6,16 @@ local now = now_us()
 local woke = 0
 -- A job has been ready since its due time or deadline, not since this tick noticed.
 for _, m in ipairs(redis.call('ZRANGEBYSCORE', T.delayed, '-inf', now)) do
-  local id = tonumber(m)
+  local id = id_of(m)
   local j = get_job(T, id)
   to_ready(T, G, id, j, nil, j[DUE])
   woke = 1
 end
 for _, m in ipairs(redis.call('ZRANGEBYSCORE', T.reserved, '-inf', '(' .. now)) do
-  local id = tonumber(m)
+  local id = id_of(m)
   local j = get_job(T, id)
   to_ready(T, G, id, j, TIMEOUTS, j[DUE])
-  redis.call('HINCRBY', G.stats, 'job_timeouts', 1)
+  redis.call('HINCRBY', G.stats, 'job_timeouts', '1')
   woke = 1
 end
 local pu = tonumber(redis.call('HGET', T.meta, 'pause_until') or '0')
