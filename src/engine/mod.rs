@@ -18,7 +18,7 @@ pub mod session;
 pub mod timer;
 pub mod waiters;
 
-use std::collections::HashSet;
+use foldhash::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -111,7 +111,7 @@ impl Engine {
             draining: AtomicBool::new(false),
             next_conn: AtomicU64::new(1),
             serving: AtomicBool::new(false),
-            pending: Mutex::new(HashSet::new()),
+            pending: Mutex::new(HashSet::default()),
             signals: AtomicUsize::new(0),
         });
         tokio::spawn(timer::run(engine.clone()));

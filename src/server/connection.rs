@@ -10,8 +10,12 @@
 //! Bounds: the read buffer holds at most one read chunk beyond what the codec keeps (a
 //! line window, or one body up to the job size limit); the write buffer is flushed once
 //! it passes [`WRITE_FLUSH_AT`], so it holds at most that plus one reply. An idle
-//! connection (nothing buffered, waiting for the client) holds neither buffer.
+//! connection (nothing buffered, waiting for the client) holds neither buffer: it
+//! hands them to a small per-thread stock of spare buffers, from which the next
+//! connection with something to do takes them, so request/reply traffic does not
+//! allocate buffers per request either.
 
+use std::cell::RefCell;
 use std::sync::Arc;
 
 use bytes::BytesMut;
@@ -28,6 +32,33 @@ const READ_CHUNK: usize = 16 * 1024;
 /// keeps pipelining is held back by TCP flow control rather than by our memory.
 pub const MAX_BUFFERED_WHILE_WAITING: usize = 64 * 1024;
 pub const WRITE_FLUSH_AT: usize = 64 * 1024;
+/// How many spare buffers a thread keeps, and the largest one it keeps (a buffer that
+/// grew for a big job body is freed instead).
+const SPARE_BUFFERS: usize = 64;
+const SPARE_CAPACITY_MAX: usize = 4 * READ_CHUNK;
+
+thread_local! {
+    static SPARE: RefCell<Vec<BytesMut>> = const { RefCell::new(Vec::new()) };
+}
+
+/// An empty buffer: a spare one if there is one.
+fn take_buffer() -> BytesMut {
+    SPARE.with(|s| s.borrow_mut().pop()).unwrap_or_default()
+}
+
+/// Keep an emptied buffer for the next connection that needs one (bounded).
+fn give_back(mut buf: BytesMut) {
+    if buf.capacity() == 0 || buf.capacity() > SPARE_CAPACITY_MAX {
+        return;
+    }
+    buf.clear();
+    SPARE.with(|s| {
+        let mut s = s.borrow_mut();
+        if s.len() < SPARE_BUFFERS {
+            s.push(buf);
+        }
+    });
+}
 
 /// How a connection ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -143,6 +174,9 @@ impl<S: Socket> Connection<S> {
                     }
                 };
                 tracing::debug!(conn = session.id.0, ?reply, "reply");
+                if self.wbuf.capacity() == 0 {
+                    self.wbuf = take_buffer();
+                }
                 reply.encode(&mut self.wbuf);
                 if self.wbuf.len() >= WRITE_FLUSH_AT && self.flush().await.is_err() {
                     return End::Closed;
@@ -156,14 +190,17 @@ impl<S: Socket> Connection<S> {
             // would otherwise pin a read chunk each (and the allocator keeps that memory
             // after they leave).
             if self.rbuf.is_empty() {
-                self.rbuf = BytesMut::new();
+                give_back(std::mem::take(&mut self.rbuf));
             }
-            self.wbuf = BytesMut::new();
+            give_back(std::mem::take(&mut self.wbuf));
             tokio::select! {
                 ready = self.stream.readable() => if ready.is_err() {
                     return End::Closed;
                 },
                 _ = shutdown.cancelled() => return End::Shutdown,
+            }
+            if self.rbuf.capacity() == 0 {
+                self.rbuf = take_buffer();
             }
             self.rbuf.reserve(READ_CHUNK);
             tokio::select! {

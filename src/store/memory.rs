@@ -12,7 +12,11 @@
 //! - a tube is in `tubes` (and `order`) while it has jobs, users or watchers, or is
 //!   `default`.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
+
+// Every lookup of a job, tube or connection hashes its key: foldhash (seeded per
+// process) instead of SipHash, which was the largest single cost of a command.
+use foldhash::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
 use bytes::Bytes;

@@ -4,7 +4,7 @@
 //!
 //! Invariant: `index[items[i]] == i` for every `i`.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::hash::Hash;
 
 #[derive(Clone, Debug)]
@@ -17,7 +17,7 @@ impl<T: Clone + Eq + Hash> Default for SwapList<T> {
     fn default() -> Self {
         SwapList {
             items: Vec::new(),
-            index: HashMap::new(),
+            index: HashMap::default(),
         }
     }
 }

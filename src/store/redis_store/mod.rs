@@ -18,7 +18,7 @@
 pub mod keys;
 pub mod scripts;
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -476,7 +476,7 @@ impl RedisStore {
             instance,
             origin,
             clock: Clock::starting_at(now),
-            held: Mutex::new(HashMap::new()),
+            held: Mutex::new(HashMap::default()),
             wake: Mutex::new(Some(wake_rx)),
             next_heartbeat: Mutex::new(0),
         };
