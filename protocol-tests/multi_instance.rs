@@ -57,7 +57,7 @@ use std::time::{Duration, Instant};
 
 use support::ServerProc;
 use support::client::Client;
-use support::redis::{RedisServer, redis_server_path};
+use support::redis::RedisServer;
 
 /// The tests run one at a time: their timing figures must not disturb each other.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -81,15 +81,7 @@ impl Cluster {
     /// `k` instances on a fresh Redis under `prefix`; `None` (skip) when redis-server
     /// is not installed and not required.
     fn start(k: usize, prefix: &str) -> Option<Cluster> {
-        if redis_server_path().is_none() {
-            assert!(
-                !support::oracle_required(),
-                "redis-server is required (REDSTALK_REQUIRE_ORACLE=1) but not installed"
-            );
-            eprintln!("!!! redis-server is not installed: the multi-instance tests are SKIPPED.");
-            return None;
-        }
-        let redis = RedisServer::start().unwrap_or_else(|e| panic!("start redis-server: {e}"));
+        let redis = support::redis::private_redis(&[], "multi-instance tests")?;
         let mut instances = Vec::new();
         let mut stderr = Vec::new();
         for name in NAMES.iter().take(k) {

@@ -75,7 +75,7 @@ use redstalk::store::{
     AnyStore, ConnId, JobId, JobInfo, JobState, MemoryStore, NANOS_PER_SEC, Nanos, NewJob,
     RedisConfig, RedisStore, Reserved, Store, StoreResult, Totals, TubeInfo,
 };
-use support::redis::{RedisServer, redis_server_path};
+use support::redis::RedisServer;
 use support::rng::Rng;
 
 // ---------------------------------------------------------------------------------
@@ -979,15 +979,7 @@ async fn redis_store(url: &str, label: &str) -> RedisStore {
 /// Start a private redis-server, or `None` (said loudly) when it is not installed and
 /// not required.
 fn start_redis() -> Option<RedisServer> {
-    if redis_server_path().is_none() {
-        assert!(
-            !support::oracle_required(),
-            "redis-server is required (REDSTALK_REQUIRE_ORACLE=1) but not installed"
-        );
-        eprintln!("!!! redis-server is not installed: the Redis store contract is SKIPPED.");
-        return None;
-    }
-    Some(RedisServer::start().expect("start redis-server"))
+    support::redis::private_redis(&[], "Redis store contract tests")
 }
 
 /// Run every check concurrently, each on a fresh store, and fail naming the checks
