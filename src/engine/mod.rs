@@ -517,11 +517,26 @@ impl Engine {
                 if claims.is_empty() {
                     break;
                 }
+                // Only the tubes this pass serves can have gained a job since each
+                // waiter last found none (every change that makes a job ready comes
+                // through here with its tube), so a waiter's reserve looks at those of
+                // its tubes alone: a worker watching a hundred tubes costs one.
                 let now = self.clock.now();
+                let searched: Vec<Vec<TubeName>> = claims
+                    .iter()
+                    .map(|c| {
+                        c.watched
+                            .iter()
+                            .filter(|t| tubes.contains(*t))
+                            .cloned()
+                            .collect()
+                    })
+                    .collect();
                 let results = join_all(
                     claims
                         .iter()
-                        .map(|c| self.store.reserve(c.conn, &c.watched, now)),
+                        .zip(&searched)
+                        .map(|(c, watched)| self.store.reserve(c.conn, watched, now)),
                 )
                 .await;
                 let (mut all_found, mut failed) = (true, false);
@@ -546,7 +561,8 @@ impl Engine {
                         Ok(None) => {
                             all_found = false;
                             self.waiters.unclaim(claim.seq);
-                            // None of this waiter's tubes has a reservable job.
+                            // None of this waiter's tubes (of this pass) has a reservable
+                            // job.
                             for t in claim.watched.iter() {
                                 tubes.remove(t);
                             }
@@ -569,6 +585,29 @@ impl Engine {
                 };
             }
         }
+    }
+
+    /// Serve the tubes someone waits on that hold ready jobs. A shared store's wake-up
+    /// from another instance can be lost (the Redis connection dropped and came back),
+    /// and a waiter is otherwise only looked at again when its tube changes here; the
+    /// timer's safety sweep calls this (one ready-count read per waited-on tube).
+    pub(crate) async fn sweep_waiting(&self) {
+        let tubes = self.waiters.tubes();
+        if tubes.is_empty() {
+            return;
+        }
+        let ready = join_all(
+            tubes
+                .iter()
+                .map(|t| self.store.has_ready(std::slice::from_ref(t))),
+        )
+        .await;
+        let found: Vec<TubeName> = tubes
+            .into_iter()
+            .zip(ready)
+            .filter_map(|(t, r)| matches!(r, Ok(true)).then_some(t))
+            .collect();
+        self.serve(found).await;
     }
 
     fn pending(&self) -> MutexGuard<'_, HashSet<TubeName>> {

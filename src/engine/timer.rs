@@ -42,6 +42,7 @@ impl Timer {
 
 /// The timer task. Ends when the engine's stop token is cancelled.
 pub async fn run(engine: Arc<Engine>) {
+    let mut last_sweep = engine.clock.now();
     loop {
         let next = match engine.store.next_deadline().await {
             Ok(next) => next,
@@ -78,6 +79,13 @@ pub async fn run(engine: Arc<Engine>) {
         match engine.store.tick(engine.clock.now()).await {
             Ok(tubes) => engine.serve(tubes).await,
             Err(err) => tracing::warn!(%err, "timer: tick failed; retrying"),
+        }
+        if let Some(every) = engine.store.sweep_interval() {
+            let now = engine.clock.now();
+            if now >= last_sweep + every.as_nanos() as u64 {
+                last_sweep = now;
+                engine.sweep_waiting().await;
+            }
         }
     }
 }

@@ -111,6 +111,11 @@ impl Waiters {
         self.count.load(Ordering::SeqCst) as u64
     }
 
+    /// The tubes someone waits on.
+    pub fn tubes(&self) -> Vec<TubeName> {
+        self.lock().by_tube.keys().cloned().collect()
+    }
+
     /// How many connections wait on `tube` (`current-waiting` of `stats-tube`).
     pub fn waiting_on(&self, tube: &TubeName) -> u64 {
         self.lock().by_tube.get(tube).map_or(0, |s| s.len() as u64)

@@ -20,7 +20,9 @@ const CACHED_TUBES: usize = 4096;
 /// The key names of one tube, in [`TUBE_KEYS`] order.
 pub type TubeKeys = Arc<[String; 7]>;
 
-/// The seven keys of one tube, in the order the scripts expect.
+/// The seven keys of one tube, in the order the scripts expect. Each is the tube's
+/// `{<prefix>:t:<tube>}:` followed by its name here: `reserve.lua` is given only the
+/// ready key of each watched tube and derives the others by that rule.
 pub const TUBE_KEYS: [&str; 7] = [
     "ready", "delayed", "reserved", "buried", "jobs", "bodies", "meta",
 ];

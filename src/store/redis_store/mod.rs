@@ -845,10 +845,11 @@ impl Store for RedisStore {
         _now: Nanos,
     ) -> StoreResult<Option<Reserved>> {
         let owner = self.attempt_owner(conn);
-        let mut inv = Call::new(&self.scripts.reserve, 7 + 7 * watched.len());
+        let mut inv = Call::new(&self.scripts.reserve, 7 + watched.len());
         inv.keys(self.keys.namespace());
         for t in watched {
-            inv.keys(&self.keys.tube(t.as_str())[..]);
+            // The ready key only: the script derives a tube's other keys from it.
+            inv.key(&self.keys.tube(t.as_str())[0]);
         }
         inv.arg(&self.origin).arg(&owner);
         for t in watched {
