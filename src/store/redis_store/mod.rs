@@ -19,7 +19,7 @@ pub mod keys;
 pub mod scripts;
 
 use foldhash::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -76,8 +76,6 @@ pub struct RedisStore {
     refs: mpsc::UnboundedSender<RefOp>,
     ref_counts: RefCounts,
     refs_dirty: Arc<AtomicBool>,
-    /// Bumped by every close (see the reference keeper's restore).
-    closes: Arc<AtomicU64>,
     /// Reserve attempts that failed without an answer (tubes, owner token): Redis may
     /// have run them after all, leaving a job reserved that nobody knows of. Undone by
     /// the next tick.
@@ -98,8 +96,6 @@ struct RefShared {
     counts: RefCounts,
     /// A change failed since the last restore (Redis may or may not have applied it).
     dirty: Arc<AtomicBool>,
-    /// Bumped by every close, which does not go through the keeper.
-    closes: Arc<AtomicU64>,
 }
 
 /// A change for the reference keeper.
@@ -159,15 +155,27 @@ async fn close_connection<'a>(
 }
 
 /// Re-send this instance's reference counts as absolute values, and zero those Redis
-/// records that `snapshot` lacks (a failed change that Redis applied after all).
+/// records that `counts` lacks (a failed change that Redis applied after all).
+///
+/// A close runs from its connection's task, not through the keeper, and lowers `counts`
+/// before it queues its script. So each count is read at the moment its script is
+/// queued on the shared connection (nothing awaits in between, on the one-thread
+/// runtime): a close that comes later is queued after it, one that came earlier is in
+/// the count. Re-sending a stale snapshot instead could bring back, for a moment, the
+/// tubes of a connection that had just closed.
 async fn restore(
     target: ScriptTarget<'_>,
     script: &redis::Script,
     refs_key: &str,
-    snapshot: &HashMap<(&'static str, TubeName), i64>,
+    counts: &RefCounts,
 ) -> StoreResult<()> {
-    for ((kind, tube), n) in snapshot {
-        let n = n.to_string();
+    let keys: Vec<(&'static str, TubeName)> = lock_counts(counts).keys().cloned().collect();
+    for (kind, tube) in &keys {
+        let n = lock_counts(counts)
+            .get(&(*kind, tube.clone()))
+            .copied()
+            .unwrap_or(0)
+            .to_string();
         let args: [&[u8]; 3] = [kind.as_bytes(), n.as_bytes(), b"set"];
         let t = ScriptTarget {
             conn: target.conn.clone(),
@@ -179,7 +187,8 @@ async fn restore(
             return Err(err);
         }
     }
-    drop_unknown_references(target, script, refs_key, snapshot)
+    let now_known = lock_counts(counts).clone();
+    drop_unknown_references(target, script, refs_key, &now_known)
         .await
         .inspect_err(|err| tracing::warn!(%err, "restoring tube references failed; the next heartbeat retries"))
 }
@@ -262,11 +271,7 @@ async fn keep_references(
     refs_key: String,
     shared: RefShared,
 ) {
-    let RefShared {
-        counts,
-        dirty,
-        closes,
-    } = shared;
+    let RefShared { counts, dirty } = shared;
     let script = Scripts::new().tube_ref;
     // Redis may or may not have applied a change whose call failed (`dirty`): it is put
     // right by re-sending the absolute counts at the next heartbeat.
@@ -306,21 +311,10 @@ async fn keep_references(
                 if matches!(op, RefOp::SyncIfDirty) && !was_dirty {
                     continue;
                 }
-                // A close runs from its connection's task, not through this one: if one
-                // happened while a snapshot was re-sent, its script may have run before
-                // the re-sent counts; re-send until no close interleaved.
-                let mut failed = false;
-                for _ in 0..5 {
-                    let generation = closes.load(Ordering::SeqCst);
-                    let snapshot = lock_counts(&counts).clone();
-                    failed = restore(target(), &script, &refs_key, &snapshot)
-                        .await
-                        .is_err();
-                    if failed || closes.load(Ordering::SeqCst) == generation {
-                        break;
-                    }
-                }
-                if failed {
+                if restore(target(), &script, &refs_key, &counts)
+                    .await
+                    .is_err()
+                {
                     dirty.store(true, Ordering::SeqCst);
                 }
             }
@@ -450,7 +444,6 @@ impl RedisStore {
         let (refs, ref_ops) = mpsc::unbounded_channel();
         let ref_counts = RefCounts::default();
         let refs_dirty = Arc::new(AtomicBool::new(false));
-        let closes = Arc::new(AtomicU64::new(0));
         tokio::spawn(keep_references(
             ref_ops,
             conn.clone(),
@@ -460,14 +453,12 @@ impl RedisStore {
             RefShared {
                 counts: ref_counts.clone(),
                 dirty: refs_dirty.clone(),
-                closes: closes.clone(),
             },
         ));
         let store = RedisStore {
             refs,
             ref_counts,
             refs_dirty,
-            closes,
             uncertain: Mutex::new(Vec::new()),
             attempts: std::sync::atomic::AtomicU64::new(0),
             conn,
@@ -1250,7 +1241,6 @@ impl Store for RedisStore {
             }
             counts.retain(|_, n| *n > 0);
         }
-        self.closes.fetch_add(1, Ordering::SeqCst);
         // Sent from the closing connection's own task, not through the reference
         // keeper: the script is queued on the shared Redis connection before any command
         // another connection sends after this one hung up, so none sees half the close.
