@@ -1095,19 +1095,29 @@ fn run_trial(kind: ServerKind, case: &Case) -> Result<Completion, Failed> {
             tokens.join(", ")
         )));
     }
-    let server = match ServerProc::start(kind, &case.args) {
+    let mut server = match ServerProc::start(kind, &case.args) {
         Ok(Some(server)) => server,
         Ok(None) => return Ok(Completion::ignored_with("beanstalkd is not installed")),
         Err(e) => {
             return Err(format!("{}: cannot start {}: {e}", case.display_path, kind.name()).into());
         }
     };
+    // Drained from the start (so a chatty server never blocks on a full pipe) and shown
+    // with a failure: the server's own account of what happened.
+    let log = server.capture_stderr();
     let mut player = Player {
         case,
         server: &server,
         conns: HashMap::new(),
     };
-    player.run()?;
+    player.run().map_err(|detail| {
+        let said = log.tail();
+        if said.trim().is_empty() {
+            detail
+        } else {
+            format!("{detail}\n  the server's stderr (last lines):\n{said}")
+        }
+    })?;
     Ok(Completion::Completed)
 }
 
