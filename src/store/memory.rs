@@ -43,7 +43,6 @@ pub const URGENT_PRI: u32 = 1024;
 /// serves every state, the counters are 32-bit as in the reference.
 #[derive(Debug)]
 struct Job {
-    id: JobId,
     tube: TubeName,
     pri: u32,
     delay_secs: u32,
@@ -365,7 +364,6 @@ impl Store for MemoryStore {
         s.jobs.insert(
             id,
             Box::new(Job {
-                id,
                 tube: job.tube,
                 pri: job.pri,
                 delay_secs: job.delay_secs,
@@ -559,7 +557,7 @@ impl Store for MemoryStore {
     async fn job_info(&self, id: JobId, now: Nanos) -> StoreResult<Option<JobInfo>> {
         let s = self.lock();
         Ok(s.jobs.get(&id).map(|j| JobInfo {
-            id: j.id,
+            id,
             tube: j.tube.clone(),
             state: j.state,
             pri: j.pri,

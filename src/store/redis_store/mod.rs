@@ -543,13 +543,8 @@ impl RedisStore {
         run_tube_script(target, script, tube, extra_key, args).await
     }
 
-    /// The tube of job `id`: from this connection's reservations, else the index.
-    async fn tube_of(&self, conn: Option<ConnId>, id: JobId) -> StoreResult<Option<TubeName>> {
-        if let Some(c) = conn
-            && let Some(h) = self.held().get(&c).and_then(|m| m.get(&id))
-        {
-            return Ok(Some(h.tube.clone()));
-        }
+    /// The tube of job `id`, from the id index.
+    async fn tube_of(&self, id: JobId) -> StoreResult<Option<TubeName>> {
         let v: Value = redis::cmd("HGET")
             .arg(self.keys.index())
             .arg(id)
@@ -871,7 +866,7 @@ impl Store for RedisStore {
         id: JobId,
         _now: Nanos,
     ) -> StoreResult<Option<Reserved>> {
-        let Some(tube) = self.tube_of(None, id).await? else {
+        let Some(tube) = self.tube_of(id).await? else {
             return Ok(None);
         };
         let (ids, owner) = (id.to_string(), self.attempt_owner(conn));
@@ -891,11 +886,15 @@ impl Store for RedisStore {
     }
 
     async fn delete(&self, conn: ConnId, id: JobId) -> StoreResult<bool> {
-        let Some(tube) = self.tube_of(Some(conn), id).await? else {
-            return Ok(false);
+        // Only the holder may delete a reserved job: its token proves it. A job this
+        // connection holds needs no index lookup.
+        let (tube, owner) = match self.held_job(conn, id) {
+            Some(h) => (h.tube, h.owner),
+            None => match self.tube_of(id).await? {
+                Some(tube) => (tube, String::new()),
+                None => return Ok(false),
+            },
         };
-        // Only the holder may delete a reserved job: its token proves it.
-        let owner = self.held_job(conn, id).map(|h| h.owner).unwrap_or_default();
         let ids = id.to_string();
         let v = self
             .tube_script(
@@ -997,7 +996,7 @@ impl Store for RedisStore {
     }
 
     async fn kick_job(&self, id: JobId, _now: Nanos) -> StoreResult<Option<TubeName>> {
-        let Some(tube) = self.tube_of(None, id).await? else {
+        let Some(tube) = self.tube_of(id).await? else {
             return Ok(None);
         };
         let ids = id.to_string();
@@ -1013,7 +1012,7 @@ impl Store for RedisStore {
     }
 
     async fn peek(&self, id: JobId) -> StoreResult<Option<(JobId, Bytes)>> {
-        let Some(tube) = self.tube_of(None, id).await? else {
+        let Some(tube) = self.tube_of(id).await? else {
             return Ok(None);
         };
         self.peek_in(tube.as_str(), "id", id).await
@@ -1032,7 +1031,7 @@ impl Store for RedisStore {
     }
 
     async fn job_info(&self, id: JobId, _now: Nanos) -> StoreResult<Option<JobInfo>> {
-        let Some(tube) = self.tube_of(None, id).await? else {
+        let Some(tube) = self.tube_of(id).await? else {
             return Ok(None);
         };
         let ids = id.to_string();

@@ -11,6 +11,7 @@ for name in string.gmatch(ARGV[2], '[^\n]+') do names[#names + 1] = name end
 local function tube(i) return tube_keys(9 + (i - 1) * 7), names[i] end
 local woken, seen = {}, {}
 local n_jobs = tonumber(ARGV[3])
+local now = n_jobs > 0 and now_us()
 local a = 4
 for _ = 1, n_jobs do
   local id, owner, i = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
@@ -18,7 +19,7 @@ for _ = 1, n_jobs do
   local T, name = tube(i)
   local j = get_job(T, id)
   if j and j[STATE] == 'reserved' and j[OWNER] == owner then
-    to_ready(T, G, id, j)
+    to_ready(T, G, id, j, nil, now)
     if not seen[i] then
       seen[i] = true
       woken[#woken + 1] = i
