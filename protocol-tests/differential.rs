@@ -73,6 +73,9 @@
 //! On a mismatch the test fails with the seed, step, connection, the exact bytes sent,
 //! both replies and the last steps, escaped as in `protocol-tests/cases`.
 
+// A test reports failure by panicking: unwrap and expect are how it says so.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -1538,12 +1541,13 @@ fn differential() {
     let settle = Duration::from_millis(env_number("REDSTALK_DIFF_SETTLE_MS", 0) as u64);
     // Every redstalk engine by default; one subject when named.
     let subjects = match std::env::var("REDSTALK_DIFF_SUBJECT").as_deref() {
-        Err(_) | Ok("") => vec![ServerKind::Memory, ServerKind::Redis],
+        Err(_) | Ok("") => vec![ServerKind::Memory, ServerKind::Redis, ServerKind::Leader],
         Ok("memory") => vec![ServerKind::Memory],
         Ok("redis") => vec![ServerKind::Redis],
+        Ok("leader") => vec![ServerKind::Leader],
         Ok("beanstalkd") => vec![ServerKind::Beanstalkd],
         Ok(other) => {
-            panic!("REDSTALK_DIFF_SUBJECT: {other:?} is none of memory, redis, beanstalkd")
+            panic!("REDSTALK_DIFF_SUBJECT: {other:?} is none of memory, redis, leader, beanstalkd")
         }
     };
     let mut failures = Vec::new();

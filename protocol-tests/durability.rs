@@ -38,6 +38,9 @@
 //! (`--nocapture` shows them). Without `redis-server` they are skipped with a notice,
 //! unless `REDSTALK_REQUIRE_ORACLE=1`.
 
+// A test reports failure by panicking: unwrap and expect are how it says so.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 use std::collections::BTreeMap;

@@ -12,7 +12,7 @@
 //!   binlog figures are the only numeric keys not exported, and the test fails if a new
 //!   key is neither. The wait histogram counts exactly the reserves done, its buckets
 //!   are cumulative and monotonic with `+Inf` = `_count`, and the one job reserved
-//!   ~200 ms after its put lands above 0.1 s and at most 0.25 s.
+//!   200 ms or more after its put lands above 0.1 s (and under 1 s).
 //! - `readyz_follows_redis` — `/healthz` 200 and `/readyz` 200; with the test's
 //!   redis-server killed, `/readyz` turns 503 (with a reason) within a few seconds,
 //!   `/metrics` answers 503 promptly and `/healthz` stays 200; with Redis restarted on
@@ -24,6 +24,9 @@
 //!
 //! Without `redis-server` the Redis tests are skipped with a notice, unless
 //! `REDSTALK_REQUIRE_ORACLE=1`.
+
+// A test reports failure by panicking: unwrap and expect are how it says so.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
 
@@ -546,10 +549,12 @@ fn metrics_agree_with_stats(kind: ServerKind) {
             .map(|b| b.1)
             .unwrap_or_else(|| panic!("no bucket le={le}"))
     };
+    // It waited at least 200 ms by construction; how much more depends on how busy the
+    // machine is (seen at 0.25–0.5 s on a loaded CI), so the upper bound is loose.
     assert_eq!(
-        at(0.25) - at(0.1),
+        at(1.0) - at(0.1),
         1.0,
-        "the job reserved ~200 ms after its put is in (0.1, 0.25]: {buckets:?}"
+        "the job reserved 200 ms or more after its put is in (0.1, 1]: {buckets:?}"
     );
     assert_eq!(
         at(0.1),

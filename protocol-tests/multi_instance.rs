@@ -46,6 +46,9 @@
 //! Without `redis-server` installed the tests are skipped with a loud message, unless
 //! `REDSTALK_REQUIRE_ORACLE=1` (then they fail).
 
+// A test reports failure by panicking: unwrap and expect are how it says so.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 use std::collections::{BTreeSet, HashMap};

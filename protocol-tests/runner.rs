@@ -15,6 +15,9 @@
 //! One libtest-mimic trial is created per (server kind, case), named `<kind>::<case>`.
 //! Trials are independent (each has its own server on its own port) and run in parallel.
 
+// A test reports failure by panicking: unwrap and expect are how it says so.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 use std::collections::HashMap;

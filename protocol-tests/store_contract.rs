@@ -17,10 +17,10 @@
 //!    `kick_job`; the peeks; `tube_info`, `totals` and `job_info` figures; the tube
 //!    list order after tube destruction (the removed tube's slot takes the last
 //!    tube); use/watch references keeping tubes alive, and destruction dropping their
-//!    counters and pause; `release_all` returning jobs with their counters untouched;
+//!    counters and pause; `close` without references returning jobs with their counters untouched;
 //!    `soonest_deadline`/`next_deadline`; `tick` promoting delayed jobs, expiring
 //!    reservations and ending pauses; and the wait a reserve reports (since the job
-//!    last became ready: put, release, kick, `release_all`, the end of its delay or its
+//!    last became ready: put, release, kick, `close` without references, the end of its delay or its
 //!    lapsed deadline). Only [`timed_tick`] (one real 2.1 s sleep) and
 //!    [`waits_since_ready`] (300 ms sleeps) wait on the clock (both stores read wall or
 //!    Redis time); the checks run concurrently.
@@ -49,6 +49,11 @@
 //!    summary (how many had an effect or found something, how many tubes were
 //!    destroyed) is printed so a generator that stopped hitting anything shows.
 //!
+//! 3. Bounded script calls (Redis only): a tick of 5,000 due delayed jobs, a kick of more
+//!    jobs than one call moves (and never mixing buried and delayed ones when a call's
+//!    worth are buried), and the reclaim of a lost reserve among 2,500 reservations all
+//!    finish over several calls of at most `SCRIPT_CHUNK` jobs each.
+//!
 //! Environment: `REDSTALK_STORE_SEED` (one seed or a comma-separated list, decimal or
 //! 0x-hex; default: three fixed seeds plus one from the clock, printed),
 //! `REDSTALK_STORE_OPS` (operations per seed, default 1000). On a mismatch the test
@@ -59,6 +64,9 @@
 //! Redis: each test starts its own `redis-server` on a free port (never 6379) through
 //! `support::redis`; when it is not installed the Redis parts are skipped loudly,
 //! unless `REDSTALK_REQUIRE_ORACLE=1` makes that a failure.
+
+// A test reports failure by panicking: unwrap and expect are how it says so.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
 
@@ -71,6 +79,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use redstalk::protocol::TubeName;
+use redstalk::store::redis_store::SCRIPT_CHUNK;
 use redstalk::store::{
     AnyStore, ConnId, JobId, JobInfo, JobState, MemoryStore, NANOS_PER_SEC, Nanos, NewJob,
     RedisConfig, RedisStore, Reserved, Store, StoreResult, Totals, TubeInfo,
@@ -765,9 +774,9 @@ async fn refs_and_gc(s: &AnyStore) {
     assert!(tube_info(s, "a").await.is_none());
 }
 
-/// release_all returns every job a connection holds to ready at once, counters
+/// A close without references returns every job a connection holds to ready at once, counters
 /// untouched, and names the tubes that gained ready jobs.
-async fn release_all_rules(s: &AnyStore) {
+async fn close_without_references_rules(s: &AnyStore) {
     let a = put(s, "ra", 1, 0, LONG, "a").await;
     let b = put(s, "rb", 2, 0, LONG, "b").await;
     let a2 = put(s, "ra", 3, 0, LONG, "a2").await;
@@ -778,7 +787,7 @@ async fn release_all_rules(s: &AnyStore) {
     assert!(reserve_job(s, C2, other).await.is_some());
     assert!(s.soonest_deadline(C1).await.expect("soonest").is_some());
 
-    let tubes = sorted_names(s.release_all(C1, now(s)).await.expect("release_all"));
+    let tubes = sorted_names(s.close(C1, &[], None, true, now(s)).await.expect("close"));
     assert_eq!(tubes, ["ra", "rb"]);
     for id in [a, b, a2] {
         let j = job(s, id).await;
@@ -793,22 +802,22 @@ async fn release_all_rules(s: &AnyStore) {
     assert_eq!(s.soonest_deadline(C1).await.expect("soonest"), None);
     assert_eq!(release(s, C1, a, 1, 0).await, None, "no longer held");
     assert!(
-        s.release_all(C1, now(s))
+        s.close(C1, &[], None, true, now(s))
             .await
-            .expect("release_all")
+            .expect("close")
             .is_empty()
     );
     assert!(
-        s.release_all(ConnId(77), now(s))
+        s.close(ConnId(77), &[], None, true, now(s))
             .await
-            .expect("release_all")
+            .expect("close")
             .is_empty()
     );
     assert_eq!(reserve(s, C1, &["rb", "ra"]).await.map(|r| r.id), Some(a));
 }
 
 /// A reserve reports how long the job had been ready: since its put, release, kick,
-/// or its holder's `release_all`, and not since anything earlier; `reserve_job` of a
+/// or its holder's `close` without references, and not since anything earlier; `reserve_job` of a
 /// ready job likewise, of a buried one 0. (Real time: 300 ms sleeps.)
 async fn waits_since_ready(s: &AnyStore) {
     const PAUSE: Duration = Duration::from_millis(300);
@@ -835,13 +844,10 @@ async fn waits_since_ready(s: &AnyStore) {
 
     tokio::time::sleep(PAUSE).await;
     assert_eq!(
-        sorted_names(s.release_all(C1, now(s)).await.expect("release_all")),
+        sorted_names(s.close(C1, &[], None, true, now(s)).await.expect("close")),
         ["w"]
     );
-    assert!(
-        waited(reserve(s, C2, &["w"]).await) < short,
-        "since release_all"
-    );
+    assert!(waited(reserve(s, C2, &["w"]).await) < short, "since close");
 
     assert!(bury(s, C2, a, 1).await);
     assert_eq!(
@@ -956,7 +962,7 @@ const CHECKS: &[Check] = checks![
     figures,
     list_tubes_after_gc,
     refs_and_gc,
-    release_all_rules,
+    close_without_references_rules,
     burn_id_consumes,
     timed_tick,
     waits_since_ready,
@@ -970,6 +976,7 @@ async fn redis_store(url: &str, label: &str) -> RedisStore {
     let config = RedisConfig {
         url: url.to_string(),
         prefix: format!("rs-contract-{}-{label}-{n}", std::process::id()),
+        ..RedisConfig::default()
     };
     RedisStore::connect(&config)
         .await
@@ -1274,7 +1281,7 @@ async fn apply(s: &AnyStore, op: &Op, now: Nanos) -> StoreResult<Out> {
         Op::SoonestDeadline { conn } => Out::Bool(s.soonest_deadline(*conn).await?.is_some()),
         Op::NextDeadline => Out::Bool(s.next_deadline().await?.is_some()),
         Op::ReleaseAll { conn } => {
-            let mut v = s.release_all(*conn, now).await?;
+            let mut v = s.close(*conn, &[], None, true, now).await?;
             v.sort();
             Out::Tubes(v)
         }
@@ -1725,7 +1732,7 @@ fn record(coverage: &mut Coverage, op: &Op, out: &Out) {
 }
 
 /// The jobs whose figures `op` may have changed (compared right after it): the job it
-/// names or made, or those a `release_all` returned (`model` as before the op).
+/// names or made, or those a `close` without references returned (`model` as before the op).
 fn touched_jobs(op: &Op, out: &Out, model: &Model) -> Vec<JobId> {
     match (op, out) {
         (_, Out::Id(id)) => vec![*id],
@@ -1904,4 +1911,153 @@ async fn memory_vs_redis_differential() {
         mismatches.is_empty(),
         "memory and redis stores disagree (seeds {failed:?})"
     );
+}
+
+// ---------------------------------------------------------------------------------
+// Bounded script calls (Redis only)
+// ---------------------------------------------------------------------------------
+
+/// How many EVALSHA calls the Redis at `url` has run (its `INFO commandstats`).
+async fn evalsha_calls(url: &str) -> u64 {
+    let client = redis::Client::open(url).expect("redis url");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect to redis");
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn)
+        .await
+        .expect("INFO commandstats");
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().expect("a call count"))
+}
+
+/// Put `n` jobs (priority 100, TTR [`LONG`]) into `tube`, many at a time.
+async fn put_many(s: &AnyStore, tube: &str, n: usize, delay: u32) -> Vec<JobId> {
+    let mut ids = Vec::with_capacity(n);
+    let numbers: Vec<usize> = (0..n).collect();
+    for batch in numbers.chunks(500) {
+        let bodies: Vec<String> = batch.iter().map(|i| format!("job {i}")).collect();
+        let puts = bodies.iter().map(|b| put(s, tube, 100, delay, LONG, b));
+        ids.extend(futures_util::future::join_all(puts).await);
+    }
+    ids
+}
+
+fn signal(pid: u32, sig: &str) {
+    let status = std::process::Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -{sig} {pid}");
+}
+
+/// Many more due delayed jobs than one script call moves ([`SCRIPT_CHUNK`]): one tick
+/// makes every one ready, through several bounded calls.
+#[tokio::test]
+async fn tick_promotes_more_due_jobs_than_one_call_moves() {
+    let Some(redis) = start_redis() else { return };
+    let url = redis.url();
+    let s = AnyStore::Redis(redis_store(&url, "tick-chunks").await);
+    const N: usize = 5_000;
+    let calls_needed = N as u64 / u64::from(SCRIPT_CHUNK);
+    assert!(calls_needed >= 2, "the test needs several calls' worth");
+    put_many(&s, "many", N, 1).await;
+    let put_done = Instant::now();
+    // Only a tick promotes them, however long the puts took.
+    assert_eq!(tube_of(&s, "many").await.delayed, N as u64);
+    tokio::time::sleep(Duration::from_millis(1100).saturating_sub(put_done.elapsed())).await;
+
+    let before = evalsha_calls(&url).await;
+    let woken = s.tick(now(&s)).await.expect("tick");
+    let calls = evalsha_calls(&url).await - before;
+    let info = tube_of(&s, "many").await;
+    assert_eq!((info.ready, info.delayed), (N as u64, 0));
+    assert_eq!(sorted_names(woken), vec!["many".to_string()]);
+    assert!(
+        calls >= calls_needed,
+        "{N} due jobs took {calls} script calls; at most {SCRIPT_CHUNK} a call needs {calls_needed}"
+    );
+}
+
+/// A kick of more jobs than one call moves goes on over several calls, and keeps to
+/// the set its first call chose: exactly one call's worth of buried jobs, with delayed
+/// jobs behind them, are kicked alone.
+#[tokio::test]
+async fn kick_of_more_jobs_than_one_call_moves_keeps_to_one_set() {
+    let Some(redis) = start_redis() else { return };
+    let url = redis.url();
+    let s = AnyStore::Redis(redis_store(&url, "kick-chunks").await);
+    let chunk = SCRIPT_CHUNK as u64;
+    for id in put_many(&s, "k", chunk as usize, 0).await {
+        reserve_and_bury(&s, C1, id, 5).await;
+    }
+    put_many(&s, "k", 2 * chunk as usize + 500, LONG).await;
+    let counts = |i: TubeInfo| (i.ready, i.buried, i.delayed);
+
+    let kicked = s.kick(&t("k"), u32::MAX, now(&s)).await.expect("kick");
+    assert_eq!(
+        kicked, SCRIPT_CHUNK,
+        "a kick of everything takes the buried jobs only"
+    );
+    assert_eq!(counts(tube_of(&s, "k").await), (chunk, 0, 2 * chunk + 500));
+
+    let bound = 2 * SCRIPT_CHUNK + 100;
+    let before = evalsha_calls(&url).await;
+    let kicked = s.kick(&t("k"), bound, now(&s)).await.expect("kick");
+    let calls = evalsha_calls(&url).await - before;
+    assert_eq!(kicked, bound, "delayed jobs, up to the bound");
+    assert_eq!(
+        calls, 3,
+        "a kick of {bound} took {calls} calls of at most {SCRIPT_CHUNK}"
+    );
+    assert_eq!(
+        counts(tube_of(&s, "k").await),
+        (chunk + u64::from(bound), 0, 400)
+    );
+}
+
+/// A reserve whose answer was lost (Redis frozen past the response timeout, then run)
+/// in a tube holding more reservations than one reclaim call looks at: the next tick
+/// finds its job among them and returns it to ready, uncounted; the others stay held.
+#[tokio::test]
+async fn lost_reserve_is_reclaimed_among_many_reservations() {
+    let Some(redis) = start_redis() else { return };
+    let s = AnyStore::Redis(redis_store(&redis.url(), "reclaim-chunks").await);
+    let n = 2 * SCRIPT_CHUNK as usize + 500;
+    put_many(&s, "r", n, 0).await;
+    for _ in 0..n {
+        assert!(reserve(&s, C1, &["r"]).await.is_some());
+    }
+    let lost = put(&s, "r", 0, 0, LONG, "lost").await;
+
+    let pid = redis.pid().expect("redis pid");
+    signal(pid, "STOP");
+    let r = s.reserve(C2, &tubes(&["r"]), now(&s)).await;
+    signal(pid, "CONT");
+    assert!(r.is_err(), "a reserve with Redis frozen answered {r:?}");
+    // Redis runs the reserve once it resumes.
+    let resumed = Instant::now();
+    loop {
+        if let Ok(Some(j)) = s.job_info(lost, now(&s)).await
+            && j.state == JobState::Reserved
+        {
+            break;
+        }
+        assert!(
+            resumed.elapsed() < Duration::from_secs(5),
+            "the lost reserve never ran"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let woken = s.tick(now(&s)).await.expect("tick");
+    let j = job(&s, lost).await;
+    assert_eq!((j.state, j.reserves), (JobState::Ready, 0));
+    assert_eq!(sorted_names(woken), vec!["r".to_string()]);
+    assert_eq!(tube_of(&s, "r").await.reserved, n as u64);
 }

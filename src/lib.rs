@@ -1,21 +1,42 @@
-//! redstalk: a job-queue server that speaks the beanstalkd protocol byte for byte and can
-//! keep its jobs in Redis.
+//! redstalk: a job-queue server that speaks the beanstalkd protocol byte for byte, and
+//! keeps its jobs in memory, or in Redis (leader or shared mode).
 //!
-//! Layout (each layer only uses the ones above it):
-//! - [`protocol`]: bytes <-> values (codec, parser, replies, YAML). No I/O, no clock.
-//! - [`store`]: where jobs live, behind one trait: [`store::memory`] and
-//!   [`store::redis_store`].
-//! - [`engine`]: beanstalkd semantics that do not depend on storage: blocking reserve and
-//!   its waiters, DEADLINE_SOON, timers, drain mode, counters. Time is passed in.
-//! - [`server`]: sockets, one task per connection, shutdown and signals.
-//! - [`metrics`]: the optional HTTP listener: Prometheus metrics (the figures of
-//!   `stats` and `stats-tube`), liveness and readiness.
-//! - [`cli`]: beanstalkd-compatible command-line flags.
+//! Map (each layer only uses the ones listed before it):
+//!
+//! ```text
+//! time        Nanos and the Clock every layer reads (wall clock, never backwards)
+//! util        SwapList: the reference's list order (list-tubes, list-tubes-watched)
+//! redis_conn  connections to Redis for both Redis modes: the URL, TLS, sentinels,
+//!             following a failover, bounded waits
+//! protocol/   bytes <-> values: codec (framing), parse (one line -> a command),
+//!             command, reply, yaml. No I/O, no clock.
+//! store/      where jobs live, behind the Store trait (one method per transition):
+//!   memory/     the memory store; with a journal it notes changes for persistence
+//!   durable     the memory store whose replies wait until a committer persisted them
+//!   redis_store/  shared mode: every transition one Lua script in Redis
+//! persist/    group commit: the committer takes cuts of a journaled memory store and
+//!             writes them through a Sink (redis/: leader mode's fenced MULTI/EXEC
+//!             batches and the loader; binlog/: `-b DIR`'s local log and its replay)
+//! engine/     beanstalkd semantics over any store: dispatch, reserve and its waiters,
+//!             serve passes, DEADLINE_SOON, the timer, stats, drain mode
+//! cluster/    leader mode: the lease, who leads, loading at takeover, fail-stop
+//! server/     sockets: listeners (and systemd's), one task per connection (serve, or
+//!             relay to the leader), signals, privileges, graceful shutdown
+//! metrics/    the optional HTTP listener: Prometheus metrics, /healthz, /readyz
+//! cli         beanstalkd's flags and redstalk's own
+//! ```
+//!
+//! The binary (`main.rs`) parses the flags, starts what serves clients (an engine on a
+//! store, or a cluster of roles), binds, and runs the server until SIGTERM.
 
 pub mod cli;
+pub mod cluster;
 pub mod engine;
 pub mod metrics;
+pub mod persist;
 pub mod protocol;
+pub mod redis_conn;
 pub mod server;
 pub mod store;
+pub mod time;
 pub mod util;

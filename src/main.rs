@@ -9,11 +9,25 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Parser;
 
-use redstalk::cli::{Cli, EXIT_USAGE, Settings};
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use redstalk::cli::{Cli, EXIT_USAGE, RedisMode, Settings};
+use redstalk::cluster::{Cluster, ClusterConfig, ClusterError};
 use redstalk::engine::{Engine, EngineConfig};
 use redstalk::metrics::{self, MetricsListener};
-use redstalk::server::{self, Listener, ServerConfig, signals};
-use redstalk::store::{AnyStore, MemoryStore, RedisStore};
+use redstalk::persist::binlog::{self, BinlogConfig};
+use redstalk::persist::committer::{self, Ended};
+use redstalk::redis_conn;
+use redstalk::server::{self, Direct, Listener, ServerConfig, activation, signals};
+use redstalk::store::durable::{CommitLink, DurableStore};
+use redstalk::store::memory::CutLimit;
+use redstalk::store::redis_store::policy::PolicyError;
+use redstalk::store::{AnyStore, Clock, MemoryStore, RedisStore};
+
+/// How long a clean shutdown waits for the last batch to reach the log.
+const FINAL_FLUSH: std::time::Duration = std::time::Duration::from_secs(2);
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -72,7 +86,140 @@ fn init_logging(verbose: u8) {
         .init();
 }
 
+/// What serves clients: one engine (with `-b`, and the committer writing its log), or
+/// leader mode's roles.
+enum Serving {
+    Engine(Arc<Engine>, Option<Logged>),
+    Cluster(Arc<Cluster>),
+}
+
+/// The committer of `-b DIR`'s log.
+struct Logged {
+    stop: CancellationToken,
+    committer: tokio::task::JoinHandle<Ended>,
+}
+
+impl Logged {
+    /// Write what is left, then stop the committer.
+    async fn finish(self, engine: &Engine) {
+        let last = engine.last_change();
+        match tokio::time::timeout(FINAL_FLUSH, engine.durable(last)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(err)) => {
+                tracing::warn!(%err, "the last changes may not have reached the binlog")
+            }
+            Err(_) => tracing::warn!("the last changes did not reach the binlog in time"),
+        }
+        self.stop.cancel();
+        let _ = self.committer.await;
+    }
+}
+
+/// `-b DIR`: replay the log into a memory store, and serve it with every change
+/// written to the log (by the group-commit committer) before it is acknowledged.
+fn start_binlog(config: &BinlogConfig, engine_config: EngineConfig) -> anyhow::Result<Serving> {
+    let started = std::time::Instant::now();
+    let opened = binlog::open(config.clone()).context("cannot start with -b")?;
+    let jobs = opened.snapshot.jobs.len();
+    let read_ms = started.elapsed().as_millis() as u64;
+    let clock = Clock::new();
+    let memory = Arc::new(MemoryStore::restored(opened.snapshot, clock.now()));
+    let link = CommitLink::new();
+    let stop = CancellationToken::new();
+    let committer = tokio::spawn(committer::run(
+        memory.clone(),
+        link.clone(),
+        opened.sink,
+        CutLimit::default(),
+        stop.clone(),
+    ));
+    let store = DurableStore::new(memory, link, clock, "binlog");
+    let engine = Engine::start(AnyStore::Durable(store), engine_config);
+    tracing::info!(
+        dir = %config.dir.display(),
+        fsync = ?config.fsync,
+        files = opened.files,
+        bytes = opened.bytes,
+        records = opened.records,
+        jobs,
+        read_ms,
+        replay_ms = started.elapsed().as_millis() as u64,
+        "binlog replayed"
+    );
+    Ok(Serving::Engine(engine, Some(Logged { stop, committer })))
+}
+
+/// Start what serves clients. Everything that must work before a client can connect
+/// happens here, so that "listening" means "ready" (and a SIGUSR1 sent then is not
+/// fatal).
+async fn start_serving(settings: &Settings) -> anyhow::Result<Serving> {
+    let engine_config = EngineConfig {
+        max_job_size: settings.max_job_size,
+    };
+    if let Some(config) = &settings.binlog {
+        return start_binlog(config, engine_config);
+    }
+    let Some(redis) = &settings.redis else {
+        let store = AnyStore::Memory(MemoryStore::new());
+        return Ok(Serving::Engine(Engine::start(store, engine_config), None));
+    };
+    // The reason follows (`{err:#}` prints the chain): no answer, a refused password
+    // (WRONGPASS/NOAUTH), a certificate not trusted...; the URL without credentials.
+    let unreachable = || {
+        format!(
+            "cannot start: cannot use Redis at {} (start Redis or fix --redis / \
+             REDSTALK_REDIS and its options, then start redstalk again; once running, \
+             redstalk rides out Redis outages by itself)",
+            redis_conn::redact(&redis.config.url)
+        )
+    };
+    match redis.mode {
+        RedisMode::Shared => {
+            redstalk::cluster::refuse_if_leader_mode(&redis.config)
+                .await
+                .map_err(|err| match err {
+                    ClusterError::Lease(mode) => anyhow::anyhow!("cannot start: {mode}"),
+                    other => anyhow::Error::new(other).context(unreachable()),
+                })?;
+            let store = RedisStore::connect(&redis.config)
+                .await
+                .with_context(unreachable)?;
+            store
+                .check_eviction_policy(redis.allow_eviction)
+                .await
+                .map_err(|err| anyhow::anyhow!("cannot start: {err}"))?;
+            Ok(Serving::Engine(
+                Engine::start(AnyStore::Redis(store), engine_config),
+                None,
+            ))
+        }
+        RedisMode::Leader => {
+            let cluster = Cluster::connect(ClusterConfig {
+                redis: redis.config.clone(),
+                advertise: redis.advertise.clone(),
+                lease: redis.lease,
+                engine: engine_config,
+                wait_replicas: redis.wait_replicas,
+                wait_timeout: redis.wait_timeout,
+                allow_eviction: redis.allow_eviction,
+            })
+            .await
+            .map_err(|err| match err {
+                ClusterError::Lease(mode) => anyhow::anyhow!("cannot start: {mode}"),
+                ClusterError::Policy(policy @ PolicyError::Evicting(_)) => {
+                    anyhow::anyhow!("cannot start: {policy}")
+                }
+                other => anyhow::Error::new(other).context(unreachable()),
+            })?;
+            Ok(Serving::Cluster(cluster))
+        }
+    }
+}
+
 fn run(settings: Settings) -> anyhow::Result<()> {
+    // Before the runtime starts any thread: this also removes the variables from the
+    // environment, which is sound only while the process has a single thread.
+    let inherited = activation::take_from_env().context("socket activation")?;
     // One thread, like beanstalkd's event loop: events are handled in the order the
     // kernel reports them (a hang-up before another connection's next command).
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -80,31 +227,31 @@ fn run(settings: Settings) -> anyhow::Result<()> {
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async move {
-        // Everything that must work before a client can connect comes first, so that
-        // "listening" means "ready" (and a SIGUSR1 sent then is not fatal).
-        let store = match &settings.redis {
-            None => AnyStore::Memory(MemoryStore::new()),
-            Some(config) => {
-                let redis = RedisStore::connect(config).await.with_context(|| {
-                    format!(
-                        "cannot start: Redis at {} did not answer (start Redis or fix --redis / \
-                         REDSTALK_REDIS, then start redstalk again; once running, redstalk \
-                         rides out Redis outages by itself)",
-                        config.url
-                    )
-                })?;
-                AnyStore::Redis(redis)
+        let serving = start_serving(&settings).await?;
+        match &serving {
+            Serving::Engine(engine, _) => {
+                let engine = engine.clone();
+                signals::spawn_drain_handler(move || engine.enter_drain_mode())
             }
-        };
-        let engine = Engine::start(
-            store,
-            EngineConfig {
-                max_job_size: settings.max_job_size,
-            },
-        );
-        signals::spawn_drain_handler(engine.clone()).context("installing the SIGUSR1 handler")?;
+            Serving::Cluster(cluster) => {
+                let cluster = cluster.clone();
+                signals::spawn_drain_handler(move || cluster.enter_drain_mode())
+            }
+        }
+        .context("installing the SIGUSR1 handler")?;
         let shutdown = signals::shutdown_signal().context("installing the SIGTERM handler")?;
-        let listener = Listener::bind(&settings.listen)?;
+        // As beanstalkd: sockets handed over by systemd replace -l/-p.
+        let listener = if inherited.is_empty() {
+            Listener::bind(&settings.listen)?
+        } else {
+            tracing::info!(
+                sockets = inherited.len(),
+                names = ?inherited.iter().filter_map(|i| i.name.as_deref()).collect::<Vec<_>>(),
+                ignored = %settings.listen,
+                "serving the sockets passed by systemd (LISTEN_FDS); -l and -p are not used"
+            );
+            Listener::inherited(inherited)?
+        };
         let metrics_listener = settings.metrics.map(MetricsListener::bind).transpose()?;
         if let Some(user) = &settings.user {
             server::privileges::become_user(user)?;
@@ -115,14 +262,22 @@ fn run(settings: Settings) -> anyhow::Result<()> {
                 .map_or_else(|_| "on".to_string(), |a| a.to_string()),
             None => "off".to_string(),
         };
-        let stop_metrics = tokio_util::sync::CancellationToken::new();
+        let stop_metrics = CancellationToken::new();
         if let Some(m) = metrics_listener {
-            tokio::spawn(metrics::serve(engine.clone(), m, stop_metrics.clone()));
+            let source = match &serving {
+                Serving::Engine(e, _) => metrics::Source::Engine(e.clone()),
+                Serving::Cluster(c) => metrics::Source::Cluster(c.clone()),
+            };
+            tokio::spawn(metrics::serve(source, m, stop_metrics.clone()));
         }
+        let engine_name = match &serving {
+            Serving::Engine(e, _) => e.store_name(),
+            Serving::Cluster(_) => "redis-leader",
+        };
         tracing::info!(
             version = env!("CARGO_PKG_VERSION"),
             pid = std::process::id(),
-            engine = engine.store_name(),
+            engine = engine_name,
             listen = %listener.describe(),
             metrics = %metrics_addr,
             "redstalk started"
@@ -131,7 +286,27 @@ fn run(settings: Settings) -> anyhow::Result<()> {
             max_connections: settings.max_connections,
             shutdown_grace: settings.shutdown_grace,
         };
-        server::run(engine, listener, config, shutdown).await;
+        let stop = CancellationToken::new();
+        match serving {
+            Serving::Engine(engine, logged) => {
+                let router = Direct {
+                    engine: engine.clone(),
+                    stop: stop.clone(),
+                };
+                server::run(router, listener, config, stop, shutdown).await;
+                if let Some(logged) = logged {
+                    logged.finish(&engine).await;
+                }
+                engine.shutdown();
+                engine.close_store().await;
+            }
+            Serving::Cluster(cluster) => {
+                let roles = tokio::spawn(cluster.clone().run(stop.clone()));
+                server::run(cluster.clone(), listener, config, stop, shutdown).await;
+                cluster.shutdown().await;
+                let _ = roles.await;
+            }
+        }
         stop_metrics.cancel();
         tracing::info!("redstalk stopped");
         Ok(())

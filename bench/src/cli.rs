@@ -114,6 +114,12 @@ pub struct Args {
     #[arg(long)]
     pub server_pid: Option<u32>,
 
+    /// Pid of a server process (repeat for several, such as redstalk and its
+    /// redis-server): the run reports the CPU time (user + system) each spent during the
+    /// measured phase, and the total per op.
+    #[arg(long = "cpu-pid", value_name = "PID")]
+    pub cpu_pids: Vec<u32>,
+
     /// host:port of the Redis behind a redstalk --redis server: drain reports Redis'
     /// used_memory before and after the fill.
     #[arg(long)]

@@ -3,13 +3,14 @@
 //!
 //! Modules: [`client`] (pipelined protocol client), [`scenario`] (what is run),
 //! [`body`] (self-describing job bodies), [`stats`] (percentiles), [`check`]
-//! (exactly-once ledger, server-empty check), [`memory`] (RSS, Redis INFO), [`report`]
-//! (text and JSON). `bench/README.md` describes the scenarios and `bench/compare`.
+//! (exactly-once ledger, server-empty check), [`memory`] (RSS, Redis INFO), [`cpu`]
+//! (the servers' CPU time during the measured phase), [`report`] (text and JSON). `bench/README.md` describes the scenarios and `bench/compare`.
 
 mod body;
 mod check;
 mod cli;
 mod client;
+mod cpu;
 mod memory;
 mod report;
 mod scenario;

@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 
 use crate::cli::Args;
+use crate::cpu::{self, ProcessCpu};
 use crate::stats::{Summary, ms};
 
 /// The result of one run.
@@ -23,6 +24,8 @@ pub struct Outcome {
     pub others: Vec<(&'static str, Summary)>,
     /// Named figures such as memory (bytes) or rates.
     pub figures: Vec<(&'static str, f64)>,
+    /// CPU time of each `--cpu-pid` process during the measured phase.
+    pub cpu: Vec<ProcessCpu>,
     /// Correctness failures; empty when the run is clean.
     pub failures: Vec<String>,
     /// The tubes the run used.
@@ -77,6 +80,7 @@ pub fn json(args: &Args, o: &Outcome) -> Value {
         "latency": summary_json(&o.latency.1),
         "other_latencies": others,
         "figures": figures,
+        "server_cpu": cpu::json(&o.cpu, o.ops),
         "ok": o.failures.is_empty(),
         "failures": o.failures,
     })
@@ -126,6 +130,22 @@ pub fn text(args: &Args, o: &Outcome) -> String {
     }
     for (name, v) in &o.figures {
         let _ = writeln!(t, "  {name}: {v:.1}");
+    }
+    if !o.cpu.is_empty() {
+        let total: f64 = o.cpu.iter().map(|c| c.micros).sum();
+        let each: Vec<String> = o
+            .cpu
+            .iter()
+            .map(|c| format!("pid {} {:.3} s", c.pid, c.micros / 1e6))
+            .collect();
+        let _ = writeln!(
+            t,
+            "  server CPU: {:.3} s ({}), {:.2} us per {}",
+            total / 1e6,
+            each.join(", "),
+            total / o.ops.max(1) as f64,
+            o.unit.trim_end_matches('s')
+        );
     }
     if o.failures.is_empty() {
         let _ = writeln!(

@@ -289,7 +289,7 @@ def main():
     addr2 = os.environ.get("BEANSTALK_ADDR2")
     server = os.environ.get("BEANSTALK_SERVER", "beanstalkd")
     check(addr2, "BEANSTALK_ADDR2 is needed: dq insists on at least two nodes")
-    shared = server == "redis"  # both addresses serve one queue
+    shared = server in ("redis", "leader")  # both addresses serve one queue
     endpoints = [addr1, addr2]
 
     guard = Guard()

@@ -299,7 +299,7 @@ def main
     there = Beaneater.new(addr2)
     there.tubes.watch!(shared)
     mine = producer.tubes[shared].put('hand-over', pri: 10, ttr: 30)
-    if server == 'redis'
+    if %w[redis leader].include?(server)
       job = expect_job(there.tubes.reserve(2), mine[:id], 'hand-over', 'reserve on the second redstalk of the same Redis')
       eq(job_stats(producer, mine[:id]).state, 'reserved', 'stats-job on the first server of a job reserved on the second')
       job.delete

@@ -14,6 +14,7 @@ pub mod client;
 pub mod load;
 pub mod redis;
 pub mod rng;
+pub mod sentinel;
 pub mod yaml;
 
 use std::io::Read;
@@ -65,15 +66,67 @@ pub fn quantiles(samples: &[Duration], ps: &[f64]) -> Vec<Duration> {
 /// A server's stderr, drained by a thread (so a chatty server never blocks on a full
 /// pipe) and kept, its last 256 KiB, for failure messages.
 #[derive(Clone, Default)]
-pub struct Log(Arc<Mutex<Vec<u8>>>);
+pub struct Log(Arc<LogState>);
+
+#[derive(Default)]
+pub struct LogState {
+    text: Mutex<Vec<u8>>,
+    /// The pipe reached its end: every byte the process wrote is in `text`.
+    closed: std::sync::atomic::AtomicBool,
+}
 
 impl Log {
+    /// Keep draining `pipe` (a child's stderr) into a new log, on a thread of its own.
+    pub fn drain(mut pipe: impl Read + Send + 'static) -> Log {
+        let log = Log::default();
+        let kept = log.clone();
+        std::thread::spawn(move || {
+            let mut chunk = [0u8; 8192];
+            while let Ok(n) = pipe.read(&mut chunk) {
+                if n == 0 {
+                    break;
+                }
+                let mut buf = kept.0.text.lock().unwrap_or_else(|e| e.into_inner());
+                buf.extend_from_slice(&chunk[..n]);
+                let excess = buf.len().saturating_sub(256 * 1024);
+                buf.drain(..excess);
+            }
+            kept.0
+                .closed
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+        });
+        log
+    }
+
     /// The last few kilobytes, as text.
     pub fn tail(&self) -> String {
-        let buf = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let buf = self.0.text.lock().unwrap_or_else(|e| e.into_inner());
         let from = buf.len().saturating_sub(3000);
         String::from_utf8_lossy(&buf[from..]).into_owned()
     }
+
+    /// [`Log::tail`] once the pipe has ended (the process exited and its last words
+    /// were read), or after `timeout` at the latest: a process that just exited may
+    /// have written its error a moment before the drain thread read it.
+    pub fn final_tail(&self, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        while !self.0.closed.load(std::sync::atomic::Ordering::SeqCst) && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        self.tail()
+    }
+}
+
+/// Spawn `cmd` with no stdin or stdout and its stderr drained into a [`Log`].
+pub fn spawn_logged(cmd: &mut Command) -> std::io::Result<(Child, Log)> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let log = child.stderr.take().map(Log::drain).unwrap_or_default();
+    Ok((child, log))
 }
 
 /// Which server a trial talks to.
@@ -83,8 +136,15 @@ pub enum ServerKind {
     Beanstalkd,
     /// redstalk on its in-memory engine.
     Memory,
-    /// redstalk on the Redis engine, with a private redis-server.
+    /// redstalk on the Redis engine in shared mode (a Lua script per command), with a
+    /// private redis-server.
     Redis,
+    /// redstalk in Redis leader mode (memory engine, batches persisted to Redis), with
+    /// a private redis-server.
+    Leader,
+    /// redstalk with `-b DIR` (memory engine, batches written to a local log), in a
+    /// fresh directory removed with the server.
+    Binlog,
 }
 
 impl ServerKind {
@@ -93,6 +153,17 @@ impl ServerKind {
             ServerKind::Beanstalkd => "beanstalkd",
             ServerKind::Memory => "memory",
             ServerKind::Redis => "redis",
+            ServerKind::Leader => "leader",
+            ServerKind::Binlog => "binlog",
+        }
+    }
+
+    /// The `--redis-mode` of a kind that keeps its jobs in Redis.
+    pub fn redis_mode(self) -> Option<&'static str> {
+        match self {
+            ServerKind::Redis => Some("shared"),
+            ServerKind::Leader => Some("leader"),
+            _ => None,
         }
     }
 
@@ -102,6 +173,8 @@ impl ServerKind {
             ServerKind::Beanstalkd,
             ServerKind::Memory,
             ServerKind::Redis,
+            ServerKind::Leader,
+            ServerKind::Binlog,
         ]
     }
 }
@@ -168,6 +241,43 @@ pub fn is_listening(port: u16) -> bool {
     })
 }
 
+/// True when process `pid` itself listens on 127.0.0.1:`port` (or the wildcard
+/// address). [`is_listening`] alone is not proof that a just-spawned server is ready:
+/// between [`free_port`] and the server's bind another test's process can take the same
+/// port, and a server that first connects to Redis binds late, so the socket table
+/// would show the other process's listener (seen in CI as a refused first connection
+/// once that process exited). Not Linux: [`is_listening`].
+pub fn is_listening_by(pid: u32, port: u16) -> bool {
+    let Ok(table) = std::fs::read_to_string("/proc/net/tcp") else {
+        return is_listening(port);
+    };
+    let want = [
+        format!("0100007F:{port:04X}"),
+        format!("00000000:{port:04X}"),
+    ];
+    let inodes: Vec<String> = table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            let listening = cols.get(3) == Some(&"0A");
+            let ours = cols.get(1).is_some_and(|l| want.iter().any(|w| w == l));
+            let inode = cols.get(9)?;
+            (listening && ours).then(|| format!("socket:[{inode}]"))
+        })
+        .collect();
+    if inodes.is_empty() {
+        return false;
+    }
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten().any(|fd| {
+        std::fs::read_link(fd.path())
+            .is_ok_and(|target| inodes.iter().any(|i| target.as_os_str() == i.as_str()))
+    })
+}
+
 /// Wait up to `timeout` for `child` to exit by itself. `None` while it still runs (it
 /// is then left running).
 pub fn wait_exit(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
@@ -186,8 +296,27 @@ pub fn wait_exit(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
 /// redstalk on an existing Redis under `prefix`, its stderr captured (panics if it
 /// does not start).
 pub fn redstalk_on(redis: &redis::RedisServer, prefix: &str) -> (ServerProc, Log) {
-    let mut srv =
-        ServerProc::start_on_redis(&redis.url(), prefix, &[]).expect("start redstalk on Redis");
+    redstalk_on_as(ServerKind::Redis, redis, prefix, &[])
+}
+
+/// The lease leader-mode tests give their instances, so a failover takes about a
+/// second (the default is 3 s).
+pub const TEST_LEASE_MS: &str = "1000";
+
+/// redstalk in `kind`'s Redis mode (shared or leader) on an existing Redis under
+/// `prefix`, with `extra` arguments; leader mode gets the tests' short lease.
+pub fn redstalk_on_as(
+    kind: ServerKind,
+    redis: &redis::RedisServer,
+    prefix: &str,
+    extra: &[&str],
+) -> (ServerProc, Log) {
+    let mut args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+    if kind == ServerKind::Leader && !extra.contains(&"--redis-lease") {
+        args.extend(["--redis-lease".to_string(), TEST_LEASE_MS.to_string()]);
+    }
+    let mut srv = ServerProc::start_on_redis_as(kind, &redis.url(), prefix, &args)
+        .unwrap_or_else(|e| panic!("start redstalk ({}) on Redis: {e}", kind.name()));
     let log = srv.capture_stderr();
     (srv, log)
 }
@@ -199,6 +328,8 @@ pub struct ServerProc {
     child: Child,
     /// The private Redis of a `Redis` server; dropped (killed) after the server.
     pub redis: Option<redis::RedisServer>,
+    /// The log directory of a `Binlog` server; removed after the server.
+    pub binlog_dir: Option<PathBuf>,
 }
 
 impl ServerProc {
@@ -219,11 +350,17 @@ impl ServerProc {
                     return Ok(None);
                 }
             },
-            ServerKind::Memory | ServerKind::Redis => redstalk_path(),
+            ServerKind::Memory | ServerKind::Redis | ServerKind::Leader | ServerKind::Binlog => {
+                redstalk_path()
+            }
         };
         let mut redis_server = None;
         let mut extra_args = extra_args.to_vec();
-        if kind == ServerKind::Redis {
+        let binlog_dir = (kind == ServerKind::Binlog).then(fresh_dir);
+        if let Some(dir) = &binlog_dir {
+            extra_args.extend(["-b".to_string(), dir.display().to_string()]);
+        }
+        if let Some(mode) = kind.redis_mode() {
             if redis::redis_server_path().is_none() {
                 if oracle_required() {
                     return Err(
@@ -242,10 +379,14 @@ impl ServerProc {
                 r.url(),
                 "--redis-prefix".into(),
                 "t".into(),
+                "--redis-mode".into(),
+                mode.into(),
             ]);
             redis_server = Some(r);
         }
-        Self::spawn_listening(kind, &program, &extra_args, redis_server).map(Some)
+        let mut server = Self::spawn_listening(kind, &program, &extra_args, redis_server)?;
+        server.binlog_dir = binlog_dir;
+        Ok(Some(server))
     }
 
     /// Start redstalk on an existing Redis (for several instances sharing one queue,
@@ -255,14 +396,26 @@ impl ServerProc {
         prefix: &str,
         extra_args: &[String],
     ) -> Result<ServerProc, String> {
+        Self::start_on_redis_as(ServerKind::Redis, redis_url, prefix, extra_args)
+    }
+
+    /// [`ServerProc::start_on_redis`] in the mode of `kind` (Redis or Leader).
+    pub fn start_on_redis_as(
+        kind: ServerKind,
+        redis_url: &str,
+        prefix: &str,
+        extra_args: &[String],
+    ) -> Result<ServerProc, String> {
         let mut args = vec![
             "--redis".to_string(),
             redis_url.to_string(),
             "--redis-prefix".into(),
             prefix.into(),
+            "--redis-mode".into(),
+            kind.redis_mode().unwrap_or("shared").into(),
         ];
         args.extend_from_slice(extra_args);
-        Self::spawn_listening(ServerKind::Redis, &redstalk_path(), &args, None)
+        Self::spawn_listening(kind, &redstalk_path(), &args, None)
     }
 
     /// Spawn `program` on a free port and wait until it listens.
@@ -299,13 +452,15 @@ impl ServerProc {
                     break;
                 }
                 // Readiness is read from the kernel's socket table rather than probed
-                // with a connection, so `total-connections` starts at 0 in every case.
-                if is_listening(port) {
+                // with a connection, so `total-connections` starts at 0 in every case;
+                // the listener must be the child's own (see `is_listening_by`).
+                if is_listening_by(child.id(), port) {
                     return Ok(ServerProc {
                         kind,
                         addr,
                         child,
                         redis: redis_server.take(),
+                        binlog_dir: None,
                     });
                 }
                 if started.elapsed() > Duration::from_secs(10) {
@@ -343,23 +498,10 @@ impl ServerProc {
 
     /// Drain the server's stderr into a [`Log`] from now on (empty if already taken).
     pub fn capture_stderr(&mut self) -> Log {
-        let log = Log::default();
-        if let Some(mut err) = self.take_stderr() {
-            let log = log.clone();
-            std::thread::spawn(move || {
-                let mut chunk = [0u8; 8192];
-                while let Ok(n) = err.read(&mut chunk) {
-                    if n == 0 {
-                        break;
-                    }
-                    let mut buf = log.0.lock().unwrap_or_else(|e| e.into_inner());
-                    buf.extend_from_slice(&chunk[..n]);
-                    let excess = buf.len().saturating_sub(256 * 1024);
-                    buf.drain(..excess);
-                }
-            });
+        match self.take_stderr() {
+            Some(err) => Log::drain(err),
+            None => Log::default(),
         }
-        log
     }
 
     /// Send a signal by name (`USR1`, `TERM`, …) to the server process.
@@ -381,5 +523,19 @@ impl Drop for ServerProc {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if let Some(dir) = &self.binlog_dir {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
+}
+
+/// A new, empty directory under the system's temporary directory, unique to this
+/// process and call (the caller removes it).
+pub fn fresh_dir() -> PathBuf {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("redstalk-test-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create a temporary directory");
+    dir
 }

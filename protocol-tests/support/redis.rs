@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{free_port, is_listening};
+use super::{free_port, is_listening_by};
 
 /// Path of `redis-server`: `$REDIS_SERVER` or the first on PATH.
 pub fn redis_server_path() -> Option<PathBuf> {
@@ -86,7 +86,7 @@ impl RedisServer {
                 if let Ok(Some(_)) = child.try_wait() {
                     break;
                 }
-                if is_listening(self.port) {
+                if is_listening_by(child.id(), self.port) {
                     self.child = Some(child);
                     return Ok(());
                 }

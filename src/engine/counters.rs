@@ -8,7 +8,7 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use crate::protocol::Counter;
-use crate::store::Nanos;
+use crate::time::Nanos;
 
 #[derive(Debug, Default)]
 pub struct Counters {

@@ -33,6 +33,7 @@ impl HostInfo {
 fn uname() -> (String, String, String) {
     // SAFETY: `uname` fills a caller-owned, zero-initialised struct; the fields are
     // NUL-terminated C strings within their arrays.
+    #[allow(unsafe_code)]
     unsafe {
         let mut u: libc::utsname = std::mem::zeroed();
         if libc::uname(&mut u) != 0 {
@@ -50,6 +51,7 @@ fn uname() -> (String, String, String) {
 /// User and system CPU time of this process, as (seconds, microseconds).
 pub fn rusage() -> ((u64, u32), (u64, u32)) {
     // SAFETY: `getrusage` fills a caller-owned, zero-initialised struct.
+    #[allow(unsafe_code)]
     unsafe {
         let mut r: libc::rusage = std::mem::zeroed();
         if libc::getrusage(libc::RUSAGE_SELF, &mut r) != 0 {

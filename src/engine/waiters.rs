@@ -121,6 +121,15 @@ impl Waiters {
         self.lock().by_tube.get(tube).map_or(0, |s| s.len() as u64)
     }
 
+    /// Whether anyone waits on one of `tubes`.
+    pub fn waiting_on_any(&self, tubes: &[TubeName]) -> bool {
+        if self.is_empty() {
+            return false;
+        }
+        let r = self.lock();
+        tubes.iter().any(|t| r.by_tube.contains_key(t))
+    }
+
     /// Add a waiter; it is answered through the returned receiver.
     pub fn register(
         &self,

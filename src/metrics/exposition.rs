@@ -8,9 +8,9 @@
 
 use std::fmt::{Display, Write};
 
+use crate::engine::TubeStats;
 use crate::engine::{Snapshot, WAIT_BUCKETS};
 use crate::protocol::Counter;
-use crate::protocol::yaml::TubeStats;
 
 /// The media type of [`render`]'s output.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -319,8 +319,8 @@ fn escape(s: &str, label: bool) -> std::borrow::Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::ServerStats;
     use crate::engine::WaitSnapshot;
-    use crate::protocol::yaml::ServerStats;
 
     fn snapshot() -> Snapshot {
         Snapshot {

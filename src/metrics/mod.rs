@@ -25,11 +25,31 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
+use crate::cluster::Cluster;
 use crate::engine::Engine;
+
+/// Whose figures the listener serves.
+#[derive(Clone, Debug)]
+pub enum Source {
+    /// One engine for the process's life (memory, `-b`, Redis shared mode).
+    Engine(Arc<Engine>),
+    /// Redis leader mode: the engine of this instance's leadership, while it leads; a
+    /// standby has no figures of its own (its clients are the leader's).
+    Cluster(Arc<Cluster>),
+}
+
+impl Source {
+    fn engine(&self) -> Option<Arc<Engine>> {
+        match self {
+            Source::Engine(e) => Some(e.clone()),
+            Source::Cluster(c) => c.engine(),
+        }
+    }
+}
 
 /// The largest request head (request line and headers) accepted; longer ones get 431.
 pub const MAX_HEAD: usize = 8 * 1024;
@@ -70,17 +90,9 @@ pub struct MetricsListener(TcpListener);
 impl MetricsListener {
     /// Bind `addr` (call inside the runtime, before dropping privileges).
     pub fn bind(addr: SocketAddr) -> Result<MetricsListener, MetricsError> {
-        let err = |cause| MetricsError::Bind { addr, cause };
-        let socket = if addr.is_ipv4() {
-            TcpSocket::new_v4()
-        } else {
-            TcpSocket::new_v6()
-        }
-        .map_err(err)?;
-        // A restart must not fail on the previous process's TIME_WAIT sockets.
-        socket.set_reuseaddr(true).map_err(err)?;
-        socket.bind(addr).map_err(err)?;
-        Ok(MetricsListener(socket.listen(128).map_err(err)?))
+        crate::server::listen::bind_tcp(addr, 128)
+            .map(MetricsListener)
+            .map_err(|cause| MetricsError::Bind { addr, cause })
     }
 
     /// What was actually bound (the port when 0 was asked for).
@@ -90,7 +102,7 @@ impl MetricsListener {
 }
 
 /// Serve metrics requests until `stop` is cancelled.
-pub async fn serve(engine: Arc<Engine>, listener: MetricsListener, stop: CancellationToken) {
+pub async fn serve(source: Source, listener: MetricsListener, stop: CancellationToken) {
     let limit = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
         let accepted = tokio::select! {
@@ -113,10 +125,10 @@ pub async fn serve(engine: Arc<Engine>, listener: MetricsListener, stop: Cancell
             );
             continue;
         };
-        let (engine, stop) = (engine.clone(), stop.clone());
+        let (source, stop) = (source.clone(), stop.clone());
         tokio::spawn(async move {
             tokio::select! {
-                _ = handle(&engine, stream, peer) => {}
+                _ = handle(&source, stream, peer) => {}
                 _ = stop.cancelled() => {}
             }
             drop(permit);
@@ -185,11 +197,14 @@ impl Response {
     }
 }
 
-async fn handle(engine: &Engine, mut stream: TcpStream, peer: SocketAddr) {
+async fn handle(source: &Source, mut stream: TcpStream, peer: SocketAddr) {
     let head = tokio::time::timeout(READ_TIMEOUT, read_head(&mut stream)).await;
     let response = match head {
         Ok(Ok(req)) => {
-            let response = route(engine, &req).await;
+            let response = match source.engine() {
+                Some(engine) => route(&engine, &req).await,
+                None => standby(&req),
+            };
             tracing::debug!(%peer, method = %req.method, path = %req.path, status = response.status, "metrics request");
             response
         }
@@ -289,6 +304,23 @@ fn parse_head(head: &[u8]) -> Result<Request, HeadError> {
         method: method.to_string(),
         path: path.to_string(),
     })
+}
+
+/// A standby (Redis leader mode): alive and ready (it relays its clients to the
+/// leader), with no figures of its own.
+fn standby(req: &Request) -> Response {
+    if req.method != "GET" {
+        return Response::text(405, "only GET is served\n");
+    }
+    match req.path.as_str() {
+        "/healthz" => Response::text(200, "ok\n"),
+        "/readyz" => Response::text(200, "ready (standby: relaying clients to the leader)\n"),
+        "/metrics" => Response::text(
+            503,
+            "standby: this instance relays its clients to the leader; scrape the leader\n",
+        ),
+        _ => Response::text(404, "not found: try /metrics, /healthz or /readyz\n"),
+    }
 }
 
 async fn route(engine: &Engine, req: &Request) -> Response {

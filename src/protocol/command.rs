@@ -253,6 +253,10 @@ pub enum Rejection {
     /// The put body did not end in CRLF. The reference has already made the job, so an
     /// id is consumed and the connection counts as a producer.
     ExpectedCrlf,
+    /// The put body could not be allocated; `bytes + 2` were discarded. Counts as a put
+    /// and makes the connection a producer (the reference marks it before allocating),
+    /// but consumes no id (the reference numbers a job only once it is allocated).
+    OutOfMemory,
 }
 
 /// What the codec yields: one unit of work for the engine, in arrival order.

@@ -49,6 +49,7 @@ impl From<Rejection> for Reply {
             Rejection::BadFormat { .. } => Reply::BadFormat,
             Rejection::JobTooBig => Reply::JobTooBig,
             Rejection::ExpectedCrlf => Reply::ExpectedCrlf,
+            Rejection::OutOfMemory => Reply::OutOfMemory,
         }
     }
 }

@@ -7,8 +7,17 @@
 //! the reference); meanwhile the socket is still read, up to
 //! [`MAX_BUFFERED_WHILE_WAITING`], only to notice a hang-up (which answers TIMED_OUT).
 //!
+//! Durability: with a persisted store (Redis leader mode, `-b`), a reply that depends
+//! on the store's state is written only once the store says the changes it saw are
+//! durable; the replies of one read wait together, for one batch (group commit). If
+//! that fails, those replies become INTERNAL_ERROR in place (the change may still be
+//! persisted later: at-least-once, as with any timeout), and the others stand; a job
+//! whose RESERVED became INTERNAL_ERROR is given back at once (its client does not know
+//! it holds it).
+//!
 //! Bounds: the read buffer holds at most one read chunk beyond what the codec keeps (a
-//! line window, or one body up to the job size limit); the write buffer is flushed once
+//! line window; a put body moves into the codec's own buffer as it arrives, growing
+//! with it up to the job size limit); the write buffer is flushed once
 //! it passes [`WRITE_FLUSH_AT`], so it holds at most that plus one reply. An idle
 //! connection (nothing buffered, waiting for the client) holds neither buffer: it
 //! hands them to a small per-thread stock of spare buffers, from which the next
@@ -26,6 +35,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::engine::{Engine, Outcome, Session, Waiting};
 use crate::protocol::{Reply, ServerCodec};
+use crate::store::JobId;
 
 const READ_CHUNK: usize = 16 * 1024;
 /// While a reserve waits, stop reading once this much is buffered, so a client that
@@ -108,6 +118,9 @@ pub async fn serve<S: Socket>(
         rbuf: BytesMut::new(),
         wbuf: BytesMut::new(),
         codec: ServerCodec::new(engine.max_job_size()),
+        ticket: 0,
+        unsettled: Vec::new(),
+        abandoned: Vec::new(),
     };
     let end = match guard.session.as_mut() {
         Some(session) => conn.run(session, &shutdown).await,
@@ -142,6 +155,12 @@ struct Connection<S> {
     rbuf: BytesMut,
     wbuf: BytesMut,
     codec: ServerCodec,
+    /// The store change the replies in `wbuf` depend on (0: none).
+    ticket: u64,
+    /// Where in `wbuf` those replies are, and the job of each that is a RESERVED.
+    unsettled: Vec<(std::ops::Range<usize>, Option<JobId>)>,
+    /// Jobs whose RESERVED was replaced by INTERNAL_ERROR: given back after the flush.
+    abandoned: Vec<JobId>,
 }
 
 impl<S: Socket> Connection<S> {
@@ -156,18 +175,22 @@ impl<S: Socket> Connection<S> {
                     Err(_) => return End::Closed,
                 };
                 tracing::debug!(conn = session.id.0, ?req, "request");
+                let settles = Engine::settles(&req);
                 let reply = match self.engine.execute(session, req).await {
                     Outcome::Reply(r) => r,
                     Outcome::Quit => {
-                        let _ = self.flush().await;
+                        let _ = self.flush_for(session).await;
                         return End::Closed;
                     }
                     Outcome::Wait(mut waiting) => {
-                        if self.flush().await.is_err() {
+                        if self.flush_for(session).await.is_err() {
                             return End::Closed;
                         }
                         match self.wait(&mut waiting, &mut eof, shutdown).await {
-                            Some(r) => r,
+                            Some(r) => {
+                                session.settled_by = waiting.settled_by();
+                                r
+                            }
                             None if shutdown.is_cancelled() => return End::Shutdown,
                             None => return End::Closed,
                         }
@@ -177,12 +200,28 @@ impl<S: Socket> Connection<S> {
                 if self.wbuf.capacity() == 0 {
                     self.wbuf = take_buffer();
                 }
+                let start = self.wbuf.len();
                 reply.encode(&mut self.wbuf);
-                if self.wbuf.len() >= WRITE_FLUSH_AT && self.flush().await.is_err() {
+                // A reply waits for the latest change unless it says it depends on less.
+                let settled_by = session.settled_by.take();
+                if settles {
+                    let change = settled_by.unwrap_or_else(|| self.engine.last_change());
+                    // Even a reply that depends on no new change is checked against
+                    // the lease when it is a RESERVED of a persisting store.
+                    if change > 0 || settled_by.is_some() {
+                        self.ticket = self.ticket.max(change);
+                        let reserved = match &reply {
+                            Reply::Reserved { id, .. } => Some(*id),
+                            _ => None,
+                        };
+                        self.unsettled.push((start..self.wbuf.len(), reserved));
+                    }
+                }
+                if self.wbuf.len() >= WRITE_FLUSH_AT && self.flush_for(session).await.is_err() {
                     return End::Closed;
                 }
             }
-            if self.flush().await.is_err() || eof {
+            if self.flush_for(session).await.is_err() || eof {
                 return End::Closed;
             }
             // An idle connection holds no buffers: they are released here and taken
@@ -241,7 +280,45 @@ impl<S: Socket> Connection<S> {
         }
     }
 
+    /// Wait until the replies in `wbuf` may be sent; those whose change did not become
+    /// durable in time are replaced by INTERNAL_ERROR.
+    async fn settle(&mut self) {
+        if self.unsettled.is_empty() {
+            return;
+        }
+        let ticket = std::mem::take(&mut self.ticket);
+        let ranges = std::mem::take(&mut self.unsettled);
+        if let Err(err) = self.engine.durable(ticket).await {
+            tracing::warn!(
+                %err,
+                "replies answered INTERNAL_ERROR: their changes were not persisted in time \
+                 (they may still be; clients may retry)"
+            );
+            let mut out = BytesMut::with_capacity(self.wbuf.len());
+            let mut at = 0;
+            for (r, reserved) in ranges {
+                out.extend_from_slice(&self.wbuf[at..r.start]);
+                Reply::InternalError.encode(&mut out);
+                at = r.end;
+                self.abandoned.extend(reserved);
+            }
+            out.extend_from_slice(&self.wbuf[at..]);
+            self.wbuf = out;
+        }
+    }
+
+    /// Flush, then give back the jobs whose RESERVED did not go out (see `settle`).
+    async fn flush_for(&mut self, session: &Session) -> std::io::Result<()> {
+        let flushed = self.flush().await;
+        if !self.abandoned.is_empty() {
+            let ids = std::mem::take(&mut self.abandoned);
+            self.engine.give_back(session, &ids).await;
+        }
+        flushed
+    }
+
     async fn flush(&mut self) -> std::io::Result<()> {
+        self.settle().await;
         if !self.wbuf.is_empty() {
             self.stream.write_all(&self.wbuf).await?;
             self.wbuf.clear();

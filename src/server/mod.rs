@@ -1,119 +1,68 @@
-//! Sockets: the listener (TCP or a unix socket), the accept loop with its connection
-//! limit, one task per connection, signals, and graceful shutdown.
+//! Sockets: the accept loop with its connection limit, one task per connection,
+//! signals, and graceful shutdown. Where the listening sockets come from (`-l`/`-p`,
+//! or systemd) is [`listen`]'s and [`activation`]'s job.
+//!
+//! Each accepted connection asks a [`Router`] what to do with it: serve it with an
+//! engine ([`connection`]), or relay it to another instance ([`relay`], a standby in
+//! Redis leader mode). The route carries a token that ends the connection (shutdown,
+//! or the end of a leadership).
 //!
 //! Ownership: [`run`] owns the listener and the set of connection tasks. Shutdown: stop
 //! accepting, tell every connection (each finishes the command it is running and writes
 //! its reply), wait up to the grace period, then return.
 
+pub mod activation;
 pub mod connection;
+pub mod listen;
 pub mod privileges;
+pub mod relay;
 pub mod signals;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+
+#[cfg(test)]
+mod tests;
 
 use std::future::Future;
-use std::net::SocketAddr;
-use std::os::unix::fs::FileTypeExt;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use tokio::net::{TcpListener, TcpSocket, UnixListener};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::engine::Engine;
 
-/// The reference's listen backlog.
-const BACKLOG: u32 = 1024;
-
-/// Where to listen.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ListenAddr {
-    Tcp(SocketAddr),
-    Unix(PathBuf),
+/// What to do with a new connection.
+pub enum Route {
+    /// Serve it with this engine until the token is cancelled.
+    Serve(Arc<Engine>, CancellationToken),
+    /// Relay it, byte for byte, to the instance at this address (HOST:PORT).
+    Relay(String, CancellationToken),
 }
 
-impl std::fmt::Display for ListenAddr {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ListenAddr::Tcp(a) => write!(f, "{a}"),
-            ListenAddr::Unix(p) => write!(f, "unix:{}", p.display()),
-        }
+/// Decides, per connection, how it is served.
+pub trait Router: Clone + Send + Sync + 'static {
+    /// The route for a new connection; `None` closes it (nobody can serve it now).
+    fn route(&self) -> impl Future<Output = Option<Route>> + Send;
+}
+
+/// Every connection served by one engine (memory, `-b`, Redis shared mode).
+#[derive(Clone, Debug)]
+pub struct Direct {
+    pub engine: Arc<Engine>,
+    pub stop: CancellationToken,
+}
+
+impl Router for Direct {
+    async fn route(&self) -> Option<Route> {
+        Some(Route::Serve(self.engine.clone(), self.stop.clone()))
     }
 }
 
-/// A bound listener.
-#[derive(Debug)]
-pub enum Listener {
-    Tcp(TcpListener),
-    Unix(UnixListener, PathBuf),
-}
-
-/// Errors that stop the server from starting; the message says what to change.
-#[derive(Debug, thiserror::Error)]
-pub enum ServerError {
-    #[error(
-        "cannot listen on {addr}: {cause} (is another server on that port? choose another with -p or -l)"
-    )]
-    Bind {
-        addr: String,
-        // Not a `source`: the message already names it, and a chain would repeat it.
-        cause: std::io::Error,
-    },
-    #[error(
-        "{path:?} exists and is not a socket; refusing to replace it (choose another path for -l unix:)"
-    )]
-    NotASocket { path: PathBuf },
-}
-
-impl Listener {
-    /// Bind `addr`. A unix socket path that already exists is replaced, as the
-    /// reference does.
-    pub fn bind(addr: &ListenAddr) -> Result<Listener, ServerError> {
-        let err = |cause| ServerError::Bind {
-            addr: addr.to_string(),
-            cause,
-        };
-        match addr {
-            ListenAddr::Tcp(sa) => {
-                let socket = if sa.is_ipv4() {
-                    TcpSocket::new_v4()
-                } else {
-                    TcpSocket::new_v6()
-                }
-                .map_err(err)?;
-                socket.set_reuseaddr(true).map_err(err)?;
-                socket.bind(*sa).map_err(err)?;
-                Ok(Listener::Tcp(socket.listen(BACKLOG).map_err(err)?))
-            }
-            ListenAddr::Unix(path) => {
-                // Replace a stale socket, as the reference does, but never another file.
-                match std::fs::symlink_metadata(path) {
-                    Ok(meta) if meta.file_type().is_socket() => {
-                        std::fs::remove_file(path).map_err(err)?;
-                    }
-                    Ok(_) => return Err(ServerError::NotASocket { path: path.clone() }),
-                    Err(_) => {}
-                }
-                Ok(Listener::Unix(
-                    UnixListener::bind(path).map_err(err)?,
-                    path.clone(),
-                ))
-            }
-        }
-    }
-
-    /// What was actually bound (the port when 0 was asked for).
-    pub fn describe(&self) -> String {
-        match self {
-            Listener::Tcp(l) => l
-                .local_addr()
-                .map_or_else(|_| "tcp".into(), |a| a.to_string()),
-            Listener::Unix(_, p) => format!("unix:{}", p.display()),
-        }
-    }
-}
+use listen::Stream;
+pub use listen::{ListenAddr, Listener, ServerError};
 
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
@@ -121,14 +70,16 @@ pub struct ServerConfig {
     pub shutdown_grace: Duration,
 }
 
-/// Accept and serve connections until `shutdown` resolves, then shut down gracefully.
-pub async fn run(
-    engine: Arc<Engine>,
-    listener: Listener,
+/// Accept and serve connections until `shutdown` resolves, then shut down gracefully:
+/// `stop` is cancelled (every route's token descends from it) and the connections get
+/// the grace period to finish.
+pub async fn run<R: Router>(
+    router: R,
+    mut listener: Listener,
     config: ServerConfig,
+    stop: CancellationToken,
     shutdown: impl Future<Output = ()>,
 ) {
-    let stop = CancellationToken::new();
     let tasks = TaskTracker::new();
     let limit = Arc::new(Semaphore::new(config.max_connections));
     let heap = Arc::new(HeapTrim::default());
@@ -136,7 +87,7 @@ pub async fn run(
     loop {
         let accepted = tokio::select! {
             _ = &mut shutdown => break,
-            a = accept(&listener) => a,
+            a = listener.accept() => a,
         };
         let stream = match accepted {
             Ok(s) => s,
@@ -157,12 +108,12 @@ pub async fn run(
         };
         let max = config.max_connections;
         heap.opened(max - limit.available_permits());
-        let (engine, stop) = (engine.clone(), stop.clone());
+        let router = router.clone();
         let (heap, limit) = (heap.clone(), limit.clone());
         tasks.spawn(async move {
             match stream {
-                Stream::Tcp(s, peer) => connection::serve(engine, s, &peer, stop).await,
-                Stream::Unix(s) => connection::serve(engine, s, "unix", stop).await,
+                Stream::Tcp(s, peer) => handle(&router, s, &peer).await,
+                Stream::Unix(s) => handle(&router, s, "unix").await,
             }
             drop(permit);
             heap.closed(max - limit.available_permits());
@@ -172,9 +123,7 @@ pub async fn run(
         connections = tasks.len(),
         "shutting down: no longer accepting"
     );
-    if let Listener::Unix(_, path) = &listener {
-        let _ = std::fs::remove_file(path);
-    }
+    listener.remove_socket_files();
     stop.cancel();
     tasks.close();
     if tokio::time::timeout(config.shutdown_grace, tasks.wait())
@@ -183,7 +132,42 @@ pub async fn run(
     {
         tracing::warn!("shutdown grace period over; closing the remaining connections");
     }
-    engine.shutdown();
+}
+
+/// How long a connection may wait for an instance to serve it (a leader that died is
+/// replaced within its lease).
+const ROUTE_PATIENCE: Duration = Duration::from_secs(5);
+/// Between two attempts to reach a leader that did not answer.
+const ROUTE_RETRY: Duration = Duration::from_millis(100);
+
+/// Serve or relay one connection, as the router says. A leader that cannot be reached
+/// (it just died) is asked for again until the router names another one or this
+/// instance takes over, so a client that connects during a failover is served after it
+/// rather than refused.
+async fn handle<S: connection::Socket + Send>(router: &impl Router, stream: S, peer: &str) {
+    let give_up = tokio::time::Instant::now() + ROUTE_PATIENCE;
+    loop {
+        match router.route().await {
+            Some(Route::Serve(engine, term)) => {
+                return connection::serve(engine, stream, peer, term).await;
+            }
+            Some(Route::Relay(leader, term)) => match relay::connect(&leader).await {
+                Ok(upstream) => return relay::relay(stream, upstream, peer, term).await,
+                Err(err) if tokio::time::Instant::now() >= give_up => {
+                    tracing::warn!(%err, leader, peer, "cannot reach the leader; closing the client's connection");
+                    return;
+                }
+                Err(_) => tokio::time::sleep(ROUTE_RETRY).await,
+            },
+            None => {
+                tracing::warn!(
+                    peer,
+                    "no instance can serve this connection now; closing it"
+                );
+                return;
+            }
+        }
+    }
 }
 
 /// Hands the heap that a wave of connections freed back to the OS.
@@ -219,6 +203,7 @@ impl HeapTrim {
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn trim_heap() {
     // SAFETY: malloc_trim only walks and releases the allocator's free memory.
+    #[allow(unsafe_code)]
     unsafe {
         libc::malloc_trim(0);
     }
@@ -226,21 +211,3 @@ fn trim_heap() {
 
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 fn trim_heap() {}
-
-enum Stream {
-    /// With the peer's address, for the logs.
-    Tcp(tokio::net::TcpStream, String),
-    Unix(tokio::net::UnixStream),
-}
-
-async fn accept(listener: &Listener) -> std::io::Result<Stream> {
-    match listener {
-        Listener::Tcp(l) => {
-            let (s, peer) = l.accept().await?;
-            // Replies are written whole; don't let Nagle hold them back.
-            s.set_nodelay(true)?;
-            Ok(Stream::Tcp(s, peer.to_string()))
-        }
-        Listener::Unix(l, _) => Ok(Stream::Unix(l.accept().await?.0)),
-    }
-}

@@ -2,19 +2,15 @@
 //! start a graceful shutdown. (The reference dies at once on SIGTERM; stopping cleanly
 //! is never worse for a client: replies in flight are still written.)
 
-use std::sync::Arc;
-
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::engine::Engine;
-
-/// Spawn the SIGUSR1 handler.
-pub fn spawn_drain_handler(engine: Arc<Engine>) -> std::io::Result<()> {
+/// Spawn the SIGUSR1 handler; `drain` puts whatever serves clients in drain mode.
+pub fn spawn_drain_handler(drain: impl Fn() + Send + 'static) -> std::io::Result<()> {
     let mut usr1 = signal(SignalKind::user_defined1())?;
     tokio::spawn(async move {
         while usr1.recv().await.is_some() {
             tracing::info!("SIGUSR1: entering drain mode; puts are refused from now on");
-            engine.enter_drain_mode();
+            drain();
         }
     });
     Ok(())

@@ -10,6 +10,7 @@
 //! the semantics are testable without sleeping. A method that changes state is atomic:
 //! it either happens entirely or not at all.
 
+pub mod durable;
 pub mod memory;
 pub mod redis_store;
 
@@ -17,19 +18,26 @@ use std::future::Future;
 
 use bytes::Bytes;
 
-use crate::engine::Clock;
 use crate::protocol::TubeName;
+pub use crate::time::{Clock, NANOS_PER_SEC, Nanos};
 
+pub use durable::DurableStore;
 pub use memory::MemoryStore;
 pub use redis_store::{RedisConfig, RedisStore};
 
 /// A job id. Ids start at 1 and are never reused.
 pub type JobId = u64;
 
-/// Nanoseconds since the Unix epoch.
-pub type Nanos = u64;
+/// Ready jobs with a priority below this are "urgent" (`current-jobs-urgent`). The one
+/// definition: the Redis scripts are handed it as an argument.
+pub const URGENT_PRI: u32 = 1024;
 
-pub const NANOS_PER_SEC: u64 = 1_000_000_000;
+/// How long a `pause-tube` of `delay_secs` pauses. The reference stores a zero pause as
+/// 1 ns: "resume now", which ends through the same path as any pause (so waiters are
+/// served). The Redis scripts get the result, never recompute it.
+pub fn pause_length(delay_secs: u32) -> Nanos {
+    crate::time::secs(delay_secs).max(1)
+}
 
 /// Identifies one client connection (unique within this process).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -79,6 +87,12 @@ pub struct Reserved {
     /// a delayed or buried job taken by reserve-job). `None` when the store cannot tell
     /// (a job written by a version that did not record it).
     pub waited: Option<Nanos>,
+    /// The store's last change before this reservation (`None` for a store that
+    /// persists nothing in batches): the RESERVED reply may go out once that change is
+    /// persisted, while this instance still holds its lease. The reservation itself
+    /// need not be: a leader that takes over makes every reserved job ready again,
+    /// persisted reservation or not (docs/LEADER.md).
+    pub settled_by: Option<u64>,
 }
 
 /// A job's figures for `stats-job` (the engine turns times into ages and time left).
@@ -137,12 +151,51 @@ pub struct Totals {
     pub tubes: u64,
 }
 
-/// A store could not do what was asked; the command answers `INTERNAL_ERROR` and the
-/// client may retry. Nothing was changed.
+/// A boxed error kept as the `source` of a [`StoreError`] (the Redis client's error, an
+/// I/O error of a log file), so its chain reaches the logs.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Why a store could not do what was asked. Every variant makes the command answer
+/// `INTERNAL_ERROR`; they differ in whether the change may exist, which decides what a
+/// caller (and the docs) may promise.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("storage unavailable: {0}")]
-    Unavailable(String),
+    /// The request was sent but no answer came in time (or the connection dropped while
+    /// it was in flight): the change may have been applied, or may still be. A client
+    /// that retries may apply it twice (at-least-once).
+    #[error("{op}: no answer from storage in time; the change may have been applied")]
+    TimedOut {
+        op: &'static str,
+        #[source]
+        source: Option<BoxError>,
+    },
+    /// The store could not be reached, or refused the request before running it (not
+    /// connected, read-only, out of memory, authentication): nothing was applied. The
+    /// client may retry once the store is back.
+    #[error("{op}: storage unavailable; nothing was applied")]
+    NotApplied {
+        op: &'static str,
+        #[source]
+        source: Option<BoxError>,
+    },
+    /// The store answered something this version cannot read: a bug (or damaged data).
+    /// `op` names the script or command. Whether anything was applied is unknown.
+    #[error("{op}: unexpected reply from storage: {detail}")]
+    BadReply { op: &'static str, detail: String },
+}
+
+impl StoreError {
+    /// Whether the change the failed call asked for may exist anyway.
+    pub fn may_have_applied(&self) -> bool {
+        !matches!(self, StoreError::NotApplied { .. })
+    }
+
+    pub fn bad_reply(op: &'static str, detail: impl Into<String>) -> StoreError {
+        StoreError::BadReply {
+            op,
+            detail: detail.into(),
+        }
+    }
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;
@@ -263,26 +316,32 @@ pub trait Store: Send + Sync {
         conn: ConnId,
     ) -> impl Future<Output = StoreResult<Option<Nanos>>> + Send;
 
-    /// Return every job `conn` holds to ready at once, counters untouched (the
-    /// connection closed). Returns the tubes that gained ready jobs.
-    fn release_all(
-        &self,
-        conn: ConnId,
-        now: Nanos,
-    ) -> impl Future<Output = StoreResult<Vec<TubeName>>> + Send;
-
     /// A connection closed, as one atomic step: with `release_jobs`, every job it holds
     /// goes back to ready at once (counters untouched); then its references go, each
     /// tube of `watching` in the order given, then `using` (tubes may be destroyed).
-    /// Returns the tubes that gained ready jobs.
+    /// Returns the tubes that gained ready jobs. (With no references, this returns the
+    /// jobs of a connection that is already gone: a job reserved for a waiter whose
+    /// connection closed meanwhile.)
     fn close(
         &self,
         conn: ConnId,
         watching: &[TubeName],
-        using: &TubeName,
+        using: Option<&TubeName>,
         release_jobs: bool,
         now: Nanos,
     ) -> impl Future<Output = StoreResult<Vec<TubeName>>> + Send;
+
+    /// A reservation whose `RESERVED` never reached its holder (the reply was replaced
+    /// by INTERNAL_ERROR: its change was not persisted in time) goes back to ready at
+    /// once, counters untouched, as a closed holder's would; `Some(tube)` when `conn`
+    /// held `id`. Without this the client, which does not know it holds the job, would
+    /// keep it until its TTR.
+    fn give_back(
+        &self,
+        conn: ConnId,
+        id: JobId,
+        now: Nanos,
+    ) -> impl Future<Output = StoreResult<Option<TubeName>>> + Send;
 
     /// Apply everything due at `now`: delayed jobs become ready, lapsed reservations
     /// return to ready, pauses end. Returns the tubes that may now serve a reserve.
@@ -301,6 +360,55 @@ pub trait Store: Send + Sync {
     fn watch_tube(&self, tube: &TubeName) -> impl Future<Output = StoreResult<()>> + Send;
     /// A connection stopped watching `tube` (which may be destroyed).
     fn unwatch_tube(&self, tube: &TubeName) -> impl Future<Output = StoreResult<()>> + Send;
+
+    // What the engine asks of a store besides transitions. The defaults fit a store that
+    // is local to this process (the memory store).
+
+    /// Which engine this is, for logs, `/metrics` and `-V`.
+    fn name(&self) -> &'static str;
+
+    /// The clock the engine keeps time by (a shared store's clock follows Redis').
+    fn clock(&self) -> Clock {
+        Clock::new()
+    }
+
+    /// Tubes that gained ready jobs elsewhere (another instance), for a shared store.
+    /// Taken once, by the engine.
+    fn take_wake_events(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<TubeName>> {
+        None
+    }
+
+    /// For a shared store, the longest the timer may sleep: another instance may have
+    /// created a deadline this one was not told about (a safety sweep, not the pacing).
+    fn sweep_interval(&self) -> Option<std::time::Duration> {
+        None
+    }
+
+    /// Whether the store answers now (readiness probes).
+    fn ping(&self) -> impl Future<Output = StoreResult<()>> + Send {
+        std::future::ready(Ok(()))
+    }
+
+    /// The process is stopping cleanly (its connections are closed): a shared store
+    /// says it is gone, so nothing waits for it to time out.
+    fn shutdown(&self) -> impl Future<Output = ()> + Send {
+        std::future::ready(())
+    }
+
+    /// How many changes this store has made so far. A reply that depends on the
+    /// store's state as it is now is written only once [`Store::durable`] of this
+    /// number returned. Always 0 for a store whose changes are durable when the call
+    /// that made them returns.
+    fn last_change(&self) -> u64 {
+        0
+    }
+
+    /// Wait until every change up to `upto` is persisted (bounded: an error after about
+    /// a second, and the command answers INTERNAL_ERROR).
+    fn durable(&self, upto: u64) -> impl Future<Output = StoreResult<()>> + Send {
+        let _ = upto;
+        std::future::ready(Ok(()))
+    }
 }
 
 /// The storage engines, dispatched statically.
@@ -308,50 +416,8 @@ pub trait Store: Send + Sync {
 #[allow(clippy::large_enum_variant)]
 pub enum AnyStore {
     Memory(MemoryStore),
+    Durable(DurableStore),
     Redis(RedisStore),
-}
-
-impl AnyStore {
-    /// The engine's clock: the local one, or one that reads the Redis clock.
-    pub fn clock(&self) -> Clock {
-        match self {
-            AnyStore::Memory(_) => Clock::new(),
-            AnyStore::Redis(s) => s.clock(),
-        }
-    }
-
-    /// Tubes that gained ready jobs elsewhere (other instances), if the store is shared.
-    pub fn take_wake_events(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<TubeName>> {
-        match self {
-            AnyStore::Memory(_) => None,
-            AnyStore::Redis(s) => s.take_wake_events(),
-        }
-    }
-
-    /// For a shared store, the longest the timer may sleep: another instance may have
-    /// created a deadline this one was not told about (a safety sweep, not the pacing).
-    pub fn sweep_interval(&self) -> Option<std::time::Duration> {
-        match self {
-            AnyStore::Memory(_) => None,
-            AnyStore::Redis(_) => Some(std::time::Duration::from_secs(1)),
-        }
-    }
-
-    pub fn name(&self) -> &'static str {
-        match self {
-            AnyStore::Memory(_) => "memory",
-            AnyStore::Redis(_) => "redis",
-        }
-    }
-
-    /// Whether the store answers now (readiness): always for memory; for Redis, one
-    /// PING, bounded by the store's response timeout.
-    pub async fn ping(&self) -> StoreResult<()> {
-        match self {
-            AnyStore::Memory(_) => Ok(()),
-            AnyStore::Redis(s) => s.ping().await,
-        }
-    }
 }
 
 /// Forward a [`Store`] method to whichever engine this is.
@@ -359,6 +425,7 @@ macro_rules! dispatch {
     ($self:ident, $s:ident => $call:expr) => {
         match $self {
             AnyStore::Memory($s) => $call.await,
+            AnyStore::Durable($s) => $call.await,
             AnyStore::Redis($s) => $call.await,
         }
     };
@@ -445,18 +512,23 @@ impl Store for AnyStore {
     async fn soonest_deadline(&self, conn: ConnId) -> StoreResult<Option<Nanos>> {
         dispatch!(self, s => s.soonest_deadline(conn))
     }
-    async fn release_all(&self, conn: ConnId, now: Nanos) -> StoreResult<Vec<TubeName>> {
-        dispatch!(self, s => s.release_all(conn, now))
-    }
     async fn close(
         &self,
         conn: ConnId,
         watching: &[TubeName],
-        using: &TubeName,
+        using: Option<&TubeName>,
         release_jobs: bool,
         now: Nanos,
     ) -> StoreResult<Vec<TubeName>> {
         dispatch!(self, s => s.close(conn, watching, using, release_jobs, now))
+    }
+    async fn give_back(
+        &self,
+        conn: ConnId,
+        id: JobId,
+        now: Nanos,
+    ) -> StoreResult<Option<TubeName>> {
+        dispatch!(self, s => s.give_back(conn, id, now))
     }
     async fn tick(&self, now: Nanos) -> StoreResult<Vec<TubeName>> {
         dispatch!(self, s => s.tick(now))
@@ -475,5 +547,49 @@ impl Store for AnyStore {
     }
     async fn unwatch_tube(&self, tube: &TubeName) -> StoreResult<()> {
         dispatch!(self, s => s.unwatch_tube(tube))
+    }
+    fn name(&self) -> &'static str {
+        match self {
+            AnyStore::Memory(s) => s.name(),
+            AnyStore::Durable(s) => s.name(),
+            AnyStore::Redis(s) => s.name(),
+        }
+    }
+    fn clock(&self) -> Clock {
+        match self {
+            AnyStore::Memory(s) => s.clock(),
+            AnyStore::Durable(s) => s.clock(),
+            AnyStore::Redis(s) => s.clock(),
+        }
+    }
+    fn take_wake_events(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<TubeName>> {
+        match self {
+            AnyStore::Memory(s) => s.take_wake_events(),
+            AnyStore::Durable(s) => s.take_wake_events(),
+            AnyStore::Redis(s) => s.take_wake_events(),
+        }
+    }
+    fn sweep_interval(&self) -> Option<std::time::Duration> {
+        match self {
+            AnyStore::Memory(s) => s.sweep_interval(),
+            AnyStore::Durable(s) => s.sweep_interval(),
+            AnyStore::Redis(s) => s.sweep_interval(),
+        }
+    }
+    async fn ping(&self) -> StoreResult<()> {
+        dispatch!(self, s => s.ping())
+    }
+    fn last_change(&self) -> u64 {
+        match self {
+            AnyStore::Memory(s) => s.last_change(),
+            AnyStore::Durable(s) => s.last_change(),
+            AnyStore::Redis(s) => s.last_change(),
+        }
+    }
+    async fn durable(&self, upto: u64) -> StoreResult<()> {
+        dispatch!(self, s => s.durable(upto))
+    }
+    async fn shutdown(&self) {
+        dispatch!(self, s => s.shutdown())
     }
 }

@@ -39,6 +39,11 @@ impl<T: Clone + Eq + Hash> SwapList<T> {
         self.index.contains_key(item)
     }
 
+    /// Where `item` stands in the list.
+    pub fn position(&self, item: &T) -> Option<usize> {
+        self.index.get(item).copied()
+    }
+
     /// Append `item` unless present; true when it was added.
     pub fn insert(&mut self, item: T) -> bool {
         if self.index.contains_key(&item) {

@@ -14,6 +14,7 @@ use tokio::sync::{Semaphore, watch};
 use super::produce::{Plan, Quota, produce_all};
 use super::{Run, check_empty, connect_consumers, connect_producers, consume, join_all, secs};
 use crate::cli::Scenario;
+use crate::cpu::CpuMeter;
 use crate::report::Outcome;
 
 pub async fn run(run: Arc<Run>) -> Result<Outcome> {
@@ -45,6 +46,7 @@ pub async fn run(run: Arc<Run>) -> Result<Outcome> {
         })
         .collect();
 
+    let cpu = CpuMeter::start(&a.cpu_pids)?;
     let started = run.now_ns();
     let (quota, pace, delay) = if delayed {
         let n = a.jobs.unwrap_or(200);
@@ -75,6 +77,7 @@ pub async fn run(run: Arc<Run>) -> Result<Outcome> {
     {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
+    let cpu = cpu.stop()?;
     let _ = stop_tx.send(true);
     let mut work = join_all(worker_handles).await;
 
@@ -115,6 +118,7 @@ pub async fn run(run: Arc<Run>) -> Result<Outcome> {
         latency,
         others,
         figures: vec![],
+        cpu,
         failures,
         tubes: run.tubes.clone(),
     })

@@ -9,6 +9,7 @@ use anyhow::Result;
 use super::produce::{Plan, Quota, produce_all};
 use super::put::drain_all;
 use super::{Run, check_empty, connect_producers};
+use crate::cpu::CpuMeter;
 use crate::memory;
 use crate::report::Outcome;
 
@@ -43,8 +44,10 @@ pub async fn run(run: Arc<Run>) -> Result<Outcome> {
     let fill_secs = (run.now_ns() - fill_start) as f64 / 1e9;
     let after = snapshot(&run).await?;
 
+    let cpu = CpuMeter::start(&a.cpu_pids)?;
     let drain_start = run.now_ns();
     let mut drained = drain_all(&run).await?;
+    let cpu = cpu.stop()?;
     let elapsed = Duration::from_nanos(u64::try_from(drained.last_ns - drain_start).unwrap_or(0));
 
     let put = fill.ledger.put.len() as f64;
@@ -82,6 +85,7 @@ pub async fn run(run: Arc<Run>) -> Result<Outcome> {
         latency: ("reserve", reserve_rtt),
         others: vec![("delete", delete_rtt), ("fill put", fill_rtt)],
         figures,
+        cpu,
         failures,
         tubes: run.tubes.clone(),
     })

@@ -10,11 +10,13 @@ use super::produce::{Plan, Quota, produce_all};
 use super::{
     Run, TaskOut, check_empty, connect_consumers, connect_producers, consume, join_all, secs,
 };
+use crate::cpu::CpuMeter;
 use crate::report::Outcome;
 
 pub async fn run(run: Arc<Run>) -> Result<Outcome> {
     let a = &run.args;
     let producers = connect_producers(&run, a.connections, Some(&run.tubes[0])).await?;
+    let cpu = CpuMeter::start(&a.cpu_pids)?;
     let started = run.now_ns();
     let quota = match a.jobs {
         Some(n) => Quota::count(n),
@@ -29,6 +31,7 @@ pub async fn run(run: Arc<Run>) -> Result<Outcome> {
     });
     let mut puts = produce_all(&run, producers, plan).await;
     let ended = run.now_ns();
+    let cpu = cpu.stop()?;
     let put_rtt = std::mem::take(&mut puts.latency);
 
     let drained = drain_all(&run).await?;
@@ -47,6 +50,7 @@ pub async fn run(run: Arc<Run>) -> Result<Outcome> {
         latency: ("put", rtt),
         others: vec![],
         figures: vec![("jobs drained afterwards", count as f64)],
+        cpu,
         failures,
         tubes: run.tubes.clone(),
     })

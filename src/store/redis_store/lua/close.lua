@@ -1,14 +1,18 @@
--- A connection closed: its reservations go back to ready and its tube references go,
--- in one step, so no other connection's command sees half of it.
--- KEYS[1..7] the namespace, KEYS[8] this instance's reference hash, then 7 keys per tube.
+-- A connection closed: its reservations go back to ready and its tube references go.
+-- A close of a connection with many references takes several calls (the caller gives
+-- each at most a chunk of jobs and references, jobs first); each call is one step.
+-- Own key 1: this instance's reference hash; then one key group per tube.
 -- ARGV[1] origin, ARGV[2] tube names joined by '\n' (tube i = key group i), ARGV[3] the
--- number of jobs J, then J triples (id, owner, tube index), then references as pairs
--- (kind, tube index) in the order they are dropped.
+-- number of jobs J, then J triples (id, owner, tube index), then references as triples
+-- (kind, tube index, this instance's count after the close) in the order they are
+-- dropped. The count is absolute (read when the call was queued), so a restore of the
+-- references sent between two calls of one close is never undone twice; the shared
+-- count moves by what this instance's own count really moved (as in `tube_ref`).
 -- -> the indexes of tubes that gained ready jobs
-local G, refs, origin = ns_keys(1), KEYS[8], ARGV[1]
+local refs, origin = own_key(1), ARGV[1]
 local names = {}
 for name in string.gmatch(ARGV[2], '[^\n]+') do names[#names + 1] = name end
-local function tube(i) return tube_keys(9 + (i - 1) * 7), names[i] end
+local function tube(i) return tube_keys(1, i), names[i] end
 local woken, seen = {}, {}
 local n_jobs = tonumber(ARGV[3])
 local now = n_jobs > 0 and now_us()
@@ -28,15 +32,15 @@ for _ = 1, n_jobs do
   end
 end
 while a < #ARGV do
-  local kind, i = ARGV[a], tonumber(ARGV[a + 1])
-  a = a + 2
+  local kind, i, left = ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+  a = a + 3
   local T, name = tube(i)
   local field = kind .. ':' .. name
   local cur = tonumber(redis.call('HGET', refs, field) or '0')
-  if cur > 0 then
-    if cur == 1 then redis.call('HDEL', refs, field) else redis.call('HSET', refs, field, cur - 1) end
+  if left < cur then
+    if left == 0 then redis.call('HDEL', refs, field) else redis.call('HSET', refs, field, left) end
     local count = tonumber(redis.call('HGET', T.meta, kind) or '0')
-    redis.call('HSET', T.meta, kind, math.max(count - 1, 0))
+    redis.call('HSET', T.meta, kind, math.max(count - (cur - left), 0))
     maybe_gc(T, G, name)
   end
 end

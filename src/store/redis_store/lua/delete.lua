@@ -1,5 +1,5 @@
 -- delete: ARGV[3] id, ARGV[4] owner -> 1 deleted, 0 not found (or held by another)
-local T, G, tube = tube_keys(1), ns_keys(8), ARGV[1]
+local T, tube = tube_keys(0, 1), ARGV[1]
 local id = ARGV[3]
 local j = get_job(T, id)
 if not j then return 0 end

@@ -1,5 +1,5 @@
 -- stats-job figures: ARGV[3] id -> nil or the meta array (state as a string), then now
-local T = tube_keys(1)
+local T = tube_keys(0, 1)
 local j = get_job(T, ARGV[3])
 if not j then return nil end
 return { j[PRI], j[DELAY], j[TTR], j[CREATED], j[STATE], j[DUE], j[RESERVES], j[TIMEOUTS],

@@ -1,5 +1,5 @@
 -- kick-job: ARGV[3] id -> 1 kicked, 0 not found / not buried or delayed
-local T, G, tube, origin = tube_keys(1), ns_keys(8), ARGV[1], ARGV[2]
+local T, tube, origin = tube_keys(0, 1), ARGV[1], ARGV[2]
 local id = ARGV[3]
 local j = get_job(T, id)
 if not j or (j[STATE] ~= 'buried' and j[STATE] ~= 'delayed') then return 0 end

@@ -1,9 +1,9 @@
--- peek: ARGV[3] which ('id', 'ready', 'delayed', 'buried'), ARGV[4] id for 'id'
+-- peek: ARGV[3] the id (for 'id'), ARGV[4] which ('id', 'ready', 'delayed', 'buried')
 -- -> nil or {id, body}
-local T = tube_keys(1)
-local which, m = ARGV[3], nil
+local T = tube_keys(0, 1)
+local which, m = ARGV[4], nil
 if which == 'id' then
-  m = ARGV[4]
+  m = ARGV[3]
 else
   m = redis.call('ZRANGE', T[which], 0, 0)[1]
 end

@@ -1,25 +1,34 @@
--- Shared by every redstalk script (prepended by store/redis/scripts.rs).
+-- Shared by every redstalk script (prepended by scripts.rs, after the key layout that
+-- keys.rs generates: for each key group (tube, ns, reserve) its size N_TUBE_KEYS, each
+-- key's offset TUBE_READY..., and tube_group(b) naming the keys from KEYS index b).
 --
--- KEYS layout. A tube's keys (7, sharing the hash tag {<prefix>:t:<tube>}):
+-- A tube's keys (sharing the hash tag {<prefix>:t:<tube>}):
 --   ready (zset pri/id20), delayed (zset due_us/id20), reserved (zset deadline_us/id20),
 --   buried (zset seq/id20), jobs (hash id -> msgpack meta), bodies (hash id -> body),
 --   meta (hash: total_jobs, cmd_delete, cmd_pause, using, watching, pause, pause_until).
--- The namespace's keys (7): ids (counter), seq (bury counter), stats (hash: total_jobs,
+-- The namespace's keys: ids (counter), seq (bury counter), stats (hash: total_jobs,
 --   job_timeouts; how many jobs are in each state is counted from the sets),
 --   index (hash id -> tube), due (zset tube -> next due time), tubes (list, the
 --   reference's swap-remove order), tubepos (hash tube -> 0-based list position).
--- Single-tube scripts: KEYS[1..7] the tube, KEYS[8..14] the namespace,
---   ARGV[1] the tube name, ARGV[2] the wake-up origin (see `wake`).
+--
+-- KEYS of every call: the namespace's keys (G), then the script's own keys (a fixed
+-- number per script: `own_key`), then one group per tube the call names (`tube_keys`).
+-- Single-tube scripts: one group; ARGV[1] the tube name, ARGV[2] the wake-up origin
+-- (see `wake`).
 -- Times are microseconds of the Redis clock (TIME), so every instance shares one clock.
+-- Every loop is bounded by what the call passes (its keys, its arguments, or a chunk
+-- size), so no call blocks Redis for long; a script with more to do says so.
 
-local function tube_keys(b)
-  return { ready = KEYS[b], delayed = KEYS[b + 1], reserved = KEYS[b + 2], buried = KEYS[b + 3],
-           jobs = KEYS[b + 4], bodies = KEYS[b + 5], meta = KEYS[b + 6] }
+local G = ns_group(1)
+
+-- The script's own key `i`.
+local function own_key(i)
+  return KEYS[N_NS_KEYS + i]
 end
 
-local function ns_keys(b)
-  return { ids = KEYS[b], seq = KEYS[b + 1], stats = KEYS[b + 2], index = KEYS[b + 3],
-           due = KEYS[b + 4], tubes = KEYS[b + 5], tubepos = KEYS[b + 6] }
+-- The keys of tube group `i` in a call with `own` own keys.
+local function tube_keys(own, i)
+  return tube_group(N_NS_KEYS + own + (i - 1) * N_TUBE_KEYS + 1)
 end
 
 local function now_us()
@@ -42,7 +51,6 @@ end
 -- can report how long it waited; jobs written before it existed lack it (nil).
 local PRI, DELAY, TTR, CREATED, STATE, DUE, OWNER, RESERVES, TIMEOUTS, RELEASES, BURIES, KICKS, BSEQ,
   READY = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14
-local URGENT = 1024
 
 local function get_job(T, id)
   local v = redis.call('HGET', T.jobs, id)
@@ -168,4 +176,16 @@ end
 local function waited(j, now)
   if not j[READY] then return -1 end
   return math.max(now - j[READY], 0)
+end
+
+-- Member `m` (job `id`) of `set` has lost its meta or body (what eviction or damage
+-- leaves): what is left of it goes, so it is never served empty and never blocks the
+-- tube's other jobs. The caller reports it.
+local function drop_damaged(T, G, set, m, id)
+  redis.call('ZREM', set, m)
+  if id then
+    redis.call('HDEL', T.jobs, id)
+    redis.call('HDEL', T.bodies, id)
+    redis.call('HDEL', G.index, id)
+  end
 end

@@ -1,5 +1,5 @@
--- put: ARGV[3] pri, ARGV[4] delay (s), ARGV[5] ttr (s), ARGV[6] body -> {id, now}
-local T, G, tube, origin = tube_keys(1), ns_keys(8), ARGV[1], ARGV[2]
+-- put: ARGV[3] pri, ARGV[4] delay (s), ARGV[5] ttr (s), ARGV[6] body -> the id
+local T, tube, origin = tube_keys(0, 1), ARGV[1], ARGV[2]
 local pri, delay, ttr = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local now = now_us()
 local id = string.format('%d', redis.call('INCR', G.ids))
@@ -20,4 +20,4 @@ else
   put_job(T, id, j)
   wake(origin, tube)
 end
-return { id, now }
+return id

@@ -1,10 +1,10 @@
 -- Drop the tube references of an instance that stopped heartbeating, atomically with
 -- the check that it is still dead (so one that comes back is never reaped).
--- KEYS[1..7] the namespace, KEYS[8] the instance registry, KEYS[9] the dead
--- instance's reference hash, then 7 keys per tube named in ARGV[2..].
+-- Own keys: 1 the instance registry, 2 the dead instance's reference hash; then one
+-- key group per tube named in ARGV[2..].
 -- ARGV[1] the instance. -> 1 reaped, 0 alive after all, -1 the hash names a tube not
 -- given (read it again and retry)
-local G, registry, refs, instance = ns_keys(1), KEYS[8], KEYS[9], ARGV[1]
+local registry, refs, instance = own_key(1), own_key(2), ARGV[1]
 local score = redis.call('ZSCORE', registry, instance)
 if score and tonumber(score) > now_us() then return 0 end
 local index = {}
@@ -16,7 +16,7 @@ for i = 1, #fields, 2 do
 end
 for i = 1, #fields, 2 do
   local kind, tube = string.match(fields[i], '^(%a+):(.*)$')
-  local T = tube_keys(10 + (index[tube] - 1) * 7)
+  local T = tube_keys(2, index[tube])
   local count = tonumber(redis.call('HGET', T.meta, kind) or '0')
   redis.call('HSET', T.meta, kind, math.max(count - tonumber(fields[i + 1]), 0))
   maybe_gc(T, G, tube)

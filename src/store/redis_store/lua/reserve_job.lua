@@ -1,9 +1,17 @@
 -- reserve-job: ARGV[3] id, ARGV[4] owner -> nil or {id, body, deadline, 0, now, waited}
 -- (a delayed or buried job never waited as ready: 0)
-local T, G, tube = tube_keys(1), ns_keys(8), ARGV[1]
+local T, tube = tube_keys(0, 1), ARGV[1]
 local id = ARGV[3]
 local j = get_job(T, id)
 if not j or j[STATE] == 'reserved' then return nil end
+local body = redis.call('HGET', T.bodies, id)
+if not body then
+  -- Lost in Redis (evicted?): never served empty (see `drop_damaged`).
+  local set = T[j[STATE]]
+  if set then drop_damaged(T, G, set, id20(id), id) end
+  return redis.error_reply('ERR DAMAGED job ' .. id .. ' in tube ' .. tube
+    .. ' lost its body in Redis (evicted?): dropped, not served')
+end
 local now = now_us()
 local w = 0
 if j[STATE] == 'ready' then w = waited(j, now) end
@@ -13,4 +21,4 @@ j[RESERVES] = j[RESERVES] + 1
 attach(T, G, id, j, 'reserved', deadline, ARGV[4])
 put_job(T, id, j)
 due_by(G, tube, deadline + 1)
-return { id, redis.call('HGET', T.bodies, id), deadline, 0, now, w }
+return { id, body, deadline, 0, now, w }

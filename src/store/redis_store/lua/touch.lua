@@ -1,5 +1,5 @@
 -- touch: ARGV[3] id, ARGV[4] owner -> {the new deadline, now}, or nil
-local T, G, tube = tube_keys(1), ns_keys(8), ARGV[1]
+local T = tube_keys(0, 1)
 local id = ARGV[3]
 local j = get_job(T, id)
 if not j or j[STATE] ~= 'reserved' or j[OWNER] ~= ARGV[4] then return nil end

@@ -1,22 +1,22 @@
 -- A connection starts or stops using or watching a tube, or an instance restores its
 -- references after it was taken for dead.
--- KEYS[15] this instance's reference hash.
+-- Own key 1: this instance's reference hash.
 -- ARGV[3] 'using' or 'watching', ARGV[4] an amount, ARGV[5] 'add' (a change) or 'set'
 -- (this instance's whole count for the tube).
 -- The shared count moves only by what this instance's own count really moved, and
 -- neither goes below zero: an instance whose references were dropped while it was
 -- stalled cannot take away other instances' references.
-local T, G, tube = tube_keys(1), ns_keys(8), ARGV[1]
+local refs, T, tube = own_key(1), tube_keys(1, 1), ARGV[1]
 local kind, amount, mode = ARGV[3], tonumber(ARGV[4]), ARGV[5]
 local field = kind .. ':' .. tube
-local cur = tonumber(redis.call('HGET', KEYS[15], field) or '0')
+local cur = tonumber(redis.call('HGET', refs, field) or '0')
 local new = amount
 if mode == 'add' then new = cur + amount end
 if new < 0 then new = 0 end
 if new == 0 then
-  redis.call('HDEL', KEYS[15], field)
+  redis.call('HDEL', refs, field)
 else
-  redis.call('HSET', KEYS[15], field, new)
+  redis.call('HSET', refs, field, new)
 end
 local applied = new - cur
 if applied > 0 then ensure_tube(G, tube) end

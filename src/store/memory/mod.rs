@@ -1,118 +1,28 @@
-//! The embedded in-memory store: exact beanstalkd semantics, fast, nothing persisted.
+//! The embedded in-memory store: exact beanstalkd semantics, fast. Alone it persists
+//! nothing (the memory engine); with a journal it notes every change for a sink to
+//! persist in batches (Redis leader mode, `-b DIR`): see `journal.rs`.
 //!
-//! Ownership: all state sits in one [`State`] behind a std `Mutex`. Every method takes
-//! the lock once, makes one complete transition and releases it; no lock is held across
-//! an `.await` (the async methods contain none).
-//!
-//! Invariants of [`State`]:
-//! - a job is in exactly one place matching its state: its tube's `ready` set
-//!   (pri, id), its tube's and the global `delayed` sets (due, id), the global
-//!   `reserved` set and its owner's set (deadline, id), or its tube's `buried` FIFO;
-//! - `totals` and each tube's counts equal the sizes of those places;
-//! - a tube is in `tubes` (and `order`) while it has jobs, users or watchers, or is
-//!   `default`.
+//! Ownership: all state sits in one [`State`] (`state.rs`, with its invariants) behind
+//! a std `Mutex`. Every method takes the lock once, makes one complete transition and
+//! releases it; no lock is held across an `.await` (the async methods contain none).
 
-use std::collections::{BTreeMap, BTreeSet};
+mod journal;
+mod state;
+#[cfg(test)]
+mod tests;
 
-// Every lookup of a job, tube or connection hashes its key: foldhash (seeded per
-// process) instead of SipHash, which was the largest single cost of a command.
-use foldhash::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
 use bytes::Bytes;
 
 use super::{
     ConnId, JobId, JobInfo, JobState, NANOS_PER_SEC, Nanos, NewJob, Reserved, Store, StoreResult,
-    Totals, TubeInfo,
+    Totals, TubeInfo, pause_length,
 };
 use crate::protocol::TubeName;
-use crate::util::SwapList;
+pub use journal::{Counters, Cut, CutLimit, Gone, JobRecord, Snapshot, Stored, TubeRecord};
+use state::{Job, Ref, State};
 
-/// The two kinds of reference a connection holds on a tube.
-#[derive(Clone, Copy, Debug)]
-enum Ref {
-    Using,
-    Watching,
-}
-
-/// Jobs with a priority below this are "urgent" in the stats.
-pub const URGENT_PRI: u32 = 1024;
-
-/// One job. Kept small, because a queue may hold millions (each is boxed, so the job
-/// table's spare capacity costs a pointer per slot, not a whole job): one time field
-/// serves every state, the counters are 32-bit as in the reference.
-#[derive(Debug)]
-struct Job {
-    tube: TubeName,
-    pri: u32,
-    delay_secs: u32,
-    ttr_secs: u32,
-    state: JobState,
-    created: Nanos,
-    /// By state: delayed, the due time; reserved, the TTR deadline; ready, when it
-    /// became ready (a reserve reports how long it waited); buried, its position in
-    /// the tube's buried FIFO.
-    at: u64,
-    /// The reserving connection's id while reserved, else 0 (ids start at 1).
-    owner: u64,
-    reserves: u32,
-    timeouts: u32,
-    releases: u32,
-    buries: u32,
-    kicks: u32,
-    body: Bytes,
-}
-
-impl Job {
-    fn owned_by(&self, conn: ConnId) -> bool {
-        self.state == JobState::Reserved && self.owner == conn.0
-    }
-}
-
-#[derive(Debug, Default)]
-struct Tube {
-    ready: BTreeSet<(u32, JobId)>,
-    delayed: BTreeSet<(Nanos, JobId)>,
-    buried: BTreeMap<u64, JobId>,
-    reserved: u64,
-    urgent: u64,
-    total_jobs: u64,
-    using: u64,
-    watching: u64,
-    cmd_delete: u64,
-    cmd_pause: u64,
-    pause: u64,
-    pause_until: Nanos,
-}
-
-impl Tube {
-    fn job_count(&self) -> u64 {
-        self.ready.len() as u64
-            + self.delayed.len() as u64
-            + self.buried.len() as u64
-            + self.reserved
-    }
-
-    fn paused_at(&self, now: Nanos) -> bool {
-        self.pause > 0 && self.pause_until > now
-    }
-}
-
-#[derive(Debug, Default)]
-struct State {
-    next_id: JobId,
-    jobs: HashMap<JobId, Box<Job>>,
-    tubes: HashMap<TubeName, Tube>,
-    order: SwapList<TubeName>,
-    delayed: BTreeSet<(Nanos, JobId)>,
-    reserved: BTreeSet<(Nanos, JobId)>,
-    by_conn: HashMap<ConnId, BTreeSet<(Nanos, JobId)>>,
-    pauses: BTreeSet<(Nanos, TubeName)>,
-    bury_seq: u64,
-    totals: Totals,
-}
-
-/// The in-memory store. Cheap to share behind an `Arc`.
 #[derive(Debug)]
 pub struct MemoryStore {
     state: Mutex<State>,
@@ -125,232 +35,48 @@ impl Default for MemoryStore {
 }
 
 impl MemoryStore {
+    /// A store that persists nothing (the memory engine).
     pub fn new() -> MemoryStore {
-        let mut state = State {
-            next_id: 1,
-            ..State::default()
-        };
-        state.tube_entry(&TubeName::default_tube());
         MemoryStore {
-            state: Mutex::new(state),
+            state: Mutex::new(State::new(false)),
         }
+    }
+
+    /// An empty store that notes its changes for persistence (see [`Cut`]).
+    pub fn journaled() -> MemoryStore {
+        MemoryStore {
+            state: Mutex::new(State::new(true)),
+        }
+    }
+
+    /// A store that notes its changes, starting from a loaded namespace; jobs that were
+    /// reserved are ready again at `now`, as after a beanstalkd restart.
+    pub fn restored(snapshot: Snapshot, now: Nanos) -> MemoryStore {
+        MemoryStore {
+            state: Mutex::new(State::restore(snapshot, now)),
+        }
+    }
+
+    /// The last change made (0 for a store without a journal): a reply that depends
+    /// on the store's state as it is now may be sent once that change is persisted.
+    pub fn change_seq(&self) -> u64 {
+        self.lock().change_seq()
+    }
+
+    /// Take the changes since the last written cut, for a sink to write.
+    pub fn cut(&self, limit: CutLimit) -> Cut {
+        self.lock().cut(limit)
+    }
+
+    /// Writing `cut` failed (it may or may not have landed): the next cut rewrites it.
+    pub fn cut_failed(&self, cut: &Cut) {
+        self.lock().cut_failed(cut)
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock cannot leave a half-made transition visible to
         // clients any worse than crashing would, so keep serving.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-impl State {
-    fn tube_entry(&mut self, name: &TubeName) -> &mut Tube {
-        if !self.tubes.contains_key(name) {
-            self.order.insert(name.clone());
-            self.totals.tubes += 1;
-        }
-        self.tubes.entry(name.clone()).or_default()
-    }
-
-    /// Destroy `name` if nothing refers to it any more; its counters and pause go too.
-    fn maybe_drop_tube(&mut self, name: &TubeName) {
-        let Some(t) = self.tubes.get(name) else {
-            return;
-        };
-        if name.as_str() == "default" || t.job_count() > 0 || t.using > 0 || t.watching > 0 {
-            return;
-        }
-        if t.pause > 0 {
-            self.pauses.remove(&(t.pause_until, name.clone()));
-        }
-        self.tubes.remove(name);
-        self.order.remove(name);
-        self.totals.tubes -= 1;
-    }
-
-    fn alloc_id(&mut self) -> JobId {
-        let id = self.next_id;
-        self.next_id += 1;
-        id
-    }
-
-    /// Take job `id` out of the place its state puts it, keeping counts true.
-    /// The job's `state` field is left for the caller to overwrite.
-    fn detach(&mut self, id: JobId) {
-        let Some(job) = self.jobs.get(&id) else {
-            return;
-        };
-        let Some(tube) = self.tubes.get_mut(&job.tube) else {
-            return;
-        };
-        match job.state {
-            JobState::Ready => {
-                tube.ready.remove(&(job.pri, id));
-                if job.pri < URGENT_PRI {
-                    tube.urgent -= 1;
-                    self.totals.urgent -= 1;
-                }
-                self.totals.ready -= 1;
-            }
-            JobState::Delayed => {
-                tube.delayed.remove(&(job.at, id));
-                self.delayed.remove(&(job.at, id));
-                self.totals.delayed -= 1;
-            }
-            JobState::Reserved => {
-                tube.reserved -= 1;
-                self.reserved.remove(&(job.at, id));
-                let owner = ConnId(job.owner);
-                if let Some(set) = self.by_conn.get_mut(&owner) {
-                    set.remove(&(job.at, id));
-                    if set.is_empty() {
-                        self.by_conn.remove(&owner);
-                    }
-                }
-                self.totals.reserved -= 1;
-            }
-            JobState::Buried => {
-                tube.buried.remove(&job.at);
-                self.totals.buried -= 1;
-            }
-        }
-    }
-
-    /// Place a detached job in `state`. `due` is the due time (delayed), the deadline
-    /// (reserved) or when it became ready (ready); `owner` the reserving connection.
-    fn attach(&mut self, id: JobId, state: JobState, due: Nanos, owner: Option<ConnId>) {
-        let bury_seq = if state == JobState::Buried {
-            self.bury_seq += 1;
-            self.bury_seq
-        } else {
-            0
-        };
-        let Some(job) = self.jobs.get_mut(&id) else {
-            return;
-        };
-        job.state = state;
-        job.at = if state == JobState::Buried {
-            bury_seq
-        } else {
-            due
-        };
-        job.owner = owner.map_or(0, |c| c.0);
-        let Some(tube) = self.tubes.get_mut(&job.tube) else {
-            return;
-        };
-        match state {
-            JobState::Ready => {
-                tube.ready.insert((job.pri, id));
-                if job.pri < URGENT_PRI {
-                    tube.urgent += 1;
-                    self.totals.urgent += 1;
-                }
-                self.totals.ready += 1;
-            }
-            JobState::Delayed => {
-                tube.delayed.insert((due, id));
-                self.delayed.insert((due, id));
-                self.totals.delayed += 1;
-            }
-            JobState::Reserved => {
-                tube.reserved += 1;
-                self.reserved.insert((due, id));
-                if let Some(owner) = owner {
-                    self.by_conn.entry(owner).or_default().insert((due, id));
-                }
-                self.totals.reserved += 1;
-            }
-            JobState::Buried => {
-                tube.buried.insert(bury_seq, id);
-                self.totals.buried += 1;
-            }
-        }
-    }
-
-    fn move_to(&mut self, id: JobId, state: JobState, due: Nanos, owner: Option<ConnId>) {
-        self.detach(id);
-        self.attach(id, state, due, owner);
-    }
-
-    /// Move job `id` to ready, having become ready at `since` (which may be earlier
-    /// than now: the end of its delay, or its lapsed deadline).
-    fn make_ready(&mut self, id: JobId, since: Nanos) {
-        self.move_to(id, JobState::Ready, since, None);
-    }
-
-    fn held_by(&self, id: JobId, conn: ConnId) -> Option<&Job> {
-        self.jobs
-            .get(&id)
-            .map(|j| &**j)
-            .filter(|j| j.owned_by(conn))
-    }
-
-    fn reserve_id(&mut self, conn: ConnId, id: JobId, now: Nanos) -> Option<Reserved> {
-        let job = self.jobs.get(&id)?;
-        let ttr = u64::from(job.ttr_secs);
-        // A delayed or buried job taken by reserve-job never waited as ready.
-        let waited = match job.state {
-            JobState::Ready => now.saturating_sub(job.at),
-            _ => 0,
-        };
-        let deadline = now + ttr * NANOS_PER_SEC;
-        self.move_to(id, JobState::Reserved, deadline, Some(conn));
-        let job = self.jobs.get_mut(&id)?;
-        job.reserves += 1;
-        Some(Reserved {
-            id,
-            tube: job.tube.clone(),
-            body: job.body.clone(),
-            deadline,
-            waited: Some(waited),
-        })
-    }
-
-    /// Place a detached (or new) job: delayed when `delay_secs > 0`, else ready.
-    fn attach_after(&mut self, id: JobId, delay_secs: u32, now: Nanos) {
-        if delay_secs > 0 {
-            self.attach(
-                id,
-                JobState::Delayed,
-                now + u64::from(delay_secs) * NANOS_PER_SEC,
-                None,
-            );
-        } else {
-            self.attach(id, JobState::Ready, now, None);
-        }
-    }
-
-    /// Drop one use or watch reference to `tube`, destroying it if that was the last.
-    fn unref(&mut self, tube: &TubeName, kind: Ref) {
-        if let Some(t) = self.tubes.get_mut(tube) {
-            let count = match kind {
-                Ref::Using => &mut t.using,
-                Ref::Watching => &mut t.watching,
-            };
-            *count = count.saturating_sub(1);
-        }
-        self.maybe_drop_tube(tube);
-    }
-
-    /// Every job `conn` holds back to ready, counters untouched; the tubes that gained.
-    fn release_held(&mut self, conn: ConnId, now: Nanos) -> Vec<TubeName> {
-        let Some(held) = self.by_conn.get(&conn).cloned() else {
-            return Vec::new();
-        };
-        let mut tubes = Vec::new();
-        for (_, id) in held {
-            self.make_ready(id, now);
-            if let Some(j) = self.jobs.get(&id) {
-                tubes.push(j.tube.clone());
-            }
-        }
-        tubes.sort();
-        tubes.dedup();
-        tubes
-    }
-
-    fn peek_body(&self, id: JobId) -> Option<(JobId, Bytes)> {
-        self.jobs.get(&id).map(|j| (id, j.body.clone()))
     }
 }
 
@@ -369,6 +95,7 @@ impl Store for MemoryStore {
                 delay_secs: job.delay_secs,
                 ttr_secs: job.ttr_secs,
                 state: JobState::Ready,
+                stored: Stored::Never,
                 created: now,
                 at: now,
                 owner: 0,
@@ -426,7 +153,7 @@ impl Store for MemoryStore {
             return Ok(false);
         }
         s.detach(id);
-        let Some(job) = s.jobs.remove(&id) else {
+        let Some(job) = s.remove_job(id) else {
             return Ok(false);
         };
         if let Some(t) = s.tubes.get_mut(&job.tube) {
@@ -607,9 +334,7 @@ impl Store for MemoryStore {
             return Ok(false);
         };
         let old = (t.pause > 0).then_some((t.pause_until, tube.clone()));
-        // The reference stores a zero pause as 1 ns: "resume now", through the same path
-        // that ends any pause, so waiters are woken.
-        t.pause = (u64::from(delay_secs) * NANOS_PER_SEC).max(1);
+        t.pause = pause_length(delay_secs);
         t.pause_until = now + t.pause;
         t.cmd_pause += 1;
         let until = t.pause_until;
@@ -617,6 +342,7 @@ impl Store for MemoryStore {
             s.pauses.remove(&old);
         }
         s.pauses.insert((until, tube.clone()));
+        s.note_tube(tube);
         Ok(true)
     }
 
@@ -634,15 +360,11 @@ impl Store for MemoryStore {
             .and_then(|set| set.first().map(|&(d, _)| d)))
     }
 
-    async fn release_all(&self, conn: ConnId, now: Nanos) -> StoreResult<Vec<TubeName>> {
-        Ok(self.lock().release_held(conn, now))
-    }
-
     async fn close(
         &self,
         conn: ConnId,
         watching: &[TubeName],
-        using: &TubeName,
+        using: Option<&TubeName>,
         release_jobs: bool,
         now: Nanos,
     ) -> StoreResult<Vec<TubeName>> {
@@ -655,8 +377,24 @@ impl Store for MemoryStore {
         for t in watching {
             s.unref(t, Ref::Watching);
         }
-        s.unref(using, Ref::Using);
+        if let Some(using) = using {
+            s.unref(using, Ref::Using);
+        }
         Ok(woken)
+    }
+
+    async fn give_back(
+        &self,
+        conn: ConnId,
+        id: JobId,
+        now: Nanos,
+    ) -> StoreResult<Option<TubeName>> {
+        let mut s = self.lock();
+        let Some(tube) = s.held_by(id, conn).map(|j| j.tube.clone()) else {
+            return Ok(None);
+        };
+        s.make_ready(id, now);
+        Ok(Some(tube))
     }
 
     async fn tick(&self, now: Nanos) -> StoreResult<Vec<TubeName>> {
@@ -679,6 +417,7 @@ impl Store for MemoryStore {
             }
             s.make_ready(id, deadline);
             s.totals.job_timeouts += 1;
+            s.note_counters();
             if let Some(j) = s.jobs.get_mut(&id) {
                 j.timeouts += 1;
                 woken.push(j.tube.clone());
@@ -693,6 +432,7 @@ impl Store for MemoryStore {
                 t.pause = 0;
                 t.pause_until = 0;
             }
+            s.note_tube(&name);
             woken.push(name);
         }
         woken.sort();
@@ -728,5 +468,9 @@ impl Store for MemoryStore {
     async fn unwatch_tube(&self, tube: &TubeName) -> StoreResult<()> {
         self.lock().unref(tube, Ref::Watching);
         Ok(())
+    }
+
+    fn name(&self) -> &'static str {
+        "memory"
     }
 }

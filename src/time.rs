@@ -1,12 +1,24 @@
-//! The engine's clock: wall-clock nanoseconds (as the reference uses `gettimeofday`),
-//! advanced by the monotonic clock so it never jumps backwards within a process, and
-//! mapped onto tokio instants so timers sleep until an exact deadline.
+//! Time as every layer sees it: [`Nanos`] since the Unix epoch, and the [`Clock`] that
+//! reads it -- wall-clock nanoseconds (as the reference uses `gettimeofday`), advanced by
+//! the monotonic clock so it never jumps backwards within a process, and mapped onto
+//! tokio instants so timers sleep until an exact deadline.
+//!
+//! Stores and the engine both take time from here (the engine passes `now` into every
+//! store call), so neither depends on the other for it.
 //!
 //! Invariant: `instant_at(now())` is (to the nanosecond) the tokio instant of the call.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::store::Nanos;
+/// Nanoseconds since the Unix epoch.
+pub type Nanos = u64;
+
+pub const NANOS_PER_SEC: u64 = 1_000_000_000;
+
+/// `secs` whole seconds as [`Nanos`].
+pub fn secs(secs: u32) -> Nanos {
+    u64::from(secs) * NANOS_PER_SEC
+}
 
 #[derive(Clone, Copy, Debug)]
 pub struct Clock {

@@ -1,0 +1,320 @@
+"""The peers bench/compare (and bench/scale) measure, and how each is started and driven.
+
+A peer is data (`Peer`): which program serves, with which arguments, on which private
+redis-server (AOF off or everysec), which scenarios apply, and which redstalk flags it
+needs. Adding a redstalk configuration is one entry in PEERS; one whose flags this
+redstalk build does not know (`redstalk --help`) is skipped with a note, and so is a
+peer whose programs are missing (node for BullMQ).
+
+`Server` starts a peer's processes on free loopback ports (never 6379 or 11300; each
+redis-server is private, in a temporary directory, with RDB saves off) and runs one
+measurement on it: `redstalk-bench` for the beanstalk servers, `bench/bullmq/cycle.js`
+for BullMQ. Every run passes the pids of the peer's server processes (`--cpu-pid`), so
+it reports their CPU time during its measured phase.
+
+Python 3 standard library only.
+"""
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+BULLMQ_DIR = os.path.join(HERE, "bullmq")
+AVOID_PORTS = {6379, 11300}
+
+
+class Peer:
+    """One configuration under test.
+
+    kind: "beanstalkd", "redstalk" or "bullmq". args: the server's arguments beyond the
+    listening address; "{dir}" becomes a fresh data directory, "{redis}" the URL of the
+    private redis-server. redis: None, "off" or "everysec" (that Redis' AOF). needs:
+    redstalk flags that must appear in `redstalk --help`, else the peer is skipped.
+    extra_if_known: (flag, args) pairs added when the flag is known (a mode that is the
+    default today and will be named later). cycle_only: only the cycle scenarios apply.
+    replica: the private redis-server has a replica (another private redis-server, in
+    sync before the peer starts), for --redis-wait-replicas."""
+
+    def __init__(self, name, label, kind, args=(), redis=None, needs=(), extra_if_known=(),
+                 cycle_only=False, replica=False):
+        self.name = name
+        self.label = label
+        self.kind = kind
+        self.args = list(args)
+        self.redis = redis
+        self.needs = list(needs)
+        self.extra_if_known = list(extra_if_known)
+        self.cycle_only = cycle_only
+        self.replica = replica
+
+
+REDIS_ARGS = ["--redis", "{redis}", "--redis-prefix", "bench"]
+
+# The fsync setting of every file-backed peer: beanstalkd's default, named explicitly.
+FSYNC_MS = "50"
+
+PEERS = [
+    Peer("beanstalkd", "beanstalkd, in memory", "beanstalkd"),
+    Peer("beanstalkd-b", "beanstalkd -b (binlog, fsync at most every %s ms: -f %s, its default)"
+         % (FSYNC_MS, FSYNC_MS), "beanstalkd", ["-b", "{dir}", "-f", FSYNC_MS]),
+    Peer("memory", "redstalk, memory engine", "redstalk"),
+    Peer("redis", "redstalk --redis, shared mode (AOF off)", "redstalk", REDIS_ARGS, redis="off",
+         extra_if_known=[("--redis-mode", ["--redis-mode", "shared"])]),
+    Peer("redis-aof", "redstalk --redis, shared mode (AOF everysec)", "redstalk", REDIS_ARGS,
+         redis="everysec", extra_if_known=[("--redis-mode", ["--redis-mode", "shared"])]),
+    Peer("leader", "redstalk --redis-mode leader (AOF off)", "redstalk",
+         REDIS_ARGS + ["--redis-mode", "leader"], redis="off", needs=["--redis-mode"]),
+    Peer("leader-aof", "redstalk --redis-mode leader (AOF everysec)", "redstalk",
+         REDIS_ARGS + ["--redis-mode", "leader"], redis="everysec", needs=["--redis-mode"]),
+    Peer("redstalk-b", "redstalk -b (write-ahead log, -f %s)" % FSYNC_MS, "redstalk",
+         ["-b", "{dir}", "-f", FSYNC_MS], needs=["-b", "-f"]),
+    Peer("bullmq", "BullMQ on redis-server (AOF off)", "bullmq", redis="off", cycle_only=True),
+    Peer("bullmq-aof", "BullMQ on redis-server (AOF everysec)", "bullmq", redis="everysec",
+         cycle_only=True),
+]
+# The cost of acknowledging only what a replica has (docs/OPERATIONS.md): each Redis
+# mode on a Redis with a local replica, without and with --redis-wait-replicas 1.
+PEERS[-2:-2] = [
+    Peer(name + suffix,
+         "%s (AOF everysec, a replica%s)" % (label, ", --redis-wait-replicas 1" if wait else ""),
+         "redstalk", REDIS_ARGS + ["--redis-mode", mode] + wait, redis="everysec",
+         needs=["--redis-mode"] + (["--redis-wait-replicas"] if wait else []), replica=True)
+    for name, label, mode in [("redis-aof", "redstalk --redis, shared mode", "shared"),
+                              ("leader-aof", "redstalk --redis-mode leader", "leader")]
+    for suffix, wait in [("-r", []), ("-wait", ["--redis-wait-replicas", "1"])]
+]
+PEER_BY_NAME = {p.name: p for p in PEERS}
+DEFAULT_PEERS = [p.name for p in PEERS]
+
+
+def flag_known(help_text, flag):
+    """Whether `flag` (`-b`, `--redis-mode`) is listed in a --help text."""
+    return re.search(r"(^|[\s,])%s(?=[\s,=<\[]|$)" % re.escape(flag), help_text, re.M) is not None
+
+
+def unavailable(peer, bins, redstalk_help):
+    """Why `peer` cannot run here (a sentence), or None."""
+    if peer.kind == "beanstalkd" and not bins.get("beanstalkd"):
+        return "beanstalkd is not on PATH (Debian: apt-get install beanstalkd)"
+    if peer.redis and not bins.get("redis-server"):
+        return "redis-server is not on PATH (Debian: apt-get install redis-server)"
+    if peer.kind == "redstalk":
+        unknown = [f for f in peer.needs if not flag_known(redstalk_help, f)]
+        if unknown:
+            return "this redstalk does not know %s (`redstalk --help`)" % ", ".join(unknown)
+    if peer.kind == "bullmq":
+        if not bins.get("node") or not bins.get("npm"):
+            return "node and npm are not on PATH"
+    return None
+
+
+def bullmq_ready(bins):
+    """Install bench/bullmq's locked packages when node_modules is missing; None when
+    ready, else why not."""
+    if os.path.isdir(os.path.join(BULLMQ_DIR, "node_modules", "bullmq")):
+        return None
+    cmd = [bins["npm"], "ci", "--no-audit", "--no-fund", "--loglevel=error"]
+    print("installing BullMQ:", " ".join(cmd), "(in bench/bullmq)", flush=True)
+    p = subprocess.run(cmd, cwd=BULLMQ_DIR, capture_output=True, text=True, timeout=600)
+    if p.returncode != 0:
+        return "npm ci in bench/bullmq failed: %s" % (p.stderr.strip().splitlines() or ["?"])[-1]
+    return None
+
+
+def free_port():
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in AVOID_PORTS:
+            return port
+    raise RuntimeError("no free port")
+
+
+def wait_synced(port, proc, what, timeout=15.0):
+    """Wait until the replica on `port` reports its link to the primary up."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError("the replica of %s exited with %s" % (what, proc.returncode))
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+                s.sendall(b"INFO replication\r\n")
+                data = b""
+                while b"master_link_status" not in data and len(data) < 65536:
+                    chunk = s.recv(4096)
+                    if not chunk:
+                        break
+                    data += chunk
+                if b"master_link_status:up" in data:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise RuntimeError("the replica of %s did not sync within %.0f s" % (what, timeout))
+
+
+def wait_port(port, proc, what, timeout=15.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError("%s exited with %s before listening" % (what, proc.returncode))
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError("%s did not listen on port %d within %.0f s" % (what, port, timeout))
+
+
+class Server:
+    """A peer's running processes: `proc` is the server clients talk to (for BullMQ,
+    its redis-server), `redis` a private redis-server behind redstalk."""
+
+    def __init__(self, peer, tmp):
+        self.peer = PEER_BY_NAME[peer] if isinstance(peer, str) else peer
+        self.name = self.peer.name
+        self.tmp = tmp
+        self.proc = None
+        self.redis = None
+        self.replica = None
+        self.redis_port = None
+        self.port = None
+        self.cmd = None
+        self.redis_cmd = None
+        self.logs = []
+
+    @property
+    def addr(self):
+        return "127.0.0.1:%d" % self.port
+
+    def cpu_pids(self):
+        """The processes whose CPU time is the server's work."""
+        return [p.pid for p in (self.proc, self.redis, self.replica) if p is not None]
+
+    def runs(self, args):
+        """Whether the scenario with these redstalk-bench arguments applies."""
+        return not self.peer.cycle_only or args[0] == "cycle"
+
+    def _spawn(self, cmd, log_name):
+        log = os.path.join(self.tmp, log_name)
+        self.logs.append(log)
+        with open(log, "wb") as f:
+            return subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
+
+    def _start_redis(self, bins, replica_of=None):
+        port = free_port()
+        what = "-replica" if replica_of else "-redis"
+        rdir = os.path.join(self.tmp, self.name + what + "-data")
+        os.makedirs(rdir, exist_ok=True)
+        cmd = [bins["redis-server"], "--port", str(port), "--bind", "127.0.0.1",
+               "--dir", rdir, "--save", "", "--daemonize", "no", "--logfile", ""]
+        if self.peer.redis == "everysec":
+            cmd += ["--appendonly", "yes", "--appendfsync", "everysec"]
+        else:
+            cmd += ["--appendonly", "no"]
+        if replica_of:
+            cmd += ["--replicaof", "127.0.0.1", str(replica_of)]
+        else:
+            self.redis_cmd = cmd
+        proc = self._spawn(cmd, self.name + what + ".log")
+        wait_port(port, proc, "redis-server for " + self.name)
+        if replica_of:
+            wait_synced(port, proc, self.name)
+        return proc, port
+
+    def start(self, bins, redstalk_help=""):
+        p = self.peer
+        if p.kind == "bullmq":
+            self.proc, self.port = self._start_redis(bins)
+            self.redis_port = self.port
+            self.cmd = self.redis_cmd
+            self.redis_cmd = None
+            return
+        if p.redis:
+            self.redis, self.redis_port = self._start_redis(bins)
+        if p.replica:
+            self.replica, _ = self._start_redis(bins, replica_of=self.redis_port)
+        self.port = free_port()
+        data = os.path.join(self.tmp, self.name + "-data")
+        subst = {"{dir}": data, "{redis}": "redis://127.0.0.1:%s/0" % self.redis_port}
+        if "{dir}" in p.args:
+            os.makedirs(data, exist_ok=True)
+        args = [subst.get(a, a) for a in p.args]
+        for flag, more in p.extra_if_known:
+            if flag_known(redstalk_help, flag):
+                args += more
+        self.cmd = [bins[p.kind], "-l", "127.0.0.1", "-p", str(self.port)] + args
+        self.proc = self._spawn(self.cmd, self.name + ".log")
+        wait_port(self.port, self.proc, self.name)
+
+    def alive(self):
+        return all(p is None or p.poll() is None for p in (self.proc, self.redis, self.replica)) \
+            and self.proc is not None
+
+    def stop(self):
+        for p in (self.proc, self.redis, self.replica):
+            if p is not None and p.poll() is None:
+                p.terminate()
+                try:
+                    p.wait(timeout=8)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+
+    def log_tail(self):
+        out = []
+        for log in self.logs:
+            try:
+                with open(log, "rb") as f:
+                    lines = f.read().decode("utf-8", "replace").splitlines()[-15:]
+                out.append("%s:\n    %s" % (os.path.basename(log), "\n    ".join(lines)))
+            except OSError:
+                pass
+        return "\n".join(out)
+
+    def command(self, bins, args, duration, extra=(), check_empty=True):
+        """The command line of one measurement on this peer."""
+        cpu = [a for pid in self.cpu_pids() for a in ("--cpu-pid", str(pid))]
+        if self.peer.kind == "bullmq":
+            # The cycle scenarios' own options (-c, -s) carry over as they are.
+            return ([bins["node"], os.path.join(BULLMQ_DIR, "cycle.js"), "--redis", self.addr]
+                    + list(args[1:]) + ["-t", str(duration), "--json", "--label", self.name]
+                    + cpu + list(extra))
+        cmd = [bins["redstalk-bench"]] + list(args) + ["-a", self.addr, "-t", str(duration), "--json",
+                                                       "--label", self.name] + cpu + list(extra)
+        if check_empty:
+            cmd.append("--check-server-empty")
+        return cmd
+
+    def measure(self, bins, args, duration, extra=(), check_empty=True):
+        """Run one measurement; returns (json or None, failure text or None, command).
+        With `check_empty`, the whole server must be empty at the end (not only the
+        run's own tubes)."""
+        cmd = self.command(bins, args, duration, extra, check_empty)
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        except subprocess.TimeoutExpired:
+            return None, "%s did not finish within 300 s" % os.path.basename(cmd[1 if self.peer.kind == "bullmq" else 0]), cmd
+        result = None
+        try:
+            result = json.loads(p.stdout) if p.stdout.strip() else None
+        except json.JSONDecodeError:
+            pass
+        failure = None
+        if p.returncode != 0:
+            lines = list(result.get("failures", [])) if result else []
+            err = p.stderr.strip()
+            if err and not result:
+                lines.append(err[-2000:])
+            failure = "exit %d: %s" % (p.returncode, "; ".join(lines) or "(no output)")
+        if not self.alive():
+            failure = (failure + "; " if failure else "") + "the server process died\n" + self.log_tail()
+        return result, failure, cmd

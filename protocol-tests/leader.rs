@@ -1,0 +1,639 @@
+//! Redis leader mode against real processes: several `redstalk --redis-mode leader`
+//! instances on one private `redis-server` (never the Redis on 6379), leaders killed,
+//! frozen and replaced, standbys closed mid-command, namespaces reopened in the other
+//! mode. Every wait is bounded; the tests run one at a time and print their figures
+//! (`--nocapture`). The instances use a 1 s lease, so a failover takes about a second.
+//!
+//! What the tests prove:
+//! - `failover_to_a_standby_under_load_loses_no_acknowledged_job` — a put / reserve /
+//!   delete load runs through a standby (which relays to the leader); the leader is
+//!   killed with SIGKILL; the standby takes over and the load carries on through it.
+//!   Every acknowledged job is deleted or still there; none lost, none deleted twice.
+//! - `a_leader_frozen_past_its_lease_never_answers_as_leader_again` — the leader is
+//!   stopped (SIGSTOP) past its lease; the standby takes over and serves a new job;
+//!   commands sent to the frozen leader meanwhile are, once it resumes (SIGCONT),
+//!   answered INTERNAL_ERROR or not at all (the connection closes) — never INSERTED,
+//!   never RESERVED — and nothing it held is written over what the new leader wrote.
+//! - `a_standby_dying_mid_command_loses_nothing` — clients of a standby, one halfway
+//!   through a put and one holding a reserved job, lose their standby (SIGKILL): the
+//!   leader drops the half put and returns the held job to ready at once.
+//! - `the_two_modes_never_share_a_namespace` — an instance of one mode refuses to start
+//!   on a namespace the other mode serves, saying why.
+//! - `a_namespace_reopens_in_either_mode` — jobs in every state, buried order, a pause,
+//!   per-tube and global counters and the id counter survive a stop and a start in the
+//!   other mode, both ways.
+//! - `redis_away_answers_within_a_second_and_session_commands_never_wait` — with Redis
+//!   killed, a put answers INTERNAL_ERROR within about a second, `list-tube-used` at
+//!   once; the leader serves again when Redis is back.
+//! - `a_reserve_waits_for_the_jobs_put_and_one_answered_internal_error_holds_no_job` —
+//!   with Redis frozen, a RESERVED of a persisted job goes out at once; a reserve of a job
+//!   whose put Redis did not apply in time answers INTERNAL_ERROR, and the job is given
+//!   back at once: another connection reserves it (the client never learnt it held it).
+//! - `a_namespace_lost_with_redis_closes_its_connections_and_starts_fresh` — Redis
+//!   restarted empty: the old namespace's connections are closed, the leader serves a
+//!   fresh one, and no old connection can touch a new job that reuses an old id.
+
+// A test reports failure by panicking: unwrap and expect are how it says so.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use support::client::Client;
+use support::load::{Load, LoadConfig, wait_drained};
+use support::redis::{RedisServer, private_redis};
+use support::{Log, ServerKind, ServerProc, redstalk_on_as, serial};
+
+const REPLY: Duration = Duration::from_secs(5);
+const LOAD_TTR: u32 = 2;
+
+fn redis_aof_always() -> Option<RedisServer> {
+    private_redis(
+        &["--appendonly", "yes", "--appendfsync", "always"],
+        "leader-mode tests",
+    )
+}
+
+fn leader(redis: &RedisServer, prefix: &str) -> (ServerProc, Log) {
+    redstalk_on_as(ServerKind::Leader, redis, prefix, &[])
+}
+
+/// Wait until `c` (connected to `addr`, reconnected as needed) gets an answer to
+/// `stats` from a leader; the time it took.
+fn wait_served(addr: std::net::SocketAddr, within: Duration, log: &Log) -> Duration {
+    let start = Instant::now();
+    loop {
+        if let Ok(mut c) = Client::try_connect(addr, "probe")
+            && let Ok(r) = c.try_call(b"stats\r\n", Duration::from_millis(500))
+            && r.word() == "OK"
+        {
+            return start.elapsed();
+        }
+        assert!(
+            start.elapsed() < within,
+            "not served within {within:?}\n{}",
+            log.tail()
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn load_config(producers: usize, workers: usize) -> LoadConfig {
+    LoadConfig {
+        producers,
+        workers,
+        tube: "load".into(),
+        ttr: LOAD_TTR,
+        reply_timeout: REPLY,
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn failover_to_a_standby_under_load_loses_no_acknowledged_job() {
+    let _serial = serial();
+    let Some(redis) = redis_aof_always() else {
+        return;
+    };
+    let (mut a, log_a) = leader(&redis, "l-fail");
+    wait_served(a.addr, REPLY, &log_a);
+    let (mut b, log_b) = leader(&redis, "l-fail");
+    // The load goes through the standby, which relays it to the leader.
+    let load = Load::start(b.addr, load_config(4, 4));
+    load.wait_until(
+        "the load runs through the standby",
+        Duration::from_secs(10),
+        || log_b.tail(),
+        |l| l.acked.len() > 200 && l.deleted.len() > 100,
+    );
+    let (acked_up, deleted_up) = load.ledger(|l| (l.acked.len(), l.deleted.len()));
+    a.signal("KILL").expect("kill -9 the leader");
+    assert!(a.wait_exit(REPLY).is_some(), "the leader survived SIGKILL");
+    let killed = Instant::now();
+    let resumed = load.wait_until(
+        "the load resumes once the standby leads",
+        Duration::from_secs(10),
+        || log_b.tail(),
+        |l| l.acked.len() > acked_up + 50 && l.deleted.len() > deleted_up + 50,
+    );
+    thread::sleep(Duration::from_millis(500));
+    let mut c = Client::connect(b.addr, "auditor");
+    let mut load = load;
+    load.stop_producers();
+    let drained = wait_drained(&mut c, "load", Duration::from_secs(15))
+        .unwrap_or_else(|e| panic!("{e}: {}\n{}", load.ledger(|l| l.counts()), log_b.tail()));
+    let ledger = load.stop();
+    assert!(
+        ledger.surprises.is_empty(),
+        "unexpected replies: {:?}\n{}",
+        &ledger.surprises[..ledger.surprises.len().min(20)],
+        log_b.tail()
+    );
+    let audit = ledger.audit(&mut c);
+    assert!(b.is_running(), "the standby died: {}", log_b.tail());
+    println!(
+        "failover: leader killed with {acked_up} acknowledged; load resumed through the \
+         former standby {} ms after the kill (lease 1 s); drained {} ms after the producers \
+         stopped",
+        resumed.as_millis(),
+        drained.as_millis()
+    );
+    println!("failover: {}", audit.summary());
+    println!("failover: {}", ledger.counts());
+    let _ = killed;
+    audit.assert_sound("kill -9 of the leader under load, failover to the standby");
+}
+
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn a_leader_frozen_past_its_lease_never_answers_as_leader_again() {
+    let _serial = serial();
+    let Some(redis) = redis_aof_always() else {
+        return;
+    };
+    let (a, log_a) = leader(&redis, "l-stop");
+    wait_served(a.addr, REPLY, &log_a);
+    let (b, log_b) = leader(&redis, "l-stop");
+    let mut x = Client::connect(a.addr, "client of the frozen leader");
+    let held = x.put(10, 0, 60, b"held before the freeze");
+    let before = x.put(20, 0, 60, b"ready before the freeze");
+    assert_eq!(x.reserve().0, held);
+
+    a.signal("STOP").expect("SIGSTOP the leader");
+    // Past the lease (1 s) and the standby's takeover.
+    let took_over = wait_served(b.addr, Duration::from_secs(10), &log_b);
+    let mut y = Client::connect(b.addr, "client of the new leader");
+    // The new leader gave the held job back (its holder's leader is gone) and has the
+    // ready one.
+    let fresh = y.put(5, 0, 60, b"put on the new leader");
+    // Sent to the frozen leader; it reads them when it resumes.
+    x.send(b"put 0 0 60 6\r\nstale!\r\nreserve-with-timeout 0\r\ndelete 1\r\n");
+    thread::sleep(Duration::from_millis(300));
+    a.signal("CONT").expect("SIGCONT the leader");
+    let mut answers = Vec::new();
+    for _ in 0..3 {
+        match x.try_reply(REPLY) {
+            Ok(r) => answers.push(r.line),
+            Err(_) => break,
+        }
+    }
+    for line in &answers {
+        assert!(
+            line == "INTERNAL_ERROR",
+            "the resumed leader answered {line:?} (all: {answers:?})\n{}",
+            log_a.tail()
+        );
+    }
+    // Nothing the old leader held was written over the new leader's state.
+    thread::sleep(Duration::from_millis(1500));
+    let mut z = Client::connect(b.addr, "auditor");
+    assert_eq!(
+        z.dict_value(&format!("stats-job {held}"), "state"),
+        "ready",
+        "the job held through the old leader"
+    );
+    assert_eq!(
+        z.dict_value(&format!("stats-job {before}"), "state"),
+        "ready"
+    );
+    assert_eq!(
+        z.dict_value(&format!("stats-job {fresh}"), "state"),
+        "ready"
+    );
+    assert_eq!(z.stat_u64("current-jobs-ready"), 3, "{}", log_b.tail());
+    let stale = z.cmd("peek-ready");
+    assert_ne!(stale.text(), "stale!");
+    // The resumed instance stands by now: it relays to the new leader.
+    let mut again = Client::connect(a.addr, "client of the resumed instance");
+    let r = again.try_call(b"stats-tube default\r\n", REPLY);
+    assert!(
+        matches!(&r, Ok(r) if r.word() == "OK"),
+        "the resumed instance: {r:?}\n{}",
+        log_a.tail()
+    );
+    println!(
+        "SIGSTOP past the lease: new leader serving {} ms after the freeze; the resumed \
+         instance answered {answers:?} to what it was sent while frozen",
+        took_over.as_millis()
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn a_standby_dying_mid_command_loses_nothing() {
+    let _serial = serial();
+    let Some(redis) = redis_aof_always() else {
+        return;
+    };
+    let (a, log_a) = leader(&redis, "l-relay");
+    wait_served(a.addr, REPLY, &log_a);
+    let (mut b, log_b) = leader(&redis, "l-relay");
+    let mut direct = Client::connect(a.addr, "direct client");
+    let job = direct.put(1, 0, 120, b"held through the standby");
+    let total = direct.stat_u64("total-jobs");
+    let mut holder = Client::connect(b.addr, "worker via the standby");
+    assert_eq!(holder.reserve().0, job, "{}", log_b.tail());
+    let mut half = Client::connect(b.addr, "producer via the standby");
+    half.send(b"put 0 0 60 10\r\nhalf");
+    thread::sleep(Duration::from_millis(200));
+    assert_eq!(direct.stat_u64("current-jobs-reserved"), 1);
+    b.signal("KILL").expect("kill -9 the standby");
+    assert!(b.wait_exit(REPLY).is_some());
+    let start = Instant::now();
+    // The held job is ready again at once (far below its TTR of 120 s).
+    let got = direct.reserve_timeout(5).expect("the held job comes back");
+    assert_eq!(got.0, job);
+    let back_in = start.elapsed();
+    assert!(back_in < Duration::from_secs(2), "took {back_in:?}");
+    assert_eq!(
+        direct.stat_u64("total-jobs"),
+        total,
+        "the half put made a job"
+    );
+    assert_eq!(direct.cmd("delete 99").line, "NOT_FOUND");
+    println!(
+        "standby killed mid-command: its client's job ready again {} ms later; the half put \
+         left nothing",
+        back_in.as_millis()
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn the_two_modes_never_share_a_namespace() {
+    let _serial = serial();
+    let Some(redis) = private_redis(&[], "leader-mode tests") else {
+        return;
+    };
+    let (l, log_l) = leader(&redis, "l-modes");
+    wait_served(l.addr, REPLY, &log_l);
+    let refused = ServerProc::start_on_redis_as(ServerKind::Redis, &redis.url(), "l-modes", &[]);
+    let err = refused
+        .err()
+        .expect("a shared-mode instance started next to a leader");
+    assert!(err.contains("leader"), "{err}");
+    drop(l);
+    // Once the leader's lease has lapsed, the shared mode may have the namespace.
+    thread::sleep(Duration::from_millis(1500));
+    let (s, _log_s) = redstalk_on_as(ServerKind::Redis, &redis, "l-modes", &[]);
+    let refused = ServerProc::start_on_redis_as(ServerKind::Leader, &redis.url(), "l-modes", &[]);
+    let err = refused
+        .err()
+        .expect("a leader started next to a shared instance");
+    assert!(err.contains("shared"), "{err}");
+    drop(s);
+    println!("modes: each refused next to the other");
+}
+
+// ---------------------------------------------------------------------------------------
+
+/// A job's figures that must survive a reopen (`stats-job` minus age and time left).
+fn job_figures(c: &mut Client, id: u64) -> Vec<(String, String)> {
+    c.dict(&format!("stats-job {id}"))
+        .into_iter()
+        .filter(|(k, _)| !matches!(k.as_str(), "age" | "time-left"))
+        .collect()
+}
+
+/// Tube figures that must survive (the connections' own figures go with them).
+fn tube_figures(c: &mut Client, tube: &str) -> Vec<(String, String)> {
+    c.dict(&format!("stats-tube {tube}"))
+        .into_iter()
+        .filter(|(k, _)| {
+            !matches!(
+                k.as_str(),
+                "current-using" | "current-watching" | "current-waiting" | "pause-time-left"
+            )
+        })
+        .collect()
+}
+
+/// Fill a namespace with jobs in every state; the ids, by what they are.
+struct Filled {
+    ready: u64,
+    delayed: u64,
+    buried: [u64; 2],
+    reserved: u64,
+    paused_ready: u64,
+}
+
+fn fill(c: &mut Client, holder: &mut Client) -> Filled {
+    c.use_tube("a");
+    let ready = c.put(5, 0, 60, b"ready");
+    let delayed = c.put(6, 100, 60, b"delayed");
+    let b1 = c.put(7, 0, 60, b"buried first");
+    let b2 = c.put(8, 0, 60, b"buried second");
+    let gone = c.put(9, 0, 60, b"deleted");
+    assert_eq!(c.cmd(&format!("delete {gone}")).line, "DELETED");
+    holder.watch_only("a");
+    for want in [ready, b1, b2] {
+        // Reserve in priority order, then bury two in order, and release the first.
+        assert_eq!(holder.reserve().0, want);
+    }
+    assert_eq!(holder.cmd(&format!("bury {b1} 70")).line, "BURIED");
+    assert_eq!(holder.cmd(&format!("bury {b2} 80")).line, "BURIED");
+    assert_eq!(holder.cmd(&format!("release {ready} 4 0")).line, "RELEASED");
+    let reserved = c.put(1, 0, 300, b"reserved");
+    assert_eq!(holder.reserve().0, reserved);
+    c.use_tube("b");
+    let paused_ready = c.put(3, 0, 60, b"in a paused tube");
+    assert_eq!(c.cmd("pause-tube b 100").line, "PAUSED");
+    Filled {
+        ready,
+        delayed,
+        buried: [b1, b2],
+        reserved,
+        paused_ready,
+    }
+}
+
+/// Stop `srv` cleanly (SIGTERM) and wait for it.
+fn stop(mut srv: ServerProc) {
+    srv.signal("TERM").expect("SIGTERM");
+    assert!(srv.wait_exit(REPLY).is_some(), "did not stop on SIGTERM");
+}
+
+fn reopen(from: ServerKind, to: ServerKind) {
+    let Some(redis) = private_redis(&[], "leader-mode tests") else {
+        return;
+    };
+    let prefix = format!("l-reopen-{}", from.name());
+    let (first, log1) = redstalk_on_as(from, &redis, &prefix, &[]);
+    wait_served(first.addr, REPLY, &log1);
+    let mut c = Client::connect(first.addr, "filler");
+    let mut holder = Client::connect(first.addr, "holder");
+    let f = fill(&mut c, &mut holder);
+    let ids = [
+        f.ready,
+        f.delayed,
+        f.buried[0],
+        f.buried[1],
+        f.reserved,
+        f.paused_ready,
+    ];
+    let jobs: Vec<_> = ids.iter().map(|&id| job_figures(&mut c, id)).collect();
+    let tubes = [tube_figures(&mut c, "a"), tube_figures(&mut c, "b")];
+    let totals = (c.stat_u64("total-jobs"), c.stat_u64("job-timeouts"));
+    let listed = c.list("list-tubes");
+    // Stopped while the holder still holds its job: a clean stop hands back nothing a
+    // client holds.
+    stop(first);
+    drop((c, holder));
+
+    let (second, log2) = redstalk_on_as(to, &redis, &prefix, &[]);
+    wait_served(second.addr, REPLY, &log2);
+    let mut c = Client::connect(second.addr, "checker");
+    for (id, before) in ids.iter().zip(&jobs) {
+        let mut after = job_figures(&mut c, *id);
+        let mut want = before.clone();
+        if *id == f.reserved && to == ServerKind::Leader {
+            // A leader gives back what was reserved: its holder's connection is gone.
+            for (k, v) in &mut want {
+                if k == "state" {
+                    *v = "ready".into();
+                }
+            }
+        }
+        after.sort();
+        want.sort();
+        assert_eq!(after, want, "job {id} after reopening in {}", to.name());
+    }
+    let tubes_after = [tube_figures(&mut c, "a"), tube_figures(&mut c, "b")];
+    let expect_tubes = if to == ServerKind::Leader {
+        // The reserved job is ready again in tube a.
+        let mut a = tubes[0].clone();
+        for (k, v) in &mut a {
+            match k.as_str() {
+                "current-jobs-reserved" => *v = "0".into(),
+                "current-jobs-ready" => *v = (v.parse::<u64>().unwrap() + 1).to_string(),
+                "current-jobs-urgent" => *v = (v.parse::<u64>().unwrap() + 1).to_string(),
+                _ => {}
+            }
+        }
+        [a, tubes[1].clone()]
+    } else {
+        tubes.clone()
+    };
+    assert_eq!(
+        tubes_after,
+        expect_tubes,
+        "tubes after reopening in {}",
+        to.name()
+    );
+    assert_eq!(
+        (c.stat_u64("total-jobs"), c.stat_u64("job-timeouts")),
+        totals
+    );
+    let mut listed_after = c.list("list-tubes");
+    let mut listed = listed;
+    listed.sort();
+    listed_after.sort();
+    assert_eq!(listed_after, listed);
+    let pause_left: u64 = c
+        .dict_value("stats-tube b", "pause-time-left")
+        .parse()
+        .unwrap();
+    assert!((95..=100).contains(&pause_left), "pause left {pause_left}");
+    let delay_left: u64 = c
+        .dict_value(&format!("stats-job {}", f.delayed), "time-left")
+        .parse()
+        .unwrap();
+    assert!((95..=100).contains(&delay_left), "delay left {delay_left}");
+    // Buried order: the first buried is kicked first.
+    c.use_tube("a");
+    assert_eq!(c.cmd("peek-buried").id(), Some(f.buried[0]));
+    assert_eq!(c.cmd("kick 1").line, "KICKED 1");
+    assert_eq!(c.cmd("peek-buried").id(), Some(f.buried[1]));
+    // Ids continue.
+    let next = c.put(0, 0, 60, b"next");
+    assert!(next > f.paused_ready, "id {next} reused");
+    drop(c);
+    stop(second);
+    println!(
+        "reopen {} -> {}: {} jobs, 2 tubes, pause, buried order and counters kept",
+        from.name(),
+        to.name(),
+        ids.len()
+    );
+}
+
+#[test]
+fn a_namespace_reopens_in_either_mode() {
+    let _serial = serial();
+    reopen(ServerKind::Redis, ServerKind::Leader);
+    reopen(ServerKind::Leader, ServerKind::Redis);
+}
+
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn redis_away_answers_within_a_second_and_session_commands_never_wait() {
+    let _serial = serial();
+    let Some(mut redis) = private_redis(&["--appendonly", "yes"], "leader-mode tests") else {
+        return;
+    };
+    let (l, log) = redstalk_on_as(
+        ServerKind::Leader,
+        &redis,
+        "l-away",
+        &["--redis-lease", "5000"],
+    );
+    wait_served(l.addr, REPLY, &log);
+    let mut c = Client::connect(l.addr, "client");
+    c.put(0, 0, 60, b"before");
+    redis.kill();
+    let start = Instant::now();
+    let r = c.put_reply(0, 0, 60, b"during");
+    let put_took = start.elapsed();
+    assert_eq!(r.line, "INTERNAL_ERROR");
+    let start = Instant::now();
+    assert_eq!(c.cmd("list-tube-used").line, "USING default");
+    let used_took = start.elapsed();
+    assert!(
+        put_took < Duration::from_millis(1500),
+        "put took {put_took:?}"
+    );
+    assert!(
+        used_took < Duration::from_millis(100),
+        "list-tube-used took {used_took:?}"
+    );
+    redis.spawn().expect("restart redis-server");
+    let start = Instant::now();
+    loop {
+        if c.put_reply(0, 0, 60, b"after").word() == "INSERTED" {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(5), "{}", log.tail());
+    }
+    let back = start.elapsed();
+    println!(
+        "Redis away: put INTERNAL_ERROR after {} ms, list-tube-used {} us; served again {} ms \
+         after Redis restarted",
+        put_took.as_millis(),
+        used_took.as_micros(),
+        back.as_millis()
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+
+/// A RESERVED waits for every change before it (the job's put among them) to be
+/// persisted, but not for the reservation itself (a new leader makes reserved jobs ready
+/// anyway): with Redis frozen, a persisted job is handed out at once, while a job whose
+/// put is not persisted yet is answered INTERNAL_ERROR and given back.
+#[test]
+fn a_reserve_waits_for_the_jobs_put_and_one_answered_internal_error_holds_no_job() {
+    let _serial = serial();
+    let Some(redis) = private_redis(&[], "leader-mode tests") else {
+        return;
+    };
+    let (l, log) = redstalk_on_as(
+        ServerKind::Leader,
+        &redis,
+        "l-giveback",
+        &["--redis-lease", "10000"],
+    );
+    wait_served(l.addr, REPLY, &log);
+    let mut p = Client::connect(l.addr, "producer");
+    let persisted = p.put(0, 0, 60, b"x");
+    let pid = redis.pid().expect("redis pid");
+    support::signal_pid(pid, "STOP");
+    let mut w = Client::connect(l.addr, "worker");
+    let asked = Instant::now();
+    let r = w.cmd("reserve-with-timeout 0");
+    let took = asked.elapsed();
+    assert_eq!(
+        r.line,
+        format!("RESERVED {persisted} 1"),
+        "a persisted job is handed out while Redis is frozen: {}",
+        log.tail()
+    );
+    // Not persisted within the commit timeout: the put may have happened (it has, in
+    // memory), so its job is there to reserve, but a RESERVED of it must not go out.
+    assert_eq!(p.put_reply(0, 0, 60, b"y").line, "INTERNAL_ERROR");
+    let mut w2 = Client::connect(l.addr, "worker 2");
+    let r = w2.cmd("reserve-with-timeout 0");
+    support::signal_pid(pid, "CONT");
+    assert_eq!(r.line, "INTERNAL_ERROR", "{}", log.tail());
+    // Given back: another connection gets it, and the one answered holds nothing.
+    let start = Instant::now();
+    let mut other = Client::connect(l.addr, "other");
+    let got = other
+        .reserve_timeout(5)
+        .expect("the job is reservable again");
+    assert_ne!(got.0, persisted);
+    assert_eq!(w2.cmd(&format!("delete {}", got.0)).line, "NOT_FOUND");
+    assert_eq!(w.cmd(&format!("delete {persisted}")).line, "DELETED");
+    println!(
+        "with Redis frozen: a persisted job reserved in {} us; a reserve of a job whose \
+         put was not persisted answered INTERNAL_ERROR, its job reserved by another \
+         connection {} ms after Redis resumed",
+        took.as_micros(),
+        start.elapsed().as_millis()
+    );
+}
+
+/// Redis restarted empty under a leader: the namespace it served is gone. As after a
+/// beanstalkd restart, every client connection of the old namespace is closed and the
+/// leader serves a fresh namespace, so an old worker's `delete` of an id the new
+/// namespace hands out again can never touch the new job.
+#[test]
+fn a_namespace_lost_with_redis_closes_its_connections_and_starts_fresh() {
+    let _serial = serial();
+    let Some(mut redis) = private_redis(&[], "leader-mode tests") else {
+        return;
+    };
+    let (l, log) = leader(&redis, "l-lost");
+    wait_served(l.addr, REPLY, &log);
+    let mut p = Client::connect(l.addr, "old producer");
+    let old = p.put(0, 0, 60, b"old");
+    let mut w = Client::connect(l.addr, "old worker");
+    let (id, _) = w.reserve_timeout(0).expect("the old job");
+    assert_eq!(id, old);
+    // No persistence: Redis comes back empty, on the same port.
+    redis.kill();
+    redis.spawn().expect("Redis back, empty");
+    // Until the leader has found the namespace gone, puts answer INTERNAL_ERROR (its
+    // batches are fenced: the lease went with the data), as in any outage.
+    let back = Instant::now();
+    let (mut p2, new) = loop {
+        let mut c = Client::connect(l.addr, "new producer");
+        let r = c.put_reply(0, 0, 60, b"new");
+        if let ("INSERTED", Some(id)) = (r.word(), r.id()) {
+            break (c, id);
+        }
+        assert!(
+            back.elapsed() < Duration::from_secs(15),
+            "no fresh namespace served: {:?}\n{}",
+            r.line,
+            log.tail()
+        );
+        thread::sleep(Duration::from_millis(50));
+    };
+    let took = back.elapsed();
+    // The old connections belonged to the lost namespace: closed, not answered.
+    let deleted = w.try_call(format!("delete {new}\r\n").as_bytes(), REPLY);
+    assert!(
+        deleted.is_err(),
+        "the old worker's connection still answers: {deleted:?}\n{}",
+        log.tail()
+    );
+    assert!(
+        p.try_call(b"stats\r\n", REPLY).is_err(),
+        "the old producer's connection still answers"
+    );
+    let r = p2.cmd(&format!("peek {new}"));
+    assert_eq!(r.line, format!("FOUND {new} 3"), "{}", log.tail());
+    assert_eq!(r.body.as_deref(), Some(&b"new"[..]));
+    println!(
+        "Redis restarted empty: the leader served a fresh namespace {} ms after Redis was \
+         back (new job id {new}, the old job's was {old}); the old connections were closed",
+        took.as_millis()
+    );
+}

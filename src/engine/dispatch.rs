@@ -1,0 +1,246 @@
+//! Running one request: [`Engine::execute`] counts it, sends reserves to `reserve.rs`,
+//! and runs every other command against the session and the store.
+//!
+//! Invariants: a command that can make a job ready in a tube (put, release, kick,
+//! kick-job) awaits a serve pass for that tube before returning its reply, so a waiting
+//! worker has its job before the producer reads `INSERTED`; one that creates an earlier
+//! deadline (a delayed put or release, a reservation, a pause) hints the timer. A store
+//! failure becomes `INTERNAL_ERROR`, logged; a reference change that fails is undone
+//! first, so the session and the store's reference counts never disagree.
+
+use std::sync::Arc;
+
+use super::{Engine, Outcome, Session};
+use crate::protocol::yaml;
+use crate::protocol::{Command, Counter, Put, Rejection, Reply, Request};
+use crate::store::{NANOS_PER_SEC, NewJob, Store, StoreError, StoreResult, pause_length};
+
+impl Engine {
+    /// Whether the reply to `req` depends on the store's state (reads or changes jobs
+    /// or tubes), so that with a persisted store it waits until that state is durable.
+    /// A session's own commands (use, watch, ignore, the watch list) and rejected
+    /// requests never wait.
+    pub fn settles(req: &Request) -> bool {
+        match req {
+            Request::Put(_) => true,
+            Request::Rejected(_) => false,
+            Request::Command(cmd) => !matches!(
+                cmd,
+                Command::Use(_)
+                    | Command::Watch(_)
+                    | Command::Ignore(_)
+                    | Command::ListTubeUsed
+                    | Command::ListTubesWatched
+                    | Command::Quit
+            ),
+        }
+    }
+
+    /// Run one request for `session`.
+    pub async fn execute(self: &Arc<Self>, session: &mut Session, req: Request) -> Outcome {
+        let result = match req {
+            Request::Command(Command::Quit) => return Outcome::Quit,
+            Request::Command(Command::Reserve) => {
+                self.counters.count(Counter::Reserve);
+                self.reserve(session, None).await
+            }
+            Request::Command(Command::ReserveWithTimeout(secs)) => {
+                self.counters.count(Counter::ReserveWithTimeout);
+                self.reserve(session, Some(secs)).await
+            }
+            Request::Command(cmd) => {
+                if let Some(c) = cmd.counter() {
+                    self.counters.count(c);
+                }
+                self.command(session, cmd).await.map(Outcome::Reply)
+            }
+            Request::Put(put) => {
+                self.counters.count(Counter::Put);
+                self.put(session, put).await.map(Outcome::Reply)
+            }
+            Request::Rejected(r) => self.rejected(session, r).await.map(Outcome::Reply),
+        };
+        result.unwrap_or_else(|err: StoreError| {
+            tracing::warn!(
+                %err,
+                conn = session.id.0,
+                "a command failed in the store and was answered INTERNAL_ERROR (clients may retry; check that the store is reachable)"
+            );
+            Outcome::Reply(Reply::InternalError)
+        })
+    }
+
+    async fn rejected(&self, session: &mut Session, r: Rejection) -> StoreResult<Reply> {
+        match r {
+            Rejection::UnknownCommand => {}
+            Rejection::BadFormat { counted } => {
+                if let Some(c) = counted {
+                    self.counters.count(c);
+                }
+            }
+            Rejection::JobTooBig => self.counters.count(Counter::Put),
+            Rejection::OutOfMemory => {
+                tracing::warn!(
+                    conn = session.id.0,
+                    "a put's body could not be allocated and was answered OUT_OF_MEMORY (raise the memory limit or lower -z)"
+                );
+                self.counters.count(Counter::Put);
+                self.mark_producer(session);
+            }
+            Rejection::ExpectedCrlf => {
+                // The reference made the job before reading its body: the id is used up.
+                self.counters.count(Counter::Put);
+                self.mark_producer(session);
+                self.store.burn_id().await?;
+            }
+        }
+        Ok(r.into())
+    }
+
+    async fn put(&self, session: &mut Session, put: Put) -> StoreResult<Reply> {
+        self.mark_producer(session);
+        if self.is_draining() {
+            self.store.burn_id().await?;
+            return Ok(Reply::Draining);
+        }
+        let now = self.clock.now();
+        let tube = session.using.clone();
+        let job = NewJob {
+            tube: tube.clone(),
+            pri: put.pri,
+            delay_secs: put.delay,
+            ttr_secs: put.ttr.max(1),
+            body: put.body,
+        };
+        let id = self.store.put(job, now).await?;
+        if put.delay > 0 {
+            self.timer.hint(now + u64::from(put.delay) * NANOS_PER_SEC);
+        } else {
+            self.serve([tube]).await;
+        }
+        Ok(Reply::Inserted(id))
+    }
+
+    async fn command(&self, s: &mut Session, cmd: Command) -> StoreResult<Reply> {
+        let now = self.clock.now();
+        Ok(match cmd {
+            // A reference change that fails is undone before INTERNAL_ERROR, so the
+            // session and the store's count of references never disagree; releasing a
+            // reference cannot fail visibly (the store reconciles it later).
+            Command::Use(tube) => {
+                if tube != s.using {
+                    if let Err(err) = self.store.use_tube(&tube).await {
+                        let _ = self.store.unuse_tube(&tube).await;
+                        return Err(err);
+                    }
+                    let _ = self.store.unuse_tube(&s.using).await;
+                    s.using = tube;
+                }
+                Reply::Using(s.using.clone())
+            }
+            Command::Watch(tube) => {
+                if !s.watching.contains(&tube) {
+                    if let Err(err) = self.store.watch_tube(&tube).await {
+                        let _ = self.store.unwatch_tube(&tube).await;
+                        return Err(err);
+                    }
+                    s.watching.insert(tube);
+                    s.watch_list_changed();
+                }
+                Reply::Watching(s.watching.len())
+            }
+            Command::Ignore(tube) => {
+                if s.watching.contains(&tube) {
+                    if s.watching.len() < 2 {
+                        return Ok(Reply::NotIgnored);
+                    }
+                    s.watching.remove(&tube);
+                    s.watch_list_changed();
+                    let _ = self.store.unwatch_tube(&tube).await;
+                }
+                Reply::Watching(s.watching.len())
+            }
+            Command::ReserveJob(id) => match self.store.reserve_job(s.id, id, now).await? {
+                Some(job) => {
+                    self.mark_worker(s);
+                    self.hand_out(s, job)
+                }
+                None => Reply::NotFound,
+            },
+            Command::Delete(id) => found(self.store.delete(s.id, id).await?, Reply::Deleted),
+            Command::Release { id, pri, delay } => {
+                match self.store.release(s.id, id, pri, delay, now).await? {
+                    Some(tube) => {
+                        if delay > 0 {
+                            self.timer.hint(now + u64::from(delay) * NANOS_PER_SEC);
+                        } else {
+                            self.serve([tube]).await;
+                        }
+                        Reply::Released
+                    }
+                    None => Reply::NotFound,
+                }
+            }
+            Command::Bury { id, pri } => {
+                found(self.store.bury(s.id, id, pri).await?, Reply::Buried)
+            }
+            Command::Touch(id) => found(
+                self.store.touch(s.id, id, now).await?.is_some(),
+                Reply::Touched,
+            ),
+            Command::Peek(id) => found_job(self.store.peek(id).await?),
+            Command::PeekReady => found_job(self.store.peek_ready(&s.using).await?),
+            Command::PeekDelayed => found_job(self.store.peek_delayed(&s.using).await?),
+            Command::PeekBuried => found_job(self.store.peek_buried(&s.using).await?),
+            Command::Kick(bound) => {
+                let n = self.store.kick(&s.using, bound, now).await?;
+                if n > 0 {
+                    self.serve([s.using.clone()]).await;
+                }
+                Reply::Kicked(n)
+            }
+            Command::KickJob(id) => match self.store.kick_job(id, now).await? {
+                Some(tube) => {
+                    self.serve([tube]).await;
+                    Reply::KickedJob
+                }
+                None => Reply::NotFound,
+            },
+            Command::StatsJob(id) => match self.job_stats(id, now).await? {
+                Some(stats) => Reply::Ok(stats.to_yaml()),
+                None => Reply::NotFound,
+            },
+            Command::StatsTube(tube) => match self.tube_stats(&tube, now).await? {
+                Some(stats) => Reply::Ok(stats.to_yaml()),
+                None => Reply::NotFound,
+            },
+            Command::Stats => Reply::Ok(self.server_stats(now).await?.to_yaml()),
+            Command::ListTubes => Reply::Ok(yaml::tube_list(&self.store.list_tubes().await?)),
+            Command::ListTubeUsed => Reply::Using(s.using.clone()),
+            Command::ListTubesWatched => Reply::Ok(yaml::tube_list(s.watching.iter())),
+            Command::PauseTube { tube, delay } => {
+                if self.store.pause(&tube, delay, now).await? {
+                    self.timer.hint(now + pause_length(delay));
+                    Reply::Paused
+                } else {
+                    Reply::NotFound
+                }
+            }
+            // Handled by `execute`.
+            Command::Quit | Command::Reserve | Command::ReserveWithTimeout(_) => {
+                Reply::InternalError
+            }
+        })
+    }
+}
+
+fn found(ok: bool, reply: Reply) -> Reply {
+    if ok { reply } else { Reply::NotFound }
+}
+
+fn found_job(job: Option<(u64, bytes::Bytes)>) -> Reply {
+    match job {
+        Some((id, body)) => Reply::Found { id, body },
+        None => Reply::NotFound,
+    }
+}

@@ -1,0 +1,334 @@
+//! The figures of `stats`, `stats-tube` and `stats-job` and the metrics snapshot: how
+//! the engine assembles them from the store's figures and its own (connections,
+//! waiters, counters, host), and their YAML documents in the reference's emitted key
+//! order (which is not the order of its protocol document). `/metrics` reads the same
+//! structs, through the same functions, so the two never disagree.
+//!
+//! Invariant: ages and times left are computed against the time the store read its
+//! figures (`now` in its answer), so a shared store's clock decides them.
+
+use bytes::Bytes;
+
+use super::{Counters, Engine, WaitSnapshot, host};
+use crate::protocol::yaml::Doc;
+use crate::protocol::{Counter, TubeName};
+use crate::store::{NANOS_PER_SEC, Nanos, Store, StoreResult};
+
+/// The protocol version redstalk reports in `stats` (the reference's shape, quoted).
+pub const PROTOCOL_VERSION: &str = "1.13";
+
+/// The reference reports its default binlog size even without a binlog.
+const BINLOG_MAX_SIZE: u64 = 10_485_760;
+
+/// Every figure the metrics endpoint exposes, read through the same functions that
+/// build the `stats` and `stats-tube` documents, so the two never disagree.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    pub engine: &'static str,
+    pub server: ServerStats,
+    /// Every existing tube, in `list-tubes` order.
+    pub tubes: Vec<TubeStats>,
+    pub wait: WaitSnapshot,
+}
+
+/// Everything `stats` prints, in order.
+#[derive(Clone, Debug, Default)]
+pub struct ServerStats {
+    pub current_jobs_urgent: u64,
+    pub current_jobs_ready: u64,
+    pub current_jobs_reserved: u64,
+    pub current_jobs_delayed: u64,
+    pub current_jobs_buried: u64,
+    /// Indexed by [`Counter::index`], printed in [`Counter::ALL`] order.
+    pub cmd: [u64; Counter::ALL.len()],
+    pub job_timeouts: u64,
+    pub total_jobs: u64,
+    pub max_job_size: u64,
+    pub current_tubes: u64,
+    pub current_connections: u64,
+    pub current_producers: u64,
+    pub current_workers: u64,
+    pub current_waiting: u64,
+    pub total_connections: u64,
+    pub pid: u32,
+    pub version: String,
+    pub rusage_utime: (u64, u32),
+    pub rusage_stime: (u64, u32),
+    pub uptime: u64,
+    pub binlog_max_size: u64,
+    /// The `binlog-*` figures: all 0 without a binlog (as the reference reports them).
+    pub binlog: BinlogStats,
+    pub draining: bool,
+    pub id: String,
+    pub hostname: String,
+    pub os: String,
+    pub platform: String,
+}
+
+/// Everything `stats-tube` prints, in order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TubeStats {
+    pub name: String,
+    pub current_jobs_urgent: u64,
+    pub current_jobs_ready: u64,
+    pub current_jobs_reserved: u64,
+    pub current_jobs_delayed: u64,
+    pub current_jobs_buried: u64,
+    pub total_jobs: u64,
+    pub current_using: u64,
+    pub current_watching: u64,
+    pub current_waiting: u64,
+    pub cmd_delete: u64,
+    pub cmd_pause_tube: u64,
+    pub pause: u64,
+    pub pause_time_left: u64,
+}
+
+/// Everything `stats-job` prints, in order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct JobStats {
+    pub id: u64,
+    pub tube: String,
+    pub state: &'static str,
+    pub pri: u32,
+    pub age: u64,
+    pub delay: u64,
+    pub ttr: u64,
+    pub time_left: u64,
+    pub file: u64,
+    pub reserves: u64,
+    pub timeouts: u64,
+    pub releases: u64,
+    pub buries: u64,
+    pub kicks: u64,
+}
+
+/// The reference's `binlog-*` figures.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BinlogStats {
+    pub oldest_index: u64,
+    pub current_index: u64,
+    pub records_migrated: u64,
+    pub records_written: u64,
+}
+
+impl ServerStats {
+    pub fn to_yaml(&self) -> Bytes {
+        let s = self;
+        let mut d = Doc::new();
+        d.num("current-jobs-urgent", s.current_jobs_urgent);
+        d.num("current-jobs-ready", s.current_jobs_ready);
+        d.num("current-jobs-reserved", s.current_jobs_reserved);
+        d.num("current-jobs-delayed", s.current_jobs_delayed);
+        d.num("current-jobs-buried", s.current_jobs_buried);
+        for c in Counter::ALL {
+            d.num(c.key(), s.cmd[c.index()]);
+        }
+        d.num("job-timeouts", s.job_timeouts);
+        d.num("total-jobs", s.total_jobs);
+        d.num("max-job-size", s.max_job_size);
+        d.num("current-tubes", s.current_tubes);
+        d.num("current-connections", s.current_connections);
+        d.num("current-producers", s.current_producers);
+        d.num("current-workers", s.current_workers);
+        d.num("current-waiting", s.current_waiting);
+        d.num("total-connections", s.total_connections);
+        d.num("pid", s.pid);
+        d.quoted("version", &s.version);
+        d.secs("rusage-utime", s.rusage_utime);
+        d.secs("rusage-stime", s.rusage_stime);
+        d.num("uptime", s.uptime);
+        d.num("binlog-oldest-index", s.binlog.oldest_index);
+        d.num("binlog-current-index", s.binlog.current_index);
+        d.num("binlog-records-migrated", s.binlog.records_migrated);
+        d.num("binlog-records-written", s.binlog.records_written);
+        d.num("binlog-max-size", s.binlog_max_size);
+        d.num("draining", s.draining);
+        d.num("id", &s.id);
+        d.quoted("hostname", &s.hostname);
+        d.quoted("os", &s.os);
+        d.quoted("platform", &s.platform);
+        d.done()
+    }
+}
+
+impl TubeStats {
+    pub fn to_yaml(&self) -> Bytes {
+        let t = self;
+        let mut d = Doc::new();
+        d.quoted("name", &t.name);
+        d.num("current-jobs-urgent", t.current_jobs_urgent);
+        d.num("current-jobs-ready", t.current_jobs_ready);
+        d.num("current-jobs-reserved", t.current_jobs_reserved);
+        d.num("current-jobs-delayed", t.current_jobs_delayed);
+        d.num("current-jobs-buried", t.current_jobs_buried);
+        d.num("total-jobs", t.total_jobs);
+        d.num("current-using", t.current_using);
+        d.num("current-watching", t.current_watching);
+        d.num("current-waiting", t.current_waiting);
+        d.num("cmd-delete", t.cmd_delete);
+        d.num("cmd-pause-tube", t.cmd_pause_tube);
+        d.num("pause", t.pause);
+        d.num("pause-time-left", t.pause_time_left);
+        d.done()
+    }
+}
+
+impl JobStats {
+    pub fn to_yaml(&self) -> Bytes {
+        let j = self;
+        let mut d = Doc::new();
+        d.num("id", j.id);
+        d.quoted("tube", &j.tube);
+        d.num("state", j.state);
+        d.num("pri", j.pri);
+        d.num("age", j.age);
+        d.num("delay", j.delay);
+        d.num("ttr", j.ttr);
+        d.num("time-left", j.time_left);
+        d.num("file", j.file);
+        d.num("reserves", j.reserves);
+        d.num("timeouts", j.timeouts);
+        d.num("releases", j.releases);
+        d.num("buries", j.buries);
+        d.num("kicks", j.kicks);
+        d.done()
+    }
+}
+
+impl Engine {
+    /// The `stats-job` figures; `None` when the job does not exist.
+    pub(super) async fn job_stats(&self, id: u64, now: Nanos) -> StoreResult<Option<JobStats>> {
+        let Some(j) = self.store.job_info(id, now).await? else {
+            return Ok(None);
+        };
+        let now = j.now;
+        Ok(Some(JobStats {
+            id: j.id,
+            tube: j.tube.to_string(),
+            state: j.state.name(),
+            pri: j.pri,
+            age: now.saturating_sub(j.created) / NANOS_PER_SEC,
+            delay: u64::from(j.delay_secs),
+            ttr: u64::from(j.ttr_secs),
+            time_left: j
+                .deadline
+                .map_or(0, |d| d.saturating_sub(now) / NANOS_PER_SEC),
+            file: 0,
+            reserves: j.reserves,
+            timeouts: j.timeouts,
+            releases: j.releases,
+            buries: j.buries,
+            kicks: j.kicks,
+        }))
+    }
+
+    /// The `stats-tube` document's figures; `None` when the tube does not exist.
+    pub async fn tube_stats(&self, tube: &TubeName, now: Nanos) -> StoreResult<Option<TubeStats>> {
+        let Some(t) = self.store.tube_info(tube, now).await? else {
+            return Ok(None);
+        };
+        let now = t.now;
+        let paused = t.pause > 0 && t.pause_until > now;
+        Ok(Some(TubeStats {
+            name: tube.to_string(),
+            current_jobs_urgent: t.urgent,
+            current_jobs_ready: t.ready,
+            current_jobs_reserved: t.reserved,
+            current_jobs_delayed: t.delayed,
+            current_jobs_buried: t.buried,
+            total_jobs: t.total_jobs,
+            current_using: t.using,
+            current_watching: t.watching,
+            current_waiting: self.waiters.waiting_on(tube),
+            cmd_delete: t.cmd_delete,
+            cmd_pause_tube: t.cmd_pause,
+            pause: if paused { t.pause / NANOS_PER_SEC } else { 0 },
+            pause_time_left: if paused {
+                (t.pause_until - now) / NANOS_PER_SEC
+            } else {
+                0
+            },
+        }))
+    }
+
+    /// The `stats` document's figures.
+    pub async fn server_stats(&self, now: Nanos) -> StoreResult<ServerStats> {
+        let totals = self.store.totals().await?;
+        let (utime, stime) = host::rusage();
+        let c = &self.counters;
+        Ok(ServerStats {
+            current_jobs_urgent: totals.urgent,
+            current_jobs_ready: totals.ready,
+            current_jobs_reserved: totals.reserved,
+            current_jobs_delayed: totals.delayed,
+            current_jobs_buried: totals.buried,
+            cmd: c.cmd_snapshot(),
+            job_timeouts: totals.job_timeouts,
+            total_jobs: totals.total_jobs,
+            max_job_size: u64::from(self.max_job_size),
+            current_tubes: totals.tubes,
+            current_connections: Counters::get(&c.connections),
+            current_producers: Counters::get(&c.producers),
+            current_workers: Counters::get(&c.workers),
+            current_waiting: self.waiters.total(),
+            total_connections: Counters::get(&c.total_connections),
+            pid: self.host.pid,
+            version: PROTOCOL_VERSION.to_string(),
+            rusage_utime: utime,
+            rusage_stime: stime,
+            uptime: now.saturating_sub(self.started) / NANOS_PER_SEC,
+            binlog_max_size: BINLOG_MAX_SIZE,
+            binlog: BinlogStats::default(),
+            draining: self.is_draining(),
+            id: self.host.id.clone(),
+            hostname: self.host.hostname.clone(),
+            os: self.host.os.clone(),
+            platform: self.host.platform.clone(),
+        })
+    }
+
+    /// Everything the metrics endpoint shows, through [`Engine::server_stats`] and
+    /// [`Engine::tube_stats`] (the functions behind `stats` and `stats-tube`). A tube
+    /// that disappears between the list and its figures is left out.
+    pub async fn snapshot(&self) -> StoreResult<Snapshot> {
+        let now = self.clock.now();
+        let server = self.server_stats(now).await?;
+        let names = self.store.list_tubes().await?;
+        let mut tubes = Vec::with_capacity(names.len());
+        for name in &names {
+            if let Some(t) = self.tube_stats(name, now).await? {
+                tubes.push(t);
+            }
+        }
+        Ok(Snapshot {
+            engine: self.store_name(),
+            server,
+            tubes,
+            wait: self.counters.wait.snapshot(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tube_stats_order() {
+        let y = TubeStats {
+            name: "default".into(),
+            ..Default::default()
+        }
+        .to_yaml();
+        let text = std::str::from_utf8(&y).unwrap();
+        let keys: Vec<&str> = text
+            .lines()
+            .skip(1)
+            .map(|l| l.split(':').next().unwrap())
+            .collect();
+        assert_eq!(keys[8], "current-watching");
+        assert_eq!(keys[9], "current-waiting");
+        assert!(text.starts_with("---\nname: \"default\"\n"));
+    }
+}

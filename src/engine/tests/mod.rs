@@ -1,0 +1,189 @@
+//! The engine in process, against the memory store, on tokio's paused clock: nothing
+//! sleeps for real, so a timing boundary (a timeout, a delay, a TTR, a pause, the
+//! DEADLINE_SOON margin) is asserted to the millisecond, and a claim race is set up
+//! step by step instead of hoped for.
+//!
+//! [`Client`] speaks the wire protocol to [`Engine::execute`] (through the real codec,
+//! and the real reply encoder) without a socket. Time moves only through [`advance`]
+//! (which lets the timer and serve tasks run before returning) or when every task
+//! waits on a timer (tokio then jumps to the next one, which is how a test measures
+//! exactly when a wait ended).
+//!
+//! Files: `reserve.rs` (immediate answers, timeouts, DEADLINE_SOON), `waiters.rs`
+//! (hand-over order and claim races), `timing.rs` (delays, TTR, pause-tube).
+
+mod reserve;
+mod timing;
+mod waiters;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::codec::Decoder;
+
+use super::{Engine, EngineConfig, Outcome, Session, Waiting};
+use crate::protocol::{Reply, ServerCodec};
+use crate::store::{AnyStore, MemoryStore};
+
+/// A fresh engine on a memory store (its timer and serve tasks running).
+fn engine() -> Arc<Engine> {
+    Engine::start(
+        AnyStore::Memory(MemoryStore::new()),
+        EngineConfig {
+            max_job_size: 65_535,
+        },
+    )
+}
+
+/// One connection, without a socket.
+struct Client {
+    engine: Arc<Engine>,
+    session: Option<Session>,
+    codec: ServerCodec,
+}
+
+impl Client {
+    async fn connect(engine: &Arc<Engine>) -> Client {
+        Client {
+            engine: engine.clone(),
+            session: Some(engine.connect().await),
+            codec: ServerCodec::new(engine.max_job_size()),
+        }
+    }
+
+    /// Run one request given in wire form (the CRLF after a command line is added).
+    async fn run(&mut self, request: &str) -> Outcome {
+        let mut buf = BytesMut::from(request);
+        if !request.ends_with("\r\n") {
+            buf.extend_from_slice(b"\r\n");
+        }
+        let req = self
+            .codec
+            .decode(&mut buf)
+            .unwrap()
+            .unwrap_or_else(|| panic!("incomplete request {request:?}"));
+        assert!(buf.is_empty(), "more than one request in {request:?}");
+        let session = self.session.as_mut().unwrap();
+        self.engine.execute(session, req).await
+    }
+
+    /// Run a request that must be answered at once; its reply in wire form, without
+    /// the final CRLF.
+    async fn cmd(&mut self, request: &str) -> String {
+        match self.run(request).await {
+            Outcome::Reply(r) => text(&r),
+            Outcome::Wait(_) => panic!("{request:?} blocked"),
+            Outcome::Quit => panic!("{request:?} quit"),
+        }
+    }
+
+    /// Run a reserve that must block.
+    async fn block(&mut self, request: &str) -> Waiting {
+        match self.run(request).await {
+            Outcome::Wait(w) => w,
+            Outcome::Reply(r) => panic!("{request:?} did not block: {}", text(&r)),
+            Outcome::Quit => panic!("{request:?} quit"),
+        }
+    }
+
+    /// `put` with `pri`, `delay`, `ttr` and `body`; the reply.
+    async fn put_with(&mut self, pri: u32, delay: u32, ttr: u32, body: &str) -> String {
+        let req = format!("put {pri} {delay} {ttr} {}\r\n{body}\r\n", body.len());
+        self.cmd(&req).await
+    }
+
+    /// `put 0 0 60 body`; the new job's id.
+    async fn put(&mut self, body: &str) -> u64 {
+        id_of(&self.put_with(0, 0, 60, body).await, "INSERTED")
+    }
+
+    /// The value of `key` in the YAML answer of `request` (a `stats*` command).
+    async fn stat(&mut self, request: &str, key: &str) -> String {
+        let reply = self.cmd(request).await;
+        yaml_value(&reply, key).unwrap_or_else(|| panic!("no {key} in {reply:?}"))
+    }
+
+    /// The state of job `id` as `stats-job` names it.
+    async fn state(&mut self, id: u64) -> String {
+        self.stat(&format!("stats-job {id}"), "state").await
+    }
+
+    /// The connection closes (its reservations go back to ready).
+    async fn close(mut self) {
+        if let Some(s) = self.session.take() {
+            self.engine.disconnect(s, true).await;
+        }
+    }
+}
+
+/// A reply in wire form without the final CRLF.
+fn text(reply: &Reply) -> String {
+    let mut buf = BytesMut::new();
+    reply.encode(&mut buf);
+    let s = String::from_utf8(buf.to_vec()).unwrap();
+    s.strip_suffix("\r\n").unwrap().to_string()
+}
+
+/// The wire form of `RESERVED id body` (as [`text`] gives it).
+fn reserved(id: u64, body: &str) -> String {
+    format!("RESERVED {id} {}\r\n{body}", body.len())
+}
+
+/// The id in a reply such as `INSERTED 7` or `RESERVED 7 5…`.
+fn id_of(reply: &str, word: &str) -> u64 {
+    let rest = reply
+        .strip_prefix(word)
+        .unwrap_or_else(|| panic!("expected {word}, got {reply:?}"));
+    rest.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+fn yaml_value(reply: &str, key: &str) -> Option<String> {
+    reply.lines().find_map(|l| {
+        let (k, v) = l.split_once(": ")?;
+        (k == key).then(|| v.trim_matches('"').to_string())
+    })
+}
+
+/// Drive a blocked reserve to its answer in a task of its own.
+fn spawn_wait(mut w: Waiting) -> JoinHandle<String> {
+    tokio::spawn(async move { text(&w.wait().await) })
+}
+
+/// Like [`spawn_wait`], and also how long (on the paused clock) the wait took.
+fn spawn_timed_wait(mut w: Waiting) -> JoinHandle<(String, Duration)> {
+    let start = Instant::now();
+    tokio::spawn(async move {
+        let reply = text(&w.wait().await);
+        (reply, start.elapsed())
+    })
+}
+
+/// Let every task that can run do so (the timer, the serve task, spawned waits).
+async fn settle() {
+    for _ in 0..64 {
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Move the paused clock on by `ms` and let every task react.
+async fn advance(ms: u64) {
+    tokio::time::advance(Duration::from_millis(ms)).await;
+    settle().await;
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+#[tokio::test(start_paused = true)]
+async fn harness_sees_a_plain_round_trip() {
+    let e = engine();
+    let mut c = Client::connect(&e).await;
+    assert_eq!(c.put_with(5, 0, 10, "hello").await, "INSERTED 1");
+    assert_eq!(c.cmd("peek-ready").await, "FOUND 1 5\r\nhello");
+    assert_eq!(c.state(1).await, "ready");
+    assert_eq!(c.cmd("use other").await, "USING other");
+}

@@ -1,0 +1,147 @@
+//! A connection's side of one blocked reserve: [`Waiting`] holds the waiter's entry in
+//! the registry (`waiters.rs`) and waits for whichever comes first: a job from a serve
+//! pass, the wake time (the timeout or the safety margin), or the client's hang-up.
+//!
+//! Ownership: created by the reserve path, then owned by the connection task that
+//! drives it. Invariants: it is answered exactly once (the claim protocol of
+//! `waiters.rs` decides between a delivery and giving up); dropping it unanswered
+//! withdraws the waiter (and a job a pass reserves for it meanwhile goes back).
+
+use std::sync::Arc;
+
+use tokio::sync::oneshot;
+use tokio::sync::oneshot::error::TryRecvError;
+
+use super::{Delivery, Engine, GiveUp};
+use crate::protocol::{Reply, TubeName};
+use crate::store::{ConnId, Nanos};
+
+/// A reserve waiting for a job, a timeout, the safety margin, or a hang-up.
+#[derive(Debug)]
+pub struct Waiting {
+    engine: Arc<Engine>,
+    seq: u64,
+    rx: oneshot::Receiver<Delivery>,
+    wake: Option<(Nanos, GiveUp)>,
+    /// The wake time passed and the waiter asked to give up.
+    woke: bool,
+    done: bool,
+    /// Of the job delivered: the change its RESERVED must wait for
+    /// ([`crate::store::Reserved::settled_by`]).
+    settled_by: Option<u64>,
+}
+
+impl Waiting {
+    /// Register a waiter for `conn` on `watched` that gives up at `wake`.
+    pub(super) fn register(
+        engine: Arc<Engine>,
+        conn: ConnId,
+        watched: Arc<[TubeName]>,
+        wake: Option<(Nanos, GiveUp)>,
+    ) -> Waiting {
+        let (seq, rx) = engine.waiters.register(conn, watched);
+        Waiting {
+            engine,
+            seq,
+            rx,
+            wake,
+            woke: false,
+            done: false,
+            settled_by: None,
+        }
+    }
+
+    /// Right after the first serve pass for this waiter: the answer if it is known
+    /// without waiting, as of `now`. A job already handed over; INTERNAL_ERROR if the
+    /// store failed in that pass (as when a reserve asked the store itself); or the
+    /// wake time already reached. In the last two cases the waiter is withdrawn here,
+    /// unless a pass holds it, which then answers through the channel instead.
+    pub(super) fn answer_now(&mut self, now: Nanos, store_failed: bool) -> Option<Reply> {
+        match self.rx.try_recv() {
+            Ok(delivery) => return Some(self.answered(Some(delivery))),
+            Err(TryRecvError::Closed) => return Some(self.answered(None)),
+            Err(TryRecvError::Empty) => {}
+        }
+        let (reply, why) = match self.wake {
+            _ if store_failed => (Reply::InternalError, GiveUp::TimedOut),
+            Some((at, why)) if at <= now => (why.reply(), why),
+            _ => return None,
+        };
+        self.woke = true;
+        if self.engine.waiters.give_up(self.seq, why) {
+            self.done = true;
+            return Some(reply);
+        }
+        None
+    }
+
+    /// Wait for the answer. Cancel-safe: may be polled again after being interrupted.
+    pub async fn wait(&mut self) -> Reply {
+        loop {
+            let wake = if self.woke { None } else { self.wake };
+            let clock = self.engine.clock;
+            let sleep = async move {
+                match wake {
+                    Some((at, _)) => tokio::time::sleep_until(clock.instant_at(at)).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                delivery = &mut self.rx => return self.answered(delivery.ok()),
+                _ = sleep => {
+                    self.woke = true;
+                    if let Some((_, why)) = wake
+                        && self.engine.waiters.give_up(self.seq, why)
+                    {
+                        self.done = true;
+                        return why.reply();
+                    }
+                }
+            }
+        }
+    }
+
+    /// The client half-closed while waiting: the reference answers TIMED_OUT.
+    pub async fn hang_up(&mut self) -> Reply {
+        if !self.woke {
+            self.woke = true;
+            if self.engine.waiters.give_up(self.seq, GiveUp::TimedOut) {
+                self.done = true;
+                return Reply::TimedOut;
+            }
+        }
+        self.wait().await
+    }
+
+    /// After a RESERVED: the change it must wait for (as
+    /// [`crate::engine::Session::settled_by`]).
+    pub fn settled_by(&self) -> Option<u64> {
+        self.settled_by
+    }
+
+    /// The registry's answer, as a reply. A closed channel (the entry vanished
+    /// unanswered) cannot happen under the claim protocol; it is answered as a failure
+    /// rather than left waiting forever.
+    fn answered(&mut self, delivery: Option<Delivery>) -> Reply {
+        self.done = true;
+        match delivery {
+            Some(Delivery::Job(job)) => {
+                self.settled_by = job.settled_by;
+                Reply::Reserved {
+                    id: job.id,
+                    body: job.body,
+                }
+            }
+            Some(Delivery::GaveUp(why)) => why.reply(),
+            None => Reply::InternalError,
+        }
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        if !self.done {
+            self.engine.waiters.forget(self.seq);
+        }
+    }
+}

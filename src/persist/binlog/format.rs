@@ -1,0 +1,409 @@
+//! The on-disk format of `-b DIR`'s log: a file header, then framed records. Pure
+//! bytes <-> values; no I/O.
+//!
+//! File: `HEADER_MAGIC` (8 bytes), the format version (u32 LE), 4 reserved zero bytes.
+//! Record frame: payload length (u32 LE), CRC-32 (IEEE) of the payload (u32 LE), the
+//! payload. A payload starts with its kind (one byte); every integer is little-endian.
+//! The record kinds are the journal's: a job's full state after a change (its body
+//! only in the job's first record in a file's lineage), a job gone, a tube, the
+//! namespace's counters. See docs/BINLOG.md for the field layout.
+//!
+//! Invariant: `decode(encode(r)) == r` for every record; a frame whose length runs past
+//! the data, whose checksum differs, or whose payload does not decode is [`Damage`].
+
+use bytes::Bytes;
+
+use crate::protocol::TubeName;
+use crate::store::JobState;
+use crate::store::memory::{Counters, JobRecord, Stored, TubeRecord};
+
+pub const HEADER_MAGIC: &[u8; 8] = b"RSTKBLOG";
+pub const VERSION: u32 = 1;
+pub const HEADER_LEN: usize = 16;
+/// Length and checksum before each payload.
+pub const FRAME_LEN: usize = 8;
+
+const KIND_JOB: u8 = 1;
+const KIND_GONE: u8 = 2;
+const KIND_TUBE: u8 = 3;
+const KIND_COUNTERS: u8 = 4;
+
+/// One decoded record.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Record {
+    /// A job's state; `with_body` false: the body is in an earlier record of the job
+    /// (and `job.body` is empty).
+    Job {
+        job: JobRecord,
+        with_body: bool,
+    },
+    Gone(u64),
+    Tube(TubeRecord),
+    Counters(Counters),
+}
+
+/// Why reading stopped before the end of the data.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Damage {
+    #[error("a record is cut short (torn write)")]
+    Torn,
+    #[error("a record's checksum does not match")]
+    Checksum,
+    #[error("a record does not decode: {0}")]
+    Malformed(&'static str),
+    #[error("the file header is not a redstalk binlog version {VERSION} header")]
+    Header,
+}
+
+pub fn header() -> [u8; HEADER_LEN] {
+    let mut h = [0u8; HEADER_LEN];
+    h[..8].copy_from_slice(HEADER_MAGIC);
+    h[8..12].copy_from_slice(&VERSION.to_le_bytes());
+    h
+}
+
+/// Check a file's first bytes: `Ok(())` for a version-1 header.
+pub fn check_header(data: &[u8]) -> Result<(), Damage> {
+    if data.len() < HEADER_LEN {
+        return Err(Damage::Torn);
+    }
+    if &data[..8] != HEADER_MAGIC || data[8..12] != VERSION.to_le_bytes() {
+        return Err(Damage::Header);
+    }
+    Ok(())
+}
+
+fn state_byte(s: JobState) -> u8 {
+    match s {
+        JobState::Ready => 0,
+        JobState::Reserved => 1,
+        JobState::Delayed => 2,
+        JobState::Buried => 3,
+    }
+}
+
+fn byte_state(b: u8) -> Option<JobState> {
+    Some(match b {
+        0 => JobState::Ready,
+        1 => JobState::Reserved,
+        2 => JobState::Delayed,
+        3 => JobState::Buried,
+        _ => return None,
+    })
+}
+
+/// Append one framed record to `out`; `payload` writes the payload.
+fn frame(out: &mut Vec<u8>, payload: impl FnOnce(&mut Vec<u8>)) -> usize {
+    let start = out.len();
+    out.extend_from_slice(&[0u8; FRAME_LEN]);
+    payload(out);
+    let body = &out[start + FRAME_LEN..];
+    let len = body.len() as u32;
+    let crc = crc32fast::hash(body);
+    out[start..start + 4].copy_from_slice(&len.to_le_bytes());
+    out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+    out.len() - start
+}
+
+fn put_name(out: &mut Vec<u8>, name: &TubeName) {
+    let b = name.as_str().as_bytes();
+    out.extend_from_slice(&(b.len() as u16).to_le_bytes());
+    out.extend_from_slice(b);
+}
+
+/// Append a job record (with its body when `with_body`); returns the bytes appended.
+pub fn put_job(out: &mut Vec<u8>, j: &JobRecord, with_body: bool) -> usize {
+    frame(out, |o| {
+        o.push(KIND_JOB);
+        o.extend_from_slice(&j.id.to_le_bytes());
+        o.push(state_byte(j.state));
+        for v in [j.pri, j.delay_secs, j.ttr_secs] {
+            o.extend_from_slice(&v.to_le_bytes());
+        }
+        o.extend_from_slice(&j.created.to_le_bytes());
+        o.extend_from_slice(&j.at.to_le_bytes());
+        for v in [j.reserves, j.timeouts, j.releases, j.buries, j.kicks] {
+            o.extend_from_slice(&v.to_le_bytes());
+        }
+        put_name(o, &j.tube);
+        o.push(u8::from(with_body));
+        if with_body {
+            o.extend_from_slice(&(j.body.len() as u32).to_le_bytes());
+            o.extend_from_slice(&j.body);
+        }
+    })
+}
+
+/// The bytes [`put_job`] appends for `j` with its body (what a live job costs on disk).
+pub fn job_len(j: &JobRecord) -> usize {
+    FRAME_LEN + 1 + 8 + 1 + 12 + 16 + 20 + 2 + j.tube.as_str().len() + 1 + 4 + j.body.len()
+}
+
+pub fn put_gone(out: &mut Vec<u8>, id: u64) -> usize {
+    frame(out, |o| {
+        o.push(KIND_GONE);
+        o.extend_from_slice(&id.to_le_bytes());
+    })
+}
+
+pub fn put_tube(out: &mut Vec<u8>, t: &TubeRecord) -> usize {
+    frame(out, |o| {
+        o.push(KIND_TUBE);
+        o.push(u8::from(t.kept));
+        for v in [
+            t.total_jobs,
+            t.cmd_delete,
+            t.cmd_pause,
+            t.pause,
+            t.pause_until,
+        ] {
+            o.extend_from_slice(&v.to_le_bytes());
+        }
+        put_name(o, &t.name);
+    })
+}
+
+pub fn put_counters(out: &mut Vec<u8>, c: &Counters) -> usize {
+    frame(out, |o| {
+        o.push(KIND_COUNTERS);
+        for v in [c.last_id, c.bury_seq, c.total_jobs, c.job_timeouts] {
+            o.extend_from_slice(&v.to_le_bytes());
+        }
+    })
+}
+
+/// A cursor over a payload; `base` is the payload's offset in `file`, whose bodies are
+/// handed out as slices of it (no copy).
+struct Reader<'a> {
+    data: &'a [u8],
+    file: &'a Bytes,
+    base: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], Damage> {
+        if self.data.len() < n {
+            return Err(Damage::Malformed("payload too short"));
+        }
+        let (head, rest) = self.data.split_at(n);
+        self.data = rest;
+        self.base += n;
+        Ok(head)
+    }
+    fn bytes(&mut self, n: usize) -> Result<Bytes, Damage> {
+        let start = self.base;
+        self.take(n)?;
+        Ok(self.file.slice(start..start + n))
+    }
+    fn u8(&mut self) -> Result<u8, Damage> {
+        Ok(self.take(1)?[0])
+    }
+    fn u16(&mut self) -> Result<u16, Damage> {
+        let b = self.take(2)?;
+        Ok(u16::from_le_bytes([b[0], b[1]]))
+    }
+    fn u32(&mut self) -> Result<u32, Damage> {
+        let mut a = [0u8; 4];
+        a.copy_from_slice(self.take(4)?);
+        Ok(u32::from_le_bytes(a))
+    }
+    fn u64(&mut self) -> Result<u64, Damage> {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(self.take(8)?);
+        Ok(u64::from_le_bytes(a))
+    }
+    fn name(&mut self) -> Result<TubeName, Damage> {
+        let n = usize::from(self.u16()?);
+        TubeName::new(self.take(n)?).ok_or(Damage::Malformed("bad tube name"))
+    }
+}
+
+fn decode(file: &Bytes, start: usize, len: usize) -> Result<Record, Damage> {
+    let mut r = Reader {
+        data: &file[start..start + len],
+        file,
+        base: start,
+    };
+    let record = match r.u8()? {
+        KIND_JOB => {
+            let id = r.u64()?;
+            let state = byte_state(r.u8()?).ok_or(Damage::Malformed("bad job state"))?;
+            let (pri, delay_secs, ttr_secs) = (r.u32()?, r.u32()?, r.u32()?);
+            let (created, at) = (r.u64()?, r.u64()?);
+            let (reserves, timeouts, releases, buries, kicks) =
+                (r.u32()?, r.u32()?, r.u32()?, r.u32()?, r.u32()?);
+            let tube = r.name()?;
+            let with_body = r.u8()? != 0;
+            let body = if with_body {
+                let n = r.u32()? as usize;
+                r.bytes(n)?
+            } else {
+                Bytes::new()
+            };
+            Record::Job {
+                job: JobRecord {
+                    id,
+                    tube,
+                    pri,
+                    delay_secs,
+                    ttr_secs,
+                    state,
+                    created,
+                    at,
+                    owner: 0,
+                    reserves,
+                    timeouts,
+                    releases,
+                    buries,
+                    kicks,
+                    body,
+                    was: Stored::Never,
+                },
+                with_body,
+            }
+        }
+        KIND_GONE => Record::Gone(r.u64()?),
+        KIND_TUBE => {
+            let kept = r.u8()? != 0;
+            let (total_jobs, cmd_delete, cmd_pause, pause, pause_until) =
+                (r.u64()?, r.u64()?, r.u64()?, r.u64()?, r.u64()?);
+            Record::Tube(TubeRecord {
+                name: r.name()?,
+                kept,
+                total_jobs,
+                cmd_delete,
+                cmd_pause,
+                pause,
+                pause_until,
+                next_due: None,
+            })
+        }
+        KIND_COUNTERS => Record::Counters(Counters {
+            last_id: r.u64()?,
+            bury_seq: r.u64()?,
+            total_jobs: r.u64()?,
+            job_timeouts: r.u64()?,
+        }),
+        _ => return Err(Damage::Malformed("unknown record kind")),
+    };
+    if !r.data.is_empty() {
+        return Err(Damage::Malformed("trailing bytes in a record"));
+    }
+    Ok(record)
+}
+
+/// Read the record that starts at `file[at]`: the record and its framed length. A body
+/// is a slice of `file` (it keeps the file's buffer alive while the job lives; the
+/// buffers of one start are at most the log's size, which compaction bounds).
+pub fn next(file: &Bytes, at: usize) -> Result<(Record, usize), Damage> {
+    let data = &file[at..];
+    if data.len() < FRAME_LEN {
+        return Err(Damage::Torn);
+    }
+    let len = u32::from_le_bytes([data[0], data[1], data[2], data[3]]) as usize;
+    let crc = u32::from_le_bytes([data[4], data[5], data[6], data[7]]);
+    let Some(payload) = data.get(FRAME_LEN..FRAME_LEN + len) else {
+        return Err(Damage::Torn);
+    };
+    if crc32fast::hash(payload) != crc {
+        return Err(Damage::Checksum);
+    }
+    Ok((decode(file, at + FRAME_LEN, len)?, FRAME_LEN + len))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(id: u64, body: &[u8]) -> JobRecord {
+        JobRecord {
+            id,
+            tube: TubeName::new(b"emails").unwrap(),
+            pri: 7,
+            delay_secs: 3,
+            ttr_secs: 60,
+            state: JobState::Delayed,
+            created: 1_700_000_000_000_000_000,
+            at: 1_700_000_003_000_000_000,
+            owner: 0,
+            reserves: 1,
+            timeouts: 2,
+            releases: 3,
+            buries: 4,
+            kicks: 5,
+            body: Bytes::copy_from_slice(body),
+            was: Stored::Never,
+        }
+    }
+
+    #[test]
+    fn records_round_trip_and_lengths_are_exact() {
+        let mut out = Vec::new();
+        let j = job(42, b"hello");
+        let n = put_job(&mut out, &j, true);
+        assert_eq!(n, job_len(&j));
+        put_job(&mut out, &j, false);
+        put_gone(&mut out, 42);
+        let t = TubeRecord {
+            name: TubeName::new(b"t").unwrap(),
+            kept: true,
+            total_jobs: 1,
+            cmd_delete: 2,
+            cmd_pause: 3,
+            pause: 4,
+            pause_until: 5,
+            next_due: None,
+        };
+        put_tube(&mut out, &t);
+        let c = Counters {
+            last_id: 9,
+            bury_seq: 8,
+            total_jobs: 7,
+            job_timeouts: 6,
+        };
+        put_counters(&mut out, &c);
+        let out = Bytes::from(out);
+        let mut at = 0;
+        let mut got = Vec::new();
+        while at < out.len() {
+            let (r, n) = next(&out, at).unwrap();
+            got.push(r);
+            at += n;
+        }
+        let bodyless = JobRecord {
+            body: Bytes::new(),
+            ..j.clone()
+        };
+        assert_eq!(
+            got,
+            vec![
+                Record::Job {
+                    job: j,
+                    with_body: true
+                },
+                Record::Job {
+                    job: bodyless,
+                    with_body: false
+                },
+                Record::Gone(42),
+                Record::Tube(t),
+                Record::Counters(c),
+            ]
+        );
+    }
+
+    #[test]
+    fn every_cut_and_every_flipped_byte_is_damage() {
+        let mut out = Vec::new();
+        put_job(&mut out, &job(1, b"body"), true);
+        for cut in 0..out.len() {
+            let short = Bytes::copy_from_slice(&out[..cut]);
+            assert!(next(&short, 0).is_err(), "cut at {cut} read");
+        }
+        for i in 0..out.len() {
+            let mut bad = out.clone();
+            bad[i] ^= 0x10;
+            assert!(next(&Bytes::from(bad), 0).is_err(), "flip at {i} read");
+        }
+    }
+}

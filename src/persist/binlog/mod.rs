@@ -1,0 +1,109 @@
+//! `-b DIR`: the memory engine's changes in a local write-ahead log, written by the
+//! same committer (group commit) that writes leader mode's batches to Redis.
+//!
+//! - `format`: the file header and the framed, checksummed records;
+//! - `replay`: reading the files back at start (damage cut at the last good record);
+//! - `sink`: the [`BinlogSink`] the committer writes through (one `write` per cut, the
+//!   fsync policy, rolling to a new file at `-s` bytes, compaction);
+//! - `sync`: `-f N`'s background fsync thread.
+//!
+//! Ownership: one sink per process, owned by the committer task; the directory is
+//! locked (`DIR/lock`) so a second process cannot write the same log.
+
+mod format;
+mod replay;
+mod sink;
+mod sync;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub use sink::BinlogSink;
+
+use crate::store::memory::Snapshot;
+
+/// beanstalkd's default `-s`: a new file every 10 MB.
+pub const DEFAULT_FILE_SIZE: u64 = 10_485_760;
+/// beanstalkd's default `-f`.
+pub const DEFAULT_FSYNC_MS: u64 = 50;
+
+/// When written data is forced to the disk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fsync {
+    /// `-f 0`: every batch, before its changes are acknowledged.
+    Always,
+    /// `-f MS`: at most every MS milliseconds, by a background thread.
+    Every(Duration),
+    /// `-F`: never (the OS writes back when it likes).
+    Never,
+}
+
+#[derive(Clone, Debug)]
+pub struct BinlogConfig {
+    pub dir: PathBuf,
+    pub fsync: Fsync,
+    /// Roll to a new file once this many bytes are in the current one.
+    pub file_size: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BinlogError {
+    #[error("binlog {0}: {1}")]
+    Io(String, #[source] std::io::Error),
+    #[error(
+        "binlog directory {0} is in use by another process (its lock file is held); \
+         two servers cannot share one log"
+    )]
+    Locked(String),
+    #[error(
+        "{0} is not a redstalk binlog file (beanstalkd's binlog format is not read by \
+         redstalk); move it out of the directory, or give -b another directory"
+    )]
+    Foreign(String),
+}
+
+/// What opening the log found, and the sink that continues it.
+pub struct Opened {
+    pub snapshot: Snapshot,
+    pub sink: BinlogSink,
+    pub records: u64,
+    pub files: usize,
+    pub bytes: u64,
+}
+
+/// Lock `config.dir` (creating it when missing), replay its log, and start a new file
+/// for what follows.
+pub fn open(config: BinlogConfig) -> Result<Opened, BinlogError> {
+    let dir = config.dir.clone();
+    let io = |e| BinlogError::Io(dir.display().to_string(), e);
+    std::fs::create_dir_all(&dir).map_err(io)?;
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join("lock"))
+        .map_err(io)?;
+    if lock.try_lock().is_err() {
+        return Err(BinlogError::Locked(dir.display().to_string()));
+    }
+    let replayed = replay::replay(&dir)?;
+    let snapshot = Snapshot {
+        jobs: replayed.jobs.values().map(|l| l.record.clone()).collect(),
+        tubes: replayed.tubes.clone(),
+        counters: replayed.counters,
+    };
+    let records = replayed.records;
+    let files = replayed.files.len();
+    let bytes = replayed.files.values().sum();
+    let sink = BinlogSink::new(config, lock, replayed)?;
+    Ok(Opened {
+        snapshot,
+        sink,
+        records,
+        files,
+        bytes,
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,45 @@
+//! Persistence beside the store: the group-commit path that writes a journaled memory
+//! store's changes in batches, and the sinks it writes to.
+//!
+//! - [`committer`]: the one task per persisted store that takes cuts of the store and
+//!   writes them through a [`Sink`], one batch at a time; every change made while a
+//!   batch is in flight goes into the next one (group commit).
+//! - [`redis`]: the Redis sink of leader mode (one fenced script call per batch, in the
+//!   shared mode's schema), and the loader that reads a namespace back.
+//! - [`binlog`]: `-b DIR`'s sink, a local write-ahead log, and its replay at start.
+//!
+//! Layering: this module uses `store` (the cut and snapshot types); the store knows
+//! nothing of it but the [`crate::store::durable::CommitLink`] it is handed.
+
+pub mod binlog;
+pub mod committer;
+pub mod redis;
+
+use std::future::Future;
+
+use crate::store::StoreError;
+use crate::store::memory::Cut;
+
+/// Why a batch was not written.
+#[derive(Debug, thiserror::Error)]
+pub enum SinkError {
+    /// Another instance holds the namespace now: this one must stop writing (and
+    /// acknowledging) for good. Nothing of the batch was applied.
+    #[error("fenced: another instance leads this namespace")]
+    Fenced,
+    /// The write failed; it may or may not have been applied. The committer retries
+    /// (the next cut rewrites everything this one held).
+    #[error(transparent)]
+    Failed(#[from] StoreError),
+}
+
+/// Where cuts are written. Writes are sequential: the committer awaits one before it
+/// takes the next cut.
+pub trait Sink: Send + 'static {
+    /// Write one cut whole (a sink may split it into several calls; `Ok` means all of
+    /// it is persisted).
+    fn write(&mut self, cut: &Cut) -> impl Future<Output = Result<(), SinkError>> + Send;
+
+    /// What the logs call this sink ("redis", "binlog").
+    fn name(&self) -> &'static str;
+}

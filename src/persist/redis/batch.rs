@@ -1,0 +1,381 @@
+//! Turning a cut into the commands of one Redis transaction, in the shared mode's
+//! schema (docs/REDIS.md).
+//!
+//! A tube's changes are grouped into one variadic command per key and operation
+//! (`HSET jobs id meta id meta ...`), so Redis' cost per batch grows with the jobs in
+//! it, not with a fixed cost per job. ZREMs come before ZADDs: a job of unknown standing
+//! is removed from every state's set, then added to its own.
+//!
+//! What Redis already holds ([`Written`]) spares commands: the tube list is changed
+//! entry by entry, a tube's figures and the namespace counters are written only when
+//! they changed, and a tube's due-index entry only when it must come earlier (an entry
+//! may be early, never late: the shared mode's timer sets an early one right, and the
+//! leader does not read it). After a failed write all of it is unknown
+//! ([`Written::forget`]) and is written again whole.
+//!
+//! Allocation: arguments are written into a few reused buffers, numbers formatted on the
+//! stack; a batch allocates little beyond the pipeline itself.
+
+use foldhash::HashMap;
+
+use super::meta;
+use crate::protocol::TubeName;
+use crate::store::JobState;
+use crate::store::memory::{Counters, Cut, Stored};
+use crate::store::redis_store::keys::{Keys, NsKey, TubeKey};
+use crate::util::SwapList;
+
+/// At most this many arguments per command, so no one command holds Redis long.
+const MAX_ARGS: usize = 2_000;
+
+/// The figures of a tube's meta hash, in this order.
+const TUBE_FIELDS: [&str; 5] = [
+    "total_jobs",
+    "cmd_delete",
+    "cmd_pause",
+    "pause",
+    "pause_until",
+];
+
+const US: u64 = 1_000;
+
+/// The set a job in `state` sits in; also the index of its arguments in [`TubeOps`].
+fn set_of(state: JobState) -> TubeKey {
+    match state {
+        JobState::Ready => TubeKey::Ready,
+        JobState::Delayed => TubeKey::Delayed,
+        JobState::Reserved => TubeKey::Reserved,
+        JobState::Buried => TubeKey::Buried,
+    }
+}
+
+/// The four sets, in [`TubeOps`]' order.
+const SETS: [TubeKey; 4] = [
+    TubeKey::Ready,
+    TubeKey::Delayed,
+    TubeKey::Reserved,
+    TubeKey::Buried,
+];
+
+/// The arguments of one command, in one buffer.
+#[derive(Debug, Default)]
+struct Args {
+    data: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl Args {
+    fn push(&mut self, a: &[u8]) {
+        self.data.extend_from_slice(a);
+        self.ends.push(self.data.len());
+    }
+
+    fn num(&mut self, n: u64) {
+        self.push(itoa::Buffer::new().format(n).as_bytes());
+    }
+
+    /// A job's sorted-set member: its id zero-padded to 20 digits, so that equal scores
+    /// order by id.
+    fn member(&mut self, id: u64) {
+        let mut digits = [b'0'; 20];
+        let mut buf = itoa::Buffer::new();
+        let s = buf.format(id).as_bytes();
+        digits[20 - s.len()..].copy_from_slice(s);
+        self.push(&digits);
+    }
+
+    fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    fn get(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.data[start..self.ends[i]]
+    }
+
+    fn clear(&mut self) {
+        self.data.clear();
+        self.ends.clear();
+    }
+}
+
+/// One tube's job changes, grouped by key and operation.
+#[derive(Debug, Default)]
+struct TubeOps {
+    metas: Args,
+    bodies: Args,
+    unmeta: Args,
+    unbody: Args,
+    zadd: [Args; 4],
+    zrem: [Args; 4],
+}
+
+impl TubeOps {
+    fn clear(&mut self) {
+        for a in [
+            &mut self.metas,
+            &mut self.bodies,
+            &mut self.unmeta,
+            &mut self.unbody,
+        ] {
+            a.clear();
+        }
+        for a in self.zadd.iter_mut().chain(self.zrem.iter_mut()) {
+            a.clear();
+        }
+    }
+
+    /// Take `id` out of the set(s) persistence may have it in, unless it stays there.
+    fn unset(&mut self, id: u64, was: Stored, now_in: Option<JobState>) {
+        match was {
+            Stored::Never => {}
+            Stored::As(s) if Some(s) == now_in => {}
+            Stored::As(s) => self.zrem[set_of(s) as usize].member(id),
+            Stored::Unknown => {
+                for set in &mut self.zrem {
+                    set.member(id);
+                }
+            }
+        }
+    }
+}
+
+/// What Redis holds, as far as the sink knows; see the module header.
+#[derive(Debug, Default)]
+pub struct Written {
+    /// The tube list; `None`: unknown (read it back before the next batch).
+    pub tubes: Option<SwapList<TubeName>>,
+    counters: Option<Counters>,
+    /// Each tube's due-index entry as last written.
+    due: HashMap<TubeName, u64>,
+    /// Each tube's meta figures as last written.
+    meta: HashMap<TubeName, [u64; 5]>,
+}
+
+impl Written {
+    /// A namespace just loaded: its tube list and counters as read.
+    pub fn loaded(tubes: SwapList<TubeName>, counters: Counters) -> Written {
+        Written {
+            tubes: Some(tubes),
+            counters: Some(counters),
+            ..Written::default()
+        }
+    }
+
+    /// A write failed: it may or may not have landed.
+    pub fn forget(&mut self) {
+        *self = Written::default();
+    }
+}
+
+/// Builds the transaction of one cut; reuses its buffers from batch to batch.
+#[derive(Debug, Default)]
+pub struct Builder {
+    tubes: HashMap<TubeName, TubeOps>,
+    index_set: Args,
+    index_del: Args,
+    meta_buf: Vec<u8>,
+    fields: Args,
+}
+
+/// The commands of one transaction, in a pipeline after its MULTI.
+pub struct Batch {
+    pub pipe: redis::Pipeline,
+    pub commands: usize,
+}
+
+impl Batch {
+    fn new() -> Batch {
+        let mut pipe = redis::pipe();
+        pipe.cmd("MULTI");
+        Batch { pipe, commands: 0 }
+    }
+
+    /// One command on `key`, its arguments split over several commands of at most
+    /// [`MAX_ARGS`], in groups of `group` (a field and its value stay together).
+    /// Nothing is sent for no arguments.
+    fn cmd(&mut self, name: &'static str, key: &str, args: &Args, group: usize) {
+        let per = (MAX_ARGS / group.max(1)) * group.max(1);
+        let mut i = 0;
+        while i < args.len() {
+            let end = (i + per).min(args.len());
+            let c = self.pipe.cmd(name).arg(key);
+            for j in i..end {
+                c.arg(args.get(j));
+            }
+            self.commands += 1;
+            i = end;
+        }
+    }
+
+    /// A command with no arguments but its key.
+    fn bare(&mut self, name: &'static str, key: &str) {
+        self.pipe.cmd(name).arg(key);
+        self.commands += 1;
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.commands == 0
+    }
+}
+
+impl Builder {
+    /// The transaction writing `cut`; `written` is updated as if it lands (the caller
+    /// forgets it when it does not).
+    pub fn build(&mut self, keys: &Keys, owner: &str, cut: &Cut, written: &mut Written) -> Batch {
+        let mut b = Batch::new();
+        let ns = |k: NsKey| keys.ns(k);
+        for ops in self.tubes.values_mut() {
+            ops.clear();
+        }
+        // Tubes that had no changes for a while are dropped from the reused map.
+        if self.tubes.len() > 1024 {
+            self.tubes.clear();
+        }
+        self.index_set.clear();
+        self.index_del.clear();
+        for r in &cut.jobs {
+            let ops = self.tubes.entry(r.tube.clone()).or_default();
+            self.meta_buf.clear();
+            meta::encode(r, owner, &mut self.meta_buf);
+            ops.metas.num(r.id);
+            ops.metas.push(&self.meta_buf);
+            if r.needs_body() {
+                ops.bodies.num(r.id);
+                ops.bodies.push(&r.body);
+                self.index_set.num(r.id);
+                self.index_set.push(r.tube.as_str().as_bytes());
+            }
+            ops.unset(r.id, r.was, Some(r.state));
+            let score = match r.state {
+                JobState::Ready => u64::from(r.pri),
+                JobState::Delayed | JobState::Reserved => r.at / US,
+                JobState::Buried => r.at,
+            };
+            let set = &mut ops.zadd[set_of(r.state) as usize];
+            set.num(score);
+            set.member(r.id);
+        }
+        for g in &cut.gone {
+            let ops = self.tubes.entry(g.tube.clone()).or_default();
+            ops.unset(g.id, g.was, None);
+            ops.unmeta.num(g.id);
+            ops.unbody.num(g.id);
+            self.index_del.num(g.id);
+        }
+        for (tube, ops) in &self.tubes {
+            if ops.metas.len() + ops.unmeta.len() == 0 {
+                continue;
+            }
+            let k = keys.tube(tube.as_str());
+            for (set, members) in SETS.iter().zip(&ops.zrem) {
+                b.cmd("ZREM", k.get(*set), members, 1);
+            }
+            for (set, pairs) in SETS.iter().zip(&ops.zadd) {
+                b.cmd("ZADD", k.get(*set), pairs, 2);
+            }
+            b.cmd("HSET", k.get(TubeKey::Jobs), &ops.metas, 2);
+            b.cmd("HSET", k.get(TubeKey::Bodies), &ops.bodies, 2);
+            b.cmd("HDEL", k.get(TubeKey::Jobs), &ops.unmeta, 1);
+            b.cmd("HDEL", k.get(TubeKey::Bodies), &ops.unbody, 1);
+        }
+        b.cmd("HSET", ns(NsKey::Index), &self.index_set, 2);
+        b.cmd("HDEL", ns(NsKey::Index), &self.index_del, 1);
+        let mut tubes = written.tubes.take().unwrap_or_default();
+        for t in &cut.tubes {
+            let k = keys.tube(t.name.as_str());
+            let name = t.name.as_str().as_bytes();
+            let f = &mut self.fields;
+            if t.kept {
+                let figures = [
+                    t.total_jobs,
+                    t.cmd_delete,
+                    t.cmd_pause,
+                    t.pause / US,
+                    t.pause_until / US,
+                ];
+                let old = written.meta.get(&t.name).copied();
+                f.clear();
+                for (i, v) in figures.iter().enumerate() {
+                    if old.map(|o| o[i]) != Some(*v) {
+                        f.push(TUBE_FIELDS[i].as_bytes());
+                        f.num(*v);
+                    }
+                }
+                b.cmd("HSET", k.get(TubeKey::Meta), f, 2);
+                written.meta.insert(t.name.clone(), figures);
+                if let Some(due) = t.next_due.map(|d| d / US)
+                    && written.due.get(&t.name).is_none_or(|&w| due < w)
+                {
+                    f.clear();
+                    f.num(due);
+                    f.push(name);
+                    b.cmd("ZADD", ns(NsKey::Due), f, 2);
+                    written.due.insert(t.name.clone(), due);
+                }
+                if !tubes.contains(&t.name) {
+                    tubes.insert(t.name.clone());
+                    f.clear();
+                    f.push(name);
+                    b.cmd("RPUSH", ns(NsKey::Tubes), f, 1);
+                    f.clear();
+                    f.push(name);
+                    f.num(tubes.len() as u64 - 1);
+                    b.cmd("HSET", ns(NsKey::Tubepos), f, 2);
+                }
+            } else {
+                written.meta.remove(&t.name);
+                written.due.remove(&t.name);
+                for key in TubeKey::ALL {
+                    b.bare("DEL", k.get(*key));
+                }
+                f.clear();
+                f.push(name);
+                b.cmd("ZREM", ns(NsKey::Due), f, 1);
+                if let Some(pos) = tubes.position(&t.name) {
+                    // The reference's list removal: the last tube moves into the hole.
+                    let last = tubes.as_slice().last().cloned();
+                    tubes.remove(&t.name);
+                    if let Some(last) = last.filter(|l| *l != t.name) {
+                        f.clear();
+                        f.num(pos as u64);
+                        f.push(last.as_str().as_bytes());
+                        b.cmd("LSET", ns(NsKey::Tubes), f, 2);
+                        f.clear();
+                        f.push(last.as_str().as_bytes());
+                        f.num(pos as u64);
+                        b.cmd("HSET", ns(NsKey::Tubepos), f, 2);
+                    }
+                    b.bare("RPOP", ns(NsKey::Tubes));
+                    f.clear();
+                    f.push(name);
+                    b.cmd("HDEL", ns(NsKey::Tubepos), f, 1);
+                }
+            }
+        }
+        written.tubes = Some(tubes);
+        let c = cut.counters;
+        let old = written.counters;
+        let f = &mut self.fields;
+        if old.map(|o| o.last_id) != Some(c.last_id) {
+            f.clear();
+            f.num(c.last_id);
+            b.cmd("SET", ns(NsKey::Ids), f, 1);
+        }
+        if old.map(|o| o.bury_seq) != Some(c.bury_seq) {
+            f.clear();
+            f.num(c.bury_seq);
+            b.cmd("SET", ns(NsKey::Seq), f, 1);
+        }
+        if old.map(|o| (o.total_jobs, o.job_timeouts)) != Some((c.total_jobs, c.job_timeouts)) {
+            f.clear();
+            f.push(b"total_jobs");
+            f.num(c.total_jobs);
+            f.push(b"job_timeouts");
+            f.num(c.job_timeouts);
+            b.cmd("HSET", ns(NsKey::Stats), f, 2);
+        }
+        written.counters = Some(c);
+        b
+    }
+}

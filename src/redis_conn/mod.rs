@@ -1,0 +1,449 @@
+//! Connections to Redis for both Redis modes: the one place that turns `--redis` and
+//! its TLS and sentinel options into connections, follows a failover, and bounds how
+//! long anything waits for Redis.
+//!
+//! A [`Connector`] makes three kinds of connection:
+//! - [`Connector::managed`]: a [`RedisConn`], shared by clones, that reconnects by
+//!   itself (the shared store's commands, the lease, loads);
+//! - [`Connector::subscriber`]: the same, that (re)subscribes to a channel on every new
+//!   connection and forwards its messages; it carries nothing else, so Redis' pub/sub
+//!   output-buffer limit never applies to a connection that carries replies;
+//! - [`Connector::single`]: one plain connection, never replaced behind its owner's
+//!   back (leader mode's commit connection, whose WATCH belongs to one connection).
+//!
+//! Failover: every new connection asks the [`Target`] for the primary, so with
+//! sentinels it goes wherever they point now. A connection is given up (and a new one
+//! made in the background) when a call on it fails in a way that says the connection is
+//! unusable: dropped, timed out, an I/O or protocol error, or READONLY (the server was
+//! demoted).
+//!
+//! Bounded waits (invariant): a call never waits for Redis longer than about
+//! [`WAIT_LIMIT`] past the moment the outage began. While the connection is being made
+//! again, a call waits for that attempt only until [`WAIT_LIMIT`] after the failed call
+//! was sent, and not at all once an attempt has failed: during an outage every call
+//! fails at once (not applied), and the reconnection goes on behind it with backoff.
+//!
+//! Ownership: a [`RedisConn`]'s clones share one state; the reconnecting task and the
+//! subscription's push handler hold it weakly, so they end when the last clone drops.
+
+pub mod target;
+
+use std::future::Future;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::{
+    AsyncConnectionConfig, Cmd, ErrorKind, Pipeline, PushInfo, PushKind, RedisError, RedisFuture,
+    RedisResult, ServerErrorKind, Value,
+};
+use tokio::sync::{Notify, mpsc};
+
+pub use target::{Target, TargetError, TlsFiles, redact};
+
+/// How long one attempt to connect may take (asking the sentinels included).
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long a command may wait for its reply before it fails.
+pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long after an outage began a call may still wait for a new connection.
+pub const WAIT_LIMIT: Duration = Duration::from_secs(1);
+/// How long a call that finds no connection waits for the attempt it asks for.
+const ATTEMPT_WAIT: Duration = Duration::from_millis(250);
+/// Backoff between attempts to connect again.
+const RETRY_FIRST: Duration = Duration::from_millis(50);
+const RETRY_MAX: Duration = Duration::from_millis(500);
+
+/// Makes connections to the Redis the options name. Cheap to clone.
+#[derive(Clone)]
+pub struct Connector {
+    target: Arc<Target>,
+}
+
+impl std::fmt::Debug for Connector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connector").finish_non_exhaustive()
+    }
+}
+
+impl Connector {
+    pub fn new(
+        url: &str,
+        tls: &TlsFiles,
+        sentinel_password: Option<&str>,
+    ) -> Result<Connector, TargetError> {
+        Ok(Connector {
+            target: Arc::new(Target::new(url, tls, sentinel_password)?),
+        })
+    }
+
+    /// A connection that reconnects by itself; fails when the first attempt fails
+    /// (so a start with a wrong password says so).
+    pub async fn managed(
+        &self,
+        role: &'static str,
+        response_timeout: Duration,
+    ) -> RedisResult<RedisConn> {
+        self.start(role, response_timeout, None).await
+    }
+
+    /// A connection subscribed to `channel`, whose messages (and nothing else) go to
+    /// `messages`; subscribed again on every new connection.
+    pub async fn subscriber(
+        &self,
+        channel: String,
+        messages: mpsc::UnboundedSender<PushInfo>,
+    ) -> RedisResult<RedisConn> {
+        self.start("subscription", RESPONSE_TIMEOUT, Some((channel, messages)))
+            .await
+    }
+
+    /// One plain connection to the current primary; its owner replaces it after an
+    /// error.
+    pub async fn single(&self, response_timeout: Duration) -> RedisResult<MultiplexedConnection> {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(CONNECT_TIMEOUT))
+            .set_response_timeout(Some(response_timeout));
+        let target = self.target.clone();
+        within_connect_timeout(async move {
+            let client = target.primary().await?;
+            client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await
+        })
+        .await
+    }
+
+    async fn start(
+        &self,
+        role: &'static str,
+        response_timeout: Duration,
+        subscription: Option<(String, mpsc::UnboundedSender<PushInfo>)>,
+    ) -> RedisResult<RedisConn> {
+        let inner = Arc::new(Inner {
+            target: self.target.clone(),
+            role,
+            response_timeout,
+            subscription,
+            state: Mutex::new(State::Down {
+                since: Instant::now(),
+                failures: 0,
+                last: None,
+                generation: 0,
+            }),
+            changed: Notify::new(),
+            hurry: Notify::new(),
+        });
+        let conn = inner.establish(1).await?;
+        inner.set(State::Up {
+            conn,
+            generation: 1,
+        });
+        Ok(RedisConn { inner })
+    }
+}
+
+/// A connection to the primary that is made again after it fails; calls never wait
+/// long for it (see the module header). Cheap to clone; clones share the connection.
+#[derive(Clone)]
+pub struct RedisConn {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    target: Arc<Target>,
+    /// What the connection is for, in logs.
+    role: &'static str,
+    response_timeout: Duration,
+    subscription: Option<(String, mpsc::UnboundedSender<PushInfo>)>,
+    state: Mutex<State>,
+    /// Told whenever the state changes (connected, or an attempt failed).
+    changed: Notify,
+    /// Told by a call that waits: the next attempt should not wait out its backoff.
+    hurry: Notify,
+}
+
+enum State {
+    Up {
+        conn: MultiplexedConnection,
+        generation: u64,
+    },
+    /// Being made again, by one task.
+    Down {
+        /// When the call that found the connection unusable was sent.
+        since: Instant,
+        /// Attempts that failed so far, and the last one's error.
+        failures: u64,
+        last: Option<RedisError>,
+        /// Of the connection that was lost.
+        generation: u64,
+    },
+}
+
+impl Inner {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn set(&self, state: State) {
+        *self.lock() = state;
+        self.changed.notify_waiters();
+    }
+
+    /// A new connection to the current primary, subscribed when this one is a
+    /// subscription.
+    async fn establish(self: &Arc<Inner>, generation: u64) -> RedisResult<MultiplexedConnection> {
+        // Every connection hears of its own end, so an idle one is made again before
+        // the next call finds it broken.
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(CONNECT_TIMEOUT))
+            .set_response_timeout(Some(self.response_timeout))
+            .set_push_sender(Pushes {
+                inner: Arc::downgrade(self),
+                generation,
+                messages: self.subscription.as_ref().map(|(_, m)| m.clone()),
+            });
+        let target = self.target.clone();
+        let channel = self.subscription.as_ref().map(|(c, _)| c.clone());
+        within_connect_timeout(async move {
+            let client = target.primary().await?;
+            let mut conn = client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await?;
+            if let Some(channel) = channel {
+                conn.subscribe(channel).await?;
+            }
+            Ok(conn)
+        })
+        .await
+    }
+
+    /// The current connection. When there is none, the outcome of the attempt to make
+    /// one (asked for at once) is waited for while the outage is young (until
+    /// [`WAIT_LIMIT`] after it began), or for [`ATTEMPT_WAIT`] while Redis refuses
+    /// connections (it is restarting, or a new primary is being named); never when it
+    /// does not answer at all.
+    async fn get(&self) -> RedisResult<(MultiplexedConnection, u64)> {
+        let mut seen: Option<(u64, Instant)> = None;
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let deadline = match &*self.lock() {
+                State::Up { conn, generation } => return Ok((conn.clone(), *generation)),
+                State::Down {
+                    since,
+                    failures,
+                    last,
+                    ..
+                } => match seen {
+                    None => {
+                        let now = Instant::now();
+                        let refused = last.as_ref().is_some_and(|e| e.is_connection_refusal());
+                        let deadline = if *since + WAIT_LIMIT > now {
+                            *since + WAIT_LIMIT
+                        } else if refused {
+                            now + ATTEMPT_WAIT
+                        } else {
+                            return Err(self.not_connected(last.as_ref()));
+                        };
+                        seen = Some((*failures, deadline));
+                        deadline
+                    }
+                    // An attempt failed while this call waited.
+                    Some((before, _)) if *failures > before => {
+                        return Err(self.not_connected(last.as_ref()));
+                    }
+                    Some((_, deadline)) => deadline,
+                },
+            };
+            self.hurry.notify_one();
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || tokio::time::timeout(left, changed).await.is_err() {
+                return Err(self.not_connected(None));
+            }
+        }
+    }
+
+    /// A call that was never sent: nothing was applied.
+    fn not_connected(&self, last: Option<&RedisError>) -> RedisError {
+        let detail = match last {
+            Some(e) => format!("not connected to Redis ({}): {e}", self.role),
+            None => format!("not connected to Redis ({}): reconnecting", self.role),
+        };
+        std::io::Error::new(std::io::ErrorKind::ConnectionRefused, detail).into()
+    }
+
+    /// The connection of `generation` failed a call sent at `since`: give it up and
+    /// make a new one in the background (once per connection).
+    fn lost(self: &Arc<Inner>, generation: u64, since: Instant, why: &dyn std::fmt::Display) {
+        {
+            let mut state = self.lock();
+            match &*state {
+                State::Up { generation: g, .. } if *g == generation => {}
+                _ => return,
+            }
+            *state = State::Down {
+                since,
+                failures: 0,
+                last: None,
+                generation,
+            };
+        }
+        tracing::warn!(role = self.role, %why, "lost the Redis connection; connecting again");
+        tokio::spawn(reconnect(Arc::downgrade(self)));
+    }
+
+    /// Give the connection up when `result` (the replies of `values`) says it is
+    /// unusable.
+    fn check<'v, T>(
+        self: &Arc<Inner>,
+        result: &'v RedisResult<T>,
+        values: impl FnOnce(&'v T) -> &'v [Value],
+        generation: u64,
+        since: Instant,
+    ) {
+        match result {
+            Err(e) if unusable(e) => self.lost(generation, since, e),
+            Ok(v) => {
+                // An error inside a pipeline's replies arrives as a value.
+                let demoted = values(v).iter().any(|v| {
+                    matches!(v, Value::ServerError(e) if e.kind() == Some(ServerErrorKind::ReadOnly))
+                });
+                if demoted {
+                    self.lost(generation, since, &"READONLY: the server is a replica now");
+                }
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+/// Whether an error means the connection (or the server behind it, no longer primary)
+/// should be replaced.
+fn unusable(e: &RedisError) -> bool {
+    e.is_io_error()
+        || e.is_timeout()
+        || e.is_connection_dropped()
+        || e.is_unrecoverable_error()
+        || e.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly)
+}
+
+/// Run a connection attempt with [`CONNECT_TIMEOUT`] over all of it.
+async fn within_connect_timeout<T>(
+    attempt: impl Future<Output = RedisResult<T>>,
+) -> RedisResult<T> {
+    match tokio::time::timeout(CONNECT_TIMEOUT, attempt).await {
+        Ok(r) => r,
+        Err(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "Redis (or a sentinel) did not answer within 1 s while connecting",
+        )
+        .into()),
+    }
+}
+
+/// Make the connection again until it works or nobody uses it any more.
+async fn reconnect(weak: Weak<Inner>) {
+    let mut delay = RETRY_FIRST;
+    let mut attempts = 0u32;
+    loop {
+        let Some(inner) = weak.upgrade() else { return };
+        let (since, generation) = match &*inner.lock() {
+            State::Down {
+                since, generation, ..
+            } => (*since, *generation + 1),
+            State::Up { .. } => return,
+        };
+        attempts += 1;
+        match inner.establish(generation).await {
+            Ok(conn) => {
+                inner.set(State::Up { conn, generation });
+                tracing::warn!(
+                    role = inner.role,
+                    attempts,
+                    down_ms = since.elapsed().as_millis() as u64,
+                    "connected to Redis again"
+                );
+                return;
+            }
+            Err(e) => {
+                // The first failure of an outage, then one line in twenty.
+                if attempts == 1 || attempts.is_multiple_of(20) {
+                    tracing::warn!(role = inner.role, attempts, err = %e, "cannot reach Redis yet");
+                }
+                if let State::Down { failures, last, .. } = &mut *inner.lock() {
+                    *failures += 1;
+                    *last = Some(e);
+                }
+                inner.changed.notify_waiters();
+            }
+        }
+        // Wait out the backoff, or less when a call is waiting (but never attempt more
+        // often than every RETRY_FIRST).
+        if tokio::time::timeout(delay, inner.hurry.notified())
+            .await
+            .is_ok()
+        {
+            tokio::time::sleep(RETRY_FIRST).await;
+        }
+        delay = (delay * 2).min(RETRY_MAX);
+    }
+}
+
+/// The push handler of a connection: a disconnection starts a new connection (which
+/// subscribes again); a subscription's messages go on.
+struct Pushes {
+    inner: Weak<Inner>,
+    generation: u64,
+    messages: Option<mpsc::UnboundedSender<PushInfo>>,
+}
+
+impl redis::aio::AsyncPushSender for Pushes {
+    fn send(&self, info: PushInfo) -> Result<(), redis::aio::SendError> {
+        if info.kind == PushKind::Disconnection {
+            if let Some(inner) = self.inner.upgrade() {
+                inner.lost(self.generation, Instant::now(), &"the connection closed");
+            }
+            return Ok(());
+        }
+        match &self.messages {
+            Some(m) => m.send(info).map_err(|_| redis::aio::SendError),
+            None => Ok(()),
+        }
+    }
+}
+
+impl ConnectionLike for RedisConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(async move {
+            let sent = Instant::now();
+            let (mut conn, generation) = self.inner.get().await?;
+            let result = conn.req_packed_command(cmd).await;
+            self.inner
+                .check(&result, std::slice::from_ref, generation, sent);
+            result
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(async move {
+            let sent = Instant::now();
+            let (mut conn, generation) = self.inner.get().await?;
+            let result = conn.req_packed_commands(pipeline, offset, count).await;
+            self.inner.check(&result, Vec::as_slice, generation, sent);
+            result
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        match &*self.inner.lock() {
+            State::Up { conn, .. } => conn.get_db(),
+            State::Down { .. } => 0,
+        }
+    }
+}

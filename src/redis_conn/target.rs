@@ -1,0 +1,541 @@
+//! Where Redis is: the `--redis` URL and the TLS and sentinel options turned into a
+//! [`Target`] that names the current primary on request, and the URL as it may be
+//! shown (without credentials).
+//!
+//! URLs: `redis://` and `rediss://` (TLS) name one server, as redis-rs reads them;
+//! `redis+sentinel://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]/MASTER_NAME[/DB]` (and
+//! `rediss+sentinel://`, TLS to the sentinels and the data nodes) name the sentinels
+//! that know the primary of MASTER_NAME. The credentials of a sentinel URL are the data
+//! nodes'; the sentinels' own password is a separate option.
+//!
+//! Invariant: nothing here puts the URL, a password or a key into an error message;
+//! errors say which part is wrong.
+
+use std::path::PathBuf;
+
+use std::time::{Duration, Instant};
+
+use redis::{
+    AsyncConnectionConfig, Client, ClientTlsConfig, ConnectionAddr, IntoConnectionInfo,
+    ProtocolVersion, RedisConnectionInfo, RedisResult, TlsCertificates, Value,
+};
+
+/// The TLS files of `--redis-tls-ca`, `--redis-tls-cert` and `--redis-tls-key` (PEM).
+#[derive(Clone, Debug, Default)]
+pub struct TlsFiles {
+    /// Trust only this CA (default: the system's roots).
+    pub ca: Option<PathBuf>,
+    /// A client certificate, with its key.
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+}
+
+/// Why the Redis options cannot be used (never quotes the URL).
+#[derive(Debug, thiserror::Error)]
+pub enum TargetError {
+    #[error("the --redis URL is not valid: {0}")]
+    Url(String),
+    #[error("cannot read {what} {path}: {source}")]
+    File {
+        what: &'static str,
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("--redis-tls-cert and --redis-tls-key go together: give both or neither")]
+    HalfClientCert,
+    #[error("TLS options were given but the --redis URL does not use TLS (rediss://)")]
+    TlsWithoutTls,
+}
+
+/// Which server to connect to: one address, or whichever the sentinels name primary.
+pub enum Target {
+    Direct(Client),
+    /// Asked anew at every connection, so a failover is followed.
+    Sentinel(Sentinels),
+}
+
+/// The sentinels, and what a connection to the primary they name needs.
+///
+/// Not redis-rs' `SentinelClient`: it takes the first sentinel's answer, and a sentinel
+/// that has not yet heard of a failover names the old primary, which, restarted empty
+/// by its supervisor, answers ROLE as a primary until the sentinels demote it (seen in
+/// the failover test: jobs acknowledged there are wiped by the demotion). Here the
+/// address must be named by a majority of the sentinels, and, once a primary has been
+/// used, must continue its replication history: a majority can still lag behind a
+/// failover (the failover test caught one naming the restarted, empty old primary;
+/// redstalk then wrote a fresh namespace there, whose ids collided with the real one's
+/// once the sentinels demoted it).
+pub struct Sentinels {
+    sentinels: Vec<Client>,
+    master: String,
+    node: RedisConnectionInfo,
+    secure: bool,
+    certs: Option<TlsCertificates>,
+    /// The replication id of the last primary used, and since when candidates that do
+    /// not continue it have been refused.
+    history: std::sync::Mutex<History>,
+}
+
+#[derive(Default)]
+struct History {
+    replid: Option<String>,
+    refused_since: Option<Instant>,
+}
+
+/// How long candidates without the previous primary's history are refused before one
+/// is taken anyway (every data node lost its data: waiting longer saves nothing).
+const HISTORY_PATIENCE: Duration = Duration::from_secs(60);
+
+/// How long asking one sentinel, or checking the primary's role, may take.
+const ASK_TIMEOUT: Duration = Duration::from_millis(500);
+
+impl Target {
+    /// A client for the current primary; with sentinels, the one a majority of them
+    /// name, once it answers ROLE as a primary.
+    pub async fn primary(&self) -> RedisResult<Client> {
+        match self {
+            Target::Direct(c) => Ok(c.clone()),
+            Target::Sentinel(s) => s.primary().await,
+        }
+    }
+
+    /// The target of `url` with `tls` and the sentinels' password.
+    pub fn new(
+        url: &str,
+        tls: &TlsFiles,
+        sentinel_password: Option<&str>,
+    ) -> Result<Target, TargetError> {
+        let certs = certificates(tls)?;
+        let secure = url.starts_with("rediss");
+        if certs.is_some() && !secure {
+            return Err(TargetError::TlsWithoutTls);
+        }
+        if let Some(rest) = url
+            .strip_prefix("redis+sentinel://")
+            .or_else(|| url.strip_prefix("rediss+sentinel://"))
+        {
+            let parsed = SentinelUrl::parse(rest)?;
+            return parsed.client(secure, certs, sentinel_password);
+        }
+        let info = url
+            .into_connection_info()
+            .map_err(|e| TargetError::Url(e.kind_text()))?;
+        let settings = info
+            .redis_settings()
+            .clone()
+            .set_protocol(ProtocolVersion::RESP3);
+        let info = info.set_redis_settings(settings);
+        let client = match certs {
+            Some(c) => Client::build_with_tls(info, c),
+            None => Client::open(info),
+        }
+        .map_err(|e| TargetError::Url(e.kind_text()))?;
+        Ok(Target::Direct(client))
+    }
+}
+
+/// An error's kind and description, without details that could quote the input.
+trait KindText {
+    fn kind_text(&self) -> String;
+}
+
+impl KindText for redis::RedisError {
+    fn kind_text(&self) -> String {
+        format!(
+            "redis-rs refused it ({:?}); expected redis://[USER:PASSWORD@]HOST[:PORT][/DB], \
+             rediss://..., or redis+sentinel://[USER:PASSWORD@]HOST:PORT[,...]/MASTER_NAME[/DB]",
+            self.kind()
+        )
+    }
+}
+
+/// The parts of a sentinel URL after its scheme.
+#[derive(Debug, PartialEq)]
+struct SentinelUrl {
+    username: Option<String>,
+    password: Option<String>,
+    sentinels: Vec<(String, u16)>,
+    master: String,
+    db: i64,
+}
+
+impl SentinelUrl {
+    fn parse(rest: &str) -> Result<SentinelUrl, TargetError> {
+        let bad = |what: &str| TargetError::Url(what.to_string());
+        let (authority, path) = rest.split_once('/').ok_or_else(|| {
+            bad("a sentinel URL needs /MASTER_NAME after the sentinels' addresses")
+        })?;
+        let (userinfo, hosts) = match authority.rsplit_once('@') {
+            Some((u, h)) => (Some(u), h),
+            None => (None, authority),
+        };
+        let (username, password) = match userinfo {
+            None => (None, None),
+            Some(u) => match u.split_once(':') {
+                Some((user, pass)) => (
+                    Some(percent_decode(user)?).filter(|u| !u.is_empty()),
+                    Some(percent_decode(pass)?),
+                ),
+                None => (Some(percent_decode(u)?), None),
+            },
+        };
+        let mut sentinels = Vec::new();
+        for host in hosts.split(',').filter(|h| !h.is_empty()) {
+            let (name, port) = host
+                .rsplit_once(':')
+                .ok_or_else(|| bad("each sentinel is HOST:PORT"))?;
+            let port = port
+                .parse()
+                .map_err(|_| bad("a sentinel's port is not a number"))?;
+            let name = name.trim_start_matches('[').trim_end_matches(']');
+            sentinels.push((name.to_string(), port));
+        }
+        if sentinels.is_empty() {
+            return Err(bad("a sentinel URL names at least one sentinel HOST:PORT"));
+        }
+        let mut segments = path.split('/');
+        let master = segments.next().unwrap_or_default().to_string();
+        if master.is_empty() {
+            return Err(bad("a sentinel URL needs /MASTER_NAME"));
+        }
+        let db = match segments.next().filter(|s| !s.is_empty()) {
+            None => 0,
+            Some(d) => d
+                .parse()
+                .map_err(|_| bad("the database after /MASTER_NAME/ is not a number"))?,
+        };
+        Ok(SentinelUrl {
+            username,
+            password,
+            sentinels,
+            master,
+            db,
+        })
+    }
+
+    fn client(
+        self,
+        secure: bool,
+        certs: Option<TlsCertificates>,
+        sentinel_password: Option<&str>,
+    ) -> Result<Target, TargetError> {
+        let failed = |e: redis::RedisError| TargetError::Url(e.kind_text());
+        let mut sentinel_settings = RedisConnectionInfo::default();
+        if let Some(p) = sentinel_password {
+            sentinel_settings = sentinel_settings.set_password(p);
+        }
+        let mut sentinels = Vec::new();
+        for (host, port) in self.sentinels {
+            let info = address(secure, host, port)
+                .into_connection_info()
+                .map_err(failed)?
+                .set_redis_settings(sentinel_settings.clone());
+            sentinels.push(client(info, certs.as_ref()).map_err(failed)?);
+        }
+        let mut node = RedisConnectionInfo::default()
+            .set_db(self.db)
+            .set_protocol(ProtocolVersion::RESP3);
+        if let Some(u) = &self.username {
+            node = node.set_username(u);
+        }
+        if let Some(p) = &self.password {
+            node = node.set_password(p);
+        }
+        Ok(Target::Sentinel(Sentinels {
+            sentinels,
+            master: self.master,
+            node,
+            secure,
+            certs,
+            history: std::sync::Mutex::new(History::default()),
+        }))
+    }
+}
+
+fn address(secure: bool, host: String, port: u16) -> ConnectionAddr {
+    if secure {
+        ConnectionAddr::TcpTls {
+            host,
+            port,
+            insecure: false,
+            tls_params: None,
+        }
+    } else {
+        ConnectionAddr::Tcp(host, port)
+    }
+}
+
+fn client(info: redis::ConnectionInfo, certs: Option<&TlsCertificates>) -> RedisResult<Client> {
+    match certs {
+        Some(c) => Client::build_with_tls(info, c.clone()),
+        None => Client::open(info),
+    }
+}
+
+/// An attempt that found no primary: calls wait briefly for the next one, as when
+/// Redis refuses connections (a failover is under way).
+fn no_primary(detail: String) -> redis::RedisError {
+    std::io::Error::new(std::io::ErrorKind::ConnectionRefused, detail).into()
+}
+
+impl Sentinels {
+    async fn primary(&self) -> RedisResult<Client> {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(ASK_TIMEOUT))
+            .set_response_timeout(Some(ASK_TIMEOUT));
+        let asks = self.sentinels.iter().map(|s| {
+            let config = config.clone();
+            async move {
+                let mut c = s
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await?;
+                redis::cmd("SENTINEL")
+                    .arg("get-master-addr-by-name")
+                    .arg(&self.master)
+                    .query_async::<Option<(String, u16)>>(&mut c)
+                    .await
+            }
+        });
+        let answers = futures_util::future::join_all(asks).await;
+        let mut named: Vec<((String, u16), usize)> = Vec::new();
+        let mut errors = Vec::new();
+        for answer in answers {
+            match answer {
+                Ok(Some(addr)) => match named.iter_mut().find(|(a, _)| *a == addr) {
+                    Some((_, n)) => *n += 1,
+                    None => named.push((addr, 1)),
+                },
+                Ok(None) => {}
+                Err(e) => errors.push(e.to_string()),
+            }
+        }
+        let majority = self.sentinels.len() / 2 + 1;
+        let Some(((host, port), _)) = named.into_iter().find(|(_, n)| *n >= majority) else {
+            return Err(no_primary(format!(
+                "no {majority} of the {} sentinels name the same primary for {:?} \
+                 (failover under way?){}",
+                self.sentinels.len(),
+                self.master,
+                if errors.is_empty() {
+                    String::new()
+                } else {
+                    format!("; sentinel errors: {}", errors.join("; "))
+                }
+            )));
+        };
+        let info = address(self.secure, host, port)
+            .into_connection_info()?
+            .set_redis_settings(self.node.clone());
+        let primary = client(info, self.certs.as_ref())?;
+        let mut c = primary
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        let role: Vec<Value> = redis::cmd("ROLE").query_async(&mut c).await?;
+        if !matches!(role.first(), Some(Value::BulkString(r)) if r == b"master") {
+            return Err(no_primary(
+                "the server the sentinels name is not a primary (yet)".into(),
+            ));
+        }
+        let info: redis::InfoDict = redis::cmd("INFO")
+            .arg("replication")
+            .query_async(&mut c)
+            .await?;
+        let replid: Option<String> = info.get("master_replid");
+        let replid2: Option<String> = info.get("master_replid2");
+        self.continues_history(replid, replid2)?;
+        Ok(primary)
+    }
+
+    /// Whether a primary with replication ids `replid` (its own) and `replid2` (the one
+    /// it was promoted from, if any) continues the history of the last primary used:
+    /// a promoted replica does; a server restarted empty, or a stranger, does not.
+    fn continues_history(
+        &self,
+        replid: Option<String>,
+        replid2: Option<String>,
+    ) -> RedisResult<()> {
+        let mut h = self.history.lock().unwrap_or_else(|e| e.into_inner());
+        let continues = continues(h.replid.as_deref(), replid.as_deref(), replid2.as_deref());
+        if !continues {
+            let since = *h.refused_since.get_or_insert_with(Instant::now);
+            if since.elapsed() < HISTORY_PATIENCE {
+                return Err(no_primary(
+                    "the primary the sentinels name does not continue the replication \
+                     history of the one before it (restarted empty, or the sentinels lag \
+                     behind a failover); asking again"
+                        .into(),
+                ));
+            }
+            tracing::error!(
+                "for {HISTORY_PATIENCE:?} the sentinels have named a primary that does not \
+                 continue the previous one's replication history: using it; jobs \
+                 acknowledged before may be lost"
+            );
+        }
+        h.replid = replid;
+        h.refused_since = None;
+        Ok(())
+    }
+}
+
+/// Whether a primary whose replication ids are `replid` and `replid2` continues the
+/// history `known` (the replication id of the primary used before, if any).
+fn continues(known: Option<&str>, replid: Option<&str>, replid2: Option<&str>) -> bool {
+    match known {
+        None => true,
+        Some(k) => replid == Some(k) || replid2 == Some(k),
+    }
+}
+
+/// `%XX` escapes in a URL's user or password.
+fn percent_decode(s: &str) -> Result<String, TargetError> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = bytes
+                .get(i + 1..i + 3)
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| TargetError::Url("a bad %-escape in the credentials".into()))?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| TargetError::Url("credentials are not UTF-8".into()))
+}
+
+/// The PEM files read, or `None` when no TLS file was given.
+fn certificates(tls: &TlsFiles) -> Result<Option<TlsCertificates>, TargetError> {
+    let read = |what, path: &PathBuf| {
+        std::fs::read(path).map_err(|source| TargetError::File {
+            what,
+            path: path.display().to_string(),
+            source,
+        })
+    };
+    let client_tls = match (&tls.cert, &tls.key) {
+        (Some(cert), Some(key)) => Some(ClientTlsConfig {
+            client_cert: read("--redis-tls-cert", cert)?,
+            client_key: read("--redis-tls-key", key)?,
+        }),
+        (None, None) => None,
+        _ => return Err(TargetError::HalfClientCert),
+    };
+    let root_cert = tls
+        .ca
+        .as_ref()
+        .map(|ca| read("--redis-tls-ca", ca))
+        .transpose()?;
+    if client_tls.is_none() && root_cert.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(TlsCertificates {
+        client_tls,
+        root_cert,
+    }))
+}
+
+/// A Redis URL without its credentials, for messages: `scheme://***@rest` when it
+/// had any.
+pub fn redact(url: &str) -> String {
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+        return "<not a URL>".to_string();
+    };
+    let rest = &url[scheme_end..];
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{}***{}", &url[..scheme_end], &rest[at..]),
+        None => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_primary_must_continue_the_replication_history() {
+        // Nothing used yet: any primary.
+        assert!(continues(None, Some("b"), None));
+        // The same primary again, or a replica promoted from it (its replid2).
+        assert!(continues(Some("a"), Some("a"), Some("0")));
+        assert!(continues(Some("a"), Some("b"), Some("a")));
+        // The old primary restarted empty: a fresh id, no history.
+        assert!(!continues(Some("a"), Some("x"), Some("0000")));
+        assert!(!continues(Some("a"), None, None));
+    }
+
+    #[test]
+    fn sentinel_urls_parse() {
+        let u = SentinelUrl::parse("app:s%40cret@h1:26379,h2:26380/mymaster/3").unwrap();
+        assert_eq!(u.username.as_deref(), Some("app"));
+        assert_eq!(u.password.as_deref(), Some("s@cret"));
+        assert_eq!(
+            u.sentinels,
+            vec![("h1".to_string(), 26379), ("h2".to_string(), 26380)]
+        );
+        assert_eq!(u.master, "mymaster");
+        assert_eq!(u.db, 3);
+        let u = SentinelUrl::parse(":pw@h:1/m").unwrap();
+        assert_eq!(
+            (u.username, u.password.as_deref(), u.db),
+            (None, Some("pw"), 0)
+        );
+        for bad in ["h:1", "h:1/", "/m", "h/m", "h:x/m", "h:1/m/x"] {
+            assert!(SentinelUrl::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn errors_never_quote_the_url() {
+        let secret = "hunter2";
+        for url in [
+            "redis+sentinel://u:hunter2@h:1/",
+            "redis+sentinel://u:hunter2@h:x/m",
+            "redis://u:hunter2@h:notaport/0",
+            "redis://u:hunter2@h:1/notadb",
+        ] {
+            let err = Target::new(url, &TlsFiles::default(), None)
+                .err()
+                .unwrap_or_else(|| panic!("{url} accepted"));
+            assert!(!err.to_string().contains(secret), "{err}");
+        }
+    }
+
+    #[test]
+    fn tls_options_need_a_tls_url() {
+        let tls = TlsFiles {
+            cert: Some("/nonexistent".into()),
+            ..TlsFiles::default()
+        };
+        assert!(matches!(
+            Target::new("rediss://h:1", &tls, None),
+            Err(TargetError::HalfClientCert)
+        ));
+        let tls = TlsFiles {
+            ca: Some("/etc/hostname".into()),
+            ..TlsFiles::default()
+        };
+        assert!(matches!(
+            Target::new("redis://h:1", &tls, None),
+            Err(TargetError::TlsWithoutTls)
+        ));
+    }
+
+    #[test]
+    fn redaction_hides_credentials_only() {
+        assert_eq!(redact("redis://u:pw@h:1/0"), "redis://***@h:1/0");
+        assert_eq!(
+            redact("redis+sentinel://:pw@a:1,b:2/m"),
+            "redis+sentinel://***@a:1,b:2/m"
+        );
+        assert_eq!(redact("redis://h:1/0"), "redis://h:1/0");
+        assert_eq!(redact("redis://h:1/a@b"), "redis://h:1/a@b");
+        assert_eq!(redact("u:pw@h"), "<not a URL>");
+    }
+}

@@ -1,0 +1,448 @@
+//! Change tracking for a memory store whose changes are persisted (Redis leader mode,
+//! `-b DIR`): which jobs and tubes changed since the last cut, and what persistence
+//! already holds of each job.
+//!
+//! A cut ([`State::cut`]) takes the changed jobs and tubes as they are at that moment,
+//! as records a sink writes in one batch. Changes coalesce: a job changed five times
+//! between two cuts is written once, and a job put and deleted between two cuts never
+//! reaches persistence at all. Each noted change bumps a sequence number; a cut that
+//! holds every change noted so far says so (`upto`), and a reply that depended on
+//! change `n` may be sent once a cut with `upto >= n` was written.
+//!
+//! Invariants:
+//! - cuts are taken one at a time: the next one only after the previous one was
+//!   written or failed ([`State::cut_failed`]); so a job's
+//!   `stored` always says what the last *written* cut left in persistence, except
+//!   after a failure, when it is `Unknown` (the write may or may not have landed) until
+//!   a later cut rewrites the job;
+//! - every job or tube changed since the last written cut is in `jobs`/`gone`/`tubes`.
+
+use foldhash::{HashMap, HashSet};
+
+use bytes::Bytes;
+
+use super::state::{Job, State};
+use crate::protocol::TubeName;
+use crate::store::{JobId, JobState, Nanos};
+
+/// What persistence holds of one job.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Stored {
+    /// Nothing: the job was made after the last written cut.
+    #[default]
+    Never,
+    /// The job, in this state (so a sink knows which set to take it out of).
+    As(JobState),
+    /// A write of this job failed without an answer: it may hold the old or the new
+    /// record. A sink rewrites the job whole (and removes it from every state's set).
+    Unknown,
+}
+
+/// The changes noted since the last written cut.
+#[derive(Debug, Default)]
+pub struct Journal {
+    seq: u64,
+    jobs: HashSet<JobId>,
+    gone: HashMap<JobId, Gone>,
+    tubes: HashSet<TubeName>,
+}
+
+impl Journal {
+    pub fn job_changed(&mut self, id: JobId, tube: &TubeName) {
+        self.seq += 1;
+        self.jobs.insert(id);
+        if !self.tubes.contains(tube) {
+            self.tubes.insert(tube.clone());
+        }
+    }
+
+    pub fn job_removed(&mut self, id: JobId, tube: &TubeName, stored: Stored) {
+        self.seq += 1;
+        self.jobs.remove(&id);
+        if stored != Stored::Never {
+            self.gone.insert(
+                id,
+                Gone {
+                    id,
+                    tube: tube.clone(),
+                    was: stored,
+                },
+            );
+        }
+        self.tube_changed(tube);
+    }
+
+    pub fn tube_changed(&mut self, name: &TubeName) {
+        self.seq += 1;
+        if !self.tubes.contains(name) {
+            self.tubes.insert(name.clone());
+        }
+    }
+
+    /// The namespace's counters are in every cut; a change to them is still a change a
+    /// reply may depend on (a consumed id).
+    pub fn counters_changed(&mut self) {
+        self.seq += 1;
+    }
+
+    /// The last change noted.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+}
+
+/// One job as persistence keeps it: every field of the memory store's job. `at` means
+/// what it means there: the due time (delayed), the TTR deadline (reserved), when it
+/// became ready (ready), its position in the buried FIFO (buried).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobRecord {
+    pub id: JobId,
+    pub tube: TubeName,
+    pub pri: u32,
+    pub delay_secs: u32,
+    pub ttr_secs: u32,
+    pub state: JobState,
+    pub created: Nanos,
+    pub at: u64,
+    /// The holding connection while reserved (0 otherwise).
+    pub owner: u64,
+    pub reserves: u32,
+    pub timeouts: u32,
+    pub releases: u32,
+    pub buries: u32,
+    pub kicks: u32,
+    pub body: Bytes,
+    /// What persistence held of the job before this record.
+    pub was: Stored,
+}
+
+impl JobRecord {
+    fn of(id: JobId, j: &Job) -> JobRecord {
+        JobRecord {
+            id,
+            tube: j.tube.clone(),
+            pri: j.pri,
+            delay_secs: j.delay_secs,
+            ttr_secs: j.ttr_secs,
+            state: j.state,
+            created: j.created,
+            at: j.at,
+            owner: j.owner,
+            reserves: j.reserves,
+            timeouts: j.timeouts,
+            releases: j.releases,
+            buries: j.buries,
+            kicks: j.kicks,
+            body: j.body.clone(),
+            was: j.stored,
+        }
+    }
+
+    /// Whether persistence may lack this job's body (a sink writes it then).
+    pub fn needs_body(&self) -> bool {
+        !matches!(self.was, Stored::As(_))
+    }
+}
+
+/// A job deleted since the last written cut that persistence holds (or may hold).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Gone {
+    pub id: JobId,
+    pub tube: TubeName,
+    pub was: Stored,
+}
+
+/// One tube as persistence keeps it. A tube is kept while it holds jobs (and
+/// `default` always): references die with their connections, so a tube that only a
+/// connection kept alive does not outlive a restart, as in beanstalkd.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TubeRecord {
+    pub name: TubeName,
+    pub kept: bool,
+    pub total_jobs: u64,
+    pub cmd_delete: u64,
+    pub cmd_pause: u64,
+    /// The pause as set (0: not paused) and when it ends.
+    pub pause: u64,
+    pub pause_until: Nanos,
+    /// A time at or before the tube's earliest due time (a delayed job, a TTR deadline,
+    /// the end of a pause); `None` when nothing in it is timed. May be early.
+    pub next_due: Option<Nanos>,
+}
+
+/// The namespace's counters, in every cut.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// The last id handed out (0: none yet).
+    pub last_id: JobId,
+    pub bury_seq: u64,
+    pub total_jobs: u64,
+    pub job_timeouts: u64,
+}
+
+/// The changes one batch writes.
+#[derive(Debug, Default)]
+pub struct Cut {
+    pub jobs: Vec<JobRecord>,
+    pub gone: Vec<Gone>,
+    pub tubes: Vec<TubeRecord>,
+    pub counters: Counters,
+    /// When the cut holds every change noted so far: the last of them. `None` when
+    /// its size bound left changes for the next cut.
+    pub upto: Option<u64>,
+}
+
+impl Cut {
+    pub fn is_empty(&self) -> bool {
+        self.jobs.is_empty() && self.gone.is_empty() && self.tubes.is_empty()
+    }
+}
+
+/// How much one cut may carry: a batch is built in memory and sent whole.
+#[derive(Clone, Copy, Debug)]
+pub struct CutLimit {
+    pub records: usize,
+    /// Bytes of bodies the cut will write (jobs persistence does not hold yet).
+    pub body_bytes: usize,
+}
+
+impl Default for CutLimit {
+    fn default() -> Self {
+        CutLimit {
+            records: 20_000,
+            body_bytes: 16 << 20,
+        }
+    }
+}
+
+/// What a loaded namespace hands the store to start from.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    /// Every job; `was` is ignored (each is stored as the state it was read in).
+    pub jobs: Vec<JobRecord>,
+    /// Tubes in list order (`default` is added when missing).
+    pub tubes: Vec<TubeRecord>,
+    pub counters: Counters,
+}
+
+impl State {
+    /// The last change noted (0 without a journal).
+    pub fn change_seq(&self) -> u64 {
+        self.journal.as_ref().map_or(0, |j| j.seq())
+    }
+
+    /// Take the changes since the last written cut (at most `limit`'s worth), as they
+    /// are now. Each job in the cut is marked as stored in its current state; a failed
+    /// write undoes that with [`State::cut_failed`].
+    pub fn cut(&mut self, limit: CutLimit) -> Cut {
+        let counters = self.counters();
+        let Some(journal) = self.journal.as_deref_mut() else {
+            return Cut::default();
+        };
+        let mut cut = Cut {
+            counters,
+            ..Cut::default()
+        };
+        let mut body_bytes = 0;
+        let ids: Vec<JobId> = journal.jobs.iter().copied().collect();
+        for id in ids {
+            if cut.jobs.len() + cut.gone.len() >= limit.records || body_bytes >= limit.body_bytes {
+                break;
+            }
+            journal.jobs.remove(&id);
+            if let Some(job) = self.jobs.get_mut(&id) {
+                let record = JobRecord::of(id, job);
+                if record.needs_body() {
+                    body_bytes += record.body.len();
+                }
+                job.stored = Stored::As(job.state);
+                cut.jobs.push(record);
+            }
+        }
+        let gone: Vec<JobId> = journal.gone.keys().copied().collect();
+        for id in gone {
+            if cut.jobs.len() + cut.gone.len() >= limit.records {
+                break;
+            }
+            if let Some(g) = journal.gone.remove(&id) {
+                cut.gone.push(g);
+            }
+        }
+        // Tubes go with the jobs of theirs in this cut; only once no job is left over
+        // may a tube record (which says whether the tube still has jobs) be final.
+        if journal.jobs.is_empty() && journal.gone.is_empty() {
+            let names: Vec<TubeName> = journal.tubes.drain().collect();
+            cut.upto = Some(journal.seq);
+            let soonest_deadline = self.reserved.first().map(|&(d, _)| d + 1);
+            for name in names {
+                cut.tubes.push(match self.tubes.get(&name) {
+                    Some(t) => TubeRecord {
+                        kept: name.as_str() == "default" || t.job_count() > 0,
+                        total_jobs: t.total_jobs,
+                        cmd_delete: t.cmd_delete,
+                        cmd_pause: t.cmd_pause,
+                        pause: t.pause,
+                        pause_until: t.pause_until,
+                        // The earliest deadline of all reservations stands in for this
+                        // tube's: the entry may be early, never late.
+                        next_due: [
+                            t.delayed.first().map(|&(d, _)| d),
+                            (t.reserved > 0).then_some(soonest_deadline).flatten(),
+                            (t.pause > 0).then_some(t.pause_until),
+                        ]
+                        .into_iter()
+                        .flatten()
+                        .min(),
+                        name,
+                    },
+                    None => TubeRecord {
+                        kept: false,
+                        total_jobs: 0,
+                        cmd_delete: 0,
+                        cmd_pause: 0,
+                        pause: 0,
+                        pause_until: 0,
+                        next_due: None,
+                        name,
+                    },
+                });
+            }
+        }
+        cut
+    }
+
+    /// Writing `cut` failed, and may or may not have landed: every job in it is now of
+    /// unknown standing in persistence and is written again, whole, by the next cut.
+    pub fn cut_failed(&mut self, cut: &Cut) {
+        let Some(journal) = self.journal.as_deref_mut() else {
+            return;
+        };
+        for r in &cut.jobs {
+            if let Some(job) = self.jobs.get_mut(&r.id) {
+                job.stored = Stored::Unknown;
+                journal.jobs.insert(r.id);
+            } else if let Some(g) = journal.gone.get_mut(&r.id) {
+                // Deleted after the cut was taken: its removal must clear every set.
+                g.was = Stored::Unknown;
+            }
+        }
+        for g in &cut.gone {
+            journal.gone.insert(
+                g.id,
+                Gone {
+                    was: Stored::Unknown,
+                    ..g.clone()
+                },
+            );
+        }
+        for t in &cut.tubes {
+            journal.tubes.insert(t.name.clone());
+        }
+        journal.seq += 1;
+    }
+
+    fn counters(&self) -> Counters {
+        Counters {
+            last_id: self.next_id.saturating_sub(1),
+            bury_seq: self.bury_seq,
+            total_jobs: self.totals.total_jobs,
+            job_timeouts: self.totals.job_timeouts,
+        }
+    }
+
+    /// A journaled state holding `snap`, as a restart finds it: jobs that were
+    /// reserved go back to ready at `now` (their connections died with the process
+    /// that served them), which the first cut writes.
+    pub fn restore(snap: Snapshot, now: Nanos) -> State {
+        let mut s = State::new(true);
+        // Building the state is not a change: the journal is set aside meanwhile (a
+        // namespace of a million jobs would otherwise note each of them), and told
+        // afterwards only what this start changed.
+        let mut journal = s.journal.take();
+        // Only tubes that hold jobs come back (and `default`): the connections that kept
+        // others alive are gone. The rest are dropped from persistence by the first cut.
+        let with_jobs: std::collections::HashSet<&TubeName> =
+            snap.jobs.iter().map(|r| &r.tube).collect();
+        let mut dropped = Vec::new();
+        for t in &snap.tubes {
+            if t.name.as_str() != "default" && !with_jobs.contains(&t.name) {
+                dropped.push(t.name.clone());
+                continue;
+            }
+            let tube = s.tube_entry(&t.name);
+            tube.total_jobs = t.total_jobs;
+            tube.cmd_delete = t.cmd_delete;
+            tube.cmd_pause = t.cmd_pause;
+            if t.pause > 0 {
+                tube.pause = t.pause;
+                tube.pause_until = t.pause_until;
+                s.pauses.insert((t.pause_until, t.name.clone()));
+            }
+        }
+        s.next_id = snap.counters.last_id + 1;
+        s.bury_seq = snap.counters.bury_seq;
+        s.totals.total_jobs = snap.counters.total_jobs;
+        s.totals.job_timeouts = snap.counters.job_timeouts;
+        let mut jobs = snap.jobs;
+        // Inserted in the order of the ready sets they mostly go to, a million jobs
+        // append to their B-trees rather than land at random places in them.
+        jobs.sort_unstable_by_key(|r| (r.pri, r.id));
+        s.jobs.reserve(jobs.len());
+        let mut changed: Vec<JobId> = Vec::new();
+        // Buried jobs keep their FIFO order through their sequence numbers, whatever
+        // order they are read in.
+        for r in jobs {
+            s.next_id = s.next_id.max(r.id + 1);
+            s.tube_entry(&r.tube);
+            let tube_name = r.tube.clone();
+            let (state, at) = match r.state {
+                JobState::Reserved => {
+                    changed.push(r.id);
+                    (JobState::Ready, now)
+                }
+                state => (state, r.at),
+            };
+            s.jobs.insert(
+                r.id,
+                Box::new(Job {
+                    tube: r.tube,
+                    pri: r.pri,
+                    delay_secs: r.delay_secs,
+                    ttr_secs: r.ttr_secs,
+                    state,
+                    stored: Stored::As(r.state),
+                    created: r.created,
+                    at,
+                    owner: 0,
+                    reserves: r.reserves,
+                    timeouts: r.timeouts,
+                    releases: r.releases,
+                    buries: r.buries,
+                    kicks: r.kicks,
+                    body: r.body,
+                }),
+            );
+            if state == JobState::Buried {
+                // `attach` would number it anew: place it at its own position.
+                s.bury_seq = s.bury_seq.max(at);
+                if let Some(tube) = s.tubes.get_mut(&tube_name) {
+                    tube.buried.insert(at, r.id);
+                }
+                s.totals.buried += 1;
+            } else {
+                s.attach(r.id, state, at, None);
+            }
+        }
+        // The first cut writes only what this start changed (reservations returned to
+        // ready), plus every tube, to repair its due entry.
+        if let Some(j) = journal.as_deref_mut() {
+            j.seq += 1;
+            j.jobs.extend(changed);
+            for name in s.order.as_slice().iter().chain(&dropped) {
+                j.tubes.insert(name.clone());
+            }
+        }
+        s.journal = journal;
+        s
+    }
+}

@@ -1,0 +1,367 @@
+//! The memory store's state: jobs, tubes and the orderings beanstalkd's commands need,
+//! and the two primitives every transition is made of, [`State::detach`] (take a job out
+//! of the place its state puts it) and [`State::attach`] (put it in its new place).
+//!
+//! Ownership: one `State` per [`super::MemoryStore`], behind its mutex.
+//!
+//! Invariants:
+//! - a job is in exactly one place matching its state: its tube's `ready` set
+//!   (pri, id), its tube's and the global `delayed` sets (due, id), the global
+//!   `reserved` set and its owner's set (deadline, id), or its tube's `buried` FIFO;
+//! - `totals` and each tube's counts equal the sizes of those places;
+//! - a tube is in `tubes` (and `order`) while it has jobs, users or watchers, or is
+//!   `default`;
+//! - with a journal (a persisted store), every job and tube a transition changes is
+//!   noted in it by `attach`, `remove_job` and the tube counters' setters, so a cut
+//!   finds every change (see `journal.rs`).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+// Every lookup of a job, tube or connection hashes its key: foldhash (seeded per
+// process) instead of SipHash, which was the largest single cost of a command.
+use foldhash::HashMap;
+
+use bytes::Bytes;
+
+use super::journal::{Journal, Stored};
+use crate::protocol::TubeName;
+use crate::store::{ConnId, JobId, JobState, NANOS_PER_SEC, Nanos, Reserved, Totals, URGENT_PRI};
+use crate::util::SwapList;
+
+/// The two kinds of reference a connection holds on a tube.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Ref {
+    Using,
+    Watching,
+}
+
+/// One job. Kept small, because a queue may hold millions (each is boxed, so the job
+/// table's spare capacity costs a pointer per slot, not a whole job): one time field
+/// serves every state, the counters are 32-bit as in the reference.
+#[derive(Debug)]
+pub(super) struct Job {
+    pub tube: TubeName,
+    pub pri: u32,
+    pub delay_secs: u32,
+    pub ttr_secs: u32,
+    pub state: JobState,
+    /// What persistence holds of this job (always `Never` without a journal).
+    pub stored: Stored,
+    pub created: Nanos,
+    /// By state: delayed, the due time; reserved, the TTR deadline; ready, when it
+    /// became ready (a reserve reports how long it waited); buried, its position in
+    /// the tube's buried FIFO.
+    pub at: u64,
+    /// The reserving connection's id while reserved, else 0 (ids start at 1).
+    pub owner: u64,
+    pub reserves: u32,
+    pub timeouts: u32,
+    pub releases: u32,
+    pub buries: u32,
+    pub kicks: u32,
+    pub body: Bytes,
+}
+
+impl Job {
+    pub fn owned_by(&self, conn: ConnId) -> bool {
+        self.state == JobState::Reserved && self.owner == conn.0
+    }
+}
+
+#[derive(Debug, Default)]
+pub(super) struct Tube {
+    pub ready: BTreeSet<(u32, JobId)>,
+    pub delayed: BTreeSet<(Nanos, JobId)>,
+    pub buried: BTreeMap<u64, JobId>,
+    pub reserved: u64,
+    pub urgent: u64,
+    pub total_jobs: u64,
+    pub using: u64,
+    pub watching: u64,
+    pub cmd_delete: u64,
+    pub cmd_pause: u64,
+    pub pause: u64,
+    pub pause_until: Nanos,
+}
+
+impl Tube {
+    pub fn job_count(&self) -> u64 {
+        self.ready.len() as u64
+            + self.delayed.len() as u64
+            + self.buried.len() as u64
+            + self.reserved
+    }
+
+    pub fn paused_at(&self, now: Nanos) -> bool {
+        self.pause > 0 && self.pause_until > now
+    }
+}
+
+#[derive(Debug, Default)]
+pub(super) struct State {
+    pub next_id: JobId,
+    pub jobs: HashMap<JobId, Box<Job>>,
+    pub tubes: HashMap<TubeName, Tube>,
+    pub order: SwapList<TubeName>,
+    pub delayed: BTreeSet<(Nanos, JobId)>,
+    pub reserved: BTreeSet<(Nanos, JobId)>,
+    pub by_conn: HashMap<ConnId, BTreeSet<(Nanos, JobId)>>,
+    pub pauses: BTreeSet<(Nanos, TubeName)>,
+    pub bury_seq: u64,
+    pub totals: Totals,
+    /// Changes not yet persisted; `None` for a store that persists nothing.
+    pub journal: Option<Box<Journal>>,
+}
+
+impl State {
+    pub fn new(journal: bool) -> State {
+        let mut state = State {
+            next_id: 1,
+            journal: journal.then(Box::default),
+            ..State::default()
+        };
+        state.tube_entry(&TubeName::default_tube());
+        state
+    }
+
+    pub fn tube_entry(&mut self, name: &TubeName) -> &mut Tube {
+        if !self.tubes.contains_key(name) {
+            self.order.insert(name.clone());
+            self.totals.tubes += 1;
+            self.note_tube(name);
+        }
+        self.tubes.entry(name.clone()).or_default()
+    }
+
+    /// Destroy `name` if nothing refers to it any more; its counters and pause go too.
+    pub fn maybe_drop_tube(&mut self, name: &TubeName) {
+        let Some(t) = self.tubes.get(name) else {
+            return;
+        };
+        if name.as_str() == "default" || t.job_count() > 0 || t.using > 0 || t.watching > 0 {
+            return;
+        }
+        if t.pause > 0 {
+            self.pauses.remove(&(t.pause_until, name.clone()));
+        }
+        self.tubes.remove(name);
+        self.order.remove(name);
+        self.totals.tubes -= 1;
+        self.note_tube(name);
+    }
+
+    pub fn alloc_id(&mut self) -> JobId {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.note_counters();
+        id
+    }
+
+    /// Take job `id` out of the place its state puts it, keeping counts true.
+    /// The job's `state` field is left for the caller to overwrite.
+    pub fn detach(&mut self, id: JobId) {
+        let Some(job) = self.jobs.get(&id) else {
+            return;
+        };
+        let Some(tube) = self.tubes.get_mut(&job.tube) else {
+            return;
+        };
+        match job.state {
+            JobState::Ready => {
+                tube.ready.remove(&(job.pri, id));
+                if job.pri < URGENT_PRI {
+                    tube.urgent -= 1;
+                    self.totals.urgent -= 1;
+                }
+                self.totals.ready -= 1;
+            }
+            JobState::Delayed => {
+                tube.delayed.remove(&(job.at, id));
+                self.delayed.remove(&(job.at, id));
+                self.totals.delayed -= 1;
+            }
+            JobState::Reserved => {
+                tube.reserved -= 1;
+                self.reserved.remove(&(job.at, id));
+                let owner = ConnId(job.owner);
+                if let Some(set) = self.by_conn.get_mut(&owner) {
+                    set.remove(&(job.at, id));
+                    if set.is_empty() {
+                        self.by_conn.remove(&owner);
+                    }
+                }
+                self.totals.reserved -= 1;
+            }
+            JobState::Buried => {
+                tube.buried.remove(&job.at);
+                self.totals.buried -= 1;
+            }
+        }
+    }
+
+    /// Place a detached job in `state`. `due` is the due time (delayed), the deadline
+    /// (reserved) or when it became ready (ready); `owner` the reserving connection.
+    pub fn attach(&mut self, id: JobId, state: JobState, due: Nanos, owner: Option<ConnId>) {
+        let bury_seq = if state == JobState::Buried {
+            self.bury_seq += 1;
+            self.bury_seq
+        } else {
+            0
+        };
+        let Some(job) = self.jobs.get_mut(&id) else {
+            return;
+        };
+        job.state = state;
+        job.at = if state == JobState::Buried {
+            bury_seq
+        } else {
+            due
+        };
+        job.owner = owner.map_or(0, |c| c.0);
+        let Some(tube) = self.tubes.get_mut(&job.tube) else {
+            return;
+        };
+        match state {
+            JobState::Ready => {
+                tube.ready.insert((job.pri, id));
+                if job.pri < URGENT_PRI {
+                    tube.urgent += 1;
+                    self.totals.urgent += 1;
+                }
+                self.totals.ready += 1;
+            }
+            JobState::Delayed => {
+                tube.delayed.insert((due, id));
+                self.delayed.insert((due, id));
+                self.totals.delayed += 1;
+            }
+            JobState::Reserved => {
+                tube.reserved += 1;
+                self.reserved.insert((due, id));
+                if let Some(owner) = owner {
+                    self.by_conn.entry(owner).or_default().insert((due, id));
+                }
+                self.totals.reserved += 1;
+            }
+            JobState::Buried => {
+                tube.buried.insert(bury_seq, id);
+                self.totals.buried += 1;
+            }
+        }
+        if let Some(journal) = self.journal.as_deref_mut() {
+            journal.job_changed(id, &job.tube);
+        }
+    }
+
+    pub fn move_to(&mut self, id: JobId, state: JobState, due: Nanos, owner: Option<ConnId>) {
+        self.detach(id);
+        self.attach(id, state, due, owner);
+    }
+
+    /// Move job `id` to ready, having become ready at `since` (which may be earlier
+    /// than now: the end of its delay, or its lapsed deadline).
+    pub fn make_ready(&mut self, id: JobId, since: Nanos) {
+        self.move_to(id, JobState::Ready, since, None);
+    }
+
+    /// Remove a detached job for good (a delete); its tube may then be destroyed.
+    pub fn remove_job(&mut self, id: JobId) -> Option<Box<Job>> {
+        let job = self.jobs.remove(&id)?;
+        if let Some(journal) = self.journal.as_deref_mut() {
+            journal.job_removed(id, &job.tube, job.stored);
+        }
+        Some(job)
+    }
+
+    pub fn held_by(&self, id: JobId, conn: ConnId) -> Option<&Job> {
+        self.jobs
+            .get(&id)
+            .map(|j| &**j)
+            .filter(|j| j.owned_by(conn))
+    }
+
+    pub fn reserve_id(&mut self, conn: ConnId, id: JobId, now: Nanos) -> Option<Reserved> {
+        let settled_by = self.journal.as_ref().map(|j| j.seq());
+        let job = self.jobs.get(&id)?;
+        let ttr = u64::from(job.ttr_secs);
+        // A delayed or buried job taken by reserve-job never waited as ready.
+        let waited = match job.state {
+            JobState::Ready => now.saturating_sub(job.at),
+            _ => 0,
+        };
+        let deadline = now + ttr * NANOS_PER_SEC;
+        let job = self.jobs.get_mut(&id)?;
+        job.reserves += 1;
+        self.move_to(id, JobState::Reserved, deadline, Some(conn));
+        let job = self.jobs.get(&id)?;
+        Some(Reserved {
+            id,
+            tube: job.tube.clone(),
+            body: job.body.clone(),
+            deadline,
+            waited: Some(waited),
+            settled_by,
+        })
+    }
+
+    /// Place a detached (or new) job: delayed when `delay_secs > 0`, else ready.
+    pub fn attach_after(&mut self, id: JobId, delay_secs: u32, now: Nanos) {
+        if delay_secs > 0 {
+            self.attach(
+                id,
+                JobState::Delayed,
+                now + u64::from(delay_secs) * NANOS_PER_SEC,
+                None,
+            );
+        } else {
+            self.attach(id, JobState::Ready, now, None);
+        }
+    }
+
+    /// Drop one use or watch reference to `tube`, destroying it if that was the last.
+    pub fn unref(&mut self, tube: &TubeName, kind: Ref) {
+        if let Some(t) = self.tubes.get_mut(tube) {
+            let count = match kind {
+                Ref::Using => &mut t.using,
+                Ref::Watching => &mut t.watching,
+            };
+            *count = count.saturating_sub(1);
+        }
+        self.maybe_drop_tube(tube);
+    }
+
+    /// Every job `conn` holds back to ready, counters untouched; the tubes that gained.
+    pub fn release_held(&mut self, conn: ConnId, now: Nanos) -> Vec<TubeName> {
+        let Some(held) = self.by_conn.get(&conn).cloned() else {
+            return Vec::new();
+        };
+        let mut tubes = Vec::new();
+        for (_, id) in held {
+            self.make_ready(id, now);
+            if let Some(j) = self.jobs.get(&id) {
+                tubes.push(j.tube.clone());
+            }
+        }
+        tubes.sort();
+        tubes.dedup();
+        tubes
+    }
+
+    pub fn peek_body(&self, id: JobId) -> Option<(JobId, Bytes)> {
+        self.jobs.get(&id).map(|j| (id, j.body.clone()))
+    }
+
+    /// A tube's persisted figures changed (its counters, its pause, its existence).
+    pub fn note_tube(&mut self, name: &TubeName) {
+        if let Some(journal) = self.journal.as_deref_mut() {
+            journal.tube_changed(name);
+        }
+    }
+
+    /// The namespace's counters changed (ids, totals).
+    pub fn note_counters(&mut self) {
+        if let Some(journal) = self.journal.as_deref_mut() {
+            journal.counters_changed();
+        }
+    }
+}

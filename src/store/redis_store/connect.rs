@@ -1,0 +1,123 @@
+//! Connecting: one multiplexed RESP3 connection for commands and another for the
+//! wake-up subscription (Redis applies its pub/sub output-buffer limit to a connection
+//! that subscribed: replies, however large, never travel on that one), the scripts
+//! loaded up front, the `default` tube made sure of, the Redis clock read, and this
+//! instance registered.
+//!
+//! Both connections are [`RedisConn`]s: made again by themselves (after a failover, to
+//! the new primary), the subscription renewed; a command that cannot get an answer
+//! within [`RESPONSE_TIMEOUT`] (plus the WAIT timeout, with `--redis-wait-replicas`)
+//! fails (INTERNAL_ERROR), never hangs.
+//!
+//! Ownership: the task that forwards wake-ups owns the push receiver and the
+//! subscription's connection; it ends when the engine drops the wake-up receiver.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use rand::RngExt;
+use redis::{PushInfo, PushKind};
+use tokio::sync::mpsc;
+
+use super::held::HeldJobs;
+use super::keys::Keys;
+use super::reclaim::Attempts;
+use super::refs::References;
+use super::reply::{US, connect_error, text};
+use super::scripts::Runner;
+use super::{RedisConfig, RedisStore};
+use crate::protocol::TubeName;
+use crate::redis_conn::{RESPONSE_TIMEOUT, RedisConn};
+use crate::store::StoreError;
+use crate::time::Clock;
+
+/// Command connections with `--redis-wait-replicas` (see `connect`).
+const WAIT_LANES: usize = 8;
+
+impl RedisStore {
+    /// Connect (commands, and the wake-up subscription on a connection of its own),
+    /// make sure `default` exists, and read the Redis clock. Fails when Redis cannot be
+    /// reached or refuses the credentials.
+    pub async fn connect(config: &RedisConfig) -> Result<RedisStore, StoreError> {
+        let connector = config.connector()?;
+        let wait =
+            (config.wait_replicas > 0).then_some((config.wait_replicas, config.wait_timeout));
+        // A WAIT answers after its timeout at the latest: the reply may take that long.
+        let response_timeout = RESPONSE_TIMEOUT + wait.map_or(Duration::ZERO, |(_, t)| t);
+        // WAIT blocks the connection it is sent on until the replicas confirm, and every
+        // command pipelined behind it waits too: with replicas to wait for, commands go
+        // out on several connections in turn, so their WAITs overlap.
+        let lanes = if wait.is_some() { WAIT_LANES } else { 1 };
+        let mut conns = Vec::with_capacity(lanes);
+        for _ in 0..lanes {
+            conns.push(
+                connector
+                    .managed("commands", response_timeout)
+                    .await
+                    .map_err(connect_error)?,
+            );
+        }
+        let keys = Keys::new(&config.prefix);
+        let bytes: [u8; 8] = rand::rng().random();
+        let instance: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        let channel = keys.wake_channel();
+        let (push_tx, push_rx) = mpsc::unbounded_channel();
+        let subscription = connector
+            .subscriber(channel.clone(), push_tx)
+            .await
+            .map_err(connect_error)?;
+        let wake_rx = forward_wake_ups(push_rx, instance.clone(), subscription);
+
+        let run = Runner::new(conns, keys, &format!("{instance}\n{channel}"), wait);
+        run.scripts().load_all(&mut run.conn()).await?;
+        let asked = Instant::now();
+        let now_us = run
+            .on_tube(|s| &s.init, &[], TubeName::default_tube().as_str())
+            .run()
+            .await?;
+        // Redis read its clock about half a round trip ago.
+        let now = now_us * US + asked.elapsed().as_nanos() as u64 / 2;
+        let refs = References::start(run.clone(), run.keys().refs(&instance));
+        let store = RedisStore {
+            attempts: Attempts::new(&instance),
+            run,
+            instance,
+            clock: Clock::starting_at(now),
+            held: HeldJobs::default(),
+            refs,
+            wake: Mutex::new(Some(wake_rx)),
+            next_heartbeat: Mutex::new(0),
+        };
+        store.heartbeat(now).await?;
+        Ok(store)
+    }
+}
+
+/// Forward the tubes named on the wake-up channel by other instances (`me` skips its
+/// own messages) until the receiver is dropped.
+/// The task owns the subscription's connection: it closes when the task ends.
+fn forward_wake_ups(
+    mut pushes: mpsc::UnboundedReceiver<PushInfo>,
+    me: String,
+    subscription: RedisConn,
+) -> mpsc::UnboundedReceiver<TubeName> {
+    let (wake_tx, wake_rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let _subscription = subscription;
+        while let Some(push) = pushes.recv().await {
+            if push.kind != PushKind::Message {
+                continue;
+            }
+            if let Some(tube) = push
+                .data
+                .get(1)
+                .and_then(|m| text(m).ok())
+                .and_then(|m| Keys::parse_wake(m, &me))
+                && wake_tx.send(tube).is_err()
+            {
+                return;
+            }
+        }
+    });
+    wake_rx
+}

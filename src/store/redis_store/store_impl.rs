@@ -1,0 +1,539 @@
+//! [`Store`] for [`RedisStore`]: each transition is one script call (or, for the
+//! scripts whose work grows with the data, calls of at most [`SCRIPT_CHUNK`] jobs until
+//! the script reports no more), plus the few reads that are plain commands.
+//!
+//! Invariants: only the holding connection's owner token lets release, bury, touch or
+//! delete act on a reserved job (the scripts check it); `held` follows every reply
+//! that starts, renews or ends a reservation of this instance; a reserve whose answer
+//! was lost is remembered for reclaim before its error is returned.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use foldhash::HashMap;
+use redis::Value;
+use tokio::sync::mpsc;
+
+use super::held::Held;
+use super::keys::{NsKey, RESERVE_KEYS, TubeKey};
+use super::refs::RefKind;
+use super::reply::{self, KickSet, US, redis_error};
+use super::ticks::err_chain;
+use super::{RedisStore, SCRIPT_CHUNK};
+use crate::protocol::TubeName;
+use crate::store::{
+    ConnId, JobId, JobInfo, Nanos, NewJob, Reserved, Store, StoreError, StoreResult, Totals,
+    TubeInfo, URGENT_PRI, pause_length,
+};
+use crate::time::Clock;
+
+/// How often the timer runs a tick even when nothing local is due: deadlines created by
+/// an instance that then died, wake-ups lost while Redis was unreachable.
+const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How many tubes' figures one pipeline of `stats` reads.
+const STATS_CHUNK: usize = 1000;
+
+/// The most jobs and tube references one call of the `close` script handles.
+const CLOSE_CHUNK: usize = 500;
+
+/// A reserve met a job that lost its body or meta in Redis (the script dropped it and
+/// answered a DAMAGED error, see reserve.lua): say which, loudly.
+fn report_damage(err: &StoreError) {
+    let text = err_chain(err);
+    if let Some(at) = text.find("DAMAGED") {
+        tracing::error!("{}", &text[at..]);
+    }
+}
+
+impl RedisStore {
+    /// A peek in `tube`: of job `id` (`which` "id"), or the head of a set.
+    async fn peek_in(
+        &self,
+        tube: &str,
+        which: &str,
+        id: JobId,
+    ) -> StoreResult<Option<(JobId, Bytes)>> {
+        let peeked = self
+            .run
+            .on_tube(|s| &s.peek, &[], tube)
+            .arg((id, which))
+            .run()
+            .await?;
+        Ok(peeked.map(|p| (p.id, p.body)))
+    }
+
+    /// The `close` script for one connection: `jobs` back to ready, `refs` dropped (in
+    /// order); the tubes that gained ready jobs. A call takes at most [`CLOSE_CHUNK`]
+    /// jobs and references (jobs first), so a connection that watched 100,000 tubes
+    /// never blocks Redis, or this instance, for long; the calls follow each other.
+    async fn close_script<'a>(
+        &self,
+        jobs: &[(JobId, Held)],
+        refs: impl Iterator<Item = (RefKind, &'a TubeName)>,
+    ) -> StoreResult<Vec<TubeName>> {
+        let refs: Vec<(RefKind, &TubeName)> = refs.collect();
+        let mut woken = Vec::new();
+        let (mut jobs, mut refs) = (jobs, &refs[..]);
+        loop {
+            let take_jobs = jobs.len().min(CLOSE_CHUNK);
+            let take_refs = refs.len().min(CLOSE_CHUNK - take_jobs);
+            let (chunk_jobs, rest_jobs) = jobs.split_at(take_jobs);
+            let (chunk_refs, rest_refs) = refs.split_at(take_refs);
+            woken.extend(self.close_chunk(chunk_jobs, chunk_refs).await?);
+            (jobs, refs) = (rest_jobs, rest_refs);
+            if jobs.is_empty() && refs.is_empty() {
+                return Ok(woken);
+            }
+        }
+    }
+
+    /// One call of the `close` script. Each reference is sent as this instance's count
+    /// after the close, read as the call is queued (see close.lua).
+    async fn close_chunk(
+        &self,
+        jobs: &[(JobId, Held)],
+        refs: &[(RefKind, &TubeName)],
+    ) -> StoreResult<Vec<TubeName>> {
+        let mut tubes: Vec<&TubeName> = Vec::new();
+        let mut index: HashMap<&TubeName, usize> = HashMap::default();
+        for t in jobs
+            .iter()
+            .map(|(_, h)| &h.tube)
+            .chain(refs.iter().map(|(_, t)| *t))
+        {
+            index.entry(t).or_insert_with(|| {
+                tubes.push(t);
+                tubes.len()
+            });
+        }
+        let at = |t: &TubeName| index.get(t).copied().unwrap_or(0);
+        let names: Vec<&str> = tubes.iter().map(|t| t.as_str()).collect();
+        let mut call = self.run.call(|s| &s.close, &[self.refs.key()], &names);
+        call.arg(self.run.origin())
+            .arg(names.join("\n"))
+            .arg(jobs.len());
+        for (id, h) in jobs {
+            call.arg((*id, &h.owner, at(&h.tube)));
+        }
+        for &(kind, tube) in refs {
+            call.arg((kind.name(), at(tube), self.refs.count(kind, tube)));
+        }
+        let woken = call.run().await?;
+        Ok(woken
+            .into_iter()
+            .filter_map(|i| {
+                tubes
+                    .get((i as usize).wrapping_sub(1))
+                    .map(|t| (*t).clone())
+            })
+            .collect())
+    }
+}
+
+impl Store for RedisStore {
+    async fn put(&self, job: NewJob, _now: Nanos) -> StoreResult<JobId> {
+        self.run
+            .on_tube(|s| &s.put, &[], job.tube.as_str())
+            .arg((job.pri, job.delay_secs, job.ttr_secs, &job.body[..]))
+            .run()
+            .await
+    }
+
+    async fn burn_id(&self) -> StoreResult<JobId> {
+        redis::cmd("INCR")
+            .arg(self.run.keys().ns(NsKey::Ids))
+            .query_async(&mut self.run.conn())
+            .await
+            .map_err(|e| redis_error("INCR ids", e))
+    }
+
+    async fn reserve(
+        &self,
+        conn: ConnId,
+        watched: &[TubeName],
+        _now: Nanos,
+    ) -> StoreResult<Option<Reserved>> {
+        let owner = self.attempts.owner(conn);
+        let mut call = self
+            .run
+            .call_with(|s| &s.reserve, &[], watched, RESERVE_KEYS);
+        call.arg(self.run.origin()).arg(&owner);
+        for t in watched {
+            call.arg(t.as_str());
+        }
+        let reservation = match call.run().await {
+            Ok(r) => r,
+            Err(err) => {
+                // The script may still run (a timeout does not cancel it).
+                self.attempts.failed(watched, &owner, &err);
+                report_damage(&err);
+                return Err(err);
+            }
+        };
+        let Some(r) = reservation else {
+            return Ok(None);
+        };
+        let tube = watched
+            .get(r.tube_index.wrapping_sub(1))
+            .cloned()
+            .ok_or_else(|| StoreError::bad_reply("reserve", "tube index out of range"))?;
+        Ok(Some(self.reserved(conn, tube, owner, r)))
+    }
+
+    async fn reserve_job(
+        &self,
+        conn: ConnId,
+        id: JobId,
+        _now: Nanos,
+    ) -> StoreResult<Option<Reserved>> {
+        let Some((tube, mut call)) = self.job_call(|s| &s.reserve_job, id).await? else {
+            return Ok(None);
+        };
+        let owner = self.attempts.owner(conn);
+        let reservation = call.arg(&owner).run().await.inspect_err(|err| {
+            self.attempts
+                .failed(std::slice::from_ref(&tube), &owner, err);
+            report_damage(err);
+        })?;
+        Ok(reservation.map(|r| self.reserved(conn, tube, owner, r)))
+    }
+
+    async fn delete(&self, conn: ConnId, id: JobId) -> StoreResult<bool> {
+        // Only the holder may delete a reserved job: its token proves it. A job this
+        // connection holds needs no index lookup.
+        let deleted = match self.held_call(|s| &s.delete, conn, id) {
+            Some((_, call)) => call.run().await?,
+            None => match self.job_call(|s| &s.delete, id).await? {
+                Some((_, mut call)) => call.arg("").run().await?,
+                None => false,
+            },
+        };
+        if deleted {
+            self.held.unhold(conn, id);
+        }
+        Ok(deleted)
+    }
+
+    async fn release(
+        &self,
+        conn: ConnId,
+        id: JobId,
+        pri: u32,
+        delay_secs: u32,
+        _now: Nanos,
+    ) -> StoreResult<Option<TubeName>> {
+        let Some((held, mut call)) = self.held_call(|s| &s.release, conn, id) else {
+            return Ok(None);
+        };
+        let released = call.arg((pri, delay_secs)).run().await?;
+        self.held.unhold(conn, id);
+        Ok(released.then_some(held.tube))
+    }
+
+    async fn bury(&self, conn: ConnId, id: JobId, pri: u32) -> StoreResult<bool> {
+        let Some((_, mut call)) = self.held_call(|s| &s.bury, conn, id) else {
+            return Ok(false);
+        };
+        let buried = call.arg(pri).run().await?;
+        self.held.unhold(conn, id);
+        Ok(buried)
+    }
+
+    async fn touch(&self, conn: ConnId, id: JobId, _now: Nanos) -> StoreResult<Option<Nanos>> {
+        let Some((held, call)) = self.held_call(|s| &s.touch, conn, id) else {
+            return Ok(None);
+        };
+        let Some(touched) = call.run().await? else {
+            self.held.unhold(conn, id);
+            return Ok(None);
+        };
+        let deadline = self.local_time(touched.deadline_us, touched.now_us);
+        self.held.hold(conn, id, Held { deadline, ..held });
+        Ok(Some(deadline))
+    }
+
+    async fn kick(&self, tube: &TubeName, bound: u32, _now: Nanos) -> StoreResult<u32> {
+        // A chunk at a time; the first call chooses buried or delayed jobs, and the
+        // rest keep to its choice, so one kick never mixes the two.
+        let (mut kicked, mut from) = (0u32, None::<KickSet>);
+        while kicked < bound {
+            let chunk = (bound - kicked).min(SCRIPT_CHUNK);
+            let step = match self
+                .run
+                .on_tube(|s| &s.kick, &[], tube.as_str())
+                .arg((chunk, from.map_or("", KickSet::name)))
+                .run()
+                .await
+            {
+                Ok(step) => step,
+                // Jobs already kicked stay kicked: say so rather than INTERNAL_ERROR.
+                Err(err) if kicked > 0 => {
+                    tracing::warn!(%err, kicked, bound, "a kick stopped part way");
+                    return Ok(kicked);
+                }
+                Err(err) => return Err(err),
+            };
+            kicked = kicked.saturating_add(step.count);
+            from = Some(step.from);
+            if step.count < chunk {
+                break;
+            }
+        }
+        Ok(kicked)
+    }
+
+    async fn kick_job(&self, id: JobId, _now: Nanos) -> StoreResult<Option<TubeName>> {
+        let Some((tube, call)) = self.job_call(|s| &s.kick_job, id).await? else {
+            return Ok(None);
+        };
+        Ok(call.run().await?.then_some(tube))
+    }
+
+    async fn peek(&self, id: JobId) -> StoreResult<Option<(JobId, Bytes)>> {
+        let Some((_, mut call)) = self.job_call(|s| &s.peek, id).await? else {
+            return Ok(None);
+        };
+        Ok(call.arg("id").run().await?.map(|p| (p.id, p.body)))
+    }
+
+    async fn peek_ready(&self, tube: &TubeName) -> StoreResult<Option<(JobId, Bytes)>> {
+        self.peek_in(tube.as_str(), "ready", 0).await
+    }
+
+    async fn peek_delayed(&self, tube: &TubeName) -> StoreResult<Option<(JobId, Bytes)>> {
+        self.peek_in(tube.as_str(), "delayed", 0).await
+    }
+
+    async fn peek_buried(&self, tube: &TubeName) -> StoreResult<Option<(JobId, Bytes)>> {
+        self.peek_in(tube.as_str(), "buried", 0).await
+    }
+
+    async fn job_info(&self, id: JobId, _now: Nanos) -> StoreResult<Option<JobInfo>> {
+        let Some((tube, call)) = self.job_call(|s| &s.job_info, id).await? else {
+            return Ok(None);
+        };
+        Ok(call.run().await?.map(|f| f.into_info(id, tube)))
+    }
+
+    async fn tube_info(&self, tube: &TubeName, _now: Nanos) -> StoreResult<Option<TubeInfo>> {
+        self.run
+            .on_tube(|s| &s.tube_info, &[], tube.as_str())
+            .arg(URGENT_PRI)
+            .run()
+            .await
+    }
+
+    async fn totals(&self) -> StoreResult<Totals> {
+        // The sets are the only count of jobs per state (the scripts keep no totals of
+        // them), so the figures are summed over the tubes, a pipeline of
+        // [`STATS_CHUNK`] tubes at a time, each a transaction (one over 100,000 tubes
+        // blocked Redis, and this instance, for a second). Each tube's figures are read
+        // together; the sum is not one instant's, which no client can tell.
+        let names = self.list_tubes().await?;
+        let keys = self.run.keys();
+        let below_urgent = format!("({URGENT_PRI}");
+        let mut sum = Totals {
+            tubes: names.len() as u64,
+            ..Totals::default()
+        };
+        // An empty chunk still reads the namespace's counters.
+        let chunks = names
+            .chunks(STATS_CHUNK)
+            .chain(names.is_empty().then_some(&[][..]));
+        for chunk in chunks {
+            let mut pipe = redis::pipe();
+            pipe.atomic()
+                .cmd("HMGET")
+                .arg(keys.ns(NsKey::Stats))
+                .arg(&["total_jobs", "job_timeouts"]);
+            for t in chunk {
+                let ready = keys.tube_key(t.as_str(), TubeKey::Ready);
+                pipe.cmd("ZCOUNT")
+                    .arg(&ready)
+                    .arg("-inf")
+                    .arg(&below_urgent);
+                pipe.cmd("ZCARD").arg(ready);
+                for set in [TubeKey::Delayed, TubeKey::Reserved, TubeKey::Buried] {
+                    pipe.cmd("ZCARD").arg(keys.tube_key(t.as_str(), set));
+                }
+            }
+            let replies: Vec<Value> = pipe
+                .query_async(&mut self.run.conn())
+                .await
+                .map_err(|e| redis_error("stats", e))?;
+            let part = reply::totals(replies, chunk.len())
+                .map_err(|detail| StoreError::bad_reply("stats", detail))?;
+            sum.urgent += part.urgent;
+            sum.ready += part.ready;
+            sum.reserved += part.reserved;
+            sum.delayed += part.delayed;
+            sum.buried += part.buried;
+            sum.total_jobs = part.total_jobs;
+            sum.job_timeouts = part.job_timeouts;
+        }
+        Ok(sum)
+    }
+
+    async fn list_tubes(&self) -> StoreResult<Vec<TubeName>> {
+        let names: Vec<Vec<u8>> = redis::cmd("LRANGE")
+            .arg(self.run.keys().ns(NsKey::Tubes))
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut self.run.conn())
+            .await
+            .map_err(|e| redis_error("LRANGE tubes", e))?;
+        Ok(names.iter().filter_map(|n| TubeName::new(n)).collect())
+    }
+
+    async fn pause(&self, tube: &TubeName, delay_secs: u32, _now: Nanos) -> StoreResult<bool> {
+        // Scripts keep microseconds: rounding up keeps a zero pause's 1 ns at 1 us.
+        let pause_us = pause_length(delay_secs).div_ceil(US);
+        self.run
+            .on_tube(|s| &s.pause, &[], tube.as_str())
+            .arg(pause_us)
+            .run()
+            .await
+    }
+
+    async fn has_ready(&self, watched: &[TubeName]) -> StoreResult<bool> {
+        if watched.is_empty() {
+            return Ok(false);
+        }
+        let keys = self.run.keys();
+        let mut pipe = redis::pipe();
+        for t in watched {
+            pipe.cmd("ZCARD")
+                .arg(keys.tube_key(t.as_str(), TubeKey::Ready));
+        }
+        let counts: Vec<u64> = pipe
+            .query_async(&mut self.run.conn())
+            .await
+            .map_err(|e| redis_error("ZCARD ready", e))?;
+        Ok(counts.iter().any(|&n| n > 0))
+    }
+
+    async fn soonest_deadline(&self, conn: ConnId) -> StoreResult<Option<Nanos>> {
+        Ok(self.held.soonest_deadline(conn, self.clock.now()))
+    }
+
+    async fn close(
+        &self,
+        conn: ConnId,
+        watching: &[TubeName],
+        using: Option<&TubeName>,
+        release_jobs: bool,
+        _now: Nanos,
+    ) -> StoreResult<Vec<TubeName>> {
+        let held = self.held.take(conn);
+        let jobs: Vec<(JobId, Held)> = if release_jobs {
+            held.into_iter().collect()
+        } else {
+            Vec::new()
+        };
+        let refs = watching
+            .iter()
+            .map(|t| (RefKind::Watching, t))
+            .chain(using.map(|u| (RefKind::Using, u)));
+        self.refs.forget(refs.clone());
+        // Sent from the closing connection's own task, not through the reference
+        // keeper: the first call (the jobs, and the first references) is queued on the
+        // shared Redis connection before any command another connection sends after this
+        // one hung up. A close of many references takes more calls; in between, other
+        // commands see some of its tubes still referred to (they live a moment longer),
+        // never a job still held.
+        let result = self.close_script(&jobs, refs).await;
+        if result.is_err() {
+            self.refs.mark_dirty();
+        }
+        result
+    }
+
+    async fn give_back(
+        &self,
+        conn: ConnId,
+        id: JobId,
+        _now: Nanos,
+    ) -> StoreResult<Option<TubeName>> {
+        // The close script, for this one job and no references.
+        let Some(held) = self.held.get(conn, id) else {
+            return Ok(None);
+        };
+        self.held.unhold(conn, id);
+        let woken = self.close_script(&[(id, held)], std::iter::empty()).await?;
+        Ok(woken.into_iter().next())
+    }
+
+    async fn tick(&self, now: Nanos) -> StoreResult<Vec<TubeName>> {
+        self.run_tick(now).await
+    }
+
+    async fn next_deadline(&self) -> StoreResult<Option<Nanos>> {
+        let head: Vec<(Vec<u8>, f64)> = redis::cmd("ZRANGE")
+            .arg(self.run.keys().ns(NsKey::Due))
+            .arg(0)
+            .arg(0)
+            .arg("WITHSCORES")
+            .query_async(&mut self.run.conn())
+            .await
+            .map_err(|e| redis_error("ZRANGE due", e))?;
+        Ok(head.first().map(|(_, score)| (*score as u64) * US))
+    }
+
+    async fn use_tube(&self, tube: &TubeName) -> StoreResult<()> {
+        self.refs.change(tube, RefKind::Using, 1).await
+    }
+
+    async fn unuse_tube(&self, tube: &TubeName) -> StoreResult<()> {
+        self.refs.change(tube, RefKind::Using, -1).await
+    }
+
+    async fn watch_tube(&self, tube: &TubeName) -> StoreResult<()> {
+        self.refs.change(tube, RefKind::Watching, 1).await
+    }
+
+    async fn unwatch_tube(&self, tube: &TubeName) -> StoreResult<()> {
+        self.refs.change(tube, RefKind::Watching, -1).await
+    }
+
+    /// Whether Redis answers now: one PING on the shared connection (so it also tells
+    /// whether the connection commands use has come back after an outage), bounded by
+    /// the response timeout.
+    async fn ping(&self) -> StoreResult<()> {
+        redis::cmd("PING")
+            .query_async::<()>(&mut self.run.conn())
+            .await
+            .map_err(|e| redis_error("PING", e))
+    }
+
+    /// A clock that reads (approximately) the Redis clock, for the engine.
+    fn clock(&self) -> Clock {
+        self.clock
+    }
+
+    /// The wake-up events from the channel (taken once, by the engine).
+    fn take_wake_events(&self) -> Option<mpsc::UnboundedReceiver<TubeName>> {
+        self.wake.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    fn name(&self) -> &'static str {
+        "redis"
+    }
+
+    async fn shutdown(&self) {
+        // Leave the registry of live instances, so the namespace is free at once (for
+        // an instance of leader mode, which refuses to start next to live ones).
+        let removed: redis::RedisResult<i64> = redis::cmd("ZREM")
+            .arg(self.run.keys().instances())
+            .arg(&self.instance)
+            .query_async(&mut self.run.conn())
+            .await;
+        if let Err(err) = removed {
+            tracing::warn!(%err, "could not leave the registry of live instances; it lapses in 10 s");
+        }
+    }
+
+    fn sweep_interval(&self) -> Option<Duration> {
+        Some(SWEEP_INTERVAL)
+    }
+}
