@@ -18,7 +18,8 @@
 //!   that need it answer `INTERNAL_ERROR` promptly (< 2.5 s each), the process neither
 //!   crashes nor hangs, a reserve already waiting keeps its own timeout (TIMED_OUT at
 //!   ~3 s), a new connection is refused or answered at once (never left hanging); when
-//!   Redis comes back on the same port, service resumes without restarting redstalk.
+//!   Redis comes back on the same port with its data (AOF), service resumes on the same
+//!   connections without restarting redstalk.
 //! - `redis_frozen_answers_internal_error_and_recovers` — the same with Redis frozen
 //!   (SIGSTOP: its sockets accept but nothing answers), which exercises the 1 s response
 //!   timeout rather than a refused connection; after SIGCONT service resumes at once.
@@ -576,7 +577,9 @@ fn kill_9_keeps_every_job() {
 #[test]
 fn redis_down_answers_internal_error_and_recovers() {
     let _serial = serial();
-    let Some(mut redis) = redis_with(&[]) else {
+    // Redis comes back with its data (a Redis that comes back empty has lost the
+    // namespace: its connections are closed, see hardening.rs).
+    let Some(mut redis) = redis_with(&["--appendonly", "yes", "--appendfsync", "always"]) else {
         return;
     };
     let (mut srv, log) = redstalk_on(&redis, "dur-b");

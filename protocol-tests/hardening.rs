@@ -30,6 +30,11 @@
 //!   second, then `kick 30000` of 30,000 delayed jobs: every job moves, the kick answers
 //!   KICKED with the full count, and no call blocked Redis for 100 ms (Redis' SLOWLOG,
 //!   printed with the kick's time).
+//! - `a_namespace_lost_with_redis_closes_every_connection_and_starts_fresh` — Redis
+//!   restarted without its data, then FLUSHALL, under two instances while a worker
+//!   holds a job: the ids start again, yet the old worker's `delete` of the reused id
+//!   never deletes the new job; every old connection is closed on both instances and
+//!   both serve the fresh namespace (times printed).
 
 // A test reports failure by panicking: unwrap and expect are how it says so.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -456,4 +461,116 @@ fn large_kicks_and_promotions_never_block_redis() {
         slow.trim_start_matches(':')
     );
     assert_eq!(slow, ":0", "a call blocked Redis for over 100 ms");
+}
+
+/// Lose the namespace of two shared-mode instances with `lose` (Redis restarted empty,
+/// or FLUSHDB) while a worker on one holds a job put through the other; `what` names
+/// it in the figures printed.
+fn lose_the_namespace(
+    redis: &mut support::redis::RedisServer,
+    what: &str,
+    lose: impl FnOnce(&mut support::redis::RedisServer),
+) {
+    let prefix = format!("h-lost-{}", what.split(' ').next().unwrap());
+    let (a, log_a) = support::redstalk_on(redis, &prefix);
+    let (b, log_b) = support::redstalk_on(redis, &prefix);
+    let logs = || format!("{}\n---\n{}", log_a.tail(), log_b.tail());
+    let mut p = Client::connect(a.addr, "old producer");
+    let old = p.put(0, 0, 60, b"old");
+    let mut w = Client::connect(b.addr, "old worker");
+    assert_eq!(w.reserve_timeout(5).map(|(id, _)| id), Some(old));
+    lose(redis);
+    let lost_at = Instant::now();
+    // A new producer on A gets a job in; in a namespace that starts from nothing its id
+    // is the old job's again.
+    let (mut p2, new) = loop {
+        let mut c = Client::connect(a.addr, "new producer");
+        if let Ok(r) = c.try_put(0, 0, 60, b"new", Duration::from_secs(5))
+            && let ("INSERTED", Some(id)) = (r.word(), r.id())
+        {
+            break (c, id);
+        }
+        assert!(
+            lost_at.elapsed() < Duration::from_secs(15),
+            "no fresh namespace: {}",
+            logs()
+        );
+        thread::sleep(Duration::from_millis(50));
+    };
+    let fresh = lost_at.elapsed();
+    // The old worker's delete of that id (on the other instance) must not touch it:
+    // its connection is closed, or (if B has not noticed yet) the command is refused.
+    let deleted = w.try_call(
+        format!("delete {new}\r\n").as_bytes(),
+        Duration::from_secs(5),
+    );
+    if let Ok(r) = &deleted {
+        assert_ne!(
+            r.line,
+            "DELETED",
+            "an old worker deleted a new job\n{}",
+            logs()
+        );
+    }
+    // Every connection of the old namespace is closed, on both instances.
+    for (c, name) in [(&mut w, "old worker"), (&mut p, "old producer")] {
+        let t = Instant::now();
+        while c
+            .try_call(b"list-tube-used\r\n", Duration::from_secs(5))
+            .is_ok()
+        {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "the {name}'s connection still answers\n{}",
+                logs()
+            );
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+    let closed = lost_at.elapsed();
+    let r = p2.cmd(&format!("peek {new}"));
+    assert_eq!(r.line, format!("FOUND {new} 3"), "{}", logs());
+    // The fresh namespace works on both instances: B's new worker gets the new job.
+    let mut w2 = Client::connect(b.addr, "new worker");
+    assert_eq!(
+        w2.reserve_timeout(5),
+        Some((new, b"new".to_vec())),
+        "{}",
+        logs()
+    );
+    assert_eq!(w2.line(&format!("delete {new}")), "DELETED");
+    assert!(
+        count_lines(&log_a, "namespace") + count_lines(&log_b, "namespace") >= 2,
+        "{}",
+        logs()
+    );
+    println!(
+        "{what}: a fresh namespace served {} ms after (new job id {new}, the old job's \
+         was {old}); the old worker's delete answered {:?}; every old connection closed \
+         on both instances {} ms after",
+        fresh.as_millis(),
+        deleted
+            .map(|r| r.line)
+            .unwrap_or_else(|e| format!("a closed connection ({e})")),
+        closed.as_millis()
+    );
+}
+
+/// Redis restarted without its data, or flushed, under two shared-mode instances: as
+/// after a beanstalkd restart, every connection of the old namespace is closed and a
+/// fresh namespace is served, so an old worker's `delete` of an id handed out again
+/// never touches the new job.
+#[test]
+fn a_namespace_lost_with_redis_closes_every_connection_and_starts_fresh() {
+    let _serial = support::serial();
+    let Some(mut redis) = support::redis::private_redis(&[], "hardening tests") else {
+        return;
+    };
+    lose_the_namespace(&mut redis, "restart of Redis without its data", |r| {
+        r.kill();
+        r.spawn().expect("Redis back, empty");
+    });
+    lose_the_namespace(&mut redis, "FLUSHALL", |r| {
+        assert_eq!(redis_cmd(r.port, &["FLUSHALL"]), "+OK");
+    });
 }

@@ -36,6 +36,8 @@ use support::{ServerKind, ServerProc};
 const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
 /// Extra time allowed beyond a window's upper bound before giving up.
 const WINDOW_GRACE: Duration = Duration::from_secs(1);
+/// The longest `close` waits for the server to close its side.
+const CLOSE_WAIT: Duration = Duration::from_secs(2);
 /// After a mismatch, how long to keep reading to show what else the server sent.
 const DIAGNOSTIC_READ: Duration = Duration::from_millis(200);
 /// Pause after `signal NAME`, so a server that handles signals asynchronously has
@@ -635,7 +637,18 @@ impl<'a> Player<'a> {
             Action::Close(conn) => {
                 // Opening a connection just to close it is allowed (it counts as a connect).
                 self.conn(*conn)?;
-                self.conns.remove(conn);
+                if let Some(mut c) = self.conns.remove(conn) {
+                    // Hang up, then wait until the server has closed its side: the next
+                    // step happens after the server handled the hang-up. (Dropping the
+                    // socket alone left the order of the hang-up and another
+                    // connection's next command to the kernel: on a loaded machine it
+                    // may deliver them in either order, even to beanstalkd.) Both
+                    // servers close the socket only after the hang-up is fully handled.
+                    let _ = c.stream.shutdown(Shutdown::Write);
+                    let deadline = Instant::now() + CLOSE_WAIT;
+                    let mut buf = [0u8; 4096];
+                    while Self::read_some(&mut c.stream, &mut buf, deadline).is_ok() {}
+                }
                 Ok(())
             }
             Action::Shutdown(conn) => {

@@ -289,10 +289,7 @@ fn run(settings: Settings) -> anyhow::Result<()> {
         let stop = CancellationToken::new();
         match serving {
             Serving::Engine(engine, logged) => {
-                let router = Direct {
-                    engine: engine.clone(),
-                    stop: stop.clone(),
-                };
+                let router = Direct::new(engine.clone(), stop.clone());
                 server::run(router, listener, config, stop, shutdown).await;
                 if let Some(logged) = logged {
                     logged.finish(&engine).await;

@@ -84,7 +84,6 @@ pub struct Engine {
     started: Nanos,
     max_job_size: u32,
     draining: AtomicBool,
-    next_conn: AtomicU64,
     /// Requests for serve passes, to the serve task (see `serve.rs`).
     serve_requests: mpsc::UnboundedSender<serve::Request>,
     /// How many times a job may have become ready (see `reserve.rs`).
@@ -113,7 +112,6 @@ impl Engine {
             started: clock.now(),
             max_job_size: config.max_job_size,
             draining: AtomicBool::new(false),
-            next_conn: AtomicU64::new(1),
             serve_requests,
             wakeups: AtomicU64::new(0),
             pass_in_flight: AtomicBool::new(false),
@@ -141,6 +139,12 @@ impl Engine {
 
     pub fn is_draining(&self) -> bool {
         self.draining.load(Ordering::SeqCst)
+    }
+
+    /// For a shared store: changes each time the store started a fresh namespace (the
+    /// one it served was lost); the connections open before must then be closed.
+    pub fn namespace_changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        self.store.namespace_changes()
     }
 
     /// Which storage engine serves this instance.
@@ -188,7 +192,7 @@ impl Engine {
     /// that now, the connection is served anyway (its commands answer INTERNAL_ERROR
     /// while the store is away) and the store puts its references right later.
     pub async fn connect(&self) -> Session {
-        let id = ConnId(self.next_conn.fetch_add(1, Ordering::Relaxed));
+        let id = ConnId::next();
         let session = Session::new(id);
         let used = self.store.use_tube(&session.using).await;
         let watched = self.store.watch_tube(&session.using).await;

@@ -49,15 +49,58 @@ pub trait Router: Clone + Send + Sync + 'static {
 }
 
 /// Every connection served by one engine (memory, `-b`, Redis shared mode).
+///
+/// A shared store may find the namespace it served lost (Redis restarted empty) and
+/// start a fresh one: the connections of the old namespace are then closed, as a
+/// restarted beanstalkd's are. Each connection gets the token of the namespace it was
+/// opened in (`term`, a child of `stop`); a task cancels it and makes the next one when
+/// the engine says the namespace changed. (The store itself refuses what an old
+/// connection asks in the meantime; the token only closes them.)
 #[derive(Clone, Debug)]
 pub struct Direct {
-    pub engine: Arc<Engine>,
-    pub stop: CancellationToken,
+    engine: Arc<Engine>,
+    term: Arc<std::sync::Mutex<CancellationToken>>,
+}
+
+impl Direct {
+    /// Serve every connection with `engine` until `stop` (call inside the runtime).
+    pub fn new(engine: Arc<Engine>, stop: CancellationToken) -> Direct {
+        let term = Arc::new(std::sync::Mutex::new(stop.child_token()));
+        if let Some(changes) = engine.namespace_changes() {
+            tokio::spawn(end_terms(changes, term.clone(), stop));
+        }
+        Direct { engine, term }
+    }
+}
+
+/// Close the connections of a namespace when the store has started another.
+async fn end_terms(
+    mut changes: tokio::sync::watch::Receiver<u64>,
+    term: Arc<std::sync::Mutex<CancellationToken>>,
+    stop: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            changed = changes.changed() => if changed.is_err() { return },
+            _ = stop.cancelled() => return,
+        }
+        let old = std::mem::replace(
+            &mut *term.lock().unwrap_or_else(|e| e.into_inner()),
+            stop.child_token(),
+        );
+        tracing::warn!(
+            "closing every client connection: the Redis namespace they were served from \
+             is gone (Redis lost its data), as a restarted beanstalkd closes them; new \
+             connections are served from a fresh namespace"
+        );
+        old.cancel();
+    }
 }
 
 impl Router for Direct {
     async fn route(&self) -> Option<Route> {
-        Some(Route::Serve(self.engine.clone(), self.stop.clone()))
+        let term = self.term.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        Some(Route::Serve(self.engine.clone(), term))
     }
 }
 

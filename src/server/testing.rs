@@ -57,10 +57,7 @@ impl TestServer {
             let _ = stopped.await;
         };
         let stop_all = CancellationToken::new();
-        let router = Direct {
-            engine: engine.clone(),
-            stop: stop_all.clone(),
-        };
+        let router = Direct::new(engine.clone(), stop_all.clone());
         let serving = engine.clone();
         let task = tokio::spawn(async move {
             super::run(router, listener, config, stop_all, shutdown).await;

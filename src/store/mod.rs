@@ -43,6 +43,23 @@ pub fn pause_length(delay_secs: u32) -> Nanos {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ConnId(pub u64);
 
+/// The next [`ConnId`] to issue: one counter for the process, so that a store can tell
+/// the connections opened before a moment from those opened after it (see
+/// [`ConnId::issued`]).
+static NEXT_CONN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+impl ConnId {
+    /// A new connection's id, above every id issued before.
+    pub fn next() -> ConnId {
+        ConnId(NEXT_CONN.fetch_add(1, std::sync::atomic::Ordering::SeqCst))
+    }
+
+    /// The id the next connection will get: every connection open now has a lower one.
+    pub fn issued() -> ConnId {
+        ConnId(NEXT_CONN.load(std::sync::atomic::Ordering::SeqCst))
+    }
+}
+
 /// The state of a job, as `stats-job` names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum JobState {
@@ -182,12 +199,24 @@ pub enum StoreError {
     /// `op` names the script or command. Whether anything was applied is unknown.
     #[error("{op}: unexpected reply from storage: {detail}")]
     BadReply { op: &'static str, detail: String },
+    /// The namespace this command belonged to is gone (Redis restarted empty, or was
+    /// flushed): nothing was applied. The store starts a fresh namespace and every
+    /// connection of the old one is closed, as a restarted beanstalkd closes them; the
+    /// client reconnects.
+    #[error(
+        "{op}: the Redis namespace of this connection is gone (Redis lost its data); \
+         nothing was applied"
+    )]
+    NamespaceLost { op: &'static str },
 }
 
 impl StoreError {
     /// Whether the change the failed call asked for may exist anyway.
     pub fn may_have_applied(&self) -> bool {
-        !matches!(self, StoreError::NotApplied { .. })
+        !matches!(
+            self,
+            StoreError::NotApplied { .. } | StoreError::NamespaceLost { .. }
+        )
     }
 
     pub fn bad_reply(op: &'static str, detail: impl Into<String>) -> StoreError {
@@ -384,6 +413,13 @@ pub trait Store: Send + Sync {
         None
     }
 
+    /// For a shared store, a count that goes up each time the store found its
+    /// namespace lost and started a fresh one: every connection open before then must
+    /// be closed (they belonged to the old namespace).
+    fn namespace_changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        None
+    }
+
     /// Whether the store answers now (readiness probes).
     fn ping(&self) -> impl Future<Output = StoreResult<()>> + Send {
         std::future::ready(Ok(()))
@@ -574,6 +610,13 @@ impl Store for AnyStore {
             AnyStore::Memory(s) => s.sweep_interval(),
             AnyStore::Durable(s) => s.sweep_interval(),
             AnyStore::Redis(s) => s.sweep_interval(),
+        }
+    }
+    fn namespace_changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        match self {
+            AnyStore::Memory(s) => s.namespace_changes(),
+            AnyStore::Durable(s) => s.namespace_changes(),
+            AnyStore::Redis(s) => s.namespace_changes(),
         }
     }
     async fn ping(&self) -> StoreResult<()> {

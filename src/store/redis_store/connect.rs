@@ -13,7 +13,7 @@
 //! subscription's connection; it ends when the engine drops the wake-up receiver.
 
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rand::RngExt;
 use redis::{PushInfo, PushKind};
@@ -23,7 +23,7 @@ use super::held::HeldJobs;
 use super::keys::Keys;
 use super::reclaim::Attempts;
 use super::refs::References;
-use super::reply::{US, connect_error, text};
+use super::reply::{connect_error, text};
 use super::scripts::Runner;
 use super::{RedisConfig, RedisStore};
 use crate::protocol::TubeName;
@@ -70,13 +70,7 @@ impl RedisStore {
 
         let run = Runner::new(conns, keys, &format!("{instance}\n{channel}"), wait);
         run.scripts().load_all(&mut run.conn()).await?;
-        let asked = Instant::now();
-        let now_us = run
-            .on_tube(|s| &s.init, &[], TubeName::default_tube().as_str())
-            .run()
-            .await?;
-        // Redis read its clock about half a round trip ago.
-        let now = now_us * US + asked.elapsed().as_nanos() as u64 / 2;
+        let now = RedisStore::init_namespace(&run).await?;
         let refs = References::start(run.clone(), run.keys().refs(&instance));
         let store = RedisStore {
             attempts: Attempts::new(&instance),

@@ -50,6 +50,11 @@ impl HeldJobs {
         }
     }
 
+    /// Every reservation forgotten: they belonged to a namespace that is gone.
+    pub fn clear(&self) {
+        self.lock().clear();
+    }
+
     /// Everything `conn` holds, forgotten (it closed).
     pub fn take(&self, conn: ConnId) -> HashMap<JobId, Held> {
         self.lock().remove(&conn).unwrap_or_default()

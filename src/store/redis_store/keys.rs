@@ -68,7 +68,9 @@ key_group!(
 
 key_group!(
     /// The namespace's keys: the id and bury counters, the totals, the id -> tube index,
-    /// the due index, and the tube list with each tube's position in it.
+    /// the due index, the tube list with each tube's position in it, and the
+    /// namespace's generation (a random token made with the namespace: a script called
+    /// for another generation refuses, see the prelude).
     NsKey {
         Ids = "ids",
         Seq = "seq",
@@ -77,6 +79,7 @@ key_group!(
         Due = "due",
         Tubes = "tubes",
         Tubepos = "tubepos",
+        Generation = "generation",
     }
 );
 
@@ -246,7 +249,7 @@ mod tests {
             "local N_TUBE_KEYS = 7",
             "local TUBE_READY, TUBE_DELAYED, TUBE_RESERVED, TUBE_BURIED, TUBE_JOBS, TUBE_BODIES, TUBE_META = 0, 1, 2, 3, 4, 5, 6",
             "  return { ready = KEYS[b + 0], delayed = KEYS[b + 1], reserved = KEYS[b + 2], buried = KEYS[b + 3], jobs = KEYS[b + 4], bodies = KEYS[b + 5], meta = KEYS[b + 6] }",
-            "local N_NS_KEYS = 7",
+            "local N_NS_KEYS = 8",
             "local function ns_group(b)",
             "local N_RESERVE_KEYS = 5",
             "  return { ready = KEYS[b + 0], reserved = KEYS[b + 1], jobs = KEYS[b + 2], bodies = KEYS[b + 3], meta = KEYS[b + 4] }",

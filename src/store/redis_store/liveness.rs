@@ -13,6 +13,7 @@
 use std::time::Duration;
 
 use super::RedisStore;
+use super::keys::NsKey;
 use super::reply::{Reaped, US, redis_error};
 use crate::store::{Nanos, StoreResult};
 
@@ -42,7 +43,8 @@ impl RedisStore {
         };
         let registry = self.run.keys().instances();
         let lapses_us = (now + HEARTBEAT_LAPSES.as_nanos() as u64) / US;
-        let (added, dead): (i64, Vec<String>) = redis::pipe()
+        let generation = self.run.namespace().current();
+        let (added, dead, found): (i64, Vec<String>, Option<String>) = redis::pipe()
             .cmd("ZADD")
             .arg(&registry)
             .arg(lapses_us)
@@ -51,9 +53,17 @@ impl RedisStore {
             .arg(&registry)
             .arg("-inf")
             .arg(now / US)
+            .cmd("GET")
+            .arg(self.run.keys().ns(NsKey::Generation))
             .query_async(&mut self.run.conn())
             .await
             .map_err(|e| redis_error("heartbeat", e))?;
+        if found.as_deref() != Some(&*generation) {
+            // Redis lost the namespace (restarted empty, flushed): the tick that
+            // called this starts afresh.
+            self.run.namespace().lost(&generation);
+            return Ok(());
+        }
         if added == 1 && !first {
             tracing::warn!(
                 instance = %self.instance,

@@ -24,6 +24,7 @@
 //! - `ticks`: the timer's tick: due work a tube at a time, damaged tubes set aside.
 //! - `liveness`: the heartbeat, and dropping the references of dead instances.
 //! - `policy`: refusing (or warning of) a Redis that may evict keys.
+//! - `namespace`: the namespace's generation; starting afresh when Redis lost it.
 //!
 //! Ownership: Redis owns the jobs. This process owns only its view of its connections'
 //! reservations (`held`), its reference counts (`refs`), and the tokens of reserve
@@ -33,6 +34,7 @@ mod connect;
 mod held;
 pub mod keys;
 mod liveness;
+mod namespace;
 pub mod policy;
 mod reclaim;
 mod refs;
@@ -153,9 +155,15 @@ impl RedisStore {
         pick: impl FnOnce(&Scripts) -> &Lua<R>,
         id: JobId,
     ) -> StoreResult<Option<(TubeName, Call<'_, R>)>> {
+        let generation = self.run.namespace().current();
         let Some(tube) = self.tube_of(id).await? else {
             return Ok(None);
         };
+        // The lookup may have read a fresh namespace: an id of the old one must not
+        // act there (see namespace.rs).
+        if self.run.namespace().current() != generation {
+            return Err(StoreError::NamespaceLost { op: "job lookup" });
+        }
         let mut call = self.run.on_tube(pick, &[], tube.as_str());
         call.arg(id);
         Ok(Some((tube, call)))

@@ -64,6 +64,11 @@ impl Attempts {
         self.lost.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Every lost attempt forgotten: they were made in a namespace that is gone.
+    pub fn clear(&self) {
+        *self.lock() = Lost::default();
+    }
+
     /// A fresh owner token for one reserve attempt by `conn`.
     pub fn owner(&self, conn: ConnId) -> String {
         let n = self.next.fetch_add(1, Ordering::Relaxed);

@@ -23,6 +23,9 @@ pub const US: u64 = 1_000;
 /// been applied. `op` names the script or command.
 pub fn redis_error(op: &'static str, e: redis::RedisError) -> StoreError {
     use redis::ErrorKind as K;
+    if e.code() == Some(super::namespace::LOST_CODE) {
+        return StoreError::NamespaceLost { op };
+    }
     match e.kind() {
         K::Parse | K::UnexpectedReturnType => StoreError::bad_reply(op, e.to_string()),
         // Extension: an error reply whose code redis-rs has no name for (WRONGPASS...).
@@ -152,6 +155,25 @@ impl Reply for Vec<u64> {
             Value::Array(items) | Value::Set(items) => items.iter().map(count).collect(),
             other => Err(format!("expected an array, got {other:?}")),
         }
+    }
+}
+
+/// What `init` answers: the namespace's generation, and Redis' clock (us).
+#[derive(Debug)]
+pub struct Joined {
+    pub generation: String,
+    pub now_us: u64,
+}
+
+impl Reply for Joined {
+    fn decode(v: Value) -> Result<Self, String> {
+        let [generation, now] = fields(v)?;
+        let generation = String::from_utf8(text(&generation)?.to_vec())
+            .map_err(|_| "expected a generation in ASCII".to_string())?;
+        Ok(Joined {
+            generation,
+            now_us: count(&now)?,
+        })
     }
 }
 

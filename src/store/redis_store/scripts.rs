@@ -22,8 +22,10 @@ use redis::{Cmd, ErrorKind, ServerErrorKind, ToRedisArgs, Value};
 use std::time::Duration;
 
 use super::keys::{Keys, NsKey, TubeKey, lua_key_layout};
+use super::namespace::Namespace;
 use super::reply::{
-    JobFigures, Kicked, Peeked, Reaped, Reclaimed, Reply, Reservation, Ticked, Touched, redis_error,
+    JobFigures, Joined, Kicked, Peeked, Reaped, Reclaimed, Reply, Reservation, Ticked, Touched,
+    redis_error,
 };
 use crate::redis_conn::RedisConn;
 use crate::store::{StoreError, StoreResult, TubeInfo};
@@ -95,7 +97,7 @@ scripts! {
     reap: Reaped,
     reclaim: Reclaimed,
     close: Vec<u64>,
-    init: u64,
+    init: Joined,
 }
 
 /// Runs scripts on the shared connection: the one place a call's KEYS are laid out.
@@ -109,6 +111,8 @@ pub struct Runner {
     /// The scripts' wake-up origin: "<instance>\n<channel>" (see `wake` in the prelude).
     origin: Arc<str>,
     scripts: Arc<Scripts>,
+    /// The generation every call is made for (see namespace.rs).
+    namespace: Arc<Namespace>,
     /// `--redis-wait-replicas` and its timeout: a change a client is told of waits for
     /// that many replicas.
     wait: Option<(u32, Duration)>,
@@ -144,8 +148,13 @@ impl Runner {
             keys,
             origin: origin.into(),
             scripts: Arc::new(Scripts::new()),
+            namespace: Arc::new(Namespace::new()),
             wait,
         }
+    }
+
+    pub fn namespace(&self) -> &Namespace {
+        &self.namespace
     }
 
     pub fn scripts(&self) -> &Scripts {
@@ -197,11 +206,15 @@ impl Runner {
                 cmd.arg(keys.get(key));
             }
         }
+        // `init` makes the generation, so it is the one call made for none.
+        let generation = self.namespace.current();
+        cmd.arg(if lua.name == "init" { "" } else { &*generation });
         Call {
             runner: self,
             name: lua.name,
             script: &lua.script,
             cmd,
+            generation,
             reply: PhantomData,
         }
     }
@@ -228,6 +241,8 @@ pub struct Call<'a, R> {
     name: &'static str,
     script: &'a redis::Script,
     cmd: Cmd,
+    /// The generation the call is made for.
+    generation: Arc<str>,
     reply: PhantomData<fn() -> R>,
 }
 
@@ -257,7 +272,12 @@ impl<R: Reply> Call<'_, R> {
             }
             other => other,
         }
-        .map_err(|e| redis_error(self.name, e))?;
+        .map_err(|e| redis_error(self.name, e))
+        .inspect_err(|err| {
+            if matches!(err, StoreError::NamespaceLost { .. }) {
+                self.runner.namespace.lost(&self.generation);
+            }
+        })?;
         R::decode(reply).map_err(|detail| StoreError::bad_reply(self.name, detail))
     }
 

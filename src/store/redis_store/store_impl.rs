@@ -154,6 +154,7 @@ impl Store for RedisStore {
         watched: &[TubeName],
         _now: Nanos,
     ) -> StoreResult<Option<Reserved>> {
+        self.check_conn(conn, "reserve")?;
         let owner = self.attempts.owner(conn);
         let mut call = self
             .run
@@ -187,6 +188,7 @@ impl Store for RedisStore {
         id: JobId,
         _now: Nanos,
     ) -> StoreResult<Option<Reserved>> {
+        self.check_conn(conn, "reserve-job")?;
         let Some((tube, mut call)) = self.job_call(|s| &s.reserve_job, id).await? else {
             return Ok(None);
         };
@@ -200,6 +202,7 @@ impl Store for RedisStore {
     }
 
     async fn delete(&self, conn: ConnId, id: JobId) -> StoreResult<bool> {
+        self.check_conn(conn, "delete")?;
         // Only the holder may delete a reserved job: its token proves it. A job this
         // connection holds needs no index lookup.
         let deleted = match self.held_call(|s| &s.delete, conn, id) {
@@ -223,6 +226,7 @@ impl Store for RedisStore {
         delay_secs: u32,
         _now: Nanos,
     ) -> StoreResult<Option<TubeName>> {
+        self.check_conn(conn, "release")?;
         let Some((held, mut call)) = self.held_call(|s| &s.release, conn, id) else {
             return Ok(None);
         };
@@ -232,6 +236,7 @@ impl Store for RedisStore {
     }
 
     async fn bury(&self, conn: ConnId, id: JobId, pri: u32) -> StoreResult<bool> {
+        self.check_conn(conn, "bury")?;
         let Some((_, mut call)) = self.held_call(|s| &s.bury, conn, id) else {
             return Ok(false);
         };
@@ -241,6 +246,7 @@ impl Store for RedisStore {
     }
 
     async fn touch(&self, conn: ConnId, id: JobId, _now: Nanos) -> StoreResult<Option<Nanos>> {
+        self.check_conn(conn, "touch")?;
         let Some((held, call)) = self.held_call(|s| &s.touch, conn, id) else {
             return Ok(None);
         };
@@ -535,5 +541,9 @@ impl Store for RedisStore {
 
     fn sweep_interval(&self) -> Option<Duration> {
         Some(SWEEP_INTERVAL)
+    }
+
+    fn namespace_changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        Some(self.run.namespace().changes())
     }
 }

@@ -34,6 +34,9 @@ pub(super) fn err_chain(err: &StoreError) -> String {
 impl RedisStore {
     /// A tick of the timer (see [`crate::store::Store::tick`]).
     pub(super) async fn run_tick(&self, now: Nanos) -> StoreResult<Vec<TubeName>> {
+        // A namespace found gone by a command since the last tick: start afresh before
+        // anything else (see namespace.rs).
+        self.start_fresh_if_lost().await?;
         // Due work first, so neither a heartbeat nor undoing lost reserves delays a
         // timer; their failures are reported once the due work is done.
         let mut woken = Vec::new();
@@ -63,6 +66,9 @@ impl RedisStore {
         if let Err(err) = self.reclaim_lost(&mut woken).await {
             tracing::debug!(%err, "undoing lost reserve attempts failed; the next tick retries");
         }
+        // The heartbeat may have found the namespace gone (an instance with nothing to
+        // do notices within a heartbeat).
+        self.start_fresh_if_lost().await?;
         match beat {
             Err(err) if woken.is_empty() => Err(err),
             Err(err) => {

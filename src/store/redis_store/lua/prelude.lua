@@ -9,7 +9,8 @@
 -- The namespace's keys: ids (counter), seq (bury counter), stats (hash: total_jobs,
 --   job_timeouts; how many jobs are in each state is counted from the sets),
 --   index (hash id -> tube), due (zset tube -> next due time), tubes (list, the
---   reference's swap-remove order), tubepos (hash tube -> 0-based list position).
+--   reference's swap-remove order), tubepos (hash tube -> 0-based list position),
+--   generation (the namespace's random token, see below).
 --
 -- KEYS of every call: the namespace's keys (G), then the script's own keys (a fixed
 -- number per script: `own_key`), then one group per tube the call names (`tube_keys`).
@@ -20,6 +21,22 @@
 -- size), so no call blocks Redis for long; a script with more to do says so.
 
 local G = ns_group(1)
+
+-- The namespace's generation (see namespace.rs): the caller's comes first in ARGV, the
+-- script's own arguments after it (ARGV is shadowed by those, so every script numbers
+-- its arguments from 1). A call made for another generation than the namespace's --
+-- Redis restarted empty or was flushed since the caller joined it -- changes nothing,
+-- so no command of an old connection can touch a job of a new namespace. Only `init`,
+-- which makes the generation, passes the empty one.
+local GEN = ARGV[1]
+local ARGV = (function(all)
+  local rest = {}
+  for i = 2, #all do rest[i - 1] = all[i] end
+  return rest
+end)(ARGV)
+if GEN ~= '' and redis.call('GET', G.generation) ~= GEN then
+  return redis.error_reply('NAMESPACE_LOST the namespace this call was made for is gone')
+end
 
 -- The script's own key `i`.
 local function own_key(i)
