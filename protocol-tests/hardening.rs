@@ -35,6 +35,8 @@
 //!   holds a job: the ids start again, yet the old worker's `delete` of the reused id
 //!   never deletes the new job; every old connection is closed on both instances and
 //!   both serve the fresh namespace (times printed).
+//! - `ids_past_two_to_the_53_keep_every_digit` — with the id counter set past 2^53 (and
+//!   near 2^63), a put answers the exact next id and the job is found under it.
 
 // A test reports failure by panicking: unwrap and expect are how it says so.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -573,4 +575,40 @@ fn a_namespace_lost_with_redis_closes_every_connection_and_starts_fresh() {
     lose_the_namespace(&mut redis, "FLUSHALL", |r| {
         assert_eq!(redis_cmd(r.port, &["FLUSHALL"]), "+OK");
     });
+    // Right after a loss, before the fresh namespace is made, `default` still exists
+    // for clients (as it always does in beanstalkd).
+    let (srv, log) = support::redstalk_on(&redis, "h-lost-default");
+    assert_eq!(redis_cmd(redis.port, &["FLUSHALL"]), "+OK");
+    let mut c = Client::connect(srv.addr, "c");
+    let tubes = c.yaml("list-tubes");
+    assert!(
+        tubes.contains("- default"),
+        "{tubes:?}
+{}",
+        log.tail()
+    );
+}
+
+/// Ids past 2^53 (where a Lua number, a double, loses precision) keep every digit: a
+/// put answers the counter's exact next value and the job is found under it.
+#[test]
+fn ids_past_two_to_the_53_keep_every_digit() {
+    let _serial = support::serial();
+    let Some(redis) = support::redis::private_redis(&[], "hardening tests") else {
+        return;
+    };
+    let (srv, log) = support::redstalk_on(&redis, "h8");
+    let mut c = Client::connect(srv.addr, "c");
+    for start in [9_007_199_254_740_992u64, 9_223_372_036_854_775_805] {
+        assert_eq!(
+            redis_cmd(redis.port, &["SET", "h8:ids", &start.to_string()]),
+            "+OK"
+        );
+        let id = c.put(0, 0, 60, b"big");
+        assert_eq!(id, start + 1, "{}", log.tail());
+        assert_eq!(c.line(&format!("peek {id}")), format!("FOUND {id} 3"));
+        assert_eq!(c.reserve_timeout(0).map(|(id, _)| id), Some(start + 1));
+        assert_eq!(c.line(&format!("delete {id}")), "DELETED");
+    }
+    println!("ids past 2^53: INSERTED 9007199254740993 and 9223372036854775806, exact");
 }

@@ -389,7 +389,14 @@ impl Store for RedisStore {
             .query_async(&mut self.run.conn())
             .await
             .map_err(|e| redis_error("LRANGE tubes", e))?;
-        Ok(names.iter().filter_map(|n| TubeName::new(n)).collect())
+        let mut tubes: Vec<TubeName> = names.iter().filter_map(|n| TubeName::new(n)).collect();
+        // `default` always exists, and first (beanstalkd makes it at start). A namespace
+        // lacks it only between Redis losing its data and the fresh namespace's `init`.
+        let default = TubeName::default_tube();
+        if !tubes.contains(&default) {
+            tubes.insert(0, default);
+        }
+        Ok(tubes)
     }
 
     async fn pause(&self, tube: &TubeName, delay_secs: u32, _now: Nanos) -> StoreResult<bool> {

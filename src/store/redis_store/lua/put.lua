@@ -2,7 +2,9 @@
 local T, tube, origin = tube_keys(0, 1), ARGV[1], ARGV[2]
 local pri, delay, ttr = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local now = now_us()
-local id = string.format('%d', redis.call('INCR', G.ids))
+local n = redis.call('INCR', G.ids)
+-- A Lua number is a double: past 2^53 only the counter's own text is exact.
+local id = n < 9007199254740992 and string.format('%d', n) or redis.call('GET', G.ids)
 -- A tube whose meta already counts a put is in the tube list: both go together when it
 -- is destroyed, so only a tube's first put (since its meta was made) checks the list.
 if redis.call('HINCRBY', T.meta, 'total_jobs', '1') == 1 then ensure_tube(G, tube) end
