@@ -17,6 +17,9 @@
 //! - `disk_stays_bounded_under_churn` — a few old jobs stay alive while tens of
 //!   thousands are put and deleted: the directory never grows past 2 × live data + one
 //!   file (plus one batch), and the old jobs survive a restart.
+//! - `stats_shows_the_logs_files_and_records` — `stats`'s `binlog-*` figures follow
+//!   the log as beanstalkd's do: records written and migrated, the oldest and current
+//!   file numbers, and `-s`.
 //!
 //! Figures are printed (`--nocapture`).
 
@@ -335,5 +338,73 @@ fn disk_stays_bounded_under_churn() {
     }
     assert_eq!(c.stat_u64("current-jobs-ready"), 5);
     drop(srv2);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The `binlog-*` figures of `stats`, in one line.
+fn binlog_figures(c: &mut Client) -> [u64; 5] {
+    [
+        "binlog-oldest-index",
+        "binlog-current-index",
+        "binlog-records-migrated",
+        "binlog-records-written",
+        "binlog-max-size",
+    ]
+    .map(|k| c.stat_u64(k))
+}
+
+/// `stats` tells what the log is doing, as beanstalkd's `-b` does: records written
+/// (a put and a delete one each; compaction's rewrites counted in both written and
+/// migrated), the oldest and current file numbers, and `-s`.
+#[test]
+fn stats_shows_the_logs_files_and_records() {
+    let _serial = serial();
+    const FILE: u64 = 100_000;
+    let dir = fresh_dir();
+    let (srv, log) = start(&dir, &["-s", &FILE.to_string()]);
+    let mut c = Client::connect(srv.addr, "c");
+    let [oldest, current, migrated, written, max] = binlog_figures(&mut c);
+    assert_eq!((migrated, written, max), (0, 0, FILE), "{}", log.tail());
+    assert!(oldest >= 1 && current >= oldest, "{oldest} {current}");
+    let ids: Vec<u64> = (0..3).map(|_| c.put(0, 0, 60, b"abc")).collect();
+    c.expect(&format!("delete {}", ids[0]), "DELETED");
+    // The same four commands leave beanstalkd 1.12 -b at written 4, migrated 0.
+    let [_, _, migrated, written, _] = binlog_figures(&mut c);
+    assert_eq!((migrated, written), (0, 4), "{}", log.tail());
+    // Churn: files roll at -s, and compaction rewrites the live jobs of old files.
+    let body = [b'x'; 100];
+    let mut req = Vec::new();
+    for round in 0..4 {
+        req.clear();
+        for _ in 0..3000 {
+            req.extend_from_slice(&support::client::put_request(0, 0, 60, &body));
+        }
+        c.send(&req);
+        let new: Vec<u64> = (0..3000).map(|_| c.reply().id().unwrap()).collect();
+        if round < 3 {
+            req.clear();
+            for id in &new {
+                req.extend_from_slice(format!("delete {id}\r\n").as_bytes());
+            }
+            c.send(&req);
+            for _ in &new {
+                assert_eq!(c.reply().line, "DELETED");
+            }
+        }
+    }
+    let [oldest2, current2, migrated, written, max] = binlog_figures(&mut c);
+    println!(
+        "-b -s {FILE}: after 4 + 21,000 changes: binlog-oldest-index {oldest2}, \
+         binlog-current-index {current2}, binlog-records-migrated {migrated}, \
+         binlog-records-written {written}"
+    );
+    assert_eq!(max, FILE);
+    assert!(current2 > current, "no new file: {current} -> {current2}");
+    assert!(
+        oldest2 > oldest,
+        "no file compacted away: {oldest} -> {oldest2}"
+    );
+    assert!(migrated > 0, "nothing rewritten");
+    assert_eq!(written, 4 + 21_000 + migrated, "{}", log.tail());
     let _ = std::fs::remove_dir_all(&dir);
 }

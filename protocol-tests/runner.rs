@@ -29,7 +29,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use libtest_mimic::{Arguments, Completion, Failed, Trial};
-use support::yaml::{self, VOLATILE_STATS_KEYS, split_key};
+use support::yaml::{self, LOG_STATS_KEYS, VOLATILE_STATS_KEYS, split_key};
 use support::{ServerKind, ServerProc};
 
 /// How long any expected reply may take when no timing window is given.
@@ -844,15 +844,19 @@ impl<'a> Player<'a> {
             kind == ServerKind::Beanstalkd,
         );
 
+        let wild = Wild {
+            stats: is_stats(&got_lines),
+            log: kind == ServerKind::Binlog,
+        };
         let matches = got_lines.len() == lines.len()
             && lines
                 .iter()
                 .zip(&got_lines)
-                .all(|(want, have)| yaml_line_matches(want, have, is_stats(&got_lines)));
+                .all(|(want, have)| yaml_line_matches(want, have, wild));
         if !matches {
             return Err(format!(
                 "  the YAML reply differs (`-` expected, `+` received, after normalisation):\n{}",
-                line_diff(lines, &got_lines)
+                line_diff(lines, &got_lines, wild)
             ));
         }
         if let Some(n) = n
@@ -982,7 +986,15 @@ fn is_stats(lines: &[Vec<u8>]) -> bool {
     lines.iter().any(|l| l.starts_with(b"binlog-max-size: "))
 }
 
-fn yaml_line_matches(want: &[u8], have: &[u8], stats: bool) -> bool {
+/// Which values of a YAML reply match anything: in a `stats` reply the volatile keys,
+/// and the log's figures when the server keeps a `-b` log.
+#[derive(Clone, Copy)]
+struct Wild {
+    stats: bool,
+    log: bool,
+}
+
+fn yaml_line_matches(want: &[u8], have: &[u8], wild: Wild) -> bool {
     if want == have {
         return true;
     }
@@ -991,16 +1003,18 @@ fn yaml_line_matches(want: &[u8], have: &[u8], stats: bool) -> bool {
     }
     match (split_key(want), split_key(have)) {
         (Some((wk, wv)), Some((hk, _))) if wk == hk => {
-            wv == b"*" || (stats && VOLATILE_STATS_KEYS.contains(&wk))
+            wv == b"*"
+                || (wild.stats
+                    && (VOLATILE_STATS_KEYS.contains(&wk)
+                        || (wild.log && LOG_STATS_KEYS.contains(&wk))))
         }
         _ => false,
     }
 }
 
 /// A line diff (longest common subsequence) of expected vs received YAML lines.
-fn line_diff(want: &[Vec<u8>], have: &[Vec<u8>]) -> String {
-    let stats = is_stats(have);
-    let eq = |i: usize, j: usize| yaml_line_matches(&want[i], &have[j], stats);
+fn line_diff(want: &[Vec<u8>], have: &[Vec<u8>], wild: Wild) -> String {
+    let eq = |i: usize, j: usize| yaml_line_matches(&want[i], &have[j], wild);
     let (n, m) = (want.len(), have.len());
     // lcs[i][j] = LCS length of want[i..] and have[j..].
     let mut lcs = vec![vec![0usize; m + 1]; n + 1];

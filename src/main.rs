@@ -133,7 +133,8 @@ fn start_binlog(config: &BinlogConfig, engine_config: EngineConfig) -> anyhow::R
         CutLimit::default(),
         stop.clone(),
     ));
-    let store = DurableStore::new(memory, link, clock, "binlog");
+    let store =
+        DurableStore::new(memory, link, clock, "binlog").with_log_figures(opened.figures.clone());
     let engine = Engine::start(AnyStore::Durable(store), engine_config);
     tracing::info!(
         dir = %config.dir.display(),

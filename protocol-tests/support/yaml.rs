@@ -26,6 +26,16 @@ pub const VOLATILE_STATS_KEYS: &[&str] = &[
     "platform",
 ];
 
+/// `stats` keys that describe a server's `-b` log (its files and records): the cases'
+/// expectations are beanstalkd's without a log (all 0), so against a server that keeps
+/// one they match anything (binlog.rs checks their values).
+pub const LOG_STATS_KEYS: &[&str] = &[
+    "binlog-oldest-index",
+    "binlog-current-index",
+    "binlog-records-migrated",
+    "binlog-records-written",
+];
+
 /// `key: value` → (key, value).
 pub fn split_key(line: &[u8]) -> Option<(&str, &[u8])> {
     let at = line.windows(2).position(|w| w == b": ")?;

@@ -7,6 +7,8 @@
 //! Invariant: ages and times left are computed against the time the store read its
 //! figures (`now` in its answer), so a shared store's clock decides them.
 
+use std::sync::atomic::Ordering;
+
 use bytes::Bytes;
 
 use super::{Counters, Engine, WaitSnapshot, host};
@@ -278,8 +280,20 @@ impl Engine {
             rusage_utime: utime,
             rusage_stime: stime,
             uptime: now.saturating_sub(self.started) / NANOS_PER_SEC,
-            binlog_max_size: BINLOG_MAX_SIZE,
-            binlog: BinlogStats::default(),
+            binlog_max_size: self
+                .store
+                .log_figures()
+                .map_or(BINLOG_MAX_SIZE, |f| f.max_size.load(Ordering::Relaxed)),
+            binlog: self
+                .store
+                .log_figures()
+                .map(|f| BinlogStats {
+                    oldest_index: f.oldest_index.load(Ordering::Relaxed),
+                    current_index: f.current_index.load(Ordering::Relaxed),
+                    records_migrated: f.records_migrated.load(Ordering::Relaxed),
+                    records_written: f.records_written.load(Ordering::Relaxed),
+                })
+                .unwrap_or_default(),
             draining: self.is_draining(),
             id: self.host.id.clone(),
             hostname: self.host.hostname.clone(),

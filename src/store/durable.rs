@@ -19,8 +19,8 @@ use bytes::Bytes;
 use tokio::sync::{Notify, watch};
 
 use super::{
-    Clock, ConnId, JobId, JobInfo, MemoryStore, Nanos, NewJob, Reserved, Store, StoreError,
-    StoreResult, Totals, TubeInfo,
+    Clock, ConnId, JobId, JobInfo, LogFigures, MemoryStore, Nanos, NewJob, Reserved, Store,
+    StoreError, StoreResult, Totals, TubeInfo,
 };
 use crate::protocol::TubeName;
 
@@ -105,6 +105,8 @@ pub struct DurableStore {
     link: CommitLink,
     clock: Clock,
     name: &'static str,
+    /// The `binlog-*` figures, for a store whose committer writes a local log.
+    log: Option<Arc<LogFigures>>,
 }
 
 impl DurableStore {
@@ -121,7 +123,14 @@ impl DurableStore {
             link,
             clock,
             name,
+            log: None,
         }
+    }
+
+    /// A store whose committer writes the local log these figures describe (`-b`).
+    pub fn with_log_figures(mut self, figures: Arc<LogFigures>) -> DurableStore {
+        self.log = Some(figures);
+        self
     }
 
     fn kick(&self) {
@@ -258,6 +267,10 @@ impl Store for DurableStore {
 
     fn name(&self) -> &'static str {
         self.name
+    }
+
+    fn log_figures(&self) -> Option<&LogFigures> {
+        self.log.as_deref()
     }
 
     fn clock(&self) -> Clock {

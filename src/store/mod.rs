@@ -15,6 +15,7 @@ pub mod memory;
 pub mod redis_store;
 
 use std::future::Future;
+use std::sync::atomic::AtomicU64;
 
 use bytes::Bytes;
 
@@ -58,6 +59,19 @@ impl ConnId {
     pub fn issued() -> ConnId {
         ConnId(NEXT_CONN.load(std::sync::atomic::Ordering::SeqCst))
     }
+}
+
+/// The `binlog-*` figures of `stats` for a store whose changes go to a local log
+/// (`-b`): written by the log's sink after each write, read by `stats`. The
+/// reference's meanings: the oldest and the current file's number, records written
+/// (compaction's rewrites included) and of those rewritten, and `-s`.
+#[derive(Debug, Default)]
+pub struct LogFigures {
+    pub oldest_index: AtomicU64,
+    pub current_index: AtomicU64,
+    pub records_migrated: AtomicU64,
+    pub records_written: AtomicU64,
+    pub max_size: AtomicU64,
 }
 
 /// The state of a job, as `stats-job` names it.
@@ -413,6 +427,11 @@ pub trait Store: Send + Sync {
         None
     }
 
+    /// The figures of the local log the store's changes go to (`-b`), if any.
+    fn log_figures(&self) -> Option<&LogFigures> {
+        None
+    }
+
     /// For a shared store, a count that goes up each time the store found its
     /// namespace lost and started a fresh one: every connection open before then must
     /// be closed (they belonged to the old namespace).
@@ -610,6 +629,13 @@ impl Store for AnyStore {
             AnyStore::Memory(s) => s.sweep_interval(),
             AnyStore::Durable(s) => s.sweep_interval(),
             AnyStore::Redis(s) => s.sweep_interval(),
+        }
+    }
+    fn log_figures(&self) -> Option<&LogFigures> {
+        match self {
+            AnyStore::Memory(s) => s.log_figures(),
+            AnyStore::Durable(s) => s.log_figures(),
+            AnyStore::Redis(s) => s.log_figures(),
         }
     }
     fn namespace_changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {

@@ -66,6 +66,8 @@ pub enum BinlogError {
 pub struct Opened {
     pub snapshot: Snapshot,
     pub sink: BinlogSink,
+    /// The `binlog-*` figures the sink keeps current, for the store's `stats`.
+    pub figures: std::sync::Arc<crate::store::LogFigures>,
     pub records: u64,
     pub files: usize,
     pub bytes: u64,
@@ -95,10 +97,12 @@ pub fn open(config: BinlogConfig) -> Result<Opened, BinlogError> {
     let records = replayed.records;
     let files = replayed.files.len();
     let bytes = replayed.files.values().sum();
-    let sink = BinlogSink::new(config, lock, replayed)?;
+    let figures = std::sync::Arc::default();
+    let sink = BinlogSink::new(config, lock, replayed, std::sync::Arc::clone(&figures))?;
     Ok(Opened {
         snapshot,
         sink,
+        figures,
         records,
         files,
         bytes,

@@ -22,6 +22,7 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use foldhash::HashMap;
@@ -33,7 +34,7 @@ use super::{BinlogConfig, BinlogError, Fsync};
 use crate::persist::{Sink, SinkError};
 use crate::protocol::TubeName;
 use crate::store::memory::{Cut, TubeRecord};
-use crate::store::{JobId, StoreError};
+use crate::store::{JobId, LogFigures, StoreError};
 
 /// A compaction rewrites at most this much per batch, so no batch waits long for it.
 const REWRITE_RECORDS: usize = 2_000;
@@ -68,6 +69,11 @@ pub struct BinlogSink {
     compaction: Option<Compaction>,
     buf: Vec<u8>,
     syncer: Option<Syncer>,
+    /// `stats`'s `binlog-*` figures, kept current after each write.
+    figures: Arc<LogFigures>,
+    /// Records written, compaction's rewrites among them (since start).
+    records_written: u64,
+    records_migrated: u64,
     /// Held for the sink's life: the directory's lock.
     _lock: File,
 }
@@ -88,6 +94,7 @@ impl BinlogSink {
         config: BinlogConfig,
         lock: File,
         replayed: Replayed,
+        figures: Arc<LogFigures>,
     ) -> Result<BinlogSink, BinlogError> {
         let out_no = replayed.files.keys().next_back().map_or(1, |n| n + 1);
         let out = create(&config.dir, out_no, config.fsync).map_err(|e| {
@@ -112,7 +119,8 @@ impl BinlogSink {
             .values()
             .map(|l| format::job_len(&l.record) as u64)
             .sum();
-        Ok(BinlogSink {
+        figures.max_size.store(config.file_size, Ordering::Relaxed);
+        let sink = BinlogSink {
             config,
             out,
             out_no,
@@ -129,8 +137,25 @@ impl BinlogSink {
             compaction: None,
             buf: Vec::new(),
             syncer,
+            figures,
+            records_written: 0,
+            records_migrated: 0,
             _lock: lock,
-        })
+        };
+        sink.publish();
+        Ok(sink)
+    }
+
+    /// Make `stats` show what the log is now.
+    fn publish(&self) {
+        let f = &self.figures;
+        let oldest = self.files.keys().next().copied().unwrap_or(self.out_no);
+        f.oldest_index.store(oldest, Ordering::Relaxed);
+        f.current_index.store(self.out_no, Ordering::Relaxed);
+        f.records_written
+            .store(self.records_written, Ordering::Relaxed);
+        f.records_migrated
+            .store(self.records_migrated, Ordering::Relaxed);
     }
 
     /// Bytes a log holding only the live jobs would take (what compaction aims at).
@@ -162,10 +187,11 @@ impl BinlogSink {
     }
 
     /// Append the compaction's share of this batch to `buf`: the tubes at its start,
-    /// then a bounded chunk of old jobs. Returns how many pending jobs it consumed.
-    fn encode_rewrites(&mut self) -> usize {
+    /// then a bounded chunk of old jobs. Returns how many pending jobs it consumed, and
+    /// how many job records it wrote.
+    fn encode_rewrites(&mut self) -> (usize, u64) {
         let Some(c) = self.compaction.as_mut() else {
-            return 0;
+            return (0, 0);
         };
         if !c.tubes_written {
             for t in self.tubes.values() {
@@ -183,7 +209,7 @@ impl BinlogSink {
                 records += 1;
             }
         }
-        consumed
+        (consumed, records as u64)
     }
 
     /// Write `buf` at the end of the current file (and to the disk, with `-f 0`).
@@ -342,7 +368,7 @@ impl Sink for BinlogSink {
             self.roll().map_err(io_err("binlog: start a new file"))?;
         }
         self.buf.clear();
-        let consumed = self.encode_rewrites();
+        let (consumed, rewritten) = self.encode_rewrites();
         let mut with_body = Vec::with_capacity(cut.jobs.len());
         for r in &cut.jobs {
             let body = !self.jobs.contains_key(&r.id);
@@ -372,7 +398,12 @@ impl Sink for BinlogSink {
         self.out_len += self.buf.len() as u64;
         self.files.insert(self.out_no, self.out_len);
         self.apply(cut, &with_body, consumed);
+        // A record per job written or deleted, compaction's rewrites included (the
+        // reference counts its own records so).
+        self.records_written += (cut.jobs.len() + cut.gone.len()) as u64 + rewritten;
+        self.records_migrated += rewritten;
         self.compact().await;
+        self.publish();
         Ok(())
     }
 
