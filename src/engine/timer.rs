@@ -128,6 +128,8 @@ pub async fn run(engine: Arc<Engine>) {
         tokio::select! {
             _ = sleep => {}
             _ = engine.timer.wake.notified() => continue,
+            // The tick starts the fresh namespace: not after a backoff or the sweep.
+            _ = engine.store.namespace_lost() => {}
             _ = engine.stop.cancelled() => return,
         }
         match engine.store.tick(engine.clock.now()).await {

@@ -439,6 +439,12 @@ pub trait Store: Send + Sync {
         None
     }
 
+    /// Resolves when a shared store has found its namespace lost, so that the timer
+    /// ticks at once (its tick starts the fresh namespace) rather than at its plan.
+    fn namespace_lost(&self) -> impl Future<Output = ()> + Send {
+        std::future::pending()
+    }
+
     /// Whether the store answers now (readiness probes).
     fn ping(&self) -> impl Future<Output = StoreResult<()>> + Send {
         std::future::ready(Ok(()))
@@ -644,6 +650,9 @@ impl Store for AnyStore {
             AnyStore::Durable(s) => s.namespace_changes(),
             AnyStore::Redis(s) => s.namespace_changes(),
         }
+    }
+    async fn namespace_lost(&self) {
+        dispatch!(self, s => s.namespace_lost())
     }
     async fn ping(&self) -> StoreResult<()> {
         dispatch!(self, s => s.ping())

@@ -93,6 +93,12 @@ impl Args {
         &self.data[start..self.ends[i]]
     }
 
+    /// Bytes of arguments `i..end`.
+    fn span(&self, i: usize, end: usize) -> usize {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        self.ends[end - 1] - start
+    }
+
     fn clear(&mut self) {
         self.data.clear();
         self.ends.clear();
@@ -199,10 +205,16 @@ impl Batch {
         let mut i = 0;
         while i < args.len() {
             let end = (i + per).min(args.len());
-            let c = self.pipe.cmd(name).arg(key);
+            // Sized up front: a large job body is copied into the command once, into
+            // memory allocated once (growing by doubling copied it again and again,
+            // each time into freshly mapped pages).
+            let bytes = args.span(i, end) + name.len() + key.len();
+            let mut c = redis::Cmd::with_capacity(end - i + 2, bytes);
+            c.arg(name).arg(key);
             for j in i..end {
                 c.arg(args.get(j));
             }
+            self.pipe.add_command(c);
             self.commands += 1;
             i = end;
         }

@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use rand::RngExt;
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 
 use super::RedisStore;
 use super::reply::US;
@@ -48,6 +48,8 @@ pub struct Namespace {
     floor: AtomicU64,
     /// How many times a fresh namespace was started (the server closes connections).
     changes: watch::Sender<u64>,
+    /// Told when a loss is found, so the timer starts afresh at once.
+    found_lost: Notify,
 }
 
 impl Namespace {
@@ -57,6 +59,7 @@ impl Namespace {
             lost: Mutex::new(None),
             floor: AtomicU64::new(0),
             changes: watch::Sender::new(0),
+            found_lost: Notify::new(),
         }
     }
 
@@ -76,7 +79,13 @@ impl Namespace {
     pub fn lost(&self, generation: &Arc<str>) {
         if *generation == self.current() {
             *self.lost.lock().unwrap_or_else(|e| e.into_inner()) = Some(generation.clone());
+            self.found_lost.notify_one();
         }
+    }
+
+    /// Resolves once a loss was found (a permit is kept if nobody waits yet).
+    pub async fn wait_lost(&self) {
+        self.found_lost.notified().await;
     }
 
     /// The generation found gone, if it is the one served now (once).
@@ -135,6 +144,7 @@ impl RedisStore {
         if let Err(err) = Self::init_namespace(&self.run).await {
             // Tried again at the next tick; the connections already closed stay closed.
             *ns.lost.lock().unwrap_or_else(|e| e.into_inner()) = Some(lost);
+            // Retried at the timer's next tick (after its backoff), not at once.
             return Err(err);
         }
         self.refs.restore();

@@ -509,14 +509,29 @@ impl Store for RedisStore {
         self.refs.change(tube, RefKind::Watching, -1).await
     }
 
-    /// Whether Redis answers now: one PING on the shared connection (so it also tells
-    /// whether the connection commands use has come back after an outage), bounded by
-    /// the response timeout.
+    /// Whether Redis answers now, and still holds the namespace this instance serves:
+    /// one PING and a read of the generation on the shared connection (so it also
+    /// tells whether the connection commands use has come back after an outage),
+    /// bounded by the response timeout. Until a namespace found lost has been started
+    /// afresh, the instance is not ready.
     async fn ping(&self) -> StoreResult<()> {
-        redis::cmd("PING")
-            .query_async::<()>(&mut self.run.conn())
+        let generation = self.run.namespace().current();
+        let ((), found): ((), Option<String>) = redis::pipe()
+            .cmd("PING")
+            .cmd("GET")
+            .arg(self.run.keys().ns(NsKey::Generation))
+            .query_async(&mut self.run.conn())
             .await
-            .map_err(|e| redis_error("PING", e))
+            .map_err(|e| redis_error("PING", e))?;
+        if found.as_deref() != Some(&*generation) {
+            self.run.namespace().lost(&generation);
+            return Err(StoreError::NamespaceLost { op: "PING" });
+        }
+        Ok(())
+    }
+
+    async fn namespace_lost(&self) {
+        self.run.namespace().wait_lost().await;
     }
 
     /// A clock that reads (approximately) the Redis clock, for the engine.
