@@ -259,6 +259,19 @@ impl Engine {
         let totals = self.store.totals().await?;
         let (utime, stime) = host::rusage();
         let c = &self.counters;
+        // A store without a log (`-b`) reports 0s and the reference's default size.
+        let (binlog_max_size, binlog) = match self.store.log_figures() {
+            Some(f) => (
+                f.max_size.load(Ordering::Relaxed),
+                BinlogStats {
+                    oldest_index: f.oldest_index.load(Ordering::Relaxed),
+                    current_index: f.current_index.load(Ordering::Relaxed),
+                    records_migrated: f.records_migrated.load(Ordering::Relaxed),
+                    records_written: f.records_written.load(Ordering::Relaxed),
+                },
+            ),
+            None => (BINLOG_MAX_SIZE, BinlogStats::default()),
+        };
         Ok(ServerStats {
             current_jobs_urgent: totals.urgent,
             current_jobs_ready: totals.ready,
@@ -280,20 +293,8 @@ impl Engine {
             rusage_utime: utime,
             rusage_stime: stime,
             uptime: now.saturating_sub(self.started) / NANOS_PER_SEC,
-            binlog_max_size: self
-                .store
-                .log_figures()
-                .map_or(BINLOG_MAX_SIZE, |f| f.max_size.load(Ordering::Relaxed)),
-            binlog: self
-                .store
-                .log_figures()
-                .map(|f| BinlogStats {
-                    oldest_index: f.oldest_index.load(Ordering::Relaxed),
-                    current_index: f.current_index.load(Ordering::Relaxed),
-                    records_migrated: f.records_migrated.load(Ordering::Relaxed),
-                    records_written: f.records_written.load(Ordering::Relaxed),
-                })
-                .unwrap_or_default(),
+            binlog_max_size,
+            binlog,
             draining: self.is_draining(),
             id: self.host.id.clone(),
             hostname: self.host.hostname.clone(),

@@ -69,11 +69,9 @@ pub struct BinlogSink {
     compaction: Option<Compaction>,
     buf: Vec<u8>,
     syncer: Option<Syncer>,
-    /// `stats`'s `binlog-*` figures, kept current after each write.
+    /// `stats`'s `binlog-*` figures, kept current after each write (the record
+    /// counts are kept only there).
     figures: Arc<LogFigures>,
-    /// Records written, compaction's rewrites among them (since start).
-    records_written: u64,
-    records_migrated: u64,
     /// Held for the sink's life: the directory's lock.
     _lock: File,
 }
@@ -138,24 +136,18 @@ impl BinlogSink {
             buf: Vec::new(),
             syncer,
             figures,
-            records_written: 0,
-            records_migrated: 0,
             _lock: lock,
         };
         sink.publish();
         Ok(sink)
     }
 
-    /// Make `stats` show what the log is now.
+    /// Make `stats` show which files the log has now.
     fn publish(&self) {
         let f = &self.figures;
         let oldest = self.files.keys().next().copied().unwrap_or(self.out_no);
         f.oldest_index.store(oldest, Ordering::Relaxed);
         f.current_index.store(self.out_no, Ordering::Relaxed);
-        f.records_written
-            .store(self.records_written, Ordering::Relaxed);
-        f.records_migrated
-            .store(self.records_migrated, Ordering::Relaxed);
     }
 
     /// Bytes a log holding only the live jobs would take (what compaction aims at).
@@ -400,8 +392,13 @@ impl Sink for BinlogSink {
         self.apply(cut, &with_body, consumed);
         // A record per job written or deleted, compaction's rewrites included (the
         // reference counts its own records so).
-        self.records_written += (cut.jobs.len() + cut.gone.len()) as u64 + rewritten;
-        self.records_migrated += rewritten;
+        let written = (cut.jobs.len() + cut.gone.len()) as u64 + rewritten;
+        self.figures
+            .records_written
+            .fetch_add(written, Ordering::Relaxed);
+        self.figures
+            .records_migrated
+            .fetch_add(rewritten, Ordering::Relaxed);
         self.compact().await;
         self.publish();
         Ok(())

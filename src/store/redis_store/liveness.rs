@@ -58,10 +58,13 @@ impl RedisStore {
             .query_async(&mut self.run.conn())
             .await
             .map_err(|e| redis_error("heartbeat", e))?;
-        if found.as_deref() != Some(&*generation) {
+        if !self
+            .run
+            .namespace()
+            .still_ours(&generation, found.as_deref())
+        {
             // Redis lost the namespace (restarted empty, flushed): the tick that
             // called this starts afresh.
-            self.run.namespace().lost(&generation);
             return Ok(());
         }
         if added == 1 && !first {

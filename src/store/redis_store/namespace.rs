@@ -88,6 +88,16 @@ impl Namespace {
         self.found_lost.notified().await;
     }
 
+    /// Whether `found`, the generation key read back by a call made for `generation`,
+    /// still names it; when not, the loss is recorded (see [`Namespace::lost`]).
+    pub fn still_ours(&self, generation: &Arc<str>, found: Option<&str>) -> bool {
+        let ours = found == Some(&**generation);
+        if !ours {
+            self.lost(generation);
+        }
+        ours
+    }
+
     /// The generation found gone, if it is the one served now (once).
     fn take_lost(&self) -> Option<Arc<str>> {
         let lost = self.lost.lock().unwrap_or_else(|e| e.into_inner()).take()?;

@@ -523,8 +523,11 @@ impl Store for RedisStore {
             .query_async(&mut self.run.conn())
             .await
             .map_err(|e| redis_error("PING", e))?;
-        if found.as_deref() != Some(&*generation) {
-            self.run.namespace().lost(&generation);
+        if !self
+            .run
+            .namespace()
+            .still_ours(&generation, found.as_deref())
+        {
             return Err(StoreError::NamespaceLost { op: "PING" });
         }
         Ok(())
