@@ -153,8 +153,7 @@ async function workerMain(o) {
   process.send({
     type: 'report', completed, measured, lastNs, failures, latency: Float64Array.from(latency),
     seen: Float64Array.from(counts),
-  });
-  process.disconnect();
+  }, () => process.disconnect()); // after the report is written: a large one is sent asynchronously
 }
 
 // ---- the producer process -----------------------------------------------------------
