@@ -8,6 +8,14 @@
 //!   Redis applied the pub/sub limit to it, and dropped it on the first large reply
 //!   (every command of every client answered INTERNAL_ERROR). The same job through
 //!   leader mode. Prints the time each command took.
+//! - `a_large_put_does_not_hold_up_other_clients` — leader mode: while a 48 MiB body
+//!   is on its way to Redis (seen in Redis' `CLIENT LIST`: a client's query buffer
+//!   holds more than 1 MiB), another client's put and delete are written and answered,
+//!   and the large put answers after them. Before, the large body travelled in the
+//!   batch, and every change made meanwhile waited for the batch after it (the large
+//!   put was always answered first). Then a large job survives the leader's kill -9
+//!   whole, and a body left without its job (a put cut short) is removed by the next
+//!   leader's load. Prints the small cycle's time and the large put's.
 //! - `a_hung_redis_answers_within_a_second_and_session_commands_never_wait` — with
 //!   Redis stopped (SIGSTOP: it accepts connections and never replies), every command
 //!   that needs Redis answers INTERNAL_ERROR within about a second, and the commands
@@ -26,6 +34,7 @@ use std::time::{Duration, Instant};
 
 use support::client::Client;
 use support::redis::private_redis;
+use support::sentinel::cli;
 use support::{ServerKind, redstalk_on_as, serial, signal_pid};
 
 const REPLY: Duration = Duration::from_secs(10);
@@ -81,6 +90,107 @@ fn large_job(kind: ServerKind, redis: &support::redis::RedisServer) {
         size >> 20,
         kind.redis_mode().unwrap()
     );
+}
+
+/// Whether one of Redis' clients is reading an argument of more than 1 MiB (its query
+/// buffer holds it).
+fn redis_reads_a_large_argument(port: u16) -> bool {
+    let list = cli(port, &["CLIENT", "LIST"]).unwrap_or_default();
+    list.split_whitespace().any(|field| {
+        field
+            .strip_prefix("qbuf=")
+            .and_then(|n| n.parse::<u64>().ok())
+            .is_some_and(|n| n > 1 << 20)
+    })
+}
+
+#[test]
+fn a_large_put_does_not_hold_up_other_clients() {
+    let _serial = serial();
+    let Some(redis) = private_redis(&[], "Redis connection tests") else {
+        return;
+    };
+    let prefix = "big-ahead";
+    let z = (64u32 << 20).to_string();
+    let (srv, log) = redstalk_on_as(ServerKind::Leader, &redis, prefix, &["-z", &z]);
+    let mut big = Client::connect(srv.addr, "big");
+    big.timeout = REPLY;
+    let mut small = Client::connect(srv.addr, "small");
+    let body: Vec<u8> = (0..48 << 20).map(|i| b'a' + (i % 26) as u8).collect();
+    let (mut attempts, mut caught, mut small_first) = (0, 0, 0);
+    while caught < 3 {
+        attempts += 1;
+        assert!(
+            attempts <= 20,
+            "Redis was never seen reading the large body"
+        );
+        big.send_put(1, 0, 60, &body);
+        // Poll without pause: the transfer lasts tens of milliseconds.
+        let line = loop {
+            if redis_reads_a_large_argument(redis.port) {
+                break None;
+            }
+            if let Ok(line) = big.try_line(Duration::from_millis(1)) {
+                break Some(line);
+            }
+        };
+        let line = match line {
+            // Missed the transfer: try again.
+            Some(line) => line,
+            None => {
+                caught += 1;
+                let t = Instant::now();
+                let id = small.put(1, 0, 60, b"small");
+                small.expect(&format!("delete {id}"), "DELETED");
+                let small_ms = t.elapsed().as_secs_f64() * 1e3;
+                let answered = big.try_line(Duration::from_millis(1)).ok();
+                let came_first = answered.is_some();
+                let t = Instant::now();
+                let line = match answered {
+                    Some(line) => line,
+                    None => {
+                        small_first += 1;
+                        big.try_line(REPLY).expect("the large put's answer")
+                    }
+                };
+                println!(
+                    "small put + delete {small_ms:.1} ms while a 48 MiB body travelled; \
+                     the large put answered {:.1} ms later{}",
+                    t.elapsed().as_secs_f64() * 1e3,
+                    if came_first { " (it came first)" } else { "" }
+                );
+                line
+            }
+        };
+        assert!(line.starts_with("INSERTED "), "{line}: {}", log.tail());
+        let big_id: u64 = line[9..].parse().unwrap();
+        big.expect(&format!("delete {big_id}"), "DELETED");
+    }
+    assert!(
+        small_first >= 2,
+        "the small change waited for the large body in {} of 3 attempts",
+        3 - small_first
+    );
+    // Acknowledged large jobs survive the leader whole.
+    let id = big.put(1, 0, 60, &body);
+    srv.signal("KILL").unwrap();
+    drop(srv);
+    // A body left without its job, as a leader that died mid-put leaves one.
+    let bodies = format!("{{{prefix}:t:default}}:bodies");
+    cli(redis.port, &["HSET", &bodies, "999999", "orphan"]).unwrap();
+    let (srv, log) = redstalk_on_as(ServerKind::Leader, &redis, prefix, &["-z", &z]);
+    let mut c = Client::connect(srv.addr, "after");
+    c.timeout = REPLY;
+    let peeked = c.cmd(&format!("peek {id}"));
+    assert_eq!(
+        peeked.line,
+        format!("FOUND {id} {}", body.len()),
+        "{}",
+        log.tail()
+    );
+    assert!(peeked.body.as_deref() == Some(&body[..]), "another body");
+    let left = cli(redis.port, &["HEXISTS", &bodies, "999999"]).unwrap();
+    assert_eq!(left.trim(), "0", "the orphaned body was not removed");
 }
 
 /// `request` on `c`: the reply's first word and how long it took.

@@ -29,10 +29,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::engine::{Engine, EngineConfig};
 use crate::persist::committer::{self, Ended};
-use crate::persist::redis::{RedisSink, load};
+use crate::persist::redis::fenced::Fenced;
+use crate::persist::redis::{RedisSink, load, stager};
 use crate::redis_conn::{Connector, RESPONSE_TIMEOUT, RedisConn};
 use crate::server::{Route, Router};
-use crate::store::durable::{CommitLink, DurableStore};
+use crate::store::durable::{CommitLink, DurableStore, Stager};
 use crate::store::memory::CutLimit;
 use crate::store::redis_store::keys::Keys;
 use crate::store::redis_store::policy::{self, PolicyError};
@@ -367,7 +368,21 @@ impl Cluster {
             BATCH_LIMIT,
             committer_stop.clone(),
         ));
-        let store = DurableStore::new(memory, link.clone(), clock, "redis-leader");
+        let (stager, bodies) = Stager::channel();
+        let body_writer = Fenced::new(
+            "write body",
+            self.connector.clone(),
+            self.lease.key().to_string(),
+            holder.token.clone(),
+        );
+        tokio::spawn(stager::run(
+            body_writer,
+            self.keys.clone(),
+            bodies,
+            committer_stop.clone(),
+        ));
+        let store =
+            DurableStore::new(memory, link.clone(), clock, "redis-leader").with_stager(stager);
         let engine = Engine::start(AnyStore::Durable(store), self.config.engine.clone());
         if self.draining.load(std::sync::atomic::Ordering::SeqCst) {
             engine.enter_drain_mode();

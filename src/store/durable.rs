@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use tokio::sync::{Notify, watch};
+use tokio::sync::{Notify, mpsc, oneshot, watch};
 
 use super::{
     Clock, ConnId, JobId, JobInfo, LogFigures, MemoryStore, Nanos, NewJob, Reserved, Store,
@@ -27,6 +27,78 @@ use crate::protocol::TubeName;
 /// How long a reply waits for the batch holding its change before the command answers
 /// INTERNAL_ERROR (the change stays, and is written when the store comes back).
 pub const COMMIT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Bodies at least this large are written ahead of their jobs, on a connection of
+/// their own (leader mode): the batches that carry other clients' changes do not wait
+/// behind the transfer of a large body, only the put that brought it does.
+pub const STAGE_MIN_BODY: usize = 1 << 20;
+
+/// How long a put waits for its body to be written ahead; then the job is made anyway
+/// and its batch writes the body with it (as for a small job), so a put never waits
+/// much longer than [`COMMIT_TIMEOUT`] for an answer.
+const STAGE_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// A request to write one job's body ahead of the job; `done` answers whether it
+/// landed. A writer skips a request whose asker stopped waiting (`done` closed): that
+/// job is written with its batch instead.
+#[derive(Debug)]
+pub struct StageRequest {
+    pub tube: TubeName,
+    pub id: JobId,
+    pub body: Bytes,
+    pub done: oneshot::Sender<bool>,
+}
+
+/// The asking side of a writer of large bodies (a task of the persistence layer).
+#[derive(Clone, Debug)]
+pub struct Stager {
+    requests: mpsc::Sender<StageRequest>,
+}
+
+impl Stager {
+    /// A stager, and the queue its writer serves.
+    pub fn channel() -> (Stager, mpsc::Receiver<StageRequest>) {
+        let (requests, queue) = mpsc::channel(64);
+        (Stager { requests }, queue)
+    }
+
+    /// Whether the body of job `id` landed ahead of it, within [`STAGE_TIMEOUT`].
+    async fn stage(&self, tube: TubeName, id: JobId, body: Bytes) -> bool {
+        let (done, landed) = oneshot::channel();
+        let asked = async {
+            self.requests
+                .send(StageRequest {
+                    tube,
+                    id,
+                    body,
+                    done,
+                })
+                .await
+                .is_ok()
+                && landed.await == Ok(true)
+        };
+        tokio::time::timeout(STAGE_TIMEOUT, asked)
+            .await
+            .unwrap_or(false)
+    }
+}
+
+/// A put begun with its body written ahead: if the put is dropped before its job is
+/// made, the id stays used and whatever body landed is removed by the next cut.
+struct Begun<'a> {
+    store: &'a DurableStore,
+    id: JobId,
+    tube: Option<TubeName>,
+}
+
+impl Drop for Begun<'_> {
+    fn drop(&mut self) {
+        if let Some(tube) = self.tube.take() {
+            self.store.memory.abandon_staged(self.id, &tube);
+            self.store.kick();
+        }
+    }
+}
 
 /// How far the committer has written, as it publishes it.
 #[derive(Clone, Debug, Default)]
@@ -107,6 +179,8 @@ pub struct DurableStore {
     name: &'static str,
     /// The `binlog-*` figures, for a store whose committer writes a local log.
     log: Option<Arc<LogFigures>>,
+    /// Where large bodies are written ahead of their jobs (leader mode).
+    stager: Option<Stager>,
 }
 
 impl DurableStore {
@@ -124,7 +198,31 @@ impl DurableStore {
             clock,
             name,
             log: None,
+            stager: None,
         }
+    }
+
+    /// A store whose large bodies `stager` writes ahead of their jobs (leader mode).
+    pub fn with_stager(mut self, stager: Stager) -> DurableStore {
+        self.stager = Some(stager);
+        self
+    }
+
+    /// A put whose body is written ahead of its job. The id is taken first, as
+    /// beanstalkd takes it once the body is in; the job is made (visible) once its body
+    /// landed, or once that took too long, and then waits for its batch like any put.
+    async fn put_staged(&self, stager: &Stager, job: NewJob, now: Nanos) -> JobId {
+        let id = self.memory.begin_staged(&job.tube);
+        let mut begun = Begun {
+            store: self,
+            id,
+            tube: Some(job.tube.clone()),
+        };
+        let landed = stager.stage(job.tube.clone(), id, job.body.clone()).await;
+        begun.tube = None;
+        self.memory.put_staged(id, job, now, landed);
+        self.kick();
+        id
     }
 
     /// A store whose committer writes the local log these figures describe (`-b`).
@@ -147,7 +245,12 @@ impl DurableStore {
 
 impl Store for DurableStore {
     async fn put(&self, job: NewJob, now: Nanos) -> StoreResult<JobId> {
-        self.changed(self.memory.put(job, now)).await
+        match &self.stager {
+            Some(stager) if job.body.len() >= STAGE_MIN_BODY => {
+                Ok(self.put_staged(stager, job, now).await)
+            }
+            _ => self.changed(self.memory.put(job, now)).await,
+        }
     }
     async fn burn_id(&self) -> StoreResult<JobId> {
         self.changed(self.memory.burn_id()).await

@@ -134,7 +134,7 @@ impl TubeOps {
     /// Take `id` out of the set(s) persistence may have it in, unless it stays there.
     fn unset(&mut self, id: u64, was: Stored, now_in: Option<JobState>) {
         match was {
-            Stored::Never => {}
+            Stored::Never | Stored::BodyOnly => {}
             Stored::As(s) if Some(s) == now_in => {}
             Stored::As(s) => self.zrem[set_of(s) as usize].member(id),
             Stored::Unknown => {
@@ -218,6 +218,17 @@ impl Batch {
             self.commands += 1;
             i = end;
         }
+    }
+
+    /// The transaction writing one job's body ahead of the job (a large put): the body
+    /// is copied into the command once, straight from the job.
+    pub fn body(key: &str, id: u64, body: &[u8]) -> Batch {
+        let mut b = Batch::new();
+        let mut c = redis::Cmd::with_capacity(4, body.len() + key.len() + 24);
+        c.arg("HSET").arg(key).arg(id).arg(body);
+        b.pipe.add_command(c);
+        b.commands += 1;
+        b
     }
 
     /// A command with no arguments but its key.

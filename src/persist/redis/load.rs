@@ -2,12 +2,14 @@
 //! just taken the lead (it holds the lease, so nobody else writes meanwhile).
 //!
 //! Work is chunked: each tube's job and body hashes are read with HSCAN, a bounded
-//! number of entries per call ([`SCAN_METAS`], [`SCAN_BODIES`]) (no call that blocks Redis for long, whatever the
-//! namespace's size), the two hashes of a tube side by side.
+//! number of entries per call ([`SCAN_METAS`], [`SCAN_BODIES`]): no call blocks Redis
+//! for long, whatever the namespace's size. The two hashes of a tube are read side by
+//! side.
 //!
 //! A job whose metadata cannot be read, or whose body is missing (what eviction or a
 //! damaged namespace leaves), is reported and left out: never served with an empty
-//! body.
+//! body. A body without its job (written ahead of a large put whose job the previous
+//! leader never made) is removed.
 
 use crate::redis_conn::RedisConn;
 use bytes::Bytes;
@@ -78,8 +80,18 @@ fn parse_u64(v: &Option<Vec<u8>>) -> u64 {
         .map_or(0, |f| f.max(0.0) as u64)
 }
 
-/// A tube's jobs from its hashes' entries; how many were left out as damaged.
-fn decode_tube(name: &TubeName, metas: Entries, bodies: Entries) -> (Vec<JobRecord>, usize) {
+/// A tube's jobs, decoded from its hashes' entries.
+struct Decoded {
+    jobs: Vec<JobRecord>,
+    /// Jobs left out as damaged.
+    damaged: usize,
+    /// Bodies without a job: written ahead of a put that never made its job (the
+    /// leader died in between).
+    orphans: Vec<u64>,
+}
+
+/// A tube's jobs from its hashes' entries.
+fn decode_tube(name: &TubeName, metas: Entries, bodies: Entries) -> Decoded {
     let mut bodies: HashMap<u64, Vec<u8>> = bodies
         .into_iter()
         .filter_map(|(field, body)| Some((parse_id(&field)?, body)))
@@ -109,7 +121,24 @@ fn decode_tube(name: &TubeName, metas: Entries, bodies: Entries) -> (Vec<JobReco
             }
         }
     }
-    (jobs, damaged)
+    Decoded {
+        jobs,
+        damaged,
+        orphans: bodies.into_keys().collect(),
+    }
+}
+
+/// Remove the bodies `ids` from `key` (bounded commands).
+async fn remove_orphans(conn: &mut RedisConn, key: &str, ids: &[u64]) -> Result<(), StoreError> {
+    for chunk in ids.chunks(1_000) {
+        let _: i64 = redis::cmd("HDEL")
+            .arg(key)
+            .arg(chunk)
+            .query_async(conn)
+            .await
+            .map_err(err("HDEL orphan bodies"))?;
+    }
+    Ok(())
 }
 
 /// Read the whole namespace under `keys`.
@@ -181,15 +210,22 @@ pub async fn load(conn: &RedisConn, keys: &Keys) -> Result<Loaded, StoreError> {
         // lease keeper meanwhile (a lease left unrenewed through a long load would
         // end the leadership the load is for).
         let tube = name.clone();
-        let (jobs, damaged) =
-            tokio::task::spawn_blocking(move || decode_tube(&tube, metas, bodies))
-                .await
-                .map_err(|e| StoreError::BadReply {
-                    op: "load",
-                    detail: format!("decoding a tube's jobs stopped: {e}"),
-                })?;
-        loaded.snapshot.jobs.extend(jobs);
-        loaded.damaged += damaged;
+        let decoded = tokio::task::spawn_blocking(move || decode_tube(&tube, metas, bodies))
+            .await
+            .map_err(|e| StoreError::BadReply {
+                op: "load",
+                detail: format!("decoding a tube's jobs stopped: {e}"),
+            })?;
+        loaded.snapshot.jobs.extend(decoded.jobs);
+        loaded.damaged += decoded.damaged;
+        if !decoded.orphans.is_empty() {
+            tracing::warn!(
+                tube = %name,
+                bodies = decoded.orphans.len(),
+                "removing job bodies that have no job (puts cut short before their job was made)"
+            );
+            remove_orphans(&mut c, k.get(TubeKey::Bodies), &decoded.orphans).await?;
+        }
     }
     Ok(loaded)
 }

@@ -3,9 +3,11 @@
 //! metadata encoding both share with the shared mode's scripts.
 
 pub mod batch;
+pub mod fenced;
 pub mod load;
 pub mod meta;
 pub mod sink;
+pub mod stager;
 
 pub use load::{Loaded, load};
 pub use sink::RedisSink;

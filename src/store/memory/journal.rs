@@ -36,6 +36,9 @@ pub enum Stored {
     /// A write of this job failed without an answer: it may hold the old or the new
     /// record. A sink rewrites the job whole (and removes it from every state's set).
     Unknown,
+    /// Only its body, written ahead of the job (a large put, see `DurableStore`): the
+    /// job is in no state's set yet, and its body need not be written again.
+    BodyOnly,
 }
 
 /// The changes noted since the last written cut.
@@ -140,7 +143,7 @@ impl JobRecord {
 
     /// Whether persistence may lack this job's body (a sink writes it then).
     pub fn needs_body(&self) -> bool {
-        !matches!(self.was, Stored::As(_))
+        !matches!(self.was, Stored::As(_) | Stored::BodyOnly)
     }
 }
 
@@ -277,7 +280,7 @@ impl State {
             for name in names {
                 cut.tubes.push(match self.tubes.get(&name) {
                     Some(t) => TubeRecord {
-                        kept: name.as_str() == "default" || t.job_count() > 0,
+                        kept: name.as_str() == "default" || t.holds_data(),
                         total_jobs: t.total_jobs,
                         cmd_delete: t.cmd_delete,
                         cmd_pause: t.cmd_pause,

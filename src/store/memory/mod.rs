@@ -73,6 +73,42 @@ impl MemoryStore {
         self.lock().cut_failed(cut)
     }
 
+    /// Begin a put whose body persistence writes ahead of the job (a large put, see
+    /// `DurableStore`): its id, taken now, as beanstalkd takes it once the body is in.
+    /// The tube's keys are kept in persistence until [`MemoryStore::put_staged`] or
+    /// [`MemoryStore::abandon_staged`] ends it.
+    pub fn begin_staged(&self, tube: &TubeName) -> JobId {
+        let mut s = self.lock();
+        let id = s.alloc_id();
+        s.tube_entry(tube).staging += 1;
+        id
+    }
+
+    /// Make the job begun as `id`; `landed`: persistence holds its body (else the next
+    /// cut writes the job whole, body and all).
+    pub fn put_staged(&self, id: JobId, job: NewJob, now: Nanos, landed: bool) {
+        let mut s = self.lock();
+        let t = s.tube_entry(&job.tube);
+        t.staging = t.staging.saturating_sub(1);
+        let stored = if landed {
+            Stored::BodyOnly
+        } else {
+            Stored::Unknown
+        };
+        insert(&mut s, id, job, now, stored);
+    }
+
+    /// The put begun as `id` will not be made (its caller went away): the body it may
+    /// have left in persistence is removed by the next cut; the id stays used.
+    pub fn abandon_staged(&self, id: JobId, tube: &TubeName) {
+        let mut s = self.lock();
+        let t = s.tube_entry(tube);
+        t.staging = t.staging.saturating_sub(1);
+        s.note_unmade(id, tube);
+        s.note_tube(tube);
+        s.maybe_drop_tube(tube);
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock cannot leave a half-made transition visible to
         // clients any worse than crashing would, so keep serving.
@@ -84,30 +120,7 @@ impl Store for MemoryStore {
     async fn put(&self, job: NewJob, now: Nanos) -> StoreResult<JobId> {
         let mut s = self.lock();
         let id = s.alloc_id();
-        let tube = s.tube_entry(&job.tube);
-        tube.total_jobs += 1;
-        s.totals.total_jobs += 1;
-        s.jobs.insert(
-            id,
-            Box::new(Job {
-                tube: job.tube,
-                pri: job.pri,
-                delay_secs: job.delay_secs,
-                ttr_secs: job.ttr_secs,
-                state: JobState::Ready,
-                stored: Stored::Never,
-                created: now,
-                at: now,
-                owner: 0,
-                reserves: 0,
-                timeouts: 0,
-                releases: 0,
-                buries: 0,
-                kicks: 0,
-                body: job.body,
-            }),
-        );
-        s.attach_after(id, job.delay_secs, now);
+        insert(&mut s, id, job, now, Stored::Never);
         Ok(id)
     }
 
@@ -473,4 +486,32 @@ impl Store for MemoryStore {
     fn name(&self) -> &'static str {
         "memory"
     }
+}
+
+/// Make job `id` of `job`, put at `now`; `stored` is what persistence holds of it.
+fn insert(s: &mut State, id: JobId, job: NewJob, now: Nanos, stored: Stored) {
+    let tube = s.tube_entry(&job.tube);
+    tube.total_jobs += 1;
+    s.totals.total_jobs += 1;
+    s.jobs.insert(
+        id,
+        Box::new(Job {
+            tube: job.tube,
+            pri: job.pri,
+            delay_secs: job.delay_secs,
+            ttr_secs: job.ttr_secs,
+            state: JobState::Ready,
+            stored,
+            created: now,
+            at: now,
+            owner: 0,
+            reserves: 0,
+            timeouts: 0,
+            releases: 0,
+            buries: 0,
+            kicks: 0,
+            body: job.body,
+        }),
+    );
+    s.attach_after(id, job.delay_secs, now);
 }

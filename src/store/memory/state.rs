@@ -82,6 +82,9 @@ pub(super) struct Tube {
     pub cmd_pause: u64,
     pub pause: u64,
     pub pause_until: Nanos,
+    /// Puts into this tube whose bodies persistence is writing ahead of them: the
+    /// tube's keys must outlive those writes.
+    pub staging: u64,
 }
 
 impl Tube {
@@ -90,6 +93,12 @@ impl Tube {
             + self.delayed.len() as u64
             + self.buried.len() as u64
             + self.reserved
+    }
+
+    /// Whether persistence must keep this tube's keys: it has jobs, or bodies are being
+    /// written into it ahead of their jobs.
+    pub fn holds_data(&self) -> bool {
+        self.job_count() > 0 || self.staging > 0
     }
 
     pub fn paused_at(&self, now: Nanos) -> bool {
@@ -138,7 +147,7 @@ impl State {
         let Some(t) = self.tubes.get(name) else {
             return;
         };
-        if name.as_str() == "default" || t.job_count() > 0 || t.using > 0 || t.watching > 0 {
+        if name.as_str() == "default" || t.holds_data() || t.using > 0 || t.watching > 0 {
             return;
         }
         if t.pause > 0 {
@@ -262,6 +271,14 @@ impl State {
     /// than now: the end of its delay, or its lapsed deadline).
     pub fn make_ready(&mut self, id: JobId, since: Nanos) {
         self.move_to(id, JobState::Ready, since, None);
+    }
+
+    /// A job that was never made (a put begun with its body written ahead, then
+    /// abandoned) may have left that body in persistence: the next cut removes it.
+    pub fn note_unmade(&mut self, id: JobId, tube: &TubeName) {
+        if let Some(journal) = self.journal.as_deref_mut() {
+            journal.job_removed(id, tube, Stored::Unknown);
+        }
     }
 
     /// Remove a detached job for good (a delete); its tube may then be destroyed.

@@ -179,3 +179,71 @@ async fn a_restored_store_gives_reserved_jobs_back_and_keeps_the_rest() {
     let next = r.put(job("a", 0, 0), later).await.unwrap();
     assert!(next > b2);
 }
+
+#[tokio::test]
+async fn a_put_whose_body_was_written_ahead_is_cut_without_it() {
+    let s = MemoryStore::journaled();
+    cut(&s);
+    let id = s.begin_staged(&tube("big"));
+    // While the body is on its way the job is nowhere, and the tube's keys are kept
+    // even though it holds no job: its body hash is being written.
+    assert!(s.peek(id).await.unwrap().is_none());
+    let c = cut(&s);
+    assert!(c.jobs.is_empty());
+    assert_eq!(c.counters.last_id, id, "the id is taken");
+    assert!(c.tubes.iter().any(|t| t.name == tube("big") && t.kept));
+    s.put_staged(id, job("big", 1, 0), NOW, true);
+    let c = cut(&s);
+    assert_eq!(c.jobs.len(), 1);
+    assert_eq!(c.jobs[0].was, Stored::BodyOnly);
+    assert!(
+        !c.jobs[0].needs_body(),
+        "the body is in persistence already"
+    );
+    assert_eq!(s.peek(id).await.unwrap().map(|(i, _)| i), Some(id));
+    // Deleted, its body is removed like any job's.
+    s.reserve(C1, &[tube("big")], NOW).await.unwrap();
+    s.delete(C1, id).await.unwrap();
+    let c = cut(&s);
+    assert_eq!(c.gone.len(), 1);
+    assert!(c.tubes.iter().any(|t| t.name == tube("big") && !t.kept));
+}
+
+#[tokio::test]
+async fn a_body_that_did_not_land_is_written_with_its_job() {
+    let s = MemoryStore::journaled();
+    cut(&s);
+    let id = s.begin_staged(&tube("big"));
+    s.put_staged(id, job("big", 1, 0), NOW, false);
+    let c = cut(&s);
+    assert_eq!(
+        c.jobs[0].was,
+        Stored::Unknown,
+        "it may or may not have landed"
+    );
+    assert!(c.jobs[0].needs_body());
+}
+
+#[tokio::test]
+async fn an_abandoned_put_removes_the_body_it_may_have_left() {
+    let s = MemoryStore::journaled();
+    cut(&s);
+    let id = s.begin_staged(&tube("big"));
+    cut(&s);
+    s.abandon_staged(id, &tube("big"));
+    let c = cut(&s);
+    assert!(c.jobs.is_empty());
+    assert_eq!(c.gone.len(), 1);
+    assert_eq!((c.gone[0].id, c.gone[0].was), (id, Stored::Unknown));
+    assert!(c.tubes.iter().any(|t| t.name == tube("big") && !t.kept));
+    assert!(
+        s.list_tubes()
+            .await
+            .unwrap()
+            .iter()
+            .all(|t| *t != tube("big"))
+    );
+    // The id stays used.
+    let next = s.put(job("big", 1, 0), NOW).await.unwrap();
+    assert_eq!(next, id + 1);
+}

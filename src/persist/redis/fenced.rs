@@ -1,0 +1,192 @@
+//! A connection whose transactions apply only under this leader's lease: the fencing
+//! of leader mode's writes, shared by the batch sink and the writer of large bodies.
+//!
+//! The connection WATCHes the lease key and reads it; a transaction is sent only while
+//! the lease read back is this leader's token, and EXEC runs only if nobody touched the
+//! key since. Another instance can take the lease only by setting the key, which aborts
+//! the EXEC: a transaction is never applied under someone else's lease. A renewal (made
+//! on another connection) aborts an EXEC too: nothing was applied, the lease is read
+//! again and the transaction re-sent. Each transaction is followed, in the same round
+//! trip, by the WATCH and GET for the next one. A new connection (after an error) has
+//! no WATCH: it WATCHes and reads first.
+//!
+//! Ownership: one task owns each `Fenced` (its WATCH is connection state, so two
+//! transactions must never interleave on it).
+
+use std::time::Duration;
+
+use redis::Value;
+use redis::aio::MultiplexedConnection;
+
+use super::super::SinkError;
+use super::batch::Batch;
+use crate::redis_conn::{Connector, RESPONSE_TIMEOUT};
+use crate::store::StoreError;
+use crate::store::redis_store::reply::{connect_error, redis_error};
+
+/// How often a transaction whose EXEC a lease renewal aborted is re-sent before the
+/// write counts as failed.
+const EXEC_ATTEMPTS: usize = 4;
+
+/// A connection of the leader holding `token`, fencing each transaction by its lease.
+pub struct Fenced {
+    /// What its errors name ("commit batch", "write body").
+    op: &'static str,
+    /// Makes the connection, to the current primary.
+    connector: Connector,
+    /// `None` after an error.
+    conn: Option<MultiplexedConnection>,
+    /// The connection WATCHes the lease, which it read as ours.
+    watching: bool,
+    lease_key: String,
+    token: String,
+    /// Wait for this many replicas to confirm each transaction (acknowledged means
+    /// replicated), within `wait_timeout`.
+    wait_replicas: u32,
+    wait_timeout: Duration,
+}
+
+impl Fenced {
+    pub fn new(op: &'static str, connector: Connector, lease_key: String, token: String) -> Fenced {
+        Fenced {
+            op,
+            connector,
+            conn: None,
+            watching: false,
+            lease_key,
+            token,
+            wait_replicas: 0,
+            wait_timeout: Duration::from_secs(1),
+        }
+    }
+
+    /// Acknowledge a transaction only once `replicas` replicas have it (Redis `WAIT`).
+    pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Fenced {
+        self.wait_replicas = replicas;
+        self.wait_timeout = timeout;
+        self
+    }
+
+    /// The connection, made anew (without a WATCH) after an error.
+    async fn connection(&mut self) -> Result<MultiplexedConnection, SinkError> {
+        if let Some(c) = &self.conn {
+            return Ok(c.clone());
+        }
+        // A WAIT answers after its timeout at the latest: the reply may take that long.
+        let c = self
+            .connector
+            .single(RESPONSE_TIMEOUT + self.wait_timeout)
+            .await
+            .map_err(|e| SinkError::Failed(connect_error(e)))?;
+        self.conn = Some(c.clone());
+        self.watching = false;
+        Ok(c)
+    }
+
+    /// Forget the connection (its WATCH with it).
+    fn drop_connection(&mut self) {
+        self.conn = None;
+        self.watching = false;
+    }
+
+    /// WATCH the lease and check it is ours.
+    async fn watch(&mut self, conn: &mut MultiplexedConnection) -> Result<(), SinkError> {
+        let (_, holder): (Value, Option<String>) = redis::pipe()
+            .cmd("WATCH")
+            .arg(&self.lease_key)
+            .cmd("GET")
+            .arg(&self.lease_key)
+            .query_async(conn)
+            .await
+            .map_err(|e| SinkError::Failed(redis_error("WATCH lease", e)))?;
+        if holder.as_deref() != Some(self.token.as_str()) {
+            return Err(SinkError::Fenced);
+        }
+        self.watching = true;
+        Ok(())
+    }
+
+    /// Send the batch's transaction, followed by the WATCH and read of the lease for
+    /// the next one; re-sent when a renewal of the lease aborted it.
+    pub async fn send(&mut self, mut b: Batch) -> Result<(), SinkError> {
+        b.pipe.cmd("EXEC");
+        if self.wait_replicas > 0 {
+            b.pipe
+                .cmd("WAIT")
+                .arg(self.wait_replicas)
+                .arg(self.wait_timeout.as_millis() as u64);
+        }
+        b.pipe.cmd("WATCH").arg(&self.lease_key);
+        b.pipe.cmd("GET").arg(&self.lease_key);
+        for _ in 0..EXEC_ATTEMPTS {
+            let mut conn = self.connection().await?;
+            if !self.watching {
+                self.watch(&mut conn).await.inspect_err(|e| {
+                    if matches!(e, SinkError::Failed(_)) {
+                        self.drop_connection();
+                    }
+                })?;
+            }
+            // EXEC ran or not at all; a failure here leaves it unknown.
+            let replies: Vec<Value> = match b.pipe.query_async(&mut conn).await {
+                Ok(r) => r,
+                Err(e) => {
+                    self.drop_connection();
+                    return Err(SinkError::Failed(redis_error(self.op, e)));
+                }
+            };
+            let mut tail = replies.into_iter().skip(b.commands + 1);
+            let exec = tail.next();
+            let confirmed = if self.wait_replicas > 0 {
+                tail.next()
+            } else {
+                None
+            };
+            let holder = tail.nth(1);
+            self.watching = matches!(
+                &holder,
+                Some(Value::BulkString(t)) if t.as_slice() == self.token.as_bytes()
+            );
+            match exec {
+                // Aborted: the lease key changed since the WATCH. Nothing was applied.
+                Some(Value::Nil) => {
+                    if !self.watching {
+                        return Err(SinkError::Fenced);
+                    }
+                    continue;
+                }
+                Some(Value::Array(_)) => {}
+                other => {
+                    self.drop_connection();
+                    return Err(SinkError::Failed(StoreError::bad_reply(
+                        self.op,
+                        format!("EXEC answered {other:?}"),
+                    )));
+                }
+            }
+            if let Some(v) = confirmed {
+                let n = match v {
+                    Value::Int(n) => n,
+                    _ => 0,
+                };
+                if n < i64::from(self.wait_replicas) {
+                    return Err(SinkError::Failed(StoreError::TimedOut {
+                        op: "WAIT",
+                        source: Some(
+                            format!(
+                                "{n} of {} replicas confirmed the batch in time",
+                                self.wait_replicas
+                            )
+                            .into(),
+                        ),
+                    }));
+                }
+            }
+            return Ok(());
+        }
+        Err(SinkError::Failed(StoreError::NotApplied {
+            op: self.op,
+            source: Some("the lease kept changing under the transaction".into()),
+        }))
+    }
+}

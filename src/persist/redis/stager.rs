@@ -1,0 +1,58 @@
+//! Leader mode's writer of large bodies: each body of at least `STAGE_MIN_BODY` bytes
+//! is written into its tube's body hash ahead of its job, on a fenced connection of
+//! its own, while the committer's batches (every other client's changes) go on
+//! without waiting behind its transfer.
+//!
+//! Why this order is safe: until the job is made it is in no set, has no metadata and
+//! is visible to no client, so nothing can delete it while its body is on the way; the
+//! tube's keys are kept meanwhile (`Tube::staging`). A leader that dies in between
+//! leaves a body without metadata, which the loader removes; a put whose body did not
+//! land in time (or failed) has its job written whole by its batch instead.
+//!
+//! Ownership: one task per leadership owns the writer and its connection; it ends when
+//! the leadership's stop token is cancelled or every stager handle is gone.
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::super::SinkError;
+use super::batch::Batch;
+use super::fenced::Fenced;
+use crate::store::durable::StageRequest;
+use crate::store::redis_store::keys::{Keys, TubeKey};
+
+/// Serve `requests` until `stop` is cancelled.
+pub async fn run(
+    mut fenced: Fenced,
+    keys: Keys,
+    mut requests: mpsc::Receiver<StageRequest>,
+    stop: CancellationToken,
+) {
+    loop {
+        let request = tokio::select! {
+            r = requests.recv() => match r {
+                Some(r) => r,
+                None => return,
+            },
+            _ = stop.cancelled() => return,
+        };
+        // The asker gave up waiting: its job is written with its batch, and a body
+        // written now could land after that job was deleted.
+        if request.done.is_closed() {
+            continue;
+        }
+        let tube = keys.tube(request.tube.as_str());
+        let batch = Batch::body(tube.get(TubeKey::Bodies), request.id, &request.body);
+        let landed = tokio::select! {
+            r = fenced.send(batch) => r,
+            _ = stop.cancelled() => return,
+        };
+        if let Err(e) = &landed {
+            // Not an outage report: the batch writing the job whole says that.
+            if !matches!(e, SinkError::Fenced) {
+                tracing::debug!(error = %e, "writing a large body ahead of its job failed");
+            }
+        }
+        let _ = request.done.send(landed.is_ok());
+    }
+}
