@@ -29,12 +29,12 @@ use tokio_util::sync::CancellationToken;
 
 use crate::engine::{Engine, EngineConfig};
 use crate::persist::committer::{self, Ended};
-use crate::persist::redis::fenced::Fenced;
 use crate::persist::redis::{RedisSink, load, stager};
 use crate::redis_conn::{Connector, RESPONSE_TIMEOUT, RedisConn};
 use crate::server::{Route, Router};
 use crate::store::durable::{CommitLink, DurableStore, Stager};
 use crate::store::memory::CutLimit;
+use crate::store::redis_store::fenced::Fenced;
 use crate::store::redis_store::keys::Keys;
 use crate::store::redis_store::policy::{self, PolicyError};
 use crate::store::redis_store::reply::{connect_error, redis_error};

@@ -19,6 +19,7 @@ use std::future::Future;
 
 use crate::store::StoreError;
 use crate::store::memory::Cut;
+use crate::store::redis_store::fenced::FenceError;
 
 /// Why a batch was not written.
 #[derive(Debug, thiserror::Error)]
@@ -31,6 +32,15 @@ pub enum SinkError {
     /// (the next cut rewrites everything this one held).
     #[error(transparent)]
     Failed(#[from] StoreError),
+}
+
+impl From<FenceError> for SinkError {
+    fn from(e: FenceError) -> SinkError {
+        match e {
+            FenceError::Fenced => SinkError::Fenced,
+            FenceError::Failed(e) => SinkError::Failed(e),
+        }
+    }
 }
 
 /// Where cuts are written. Writes are sequential: the committer awaits one before it

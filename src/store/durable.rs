@@ -19,19 +19,14 @@ use bytes::Bytes;
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 
 use super::{
-    Clock, ConnId, JobId, JobInfo, LogFigures, MemoryStore, Nanos, NewJob, Reserved, Store,
-    StoreError, StoreResult, Totals, TubeInfo,
+    Clock, ConnId, JobId, JobInfo, LARGE_BODY, LogFigures, MemoryStore, Nanos, NewJob, Reserved,
+    Store, StoreError, StoreResult, Totals, TubeInfo,
 };
 use crate::protocol::TubeName;
 
 /// How long a reply waits for the batch holding its change before the command answers
 /// INTERNAL_ERROR (the change stays, and is written when the store comes back).
 pub const COMMIT_TIMEOUT: Duration = Duration::from_secs(1);
-
-/// Bodies at least this large are written ahead of their jobs, on a connection of
-/// their own (leader mode): the batches that carry other clients' changes do not wait
-/// behind the transfer of a large body, only the put that brought it does.
-pub const STAGE_MIN_BODY: usize = 1 << 20;
 
 /// How long a put waits for its body to be written ahead; then the job is made anyway
 /// and its batch writes the body with it (as for a small job), so a put never waits
@@ -246,7 +241,7 @@ impl DurableStore {
 impl Store for DurableStore {
     async fn put(&self, job: NewJob, now: Nanos) -> StoreResult<JobId> {
         match &self.stager {
-            Some(stager) if job.body.len() >= STAGE_MIN_BODY => {
+            Some(stager) if job.body.len() >= LARGE_BODY => {
                 Ok(self.put_staged(stager, job, now).await)
             }
             _ => self.changed(self.memory.put(job, now)).await,

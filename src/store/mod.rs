@@ -472,6 +472,12 @@ pub trait Store: Send + Sync {
     }
 }
 
+/// Bodies at least this large take a path of their own to Redis: written ahead of
+/// their job by plain commands on a connection of their own (leader mode: so other
+/// clients' batches do not wait behind the transfer; shared mode: so Redis does not
+/// copy them into a script and out again, serving nobody meanwhile).
+pub const LARGE_BODY: usize = 1 << 20;
+
 /// The storage engines, dispatched statically.
 // One value per process, so the variants' sizes do not matter.
 #[allow(clippy::large_enum_variant)]

@@ -3,7 +3,6 @@
 //! metadata encoding both share with the shared mode's scripts.
 
 pub mod batch;
-pub mod fenced;
 pub mod load;
 pub mod meta;
 pub mod sink;

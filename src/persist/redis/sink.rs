@@ -18,11 +18,11 @@ use std::time::Duration;
 
 use super::super::{Sink, SinkError};
 use super::batch::{Builder, Written};
-use super::fenced::Fenced;
 use crate::protocol::TubeName;
 use crate::redis_conn::{Connector, RedisConn};
 use crate::store::StoreError;
 use crate::store::memory::{Counters, Cut};
+use crate::store::redis_store::fenced::Fenced;
 use crate::store::redis_store::keys::{Keys, NsKey};
 use crate::store::redis_store::reply::redis_error;
 use crate::util::SwapList;
@@ -101,10 +101,15 @@ impl Sink for RedisSink {
         if batch.is_empty() {
             return Ok(());
         }
-        self.fenced.send(batch).await.inspect_err(|_| {
-            // The batch may or may not have landed: what Redis holds is unknown.
-            self.written.forget();
-        })
+        self.fenced
+            .send(batch.pipe, batch.commands)
+            .await
+            .map(|_| ())
+            .map_err(SinkError::from)
+            .inspect_err(|_| {
+                // The batch may or may not have landed: what Redis holds is unknown.
+                self.written.forget();
+            })
     }
 
     fn name(&self) -> &'static str {

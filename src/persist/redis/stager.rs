@@ -1,4 +1,4 @@
-//! Leader mode's writer of large bodies: each body of at least `STAGE_MIN_BODY` bytes
+//! Leader mode's writer of large bodies: each body of at least `LARGE_BODY` bytes
 //! is written into its tube's body hash ahead of its job, on a fenced connection of
 //! its own, while the committer's batches (every other client's changes) go on
 //! without waiting behind its transfer.
@@ -15,10 +15,9 @@
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::super::SinkError;
 use super::batch::Batch;
-use super::fenced::Fenced;
 use crate::store::durable::StageRequest;
+use crate::store::redis_store::fenced::{FenceError, Fenced};
 use crate::store::redis_store::keys::{Keys, TubeKey};
 
 /// Serve `requests` until `stop` is cancelled.
@@ -44,12 +43,12 @@ pub async fn run(
         let tube = keys.tube(request.tube.as_str());
         let batch = Batch::body(tube.get(TubeKey::Bodies), request.id, &request.body);
         let landed = tokio::select! {
-            r = fenced.send(batch) => r,
+            r = fenced.send(batch.pipe, batch.commands) => r,
             _ = stop.cancelled() => return,
         };
         if let Err(e) = &landed {
             // Not an outage report: the batch writing the job whole says that.
-            if !matches!(e, SinkError::Fenced) {
+            if !matches!(e, FenceError::Fenced) {
                 tracing::debug!(error = %e, "writing a large body ahead of its job failed");
             }
         }

@@ -75,6 +75,7 @@ impl RedisStore {
         let store = RedisStore {
             attempts: Attempts::new(&instance),
             run,
+            connector,
             instance,
             clock: Clock::starting_at(now),
             held: HeldJobs::default(),

@@ -18,6 +18,7 @@
 //! - `connect`: connecting (commands and the wake-up subscription on connections of
 //!   their own), loading the scripts.
 //! - `store_impl`: [`Store`](crate::store::Store) for [`RedisStore`], the transitions.
+//! - `large`: puts of large bodies, whose bodies stay out of Lua.
 //! - `held`: the reservations this instance's connections hold.
 //! - `reclaim`: owner tokens of reserve attempts, and undoing those whose answer was lost.
 //! - `refs`: this instance's tube references and the task that keeps them in Redis.
@@ -25,14 +26,18 @@
 //! - `liveness`: the heartbeat, and dropping the references of dead instances.
 //! - `policy`: refusing (or warning of) a Redis that may evict keys.
 //! - `namespace`: the namespace's generation; starting afresh when Redis lost it.
+//! - `fenced`: transactions that apply only while a key holds a token (the generation
+//!   here, the lease in leader mode).
 //!
 //! Ownership: Redis owns the jobs. This process owns only its view of its connections'
 //! reservations (`held`), its reference counts (`refs`), and the tokens of reserve
 //! attempts whose answer was lost (`reclaim`).
 
 mod connect;
+pub mod fenced;
 mod held;
 pub mod keys;
+mod large;
 mod liveness;
 mod namespace;
 pub mod policy;
@@ -46,6 +51,7 @@ mod ticks;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use bytes::Bytes;
 use tokio::sync::mpsc;
 
 use crate::redis_conn::{Connector, TlsFiles, redact};
@@ -109,6 +115,8 @@ impl std::fmt::Debug for RedisConfig {
 
 pub struct RedisStore {
     run: Runner,
+    /// Makes the connection of each large put's body (see `store_impl::put_large`).
+    connector: Connector,
     /// This process's id in owner strings and in the instance registry.
     instance: String,
     clock: Clock,
@@ -184,8 +192,15 @@ impl RedisStore {
         Some((held, call))
     }
 
-    /// A job a reserve got for `conn`, now held by it.
-    fn reserved(&self, conn: ConnId, tube: TubeName, owner: String, r: Reservation) -> Reserved {
+    /// A job a reserve got for `conn` (its body read whole), now held by it.
+    fn reserved(
+        &self,
+        conn: ConnId,
+        tube: TubeName,
+        owner: String,
+        r: Reservation,
+        body: Bytes,
+    ) -> Reserved {
         let deadline = self.local_time(r.deadline_us, r.now_us);
         let held = Held {
             tube: tube.clone(),
@@ -196,7 +211,7 @@ impl RedisStore {
         Reserved {
             id: r.id,
             tube,
-            body: r.body,
+            body,
             deadline,
             waited: r.waited_us.map(|us| us * US),
             settled_by: None,

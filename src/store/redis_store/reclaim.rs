@@ -83,6 +83,12 @@ impl Attempts {
         }
     }
 
+    /// A reservation by `owner` in `tube` was made but cannot be answered (its large
+    /// body could not be read): undo it like a lost one.
+    pub fn unanswered(&self, tube: &TubeName, owner: &str) {
+        self.keep([(tube.clone(), vec![owner.to_string()])]);
+    }
+
     /// Remember tokens per tube (up to [`MOST_LOST`] in all).
     fn keep(&self, lost: impl IntoIterator<Item = (TubeName, Vec<String>)>) {
         let mut l = self.lock();

@@ -101,9 +101,18 @@ fn fields<const N: usize>(v: Value) -> Result<[Value; N], String> {
     }
 }
 
-fn body(v: Value) -> Result<Bytes, String> {
+/// A job's body as a script answers it: the body, or, for a large one, only that it
+/// is large (the caller reads it with a plain command: see large.rs).
+#[derive(Debug, PartialEq, Eq)]
+pub enum BodyReply {
+    Here(Bytes),
+    Apart,
+}
+
+fn body(v: Value) -> Result<BodyReply, String> {
     match v {
-        Value::BulkString(b) => Ok(Bytes::from(b)),
+        Value::BulkString(b) => Ok(BodyReply::Here(Bytes::from(b))),
+        Value::Int(_) => Ok(BodyReply::Apart),
         other => Err(format!("expected a job body, got {other:?}")),
     }
 }
@@ -181,7 +190,7 @@ impl Reply for Joined {
 #[derive(Debug)]
 pub struct Reservation {
     pub id: JobId,
-    pub body: Bytes,
+    pub body: BodyReply,
     /// The TTR deadline, and the time the script read (Redis clock, us).
     pub deadline_us: u64,
     pub now_us: u64,
@@ -227,7 +236,7 @@ impl Reply for Touched {
 #[derive(Debug)]
 pub struct Peeked {
     pub id: JobId,
-    pub body: Bytes,
+    pub body: BodyReply,
 }
 
 impl Reply for Peeked {
@@ -537,7 +546,11 @@ mod tests {
         ];
         let r = Reservation::decode(Value::Array(full.clone())).unwrap();
         assert_eq!((r.id, r.tube_index, r.waited_us), (7, 1, None));
-        assert_eq!(&r.body[..], b"body");
+        assert_eq!(r.body, BodyReply::Here(Bytes::from_static(b"body")));
+        let mut large = full.clone();
+        large[1] = Value::Int(2 << 20);
+        let r = Reservation::decode(Value::Array(large)).unwrap();
+        assert_eq!(r.body, BodyReply::Apart, "a large body is read apart");
         let short = Value::Array(full[..5].to_vec());
         assert!(Reservation::decode(short).is_err());
         let mut no_body = full;

@@ -247,6 +247,11 @@ pub struct Call<'a, R> {
 }
 
 impl<R> Call<'_, R> {
+    /// The generation the call is made for.
+    pub fn generation(&self) -> &Arc<str> {
+        &self.generation
+    }
+
     pub fn arg(&mut self, arg: impl ToRedisArgs) -> &mut Self {
         self.cmd.arg(arg);
         self
@@ -350,6 +355,14 @@ mod tests {
             }
         }
         assert!(checked > 50, "only {checked} key reads found");
+    }
+
+    /// The prelude's LARGE_BODY is the store's: a body the scripts answer by its length
+    /// is one the store reads apart.
+    #[test]
+    fn lua_keeps_the_stores_large_body_size() {
+        let line = format!("local LARGE_BODY = {}\n", crate::store::LARGE_BODY);
+        assert!(include_str!("lua/prelude.lua").contains(&line));
     }
 
     #[test]

@@ -22,8 +22,8 @@ use super::ticks::err_chain;
 use super::{RedisStore, SCRIPT_CHUNK};
 use crate::protocol::TubeName;
 use crate::store::{
-    ConnId, JobId, JobInfo, Nanos, NewJob, Reserved, Store, StoreError, StoreResult, Totals,
-    TubeInfo, URGENT_PRI, pause_length,
+    ConnId, JobId, JobInfo, LARGE_BODY, Nanos, NewJob, Reserved, Store, StoreError, StoreResult,
+    Totals, TubeInfo, URGENT_PRI, pause_length,
 };
 use crate::time::Clock;
 
@@ -54,13 +54,10 @@ impl RedisStore {
         which: &str,
         id: JobId,
     ) -> StoreResult<Option<(JobId, Bytes)>> {
-        let peeked = self
-            .run
-            .on_tube(|s| &s.peek, &[], tube)
-            .arg((id, which))
-            .run()
-            .await?;
-        Ok(peeked.map(|p| (p.id, p.body)))
+        let mut call = self.run.on_tube(|s| &s.peek, &[], tube);
+        call.arg((id, which));
+        let peeked = call.run().await?;
+        self.peeked(tube, peeked, call.generation()).await
     }
 
     /// The `close` script for one connection: `jobs` back to ready, `refs` dropped (in
@@ -133,6 +130,9 @@ impl RedisStore {
 
 impl Store for RedisStore {
     async fn put(&self, job: NewJob, _now: Nanos) -> StoreResult<JobId> {
+        if job.body.len() >= LARGE_BODY {
+            return self.put_large(job).await;
+        }
         self.run
             .on_tube(|s| &s.put, &[], job.tube.as_str())
             .arg((job.pri, job.delay_secs, job.ttr_secs, &job.body[..]))
@@ -172,14 +172,17 @@ impl Store for RedisStore {
                 return Err(err);
             }
         };
-        let Some(r) = reservation else {
+        let Some(mut r) = reservation else {
             return Ok(None);
         };
         let tube = watched
             .get(r.tube_index.wrapping_sub(1))
             .cloned()
             .ok_or_else(|| StoreError::bad_reply("reserve", "tube index out of range"))?;
-        Ok(Some(self.reserved(conn, tube, owner, r)))
+        let body = self
+            .reserved_body(&tube, &owner, &mut r, call.generation())
+            .await?;
+        Ok(Some(self.reserved(conn, tube, owner, r, body)))
     }
 
     async fn reserve_job(
@@ -198,7 +201,13 @@ impl Store for RedisStore {
                 .failed(std::slice::from_ref(&tube), &owner, err);
             report_damage(err);
         })?;
-        Ok(reservation.map(|r| self.reserved(conn, tube, owner, r)))
+        let Some(mut r) = reservation else {
+            return Ok(None);
+        };
+        let body = self
+            .reserved_body(&tube, &owner, &mut r, call.generation())
+            .await?;
+        Ok(Some(self.reserved(conn, tube, owner, r, body)))
     }
 
     async fn delete(&self, conn: ConnId, id: JobId) -> StoreResult<bool> {
@@ -297,10 +306,11 @@ impl Store for RedisStore {
     }
 
     async fn peek(&self, id: JobId) -> StoreResult<Option<(JobId, Bytes)>> {
-        let Some((_, mut call)) = self.job_call(|s| &s.peek, id).await? else {
+        let Some((tube, mut call)) = self.job_call(|s| &s.peek, id).await? else {
             return Ok(None);
         };
-        Ok(call.arg("id").run().await?.map(|p| (p.id, p.body)))
+        let peeked = call.arg("id").run().await?;
+        self.peeked(tube.as_str(), peeked, call.generation()).await
     }
 
     async fn peek_ready(&self, tube: &TubeName) -> StoreResult<Option<(JobId, Bytes)>> {

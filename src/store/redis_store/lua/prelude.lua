@@ -66,6 +66,18 @@ end
 local PRI, DELAY, TTR, CREATED, STATE, DUE, OWNER, RESERVES, TIMEOUTS, RELEASES, BURIES, KICKS, BSEQ,
   READY = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14
 
+-- Bodies at least this large (LARGE_BODY in store/mod.rs) are not handed through Lua:
+-- Redis would copy them into Lua and out again, serving nobody meanwhile.
+local LARGE_BODY = 1048576
+
+-- A job's body for a reply: the body; its length (a number) when it is large, for the
+-- caller to read with a plain HGET (see large.rs); nil when the job has none.
+local function body_for_reply(T, id)
+  local n = redis.call('HSTRLEN', T.bodies, id)
+  if n >= LARGE_BODY then return n end
+  return redis.call('HGET', T.bodies, id)
+end
+
 local function get_job(T, id)
   local v = redis.call('HGET', T.jobs, id)
   if not v then return nil end

@@ -1,15 +1,24 @@
--- put: ARGV[3] pri, ARGV[4] delay (s), ARGV[5] ttr (s), ARGV[6] body -> the id
+-- put: ARGV[3] pri, ARGV[4] delay (s), ARGV[5] ttr (s), ARGV[6] body -> the id.
+-- ARGV[7], when given: an id the caller took, under which it wrote the body already (a
+-- large body stays out of Lua, see store_impl.rs); ARGV[6] is then empty.
 local T, tube, origin = tube_keys(0, 1), ARGV[1], ARGV[2]
 local pri, delay, ttr = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local now = now_us()
-local n = redis.call('INCR', G.ids)
--- A Lua number is a double: past 2^53 only the counter's own text is exact.
-local id = n < 9007199254740992 and string.format('%d', n) or redis.call('GET', G.ids)
+local id = ARGV[7]
+if id then
+  if redis.call('HEXISTS', T.bodies, id) == 0 then
+    return redis.error_reply('BODY_MISSING the body written ahead of this put is gone')
+  end
+else
+  local n = redis.call('INCR', G.ids)
+  -- A Lua number is a double: past 2^53 only the counter's own text is exact.
+  id = n < 9007199254740992 and string.format('%d', n) or redis.call('GET', G.ids)
+  redis.call('HSET', T.bodies, id, ARGV[6])
+end
 -- A tube whose meta already counts a put is in the tube list: both go together when it
 -- is destroyed, so only a tube's first put (since its meta was made) checks the list.
 if redis.call('HINCRBY', T.meta, 'total_jobs', '1') == 1 then ensure_tube(G, tube) end
 local j = { pri, delay, ttr, now, '', 0, '', 0, 0, 0, 0, 0, 0, now }
-redis.call('HSET', T.bodies, id, ARGV[6])
 redis.call('HSET', G.index, id, tube)
 redis.call('HINCRBY', G.stats, 'total_jobs', '1')
 if delay > 0 then

@@ -3,7 +3,8 @@
 -- the tube names.
 -- Picks the ready job with the least (pri, id) among tubes that are not paused. A job
 -- that lost its meta or body is dropped and the call answers a DAMAGED error.
--- -> nil, or {id, body, deadline, tube index (1-based), now, waited (us, -1 unknown)}
+-- -> nil, or {id, body (its length when large: see body_for_reply), deadline, tube index
+-- (1-based), now, waited (us, -1 unknown)}
 local owner = ARGV[2]
 local now = now_us()
 local function first_key(i)
@@ -25,7 +26,7 @@ if not best_i then return nil end
 local T = reserve_group(first_key(best_i))
 local id = id_of(best_m)
 local j = id and get_job(T, id)
-local body = id and redis.call('HGET', T.bodies, id)
+local body = id and body_for_reply(T, id)
 if not j or not body then
   drop_damaged(T, G, T.ready, best_m, id)
   return redis.error_reply('ERR DAMAGED job ' .. tostring(id) .. ' in tube ' .. ARGV[best_i + 2]

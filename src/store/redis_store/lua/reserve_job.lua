@@ -4,7 +4,7 @@ local T, tube = tube_keys(0, 1), ARGV[1]
 local id = ARGV[3]
 local j = get_job(T, id)
 if not j or j[STATE] == 'reserved' then return nil end
-local body = redis.call('HGET', T.bodies, id)
+local body = body_for_reply(T, id)
 if not body then
   -- Lost in Redis (evicted?): never served empty (see `drop_damaged`).
   local set = T[j[STATE]]

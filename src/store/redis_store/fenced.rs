@@ -1,14 +1,16 @@
-//! A connection whose transactions apply only under this leader's lease: the fencing
-//! of leader mode's writes, shared by the batch sink and the writer of large bodies.
+//! A connection whose transactions apply only while a key holds this instance's token:
+//! leader mode's lease (the batch sink, the writer of large bodies), and the shared
+//! mode's namespace generation (large bodies, written ahead of their put script).
 //!
-//! The connection WATCHes the lease key and reads it; a transaction is sent only while
-//! the lease read back is this leader's token, and EXEC runs only if nobody touched the
-//! key since. Another instance can take the lease only by setting the key, which aborts
-//! the EXEC: a transaction is never applied under someone else's lease. A renewal (made
-//! on another connection) aborts an EXEC too: nothing was applied, the lease is read
-//! again and the transaction re-sent. Each transaction is followed, in the same round
-//! trip, by the WATCH and GET for the next one. A new connection (after an error) has
-//! no WATCH: it WATCHes and reads first.
+//! The connection WATCHes the key and reads it; a transaction is sent only while the
+//! value read back is the token, and EXEC runs only if nobody touched the key since.
+//! Another instance can take the lease only by setting the key (a namespace started
+//! afresh sets a new generation), which aborts the EXEC: a transaction is never applied
+//! under someone else's lease, nor in another namespace. A renewal (made on another
+//! connection) aborts an EXEC too: nothing was applied, the key is read again and the
+//! transaction re-sent. Each transaction is followed, in the same round trip, by the
+//! WATCH and GET for the next one. A new connection (after an error) has no WATCH: it
+//! WATCHes and reads first.
 //!
 //! Ownership: one task owns each `Fenced` (its WATCH is connection state, so two
 //! transactions must never interleave on it).
@@ -18,11 +20,21 @@ use std::time::Duration;
 use redis::Value;
 use redis::aio::MultiplexedConnection;
 
-use super::super::SinkError;
-use super::batch::Batch;
+use super::reply::{connect_error, redis_error};
 use crate::redis_conn::{Connector, RESPONSE_TIMEOUT};
 use crate::store::StoreError;
-use crate::store::redis_store::reply::{connect_error, redis_error};
+
+/// Why a transaction was not applied (or may not have been).
+#[derive(Debug, thiserror::Error)]
+pub enum FenceError {
+    /// The key no longer holds the token (another instance leads; the namespace is
+    /// gone). Nothing was applied; this token will never write again.
+    #[error("fenced: the key no longer holds this instance's token")]
+    Fenced,
+    /// The write failed; it may or may not have been applied.
+    #[error(transparent)]
+    Failed(#[from] StoreError),
+}
 
 /// How often a transaction whose EXEC a lease renewal aborted is re-sent before the
 /// write counts as failed.
@@ -68,7 +80,7 @@ impl Fenced {
     }
 
     /// The connection, made anew (without a WATCH) after an error.
-    async fn connection(&mut self) -> Result<MultiplexedConnection, SinkError> {
+    async fn connection(&mut self) -> Result<MultiplexedConnection, FenceError> {
         if let Some(c) = &self.conn {
             return Ok(c.clone());
         }
@@ -77,7 +89,7 @@ impl Fenced {
             .connector
             .single(RESPONSE_TIMEOUT + self.wait_timeout)
             .await
-            .map_err(|e| SinkError::Failed(connect_error(e)))?;
+            .map_err(|e| FenceError::Failed(connect_error(e)))?;
         self.conn = Some(c.clone());
         self.watching = false;
         Ok(c)
@@ -90,7 +102,7 @@ impl Fenced {
     }
 
     /// WATCH the lease and check it is ours.
-    async fn watch(&mut self, conn: &mut MultiplexedConnection) -> Result<(), SinkError> {
+    async fn watch(&mut self, conn: &mut MultiplexedConnection) -> Result<(), FenceError> {
         let (_, holder): (Value, Option<String>) = redis::pipe()
             .cmd("WATCH")
             .arg(&self.lease_key)
@@ -98,44 +110,48 @@ impl Fenced {
             .arg(&self.lease_key)
             .query_async(conn)
             .await
-            .map_err(|e| SinkError::Failed(redis_error("WATCH lease", e)))?;
+            .map_err(|e| FenceError::Failed(redis_error("WATCH fence key", e)))?;
         if holder.as_deref() != Some(self.token.as_str()) {
-            return Err(SinkError::Fenced);
+            return Err(FenceError::Fenced);
         }
         self.watching = true;
         Ok(())
     }
 
-    /// Send the batch's transaction, followed by the WATCH and read of the lease for
-    /// the next one; re-sent when a renewal of the lease aborted it.
-    pub async fn send(&mut self, mut b: Batch) -> Result<(), SinkError> {
-        b.pipe.cmd("EXEC");
+    /// Send the transaction `pipe` (MULTI, then `commands` commands), followed by the
+    /// WATCH and read of the key for the next one; re-sent when a renewal of the lease
+    /// aborted it. `Ok`: the replies of its commands.
+    pub async fn send(
+        &mut self,
+        mut pipe: redis::Pipeline,
+        commands: usize,
+    ) -> Result<Vec<Value>, FenceError> {
+        pipe.cmd("EXEC");
         if self.wait_replicas > 0 {
-            b.pipe
-                .cmd("WAIT")
+            pipe.cmd("WAIT")
                 .arg(self.wait_replicas)
                 .arg(self.wait_timeout.as_millis() as u64);
         }
-        b.pipe.cmd("WATCH").arg(&self.lease_key);
-        b.pipe.cmd("GET").arg(&self.lease_key);
+        pipe.cmd("WATCH").arg(&self.lease_key);
+        pipe.cmd("GET").arg(&self.lease_key);
         for _ in 0..EXEC_ATTEMPTS {
             let mut conn = self.connection().await?;
             if !self.watching {
                 self.watch(&mut conn).await.inspect_err(|e| {
-                    if matches!(e, SinkError::Failed(_)) {
+                    if matches!(e, FenceError::Failed(_)) {
                         self.drop_connection();
                     }
                 })?;
             }
             // EXEC ran or not at all; a failure here leaves it unknown.
-            let replies: Vec<Value> = match b.pipe.query_async(&mut conn).await {
+            let replies: Vec<Value> = match pipe.query_async(&mut conn).await {
                 Ok(r) => r,
                 Err(e) => {
                     self.drop_connection();
-                    return Err(SinkError::Failed(redis_error(self.op, e)));
+                    return Err(FenceError::Failed(redis_error(self.op, e)));
                 }
             };
-            let mut tail = replies.into_iter().skip(b.commands + 1);
+            let mut tail = replies.into_iter().skip(commands + 1);
             let exec = tail.next();
             let confirmed = if self.wait_replicas > 0 {
                 tail.next()
@@ -147,30 +163,30 @@ impl Fenced {
                 &holder,
                 Some(Value::BulkString(t)) if t.as_slice() == self.token.as_bytes()
             );
-            match exec {
-                // Aborted: the lease key changed since the WATCH. Nothing was applied.
+            let applied = match exec {
+                // Aborted: the key changed since the WATCH. Nothing was applied.
                 Some(Value::Nil) => {
                     if !self.watching {
-                        return Err(SinkError::Fenced);
+                        return Err(FenceError::Fenced);
                     }
                     continue;
                 }
-                Some(Value::Array(_)) => {}
+                Some(Value::Array(items)) => items,
                 other => {
                     self.drop_connection();
-                    return Err(SinkError::Failed(StoreError::bad_reply(
+                    return Err(FenceError::Failed(StoreError::bad_reply(
                         self.op,
                         format!("EXEC answered {other:?}"),
                     )));
                 }
-            }
+            };
             if let Some(v) = confirmed {
                 let n = match v {
                     Value::Int(n) => n,
                     _ => 0,
                 };
                 if n < i64::from(self.wait_replicas) {
-                    return Err(SinkError::Failed(StoreError::TimedOut {
+                    return Err(FenceError::Failed(StoreError::TimedOut {
                         op: "WAIT",
                         source: Some(
                             format!(
@@ -182,11 +198,11 @@ impl Fenced {
                     }));
                 }
             }
-            return Ok(());
+            return Ok(applied);
         }
-        Err(SinkError::Failed(StoreError::NotApplied {
+        Err(FenceError::Failed(StoreError::NotApplied {
             op: self.op,
-            source: Some("the lease kept changing under the transaction".into()),
+            source: Some("the key kept changing under the transaction".into()),
         }))
     }
 }

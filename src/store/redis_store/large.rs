@@ -1,0 +1,152 @@
+//! Large bodies (at least [`LARGE_BODY`](crate::store::LARGE_BODY) bytes) in the
+//! shared mode are kept out of Lua, both ways. Redis copies a script's arguments into Lua and out again, serving
+//! nobody meanwhile (about 90 ms of its one thread per 32 MiB body, against 10 us for a
+//! plain `SET` of it); so the id is taken and the body written by plain commands, then
+//! the `put` script makes the job around the body already there.
+//!
+//! Invariants: both plain writes are fenced by the namespace's generation (a fresh
+//! namespace must never receive a body under an id it hands out itself), on a connection
+//! of the put's own (its WATCH is connection state), and the script is made for the
+//! same generation. Until the script ran the job has no metadata and is in no set: no
+//! client sees it, as in beanstalkd, where a put takes effect once its body is in. A
+//! script that surely did not apply removes the body again; one whose answer was lost
+//! (it may exist) leaves it, as does a crash in between (a body without a job, under an
+//! id nobody will take again).
+//!
+//! Reads: `reserve`, `reserve-job` and `peek` answer a large body's length instead of
+//! the body (`body_for_reply` in the prelude); it is then read by a plain `HGET` on a
+//! connection of its own (a large reply on the shared connection would hold up every
+//! reply behind it), in one transaction with the generation, so the body of another
+//! namespace is never served.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use redis::Value;
+
+use super::RedisStore;
+use super::fenced::{FenceError, Fenced};
+use super::keys::{NsKey, TubeKey};
+use super::reply::{BodyReply, Peeked, Reservation, connect_error, redis_error};
+use crate::protocol::TubeName;
+use crate::redis_conn::RESPONSE_TIMEOUT;
+use crate::store::{JobId, NewJob, StoreError, StoreResult};
+
+impl RedisStore {
+    /// Put `job`, whose body is large; see the module header.
+    pub(super) async fn put_large(&self, job: NewJob) -> StoreResult<JobId> {
+        let keys = self.run.keys();
+        let generation = self.run.namespace().current();
+        let mut fenced = Fenced::new(
+            "put (large body)",
+            self.connector.clone(),
+            keys.ns(NsKey::Generation).to_string(),
+            generation.to_string(),
+        );
+        let fence = |e: FenceError| match e {
+            FenceError::Fenced => {
+                self.run.namespace().lost(&generation);
+                StoreError::NamespaceLost { op: "put" }
+            }
+            FenceError::Failed(e) => e,
+        };
+        let mut take = redis::pipe();
+        take.cmd("MULTI").cmd("INCR").arg(keys.ns(NsKey::Ids));
+        let id = match fenced.send(take, 1).await.map_err(fence)?.first() {
+            Some(Value::Int(n)) => u64::try_from(*n).unwrap_or(0),
+            other => {
+                return Err(StoreError::bad_reply(
+                    "put (large body)",
+                    format!("INCR answered {other:?}"),
+                ));
+            }
+        };
+        let bodies = keys.tube_key(job.tube.as_str(), TubeKey::Bodies);
+        let mut write = redis::pipe();
+        let mut hset = redis::Cmd::with_capacity(4, job.body.len() + bodies.len() + 24);
+        hset.arg("HSET").arg(&bodies).arg(id).arg(&job.body[..]);
+        write.cmd("MULTI").add_command(hset);
+        fenced.send(write, 1).await.map_err(fence)?;
+        let mut call = self.run.on_tube(|s| &s.put, &[], job.tube.as_str());
+        if *call.generation() != generation {
+            return Err(StoreError::NamespaceLost { op: "put" });
+        }
+        call.arg((job.pri, job.delay_secs, job.ttr_secs, "", id));
+        let made = call.run().await;
+        if let Err(StoreError::NotApplied { .. }) = &made {
+            let mut undo = redis::pipe();
+            undo.cmd("MULTI").cmd("HDEL").arg(&bodies).arg(id);
+            if let Err(e) = fenced.send(undo, 1).await {
+                tracing::warn!(id, error = %e, "a large put failed and its body could not be removed");
+            }
+        }
+        made
+    }
+
+    /// A script's body reply for job `id` of `tube`, made whole (a call made for
+    /// `generation`); `None`: the job has no body any more.
+    async fn whole_body(
+        &self,
+        tube: &str,
+        id: JobId,
+        body: BodyReply,
+        generation: &Arc<str>,
+    ) -> StoreResult<Option<Bytes>> {
+        if let BodyReply::Here(b) = body {
+            return Ok(Some(b));
+        }
+        let op = "read large body";
+        let mut conn = self
+            .connector
+            .single(RESPONSE_TIMEOUT)
+            .await
+            .map_err(connect_error)?;
+        let (now, body): (Option<String>, Option<Vec<u8>>) = redis::pipe()
+            .atomic()
+            .get(self.run.keys().ns(NsKey::Generation))
+            .hget(self.run.keys().tube_key(tube, TubeKey::Bodies), id)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| redis_error(op, e))?;
+        if now.as_deref() != Some(&**generation) {
+            self.run.namespace().lost(generation);
+            return Err(StoreError::NamespaceLost { op });
+        }
+        Ok(body.map(Bytes::from))
+    }
+
+    /// A peek's answer with its body read whole; a job whose large body is gone by then
+    /// was deleted meanwhile: not found.
+    pub(super) async fn peeked(
+        &self,
+        tube: &str,
+        peeked: Option<Peeked>,
+        generation: &Arc<str>,
+    ) -> StoreResult<Option<(JobId, Bytes)>> {
+        let Some(p) = peeked else {
+            return Ok(None);
+        };
+        let body = self.whole_body(tube, p.id, p.body, generation).await?;
+        Ok(body.map(|b| (p.id, b)))
+    }
+
+    /// A reservation's body read whole. The reservation is made: when its body cannot
+    /// be read, it is undone like a reservation whose answer was lost.
+    pub(super) async fn reserved_body(
+        &self,
+        tube: &TubeName,
+        owner: &str,
+        r: &mut Reservation,
+        generation: &Arc<str>,
+    ) -> StoreResult<Bytes> {
+        let body = std::mem::replace(&mut r.body, BodyReply::Apart);
+        let read = self.whole_body(tube.as_str(), r.id, body, generation).await;
+        let failed = match read {
+            Ok(Some(b)) => return Ok(b),
+            Ok(None) => StoreError::bad_reply("reserve", "the job's large body vanished"),
+            Err(e) => e,
+        };
+        self.attempts.unanswered(tube, owner);
+        Err(failed)
+    }
+}
