@@ -30,12 +30,13 @@ use tokio_util::sync::CancellationToken;
 use crate::engine::{Engine, EngineConfig};
 use crate::persist::committer::{self, Ended};
 use crate::persist::redis::{RedisSink, load, stager};
+use crate::protocol::TubeName;
 use crate::redis_conn::{Connector, RESPONSE_TIMEOUT, RedisConn};
 use crate::server::{Route, Router};
 use crate::store::durable::{CommitLink, DurableStore, Stager};
 use crate::store::memory::CutLimit;
 use crate::store::redis_store::fenced::Fenced;
-use crate::store::redis_store::keys::Keys;
+use crate::store::redis_store::keys::{Keys, TubeKey};
 use crate::store::redis_store::policy::{self, PolicyError};
 use crate::store::redis_store::reply::{connect_error, redis_error};
 use crate::store::{AnyStore, Clock, MemoryStore, RedisConfig, StoreError};
@@ -324,7 +325,7 @@ impl Cluster {
             committer_stop.clone(),
         ));
         let started = Instant::now();
-        let loaded = match self.load_namespace().await {
+        let loaded = match self.load_namespace(&holder.token).await {
             Ok(l) => l,
             Err(err) => {
                 tracing::warn!(%err, "took the lead but could not load the namespace; giving it up");
@@ -462,10 +463,11 @@ impl Cluster {
     /// Read the namespace and the Redis clock.
     async fn load_namespace(
         &self,
+        token: &str,
     ) -> Result<
         (
             crate::store::memory::Snapshot,
-            crate::util::SwapList<crate::protocol::TubeName>,
+            crate::util::SwapList<TubeName>,
             Clock,
         ),
         StoreError,
@@ -485,7 +487,39 @@ impl Cluster {
                 "some jobs in Redis could not be read and were left out (see above)"
             );
         }
+        self.remove_orphans(&loaded.orphans, token).await;
         Ok((loaded.snapshot, loaded.tube_list, clock))
+    }
+
+    /// Remove bodies left without their job (a large put cut short by the previous
+    /// leader's end), fenced by the lease: a leader that lost it meanwhile must not
+    /// delete what its successor writes. A failure only leaves them for the next load.
+    async fn remove_orphans(&self, orphans: &[(TubeName, Vec<u64>)], token: &str) {
+        if orphans.is_empty() {
+            return;
+        }
+        let mut fenced = Fenced::new(
+            "remove orphaned bodies",
+            self.connector.clone(),
+            self.lease.key().to_string(),
+            token.to_string(),
+        );
+        for (tube, ids) in orphans {
+            tracing::warn!(
+                tube = %tube,
+                bodies = ids.len(),
+                "removing job bodies that have no job (large puts cut short before their job was made)"
+            );
+            let key = self.keys.tube_key(tube.as_str(), TubeKey::Bodies);
+            for chunk in ids.chunks(1_000) {
+                let mut pipe = redis::pipe();
+                pipe.cmd("MULTI").cmd("HDEL").arg(&key).arg(chunk);
+                if let Err(err) = fenced.send(pipe, 1).await {
+                    tracing::warn!(%err, "could not remove them; the next load tries again");
+                    return;
+                }
+            }
+        }
     }
 
     /// A clean shutdown, after the server has finished its connections: write what is

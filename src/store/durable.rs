@@ -28,19 +28,22 @@ use crate::protocol::TubeName;
 /// INTERNAL_ERROR (the change stays, and is written when the store comes back).
 pub const COMMIT_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// How long a put waits for its body to be written ahead; then the job is made anyway
-/// and its batch writes the body with it (as for a small job), so a put never waits
-/// much longer than [`COMMIT_TIMEOUT`] for an answer.
+/// How long a put waits for its body's write to start (the batches before it applied,
+/// the writer free); then the job is made anyway and its batch writes the body with it
+/// (as for a small job). A write that started is waited for: it is bounded by the
+/// writer's Redis timeouts.
 const STAGE_TIMEOUT: Duration = Duration::from_millis(500);
 
-/// A request to write one job's body ahead of the job; `done` answers whether it
-/// landed. A writer skips a request whose asker stopped waiting (`done` closed): that
-/// job is written with its batch instead.
+/// A request to write one job's body ahead of the job. The writer claims it on `start`
+/// before sending, and skips it when that fails (the asker gave up: its job is written
+/// with its batch instead); an asker whose request was claimed waits for `done`, so no
+/// body lands after its put stopped waiting for it.
 #[derive(Debug)]
 pub struct StageRequest {
     pub tube: TubeName,
     pub id: JobId,
     pub body: Bytes,
+    pub start: oneshot::Sender<()>,
     pub done: oneshot::Sender<bool>,
 }
 
@@ -57,24 +60,29 @@ impl Stager {
         (Stager { requests }, queue)
     }
 
-    /// Whether the body of job `id` landed ahead of it, within [`STAGE_TIMEOUT`].
-    async fn stage(&self, tube: TubeName, id: JobId, body: Bytes) -> bool {
+    /// Whether the body of job `id` landed ahead of it; given up when its write has
+    /// not started by `deadline`.
+    async fn stage(&self, tube: TubeName, id: JobId, body: Bytes, deadline: Instant) -> bool {
+        let (start, mut started) = oneshot::channel();
         let (done, landed) = oneshot::channel();
-        let asked = async {
-            self.requests
-                .send(StageRequest {
-                    tube,
-                    id,
-                    body,
-                    done,
-                })
-                .await
-                .is_ok()
-                && landed.await == Ok(true)
+        let request = StageRequest {
+            tube,
+            id,
+            body,
+            start,
+            done,
         };
-        tokio::time::timeout(STAGE_TIMEOUT, asked)
-            .await
-            .unwrap_or(false)
+        let claimed =
+            async { self.requests.send(request).await.is_ok() && (&mut started).await.is_ok() };
+        let claimed = match tokio::time::timeout_at(deadline.into(), claimed).await {
+            Ok(claimed) => claimed,
+            Err(_) => {
+                // Withdrawn, unless the writer claimed it at the last moment.
+                started.close();
+                started.try_recv().is_ok()
+            }
+        };
+        claimed && landed.await == Ok(true)
     }
 }
 
@@ -206,18 +214,38 @@ impl DurableStore {
     /// A put whose body is written ahead of its job. The id is taken first, as
     /// beanstalkd takes it once the body is in; the job is made (visible) once its body
     /// landed, or once that took too long, and then waits for its batch like any put.
-    async fn put_staged(&self, stager: &Stager, job: NewJob, now: Nanos) -> JobId {
-        let id = self.memory.begin_staged(&job.tube);
+    async fn put_staged(&self, stager: &Stager, job: NewJob) -> JobId {
+        let (id, begun_at) = self.memory.begin_staged(&job.tube);
+        self.kick();
         let mut begun = Begun {
             store: self,
             id,
             tube: Some(job.tube.clone()),
         };
-        let landed = stager.stage(job.tube.clone(), id, job.body.clone()).await;
+        let deadline = Instant::now() + STAGE_TIMEOUT;
+        // Every batch taken before the tube was held is applied first: one of them may
+        // drop the tube's keys (it held no job then), and the body with them.
+        let clear = tokio::time::timeout_at(deadline.into(), self.written_upto(begun_at))
+            .await
+            .unwrap_or(false);
+        let landed = clear
+            && stager
+                .stage(job.tube.clone(), id, job.body.clone(), deadline)
+                .await;
         begun.tube = None;
-        self.memory.put_staged(id, job, now, landed);
+        // The put takes effect now, as beanstalkd's does once the body is in.
+        self.memory.put_staged(id, job, self.clock.now(), landed);
         self.kick();
         id
+    }
+
+    /// Whether every change up to `upto` was written (false: the committer stopped).
+    async fn written_upto(&self, upto: u64) -> bool {
+        let mut progress = self.link.progress.subscribe();
+        progress
+            .wait_for(|p| p.written >= upto || p.stopped)
+            .await
+            .is_ok_and(|p| p.written >= upto)
     }
 
     /// A store whose committer writes the local log these figures describe (`-b`).
@@ -241,9 +269,7 @@ impl DurableStore {
 impl Store for DurableStore {
     async fn put(&self, job: NewJob, now: Nanos) -> StoreResult<JobId> {
         match &self.stager {
-            Some(stager) if job.body.len() >= LARGE_BODY => {
-                Ok(self.put_staged(stager, job, now).await)
-            }
+            Some(stager) if job.body.len() >= LARGE_BODY => Ok(self.put_staged(stager, job).await),
             _ => self.changed(self.memory.put(job, now)).await,
         }
     }

@@ -266,6 +266,9 @@ impl Builder {
             if r.needs_body() {
                 ops.bodies.num(r.id);
                 ops.bodies.push(&r.body);
+            }
+            // A body written ahead (`BodyOnly`) still needs its job's index entry.
+            if !matches!(r.was, Stored::As(_)) {
                 self.index_set.num(r.id);
                 self.index_set.push(r.tube.as_str().as_bytes());
             }
@@ -400,5 +403,66 @@ impl Builder {
         }
         written.counters = Some(c);
         b
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use redis::Arg;
+
+    use super::*;
+    use crate::store::memory::{CutLimit, MemoryStore};
+    use crate::store::{NANOS_PER_SEC, NewJob};
+
+    /// Each command of `b` as its words.
+    fn commands(b: &Batch) -> Vec<Vec<Vec<u8>>> {
+        b.pipe
+            .cmd_iter()
+            .map(|c| {
+                c.args_iter()
+                    .map(|a| match a {
+                        Arg::Simple(v) => v.to_vec(),
+                        _ => Vec::new(),
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// A job whose body was written ahead gets its metadata, sets and index entry from
+    /// its batch, and not its body again.
+    #[test]
+    fn a_job_whose_body_was_written_ahead_is_written_without_it() {
+        let s = MemoryStore::journaled();
+        let tube = TubeName::new(b"big").unwrap();
+        s.cut(CutLimit::default());
+        let (id, _) = s.begin_staged(&tube);
+        let body = Bytes::from(vec![b'x'; 64]);
+        let job = NewJob {
+            tube: tube.clone(),
+            pri: 1,
+            delay_secs: 0,
+            ttr_secs: 60,
+            body: body.clone(),
+        };
+        s.put_staged(id, job, 1_700_000_000 * NANOS_PER_SEC, true);
+        let cut = s.cut(CutLimit::default());
+        let keys = Keys::new("p");
+        let b = Builder::default().build(&keys, "owner", &cut, &mut Written::default());
+        let cmds = commands(&b);
+        let id_text = id.to_string().into_bytes();
+        let index = keys.ns(NsKey::Index).as_bytes().to_vec();
+        assert!(
+            cmds.iter()
+                .any(|c| c[0] == b"HSET" && c[1] == index && c[2] == id_text),
+            "no index entry"
+        );
+        let jobs = keys.tube_key("big", TubeKey::Jobs).into_bytes();
+        assert!(cmds.iter().any(|c| c[0] == b"HSET" && c[1] == jobs));
+        assert!(
+            cmds.iter().all(|c| !c.contains(&body.to_vec())),
+            "the body was written again"
+        );
     }
 }

@@ -9,7 +9,7 @@
 //! A job whose metadata cannot be read, or whose body is missing (what eviction or a
 //! damaged namespace leaves), is reported and left out: never served with an empty
 //! body. A body without its job (written ahead of a large put whose job the previous
-//! leader never made) is removed.
+//! leader never made) is reported for the caller to remove, fenced by its lease.
 
 use crate::redis_conn::RedisConn;
 use bytes::Bytes;
@@ -38,6 +38,8 @@ pub struct Loaded {
     pub tube_list: SwapList<TubeName>,
     /// Jobs left out as damaged.
     pub damaged: usize,
+    /// Bodies without a job, by tube: for the caller to remove under its lease.
+    pub orphans: Vec<(TubeName, Vec<u64>)>,
 }
 
 fn err(op: &'static str) -> impl Fn(redis::RedisError) -> StoreError {
@@ -128,19 +130,6 @@ fn decode_tube(name: &TubeName, metas: Entries, bodies: Entries) -> Decoded {
     }
 }
 
-/// Remove the bodies `ids` from `key` (bounded commands).
-async fn remove_orphans(conn: &mut RedisConn, key: &str, ids: &[u64]) -> Result<(), StoreError> {
-    for chunk in ids.chunks(1_000) {
-        let _: i64 = redis::cmd("HDEL")
-            .arg(key)
-            .arg(chunk)
-            .query_async(conn)
-            .await
-            .map_err(err("HDEL orphan bodies"))?;
-    }
-    Ok(())
-}
-
 /// Read the whole namespace under `keys`.
 pub async fn load(conn: &RedisConn, keys: &Keys) -> Result<Loaded, StoreError> {
     let mut c = conn.clone();
@@ -219,12 +208,7 @@ pub async fn load(conn: &RedisConn, keys: &Keys) -> Result<Loaded, StoreError> {
         loaded.snapshot.jobs.extend(decoded.jobs);
         loaded.damaged += decoded.damaged;
         if !decoded.orphans.is_empty() {
-            tracing::warn!(
-                tube = %name,
-                bodies = decoded.orphans.len(),
-                "removing job bodies that have no job (puts cut short before their job was made)"
-            );
-            remove_orphans(&mut c, k.get(TubeKey::Bodies), &decoded.orphans).await?;
+            loaded.orphans.push((name.clone(), decoded.orphans));
         }
     }
     Ok(loaded)

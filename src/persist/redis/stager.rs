@@ -5,9 +5,13 @@
 //!
 //! Why this order is safe: until the job is made it is in no set, has no metadata and
 //! is visible to no client, so nothing can delete it while its body is on the way; the
-//! tube's keys are kept meanwhile (`Tube::staging`). A leader that dies in between
-//! leaves a body without metadata, which the loader removes; a put whose body did not
-//! land in time (or failed) has its job written whole by its batch instead.
+//! tube's keys are kept meanwhile (`Tube::staging`), and the body is sent only once
+//! every batch taken before that was applied (one of them may have dropped the tube's
+//! keys). A leader that dies in between leaves a body without metadata, which the next
+//! leader's load removes; a put whose body write did not start in time (or failed) has
+//! its job written whole by its batch instead, and a write that started is always
+//! waited for, so no body lands after its job was deleted (unless the put itself is
+//! dropped, at shutdown: the next leader's load removes that body).
 //!
 //! Ownership: one task per leadership owns the writer and its connection; it ends when
 //! the leadership's stop token is cancelled or every stager handle is gone.
@@ -35,9 +39,9 @@ pub async fn run(
             },
             _ = stop.cancelled() => return,
         };
-        // The asker gave up waiting: its job is written with its batch, and a body
-        // written now could land after that job was deleted.
-        if request.done.is_closed() {
+        // Claimed, or skipped when the asker gave up waiting: its job is written with
+        // its batch, and a body written now could land after that job was deleted.
+        if request.start.send(()).is_err() {
             continue;
         }
         let tube = keys.tube(request.tube.as_str());

@@ -74,14 +74,16 @@ impl MemoryStore {
     }
 
     /// Begin a put whose body persistence writes ahead of the job (a large put, see
-    /// `DurableStore`): its id, taken now, as beanstalkd takes it once the body is in.
-    /// The tube's keys are kept in persistence until [`MemoryStore::put_staged`] or
-    /// [`MemoryStore::abandon_staged`] ends it.
-    pub fn begin_staged(&self, tube: &TubeName) -> JobId {
+    /// `DurableStore`): its id, taken now, and the change that holds the tube. The
+    /// tube's keys are kept in persistence until [`MemoryStore::put_staged`] or
+    /// [`MemoryStore::abandon_staged`] ends it; a cut taken before that change may
+    /// still drop them.
+    pub fn begin_staged(&self, tube: &TubeName) -> (JobId, u64) {
         let mut s = self.lock();
         let id = s.alloc_id();
         s.tube_entry(tube).staging += 1;
-        id
+        s.note_tube(tube);
+        (id, s.change_seq())
     }
 
     /// Make the job begun as `id`; `landed`: persistence holds its body (else the next

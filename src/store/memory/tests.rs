@@ -184,7 +184,7 @@ async fn a_restored_store_gives_reserved_jobs_back_and_keeps_the_rest() {
 async fn a_put_whose_body_was_written_ahead_is_cut_without_it() {
     let s = MemoryStore::journaled();
     cut(&s);
-    let id = s.begin_staged(&tube("big"));
+    let (id, _) = s.begin_staged(&tube("big"));
     // While the body is on its way the job is nowhere, and the tube's keys are kept
     // even though it holds no job: its body hash is being written.
     assert!(s.peek(id).await.unwrap().is_none());
@@ -213,7 +213,7 @@ async fn a_put_whose_body_was_written_ahead_is_cut_without_it() {
 async fn a_body_that_did_not_land_is_written_with_its_job() {
     let s = MemoryStore::journaled();
     cut(&s);
-    let id = s.begin_staged(&tube("big"));
+    let (id, _) = s.begin_staged(&tube("big"));
     s.put_staged(id, job("big", 1, 0), NOW, false);
     let c = cut(&s);
     assert_eq!(
@@ -228,7 +228,7 @@ async fn a_body_that_did_not_land_is_written_with_its_job() {
 async fn an_abandoned_put_removes_the_body_it_may_have_left() {
     let s = MemoryStore::journaled();
     cut(&s);
-    let id = s.begin_staged(&tube("big"));
+    let (id, _) = s.begin_staged(&tube("big"));
     cut(&s);
     s.abandon_staged(id, &tube("big"));
     let c = cut(&s);

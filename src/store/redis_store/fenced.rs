@@ -85,9 +85,14 @@ impl Fenced {
             return Ok(c.clone());
         }
         // A WAIT answers after its timeout at the latest: the reply may take that long.
+        let wait = if self.wait_replicas > 0 {
+            self.wait_timeout
+        } else {
+            Duration::ZERO
+        };
         let c = self
             .connector
-            .single(RESPONSE_TIMEOUT + self.wait_timeout)
+            .single(RESPONSE_TIMEOUT + wait)
             .await
             .map_err(|e| FenceError::Failed(connect_error(e)))?;
         self.conn = Some(c.clone());

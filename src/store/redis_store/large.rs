@@ -43,17 +43,21 @@ impl RedisStore {
             keys.ns(NsKey::Generation).to_string(),
             generation.to_string(),
         );
+        // Before the script, whatever happened, the job was not made.
         let fence = |e: FenceError| match e {
             FenceError::Fenced => {
                 self.run.namespace().lost(&generation);
                 StoreError::NamespaceLost { op: "put" }
             }
-            FenceError::Failed(e) => e,
+            FenceError::Failed(e) => StoreError::NotApplied {
+                op: "put (large body)",
+                source: Some(Box::new(e)),
+            },
         };
         let mut take = redis::pipe();
         take.cmd("MULTI").cmd("INCR").arg(keys.ns(NsKey::Ids));
         let id = match fenced.send(take, 1).await.map_err(fence)?.first() {
-            Some(Value::Int(n)) => u64::try_from(*n).unwrap_or(0),
+            Some(Value::Int(n)) if *n > 0 => *n as u64,
             other => {
                 return Err(StoreError::bad_reply(
                     "put (large body)",
@@ -141,12 +145,16 @@ impl RedisStore {
     ) -> StoreResult<Bytes> {
         let body = std::mem::replace(&mut r.body, BodyReply::Apart);
         let read = self.whole_body(tube.as_str(), r.id, body, generation).await;
-        let failed = match read {
+        let why: crate::store::BoxError = match read {
             Ok(Some(b)) => return Ok(b),
-            Ok(None) => StoreError::bad_reply("reserve", "the job's large body vanished"),
-            Err(e) => e,
+            Ok(None) => "the job's large body vanished".into(),
+            Err(e) => Box::new(e),
         };
         self.attempts.unanswered(tube, owner);
-        Err(failed)
+        // The reservation was made (and is undone later): it may have applied.
+        Err(StoreError::TimedOut {
+            op: "reserve (large body)",
+            source: Some(why),
+        })
     }
 }
