@@ -38,6 +38,8 @@ use crate::protocol::{Reply, ServerCodec};
 use crate::store::JobId;
 
 const READ_CHUNK: usize = 16 * 1024;
+/// A read in the middle of a body: larger, since each costs a turn of the runtime.
+const BODY_READ_CHUNK: usize = 32 * 1024;
 /// While a reserve waits, stop reading once this much is buffered, so a client that
 /// keeps pipelining is held back by TCP flow control rather than by our memory.
 pub const MAX_BUFFERED_WHILE_WAITING: usize = 64 * 1024;
@@ -241,7 +243,17 @@ impl<S: Socket> Connection<S> {
             if self.rbuf.capacity() == 0 {
                 self.rbuf = take_buffer();
             }
-            self.rbuf.reserve(READ_CHUNK);
+            // In the middle of a body, one read per turn, as beanstalkd's event loop
+            // reads: a large body arriving chunk after chunk would otherwise keep the one
+            // thread for many reads at a time (tokio lets a task run ~128 ready
+            // operations before it must yield), and every other client's command waits.
+            let chunk = if self.codec.is_between_commands() {
+                READ_CHUNK
+            } else {
+                tokio::task::yield_now().await;
+                BODY_READ_CHUNK
+            };
+            self.rbuf.reserve(chunk);
             tokio::select! {
                 read = self.stream.read_buf(&mut self.rbuf) => match read {
                     Ok(0) | Err(_) => return End::Closed,
