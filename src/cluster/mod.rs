@@ -512,9 +512,9 @@ impl Cluster {
             );
             let key = self.keys.tube_key(tube.as_str(), TubeKey::Bodies);
             for chunk in ids.chunks(1_000) {
-                let mut pipe = redis::pipe();
-                pipe.cmd("MULTI").cmd("HDEL").arg(&key).arg(chunk);
-                if let Err(err) = fenced.send(pipe, 1).await {
+                let mut hdel = redis::cmd("HDEL");
+                hdel.arg(&key).arg(chunk);
+                if let Err(err) = fenced.send_one(hdel).await {
                     tracing::warn!(%err, "could not remove them; the next load tries again");
                     return;
                 }

@@ -220,17 +220,6 @@ impl Batch {
         }
     }
 
-    /// The transaction writing one job's body ahead of the job (a large put): the body
-    /// is copied into the command once, straight from the job.
-    pub fn body(key: &str, id: u64, body: &[u8]) -> Batch {
-        let mut b = Batch::new();
-        let mut c = redis::Cmd::with_capacity(4, body.len() + key.len() + 24);
-        c.arg("HSET").arg(key).arg(id).arg(body);
-        b.pipe.add_command(c);
-        b.commands += 1;
-        b
-    }
-
     /// A command with no arguments but its key.
     fn bare(&mut self, name: &'static str, key: &str) {
         self.pipe.cmd(name).arg(key);

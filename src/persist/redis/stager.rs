@@ -19,9 +19,8 @@
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::batch::Batch;
 use crate::store::durable::StageRequest;
-use crate::store::redis_store::fenced::{FenceError, Fenced};
+use crate::store::redis_store::fenced::{FenceError, Fenced, hset_body};
 use crate::store::redis_store::keys::{Keys, TubeKey};
 
 /// Serve `requests` until `stop` is cancelled.
@@ -44,10 +43,9 @@ pub async fn run(
         if request.start.send(()).is_err() {
             continue;
         }
-        let tube = keys.tube(request.tube.as_str());
-        let batch = Batch::body(tube.get(TubeKey::Bodies), request.id, &request.body);
+        let key = keys.tube_key(request.tube.as_str(), TubeKey::Bodies);
         let landed = tokio::select! {
-            r = fenced.send(batch.pipe, batch.commands) => r,
+            r = fenced.send_one(hset_body(&key, request.id, &request.body)) => r,
             _ = stop.cancelled() => return,
         };
         if let Err(e) = &landed {

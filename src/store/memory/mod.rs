@@ -90,8 +90,7 @@ impl MemoryStore {
     /// cut writes the job whole, body and all).
     pub fn put_staged(&self, id: JobId, job: NewJob, now: Nanos, landed: bool) {
         let mut s = self.lock();
-        let t = s.tube_entry(&job.tube);
-        t.staging = t.staging.saturating_sub(1);
+        s.unstage(&job.tube);
         let stored = if landed {
             Stored::BodyOnly
         } else {
@@ -104,10 +103,8 @@ impl MemoryStore {
     /// have left in persistence is removed by the next cut; the id stays used.
     pub fn abandon_staged(&self, id: JobId, tube: &TubeName) {
         let mut s = self.lock();
-        let t = s.tube_entry(tube);
-        t.staging = t.staging.saturating_sub(1);
+        s.unstage(tube);
         s.note_unmade(id, tube);
-        s.note_tube(tube);
         s.maybe_drop_tube(tube);
     }
 

@@ -273,6 +273,12 @@ impl State {
         self.move_to(id, JobState::Ready, since, None);
     }
 
+    /// A put into `tube` whose body was written ahead ended (made or abandoned).
+    pub fn unstage(&mut self, tube: &TubeName) {
+        let t = self.tube_entry(tube);
+        t.staging = t.staging.saturating_sub(1);
+    }
+
     /// A job that was never made (a put begun with its body written ahead, then
     /// abandoned) may have left that body in persistence: the next cut removes it.
     pub fn note_unmade(&mut self, id: JobId, tube: &TubeName) {

@@ -58,6 +58,14 @@ pub struct Fenced {
     wait_timeout: Duration,
 }
 
+/// The command writing job `id`'s body into `key` (its tube's body hash), sized up
+/// front: the body is copied into it once, into memory allocated once.
+pub fn hset_body(key: &str, id: u64, body: &[u8]) -> redis::Cmd {
+    let mut c = redis::Cmd::with_capacity(4, body.len() + key.len() + 24);
+    c.arg("HSET").arg(key).arg(id).arg(body);
+    c
+}
+
 impl Fenced {
     pub fn new(op: &'static str, connector: Connector, lease_key: String, token: String) -> Fenced {
         Fenced {
@@ -121,6 +129,14 @@ impl Fenced {
         }
         self.watching = true;
         Ok(())
+    }
+
+    /// Send `cmd` alone in a transaction; `Ok`: its reply.
+    pub async fn send_one(&mut self, cmd: redis::Cmd) -> Result<Value, FenceError> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("MULTI").add_command(cmd);
+        let mut replies = self.send(pipe, 1).await?;
+        Ok(replies.pop().unwrap_or(Value::Nil))
     }
 
     /// Send the transaction `pipe` (MULTI, then `commands` commands), followed by the

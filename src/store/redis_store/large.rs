@@ -25,7 +25,7 @@ use bytes::Bytes;
 use redis::Value;
 
 use super::RedisStore;
-use super::fenced::{FenceError, Fenced};
+use super::fenced::{FenceError, Fenced, hset_body};
 use super::keys::{NsKey, TubeKey};
 use super::reply::{BodyReply, Peeked, Reservation, connect_error, redis_error};
 use crate::protocol::TubeName;
@@ -54,10 +54,10 @@ impl RedisStore {
                 source: Some(Box::new(e)),
             },
         };
-        let mut take = redis::pipe();
-        take.cmd("MULTI").cmd("INCR").arg(keys.ns(NsKey::Ids));
-        let id = match fenced.send(take, 1).await.map_err(fence)?.first() {
-            Some(Value::Int(n)) if *n > 0 => *n as u64,
+        let mut take = redis::cmd("INCR");
+        take.arg(keys.ns(NsKey::Ids));
+        let id = match fenced.send_one(take).await.map_err(fence)? {
+            Value::Int(n) if n > 0 => n as u64,
             other => {
                 return Err(StoreError::bad_reply(
                     "put (large body)",
@@ -66,11 +66,10 @@ impl RedisStore {
             }
         };
         let bodies = keys.tube_key(job.tube.as_str(), TubeKey::Bodies);
-        let mut write = redis::pipe();
-        let mut hset = redis::Cmd::with_capacity(4, job.body.len() + bodies.len() + 24);
-        hset.arg("HSET").arg(&bodies).arg(id).arg(&job.body[..]);
-        write.cmd("MULTI").add_command(hset);
-        fenced.send(write, 1).await.map_err(fence)?;
+        fenced
+            .send_one(hset_body(&bodies, id, &job.body))
+            .await
+            .map_err(fence)?;
         let mut call = self.run.on_tube(|s| &s.put, &[], job.tube.as_str());
         if *call.generation() != generation {
             return Err(StoreError::NamespaceLost { op: "put" });
@@ -78,9 +77,9 @@ impl RedisStore {
         call.arg((job.pri, job.delay_secs, job.ttr_secs, "", id));
         let made = call.run().await;
         if let Err(StoreError::NotApplied { .. }) = &made {
-            let mut undo = redis::pipe();
-            undo.cmd("MULTI").cmd("HDEL").arg(&bodies).arg(id);
-            if let Err(e) = fenced.send(undo, 1).await {
+            let mut undo = redis::cmd("HDEL");
+            undo.arg(&bodies).arg(id);
+            if let Err(e) = fenced.send_one(undo).await {
                 tracing::warn!(id, error = %e, "a large put failed and its body could not be removed");
             }
         }
