@@ -199,6 +199,16 @@ pub struct Cli {
     #[arg(long, env = "REDSTALK_METRICS", value_name = "ADDR")]
     pub metrics: Option<String>,
 
+    /// In /metrics, give per-tube series (redstalk_tube_*) to at most N tubes, the
+    /// first by name; redstalk_tubes_omitted counts the others. 0: none.
+    #[arg(
+        long,
+        env = "REDSTALK_METRICS_TUBES",
+        value_name = "N",
+        default_value_t = 1000
+    )]
+    pub metrics_tubes: usize,
+
     /// On SIGTERM/SIGINT, wait this many seconds for connections to finish.
     #[arg(
         long,
@@ -274,6 +284,8 @@ pub struct Settings {
     pub shutdown_grace: Duration,
     /// Where to serve metrics over HTTP; `None`: not served.
     pub metrics: Option<SocketAddr>,
+    /// Tubes with per-tube series in /metrics.
+    pub metrics_tubes: usize,
     pub warnings: Vec<String>,
 }
 
@@ -311,6 +323,7 @@ impl Cli {
             max_connections: self.max_connections.max(1),
             shutdown_grace: Duration::from_secs(self.shutdown_grace),
             metrics: self.metrics_addr()?,
+            metrics_tubes: self.metrics_tubes,
             warnings,
         })
     }
