@@ -22,7 +22,8 @@
 //! cluster/    leader mode: the lease, who leads, loading at takeover, fail-stop
 //! server/     sockets: listeners (and systemd's), one task per connection (serve, or
 //!             relay to the leader), signals, privileges, graceful shutdown
-//! metrics/    the optional HTTP listener: Prometheus metrics, /healthz, /readyz
+//! http/       the optional HTTP listener (axum on hyper): Prometheus metrics (shared,
+//!             capped per tube), /healthz, /readyz; every connection bounded
 //! cli         beanstalkd's flags and redstalk's own
 //! ```
 //!
@@ -32,7 +33,7 @@
 pub mod cli;
 pub mod cluster;
 pub mod engine;
-pub mod metrics;
+pub mod http;
 pub mod persist;
 pub mod protocol;
 pub mod redis_conn;

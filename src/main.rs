@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use redstalk::cli::{Cli, EXIT_USAGE, RedisMode, Settings};
 use redstalk::cluster::{Cluster, ClusterConfig, ClusterError};
 use redstalk::engine::{Engine, EngineConfig};
-use redstalk::metrics::{self, MetricsListener};
+use redstalk::http::{self, HttpConfig, HttpListener};
 use redstalk::persist::binlog::{self, BinlogConfig};
 use redstalk::persist::committer::{self, Ended};
 use redstalk::redis_conn;
@@ -253,7 +253,7 @@ fn run(settings: Settings) -> anyhow::Result<()> {
             );
             Listener::inherited(inherited)?
         };
-        let metrics_listener = settings.metrics.map(MetricsListener::bind).transpose()?;
+        let metrics_listener = settings.metrics.map(HttpListener::bind).transpose()?;
         if let Some(user) = &settings.user {
             server::privileges::become_user(user)?;
         }
@@ -264,13 +264,16 @@ fn run(settings: Settings) -> anyhow::Result<()> {
             None => "off".to_string(),
         };
         let stop_metrics = CancellationToken::new();
-        if let Some(m) = metrics_listener {
+        let metrics_task = metrics_listener.map(|m| {
             let source = match &serving {
-                Serving::Engine(e, _) => metrics::Source::Engine(e.clone()),
-                Serving::Cluster(c) => metrics::Source::Cluster(c.clone()),
+                Serving::Engine(e, _) => http::Source::Engine(e.clone()),
+                Serving::Cluster(c) => http::Source::Cluster(c.clone()),
             };
-            tokio::spawn(metrics::serve(source, m, stop_metrics.clone()));
-        }
+            let config = HttpConfig {
+                metrics_tubes: settings.metrics_tubes,
+            };
+            tokio::spawn(http::serve(source, m, config, stop_metrics.clone()))
+        });
         let engine_name = match &serving {
             Serving::Engine(e, _) => e.store_name(),
             Serving::Cluster(_) => "redis-leader",
@@ -306,6 +309,10 @@ fn run(settings: Settings) -> anyhow::Result<()> {
             }
         }
         stop_metrics.cancel();
+        if let Some(task) = metrics_task {
+            // Its connections end within about a second.
+            let _ = task.await;
+        }
         tracing::info!("redstalk stopped");
         Ok(())
     })

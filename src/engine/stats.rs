@@ -28,8 +28,10 @@ const BINLOG_MAX_SIZE: u64 = 10_485_760;
 pub struct Snapshot {
     pub engine: &'static str,
     pub server: ServerStats,
-    /// Every existing tube, in `list-tubes` order.
+    /// The first tubes by name, at most the limit given to [`Engine::snapshot`].
     pub tubes: Vec<TubeStats>,
+    /// Tubes that existed but were beyond that limit.
+    pub tubes_omitted: u64,
     pub wait: WaitSnapshot,
 }
 
@@ -304,14 +306,31 @@ impl Engine {
     }
 
     /// Everything the metrics endpoint shows, through [`Engine::server_stats`] and
-    /// [`Engine::tube_stats`] (the functions behind `stats` and `stats-tube`). A tube
-    /// that disappears between the list and its figures is left out.
-    pub async fn snapshot(&self) -> StoreResult<Snapshot> {
+    /// [`Engine::tube_stats`] (the functions behind `stats` and `stats-tube`), with the
+    /// figures of at most `max_tubes` tubes: the first by name, so the same tubes keep
+    /// their series from one scrape to the next and the store is asked about
+    /// `max_tubes` tubes, not about every tube a client made. A tube that disappears
+    /// between the list and its figures is left out.
+    pub async fn snapshot(&self, max_tubes: usize) -> StoreResult<Snapshot> {
+        // Between two tubes' figures the runtime may serve others (a memory store's
+        // call never yields by itself).
+        const YIELD_EVERY: usize = 256;
         let now = self.clock.now();
         let server = self.server_stats(now).await?;
-        let names = self.store.list_tubes().await?;
+        let mut names = self.store.list_tubes().await?;
+        let listed = names.len();
+        if max_tubes == 0 {
+            names.clear();
+        } else if names.len() > max_tubes {
+            names.select_nth_unstable(max_tubes - 1);
+            names.truncate(max_tubes);
+        }
+        names.sort_unstable();
         let mut tubes = Vec::with_capacity(names.len());
-        for name in &names {
+        for (i, name) in names.iter().enumerate() {
+            if i % YIELD_EVERY == YIELD_EVERY - 1 {
+                tokio::task::yield_now().await;
+            }
             if let Some(t) = self.tube_stats(name, now).await? {
                 tubes.push(t);
             }
@@ -320,6 +339,7 @@ impl Engine {
             engine: self.store_name(),
             server,
             tubes,
+            tubes_omitted: (listed - names.len()) as u64,
             wait: self.counters.wait.snapshot(),
         })
     }

@@ -1,0 +1,476 @@
+//! The Prometheus text exposition format (version 0.0.4) of one [`Snapshot`], rendered
+//! from [`FAMILIES`], a table that names each family, its type and help, and how its
+//! samples are read from the snapshot.
+//!
+//! Invariants: every figure comes from the snapshot, whose server and tube parts are
+//! the very structs `stats` and `stats-tube` print, so a scrape and those commands
+//! agree; every family has one `# HELP` and one `# TYPE` line before its samples (a
+//! per-tube family keeps them when no tube is listed); label values and help texts are
+//! escaped as the format requires; histogram buckets are cumulative and end with
+//! `+Inf` equal to `_count`. Pure: no I/O, no clock. Its cost is linear in the tubes
+//! the snapshot lists (about 1 KiB of text each), which the snapshot caps.
+
+use std::fmt::{Display, Write};
+
+use crate::engine::{ServerStats, Snapshot, TubeStats, WAIT_BUCKETS};
+use crate::protocol::Counter;
+
+/// The media type of [`render`]'s output.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// The exposition of `snap`.
+pub fn render(snap: &Snapshot) -> String {
+    let mut text = String::with_capacity(8192 + 1024 * snap.tubes.len());
+    for family in FAMILIES {
+        let _ = writeln!(
+            text,
+            "# HELP {} {}",
+            family.name,
+            escape(family.help, false)
+        );
+        let _ = writeln!(text, "# TYPE {} {}", family.name, family.kind.name());
+        let mut out = Out {
+            text: &mut text,
+            name: family.name,
+            tube: None,
+        };
+        match family.samples {
+            Samples::Server(value) => out.value(value(snap)),
+            Samples::ServerWith(emit) => emit(snap, &mut out),
+            Samples::Tube(value) => {
+                for t in &snap.tubes {
+                    out.tube = Some(&t.name);
+                    out.value(value(t));
+                }
+            }
+            Samples::TubeWith(emit) => {
+                for t in &snap.tubes {
+                    out.tube = Some(&t.name);
+                    emit(t, &mut out);
+                }
+            }
+        }
+    }
+    text
+}
+
+/// A family's type, as its `# TYPE` line says it.
+#[derive(Clone, Copy)]
+enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+            Kind::Histogram => "histogram",
+        }
+    }
+}
+
+/// How a family's samples are read from a snapshot.
+#[derive(Clone, Copy)]
+enum Samples {
+    /// One unlabelled sample of the instance.
+    Server(fn(&Snapshot) -> u64),
+    /// Samples of the instance, written by the function.
+    ServerWith(fn(&Snapshot, &mut Out<'_>)),
+    /// One sample per listed tube, labelled `tube`.
+    Tube(fn(&TubeStats) -> u64),
+    /// Samples per listed tube, labelled `tube` and what the function adds.
+    TubeWith(fn(&TubeStats, &mut Out<'_>)),
+}
+
+struct Family {
+    name: &'static str,
+    kind: Kind,
+    help: &'static str,
+    samples: Samples,
+}
+
+const fn family(name: &'static str, kind: Kind, help: &'static str, samples: Samples) -> Family {
+    Family {
+        name,
+        kind,
+        help,
+        samples,
+    }
+}
+
+use Kind::{Counter as C, Gauge as G};
+
+/// Every family, in the order of the exposition.
+const FAMILIES: &[Family] = &[
+    family(
+        "redstalk_info",
+        G,
+        "Always 1; the labels describe this instance (id is stats' id, new at every start).",
+        Samples::ServerWith(info),
+    ),
+    family(
+        "redstalk_jobs",
+        G,
+        "Jobs by state (stats current-jobs-*); urgent ones (ready, priority below 1024) are also counted as ready.",
+        Samples::ServerWith(|s, out| {
+            let s = &s.server;
+            states(
+                out,
+                [
+                    s.current_jobs_urgent,
+                    s.current_jobs_ready,
+                    s.current_jobs_reserved,
+                    s.current_jobs_delayed,
+                    s.current_jobs_buried,
+                ],
+            )
+        }),
+    ),
+    family(
+        "redstalk_commands_total",
+        C,
+        "Commands received by this instance, by kind (stats cmd-*).",
+        Samples::ServerWith(commands),
+    ),
+    family(
+        "redstalk_job_timeouts_total",
+        C,
+        "Reservations that ran out of time (stats job-timeouts).",
+        Samples::Server(|s| s.server.job_timeouts),
+    ),
+    family(
+        "redstalk_jobs_created_total",
+        C,
+        "Jobs created (stats total-jobs).",
+        Samples::Server(|s| s.server.total_jobs),
+    ),
+    family(
+        "redstalk_max_job_size_bytes",
+        G,
+        "Largest job body accepted (stats max-job-size, the -z flag).",
+        Samples::Server(|s| s.server.max_job_size),
+    ),
+    family(
+        "redstalk_tubes",
+        G,
+        "Tubes that exist (stats current-tubes).",
+        Samples::Server(|s| s.server.current_tubes),
+    ),
+    family(
+        "redstalk_connections",
+        G,
+        "Open connections to this instance (stats current-connections).",
+        Samples::Server(|s| s.server.current_connections),
+    ),
+    family(
+        "redstalk_producers",
+        G,
+        "Open connections that have put a job (stats current-producers).",
+        Samples::Server(|s| s.server.current_producers),
+    ),
+    family(
+        "redstalk_workers",
+        G,
+        "Open connections that have reserved (stats current-workers).",
+        Samples::Server(|s| s.server.current_workers),
+    ),
+    family(
+        "redstalk_waiting",
+        G,
+        "Connections blocked in a reserve (stats current-waiting).",
+        Samples::Server(|s| s.server.current_waiting),
+    ),
+    family(
+        "redstalk_connections_accepted_total",
+        C,
+        "Connections accepted since start (stats total-connections).",
+        Samples::Server(|s| s.server.total_connections),
+    ),
+    family(
+        "redstalk_uptime_seconds",
+        G,
+        "Seconds since this instance started (stats uptime).",
+        Samples::Server(|s| s.server.uptime),
+    ),
+    family(
+        "redstalk_cpu_seconds_total",
+        C,
+        "CPU time used by this process (stats rusage-utime, rusage-stime).",
+        Samples::ServerWith(cpu),
+    ),
+    family(
+        "redstalk_draining",
+        G,
+        "1 in drain mode (after SIGUSR1: puts are refused), else 0 (stats draining).",
+        Samples::Server(|s| u64::from(s.server.draining)),
+    ),
+    family(
+        "redstalk_tubes_omitted",
+        G,
+        "Tubes left out of the per-tube families (redstalk_tube_*): beyond the first --metrics-tubes by name.",
+        Samples::Server(|s| s.tubes_omitted),
+    ),
+    family(
+        "redstalk_tube_jobs",
+        G,
+        "Jobs in a tube by state (stats-tube current-jobs-*); urgent ones are also counted as ready.",
+        Samples::TubeWith(|t, out| {
+            states(
+                out,
+                [
+                    t.current_jobs_urgent,
+                    t.current_jobs_ready,
+                    t.current_jobs_reserved,
+                    t.current_jobs_delayed,
+                    t.current_jobs_buried,
+                ],
+            )
+        }),
+    ),
+    family(
+        "redstalk_tube_jobs_created_total",
+        C,
+        "Jobs created in a tube since it was created (stats-tube total-jobs).",
+        Samples::Tube(|t| t.total_jobs),
+    ),
+    family(
+        "redstalk_tube_using",
+        G,
+        "Connections using a tube (stats-tube current-using).",
+        Samples::Tube(|t| t.current_using),
+    ),
+    family(
+        "redstalk_tube_watching",
+        G,
+        "Connections watching a tube (stats-tube current-watching).",
+        Samples::Tube(|t| t.current_watching),
+    ),
+    family(
+        "redstalk_tube_waiting",
+        G,
+        "Connections of this instance blocked in a reserve on a tube (stats-tube current-waiting).",
+        Samples::Tube(|t| t.current_waiting),
+    ),
+    family(
+        "redstalk_tube_deletes_total",
+        C,
+        "Jobs deleted from a tube (stats-tube cmd-delete).",
+        Samples::Tube(|t| t.cmd_delete),
+    ),
+    family(
+        "redstalk_tube_pauses_total",
+        C,
+        "pause-tube commands on a tube (stats-tube cmd-pause-tube).",
+        Samples::Tube(|t| t.cmd_pause_tube),
+    ),
+    family(
+        "redstalk_tube_pause_seconds",
+        G,
+        "The pause set on a paused tube in seconds, 0 when not paused (stats-tube pause).",
+        Samples::Tube(|t| t.pause),
+    ),
+    family(
+        "redstalk_tube_pause_time_left_seconds",
+        G,
+        "Seconds until a paused tube resumes, 0 when not paused (stats-tube pause-time-left).",
+        Samples::Tube(|t| t.pause_time_left),
+    ),
+    family(
+        "redstalk_job_wait_seconds",
+        Kind::Histogram,
+        "How long a job had been ready when a reserve on this instance took it (since its put, the end of its delay, its release, kick or lapsed reservation); a delayed or buried job taken by reserve-job counts 0.",
+        Samples::ServerWith(wait),
+    ),
+];
+
+fn info(snap: &Snapshot, out: &mut Out<'_>) {
+    let s: &ServerStats = &snap.server;
+    out.sample(
+        "",
+        &[
+            ("version", env!("CARGO_PKG_VERSION")),
+            ("protocol_version", &s.version),
+            ("engine", snap.engine),
+            ("id", &s.id),
+            ("hostname", &s.hostname),
+        ],
+        1,
+    );
+}
+
+/// The five `state` samples of a job count, in `stats` order.
+fn states(out: &mut Out<'_>, [urgent, ready, reserved, delayed, buried]: [u64; 5]) {
+    for (state, v) in [
+        ("urgent", urgent),
+        ("ready", ready),
+        ("reserved", reserved),
+        ("delayed", delayed),
+        ("buried", buried),
+    ] {
+        out.sample("", &[("state", state)], v);
+    }
+}
+
+fn commands(snap: &Snapshot, out: &mut Out<'_>) {
+    for c in Counter::ALL {
+        let name = c.key().trim_start_matches("cmd-");
+        out.sample("", &[("command", name)], snap.server.cmd[c.index()]);
+    }
+}
+
+fn cpu(snap: &Snapshot, out: &mut Out<'_>) {
+    let s = &snap.server;
+    for (mode, (sec, us)) in [("user", s.rusage_utime), ("system", s.rusage_stime)] {
+        out.sample("", &[("mode", mode)], format_args!("{sec}.{us:06}"));
+    }
+}
+
+fn wait(snap: &Snapshot, out: &mut Out<'_>) {
+    let w = &snap.wait;
+    for (bound, n) in WAIT_BUCKETS.iter().zip(w.cumulative) {
+        out.sample("_bucket", &[("le", &seconds(*bound))], n);
+    }
+    out.sample("_bucket", &[("le", "+Inf")], w.count);
+    out.sample("_sum", &[], seconds(w.sum_us * 1_000));
+    out.sample("_count", &[], w.count);
+}
+
+/// `nanos` as decimal seconds, exactly (no float rounding in bucket labels).
+fn seconds(nanos: u64) -> String {
+    let (whole, frac) = (nanos / 1_000_000_000, nanos % 1_000_000_000);
+    if frac == 0 {
+        return whole.to_string();
+    }
+    let digits = format!("{frac:09}");
+    format!("{whole}.{}", digits.trim_end_matches('0'))
+}
+
+/// Where one family's samples are written: the family's name, and the `tube` label
+/// that every sample of a per-tube family carries first.
+struct Out<'a> {
+    text: &'a mut String,
+    name: &'static str,
+    tube: Option<&'a str>,
+}
+
+impl Out<'_> {
+    fn value(&mut self, value: u64) {
+        self.sample("", &[], value);
+    }
+
+    /// One sample: the family's name with `suffix` (a histogram's `_bucket`...).
+    fn sample(&mut self, suffix: &str, labels: &[(&str, &str)], value: impl Display) {
+        let text = &mut *self.text;
+        text.push_str(self.name);
+        text.push_str(suffix);
+        let tube = self.tube.map(|t| ("tube", t));
+        let mut all = tube.iter().chain(labels).peekable();
+        if all.peek().is_some() {
+            text.push('{');
+            for (i, (k, v)) in all.enumerate() {
+                if i > 0 {
+                    text.push(',');
+                }
+                let _ = write!(text, "{k}=\"{}\"", escape(v, true));
+            }
+            text.push('}');
+        }
+        let _ = writeln!(text, " {value}");
+    }
+}
+
+/// The format's escapes: backslash and line feed everywhere, and the double quote in
+/// label values (a help text may contain it as is).
+fn escape(s: &str, label: bool) -> std::borrow::Cow<'_, str> {
+    if !s.contains(['\\', '\n', '"']) {
+        return s.into();
+    }
+    let mut e = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '\\' => e.push_str("\\\\"),
+            '\n' => e.push_str("\\n"),
+            '"' if label => e.push_str("\\\""),
+            c => e.push(c),
+        }
+    }
+    e.into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::WaitSnapshot;
+
+    fn snapshot() -> Snapshot {
+        Snapshot {
+            engine: "memory",
+            server: ServerStats {
+                hostname: "a\"b\\c\nd".into(),
+                version: "1.13".into(),
+                ..ServerStats::default()
+            },
+            tubes: vec![TubeStats {
+                name: "default".into(),
+                current_jobs_ready: 2,
+                ..TubeStats::default()
+            }],
+            tubes_omitted: 3,
+            wait: WaitSnapshot::default(),
+        }
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        let text = render(&snapshot());
+        assert!(text.contains(r#"hostname="a\"b\\c\nd""#), "{text}");
+    }
+
+    #[test]
+    fn every_sample_follows_its_help_and_type() {
+        let text = render(&snapshot());
+        let mut typed = std::collections::HashSet::new();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let name = rest.split(' ').next().unwrap_or("");
+                assert!(typed.insert(name.to_string()), "{name} typed twice");
+            } else if !line.starts_with('#') {
+                let name = line.split(['{', ' ']).next().unwrap_or("");
+                let family = ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .find_map(|s| name.strip_suffix(s).filter(|f| typed.contains(*f)))
+                    .unwrap_or(name);
+                assert!(typed.contains(family), "{line} before its TYPE");
+            }
+        }
+        assert_eq!(typed.len(), FAMILIES.len());
+        assert!(text.contains("redstalk_tube_jobs{tube=\"default\",state=\"ready\"} 2\n"));
+        assert!(text.contains("redstalk_tube_using{tube=\"default\"} 0\n"));
+        assert!(text.contains("redstalk_tubes_omitted 3\n"));
+        assert!(text.contains("redstalk_job_wait_seconds_bucket{le=\"+Inf\"} 0\n"));
+        assert!(text.contains("redstalk_job_wait_seconds_sum 0\n"));
+        assert!(text.contains("redstalk_commands_total{command=\"reserve-with-timeout\"} 0\n"));
+        assert!(text.contains("redstalk_cpu_seconds_total{mode=\"user\"} 0.000000\n"));
+    }
+
+    #[test]
+    fn a_per_tube_family_without_tubes_keeps_its_help_and_type() {
+        let mut snap = snapshot();
+        snap.tubes.clear();
+        let text = render(&snap);
+        assert!(text.contains("# TYPE redstalk_tube_jobs gauge\n"));
+        assert!(!text.contains("redstalk_tube_jobs{"));
+    }
+
+    #[test]
+    fn bucket_bounds_print_exactly() {
+        assert_eq!(seconds(1_000_000), "0.001");
+        assert_eq!(seconds(2_500_000), "0.0025");
+        assert_eq!(seconds(2_500_000_000), "2.5");
+        assert_eq!(seconds(3_600_000_000_000), "3600");
+        assert_eq!(seconds(0), "0");
+    }
+}

@@ -1,0 +1,193 @@
+//! The HTTP listener (`--metrics ADDR`): axum's router over hyper's HTTP/1.1. Routes:
+//! `GET /metrics` (the Prometheus exposition of [`Engine::snapshot`], see [`metrics`]),
+//! `GET /healthz` and `GET /readyz` (see [`probes`]). Other paths are 404, other
+//! methods 405. New routes (a JSON API, a console) go in [`router`].
+//!
+//! Invariants (it shares the one-thread runtime with the beanstalk listener, so it must
+//! never hold the thread or grow without bound):
+//! - nothing here blocks the runtime: sockets are tokio's, a scrape's store calls are
+//!   the store's own async calls, and its rendering runs on the blocking pool;
+//! - at most [`MAX_CONNECTIONS`] connections are open; a new one is always admitted,
+//!   shedding the oldest one not in a request (see [`conns`]), so probes are answered
+//!   whatever other connections do;
+//! - every connection has deadlines: request head, response, write (see
+//!   [`connection`]); a request body is never read (and at most [`MAX_BODY`] bytes
+//!   would be by a route that reads one);
+//! - on shutdown the listener stops accepting, and connections end after their
+//!   response in progress (within a second).
+
+pub mod connection;
+mod conns;
+pub mod exposition;
+pub mod metrics;
+pub mod probes;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, Request};
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::cluster::Cluster;
+use crate::engine::Engine;
+
+/// Connections open at once; beyond, the oldest idle or slow one is closed.
+pub const MAX_CONNECTIONS: usize = 256;
+/// The largest request body a route may read.
+pub const MAX_BODY: usize = 64 * 1024;
+
+/// Whose figures the listener serves.
+#[derive(Clone, Debug)]
+pub enum Source {
+    /// One engine for the process's life (memory, `-b`, Redis shared mode).
+    Engine(Arc<Engine>),
+    /// Redis leader mode: the engine of this instance's leadership, while it leads; a
+    /// standby has no figures of its own (its clients are the leader's).
+    Cluster(Arc<Cluster>),
+}
+
+impl Source {
+    fn engine(&self) -> Option<Arc<Engine>> {
+        match self {
+            Source::Engine(e) => Some(e.clone()),
+            Source::Cluster(c) => c.engine(),
+        }
+    }
+}
+
+/// How the listener serves.
+#[derive(Clone, Debug)]
+pub struct HttpConfig {
+    /// Tubes with per-tube series in `/metrics` (`--metrics-tubes`): the first by name.
+    pub metrics_tubes: usize,
+}
+
+/// The HTTP listener could not start; the message says what to change.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    #[error(
+        "cannot serve metrics on {addr}: {cause} (is another program on that port? choose another with --metrics)"
+    )]
+    Bind {
+        addr: SocketAddr,
+        // Not a `source`: the message already names it, and a chain would repeat it.
+        cause: std::io::Error,
+    },
+}
+
+/// A bound HTTP listener.
+#[derive(Debug)]
+pub struct HttpListener(TcpListener);
+
+impl HttpListener {
+    /// Bind `addr` (call inside the runtime, before dropping privileges).
+    pub fn bind(addr: SocketAddr) -> Result<HttpListener, HttpError> {
+        crate::server::listen::bind_tcp(addr, 128)
+            .map(HttpListener)
+            .map_err(|cause| HttpError::Bind { addr, cause })
+    }
+
+    /// What was actually bound (the port when 0 was asked for).
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.0.local_addr()
+    }
+}
+
+/// What the routes share.
+struct App {
+    source: Source,
+    scrapes: Arc<metrics::Scrapes>,
+}
+
+/// Every route.
+fn router(source: Source, config: &HttpConfig) -> Router {
+    let app = Arc::new(App {
+        source,
+        scrapes: metrics::Scrapes::new(config.metrics_tubes),
+    });
+    Router::new()
+        .route("/metrics", get(metrics::scrape))
+        .route("/healthz", get(probes::healthz))
+        .route("/readyz", get(probes::readyz))
+        .fallback(not_found)
+        .layer(middleware::from_fn(only_get))
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .with_state(app)
+}
+
+/// Serve HTTP requests until `stop` is cancelled, then let the connections finish.
+pub async fn serve(
+    source: Source,
+    listener: HttpListener,
+    config: HttpConfig,
+    stop: CancellationToken,
+) {
+    let router = router(source, &config);
+    let conns = conns::Conns::new(MAX_CONNECTIONS);
+    let mut tasks = JoinSet::new();
+    loop {
+        let accepted = tokio::select! {
+            a = listener.0.accept() => a,
+            _ = stop.cancelled() => break,
+        };
+        while tasks.try_join_next().is_some() {}
+        let (stream, peer) = match accepted {
+            Ok(a) => a,
+            Err(err) => {
+                tracing::warn!(%err, "http: accept failed; retrying in 50 ms");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let ticket = conns.admit();
+        tasks.spawn(connection::serve(
+            stream,
+            peer,
+            router.clone(),
+            ticket,
+            stop.clone(),
+        ));
+    }
+    drop(listener);
+    while tasks.join_next().await.is_some() {}
+}
+
+/// A plain-text response (never cached).
+fn text(status: StatusCode, body: impl Into<String>) -> Response {
+    (
+        status,
+        [
+            (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        body.into(),
+    )
+        .into_response()
+}
+
+/// Every route is GET only (HEAD included: a HEAD of `/metrics` would cost a scrape).
+async fn only_get(req: Request, next: Next) -> Response {
+    if req.method() == Method::GET {
+        return next.run(req).await;
+    }
+    let mut response = text(StatusCode::METHOD_NOT_ALLOWED, "only GET is served\n");
+    response
+        .headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static("GET"));
+    response
+}
+
+async fn not_found() -> Response {
+    text(
+        StatusCode::NOT_FOUND,
+        "not found: try /metrics, /healthz or /readyz\n",
+    )
+}
