@@ -203,7 +203,7 @@ async fn handle(source: &Source, mut stream: TcpStream, peer: SocketAddr) {
         Ok(Ok(req)) => {
             let response = match source.engine() {
                 Some(engine) => route(&engine, &req).await,
-                None => standby(&req),
+                None => standby(source, &req).await,
             };
             tracing::debug!(%peer, method = %req.method, path = %req.path, status = response.status, "metrics request");
             response
@@ -306,15 +306,22 @@ fn parse_head(head: &[u8]) -> Result<Request, HeadError> {
     })
 }
 
-/// A standby (Redis leader mode): alive and ready (it relays its clients to the
-/// leader), with no figures of its own.
-fn standby(req: &Request) -> Response {
+/// An instance of leader mode that does not lead: alive, with no figures of its own;
+/// ready while it can relay its clients to the leader ([`Cluster::readiness`]).
+async fn standby(source: &Source, req: &Request) -> Response {
     if req.method != "GET" {
         return Response::text(405, "only GET is served\n");
     }
     match req.path.as_str() {
         "/healthz" => Response::text(200, "ok\n"),
-        "/readyz" => Response::text(200, "ready (standby: relaying clients to the leader)\n"),
+        "/readyz" => match source {
+            Source::Cluster(cluster) => {
+                let readiness = cluster.readiness().await;
+                let status = if readiness.is_ready() { 200 } else { 503 };
+                Response::text(status, format!("{readiness}\n"))
+            }
+            Source::Engine(_) => Response::text(200, "ready\n"),
+        },
         "/metrics" => Response::text(
             503,
             "standby: this instance relays its clients to the leader; scrape the leader\n",
