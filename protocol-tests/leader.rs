@@ -44,7 +44,7 @@ use std::time::{Duration, Instant};
 use support::client::Client;
 use support::load::{Load, LoadConfig, wait_drained};
 use support::redis::{RedisServer, private_redis};
-use support::{Log, ServerKind, ServerProc, redstalk_on_as, serial};
+use support::{Log, ServerKind, ServerProc, redstalk_on_as, serial, wait_served};
 
 const REPLY: Duration = Duration::from_secs(5);
 const LOAD_TTR: u32 = 2;
@@ -58,26 +58,6 @@ fn redis_aof_always() -> Option<RedisServer> {
 
 fn leader(redis: &RedisServer, prefix: &str) -> (ServerProc, Log) {
     redstalk_on_as(ServerKind::Leader, redis, prefix, &[])
-}
-
-/// Wait until `c` (connected to `addr`, reconnected as needed) gets an answer to
-/// `stats` from a leader; the time it took.
-fn wait_served(addr: std::net::SocketAddr, within: Duration, log: &Log) -> Duration {
-    let start = Instant::now();
-    loop {
-        if let Ok(mut c) = Client::try_connect(addr, "probe")
-            && let Ok(r) = c.try_call(b"stats\r\n", Duration::from_millis(500))
-            && r.word() == "OK"
-        {
-            return start.elapsed();
-        }
-        assert!(
-            start.elapsed() < within,
-            "not served within {within:?}\n{}",
-            log.tail()
-        );
-        thread::sleep(Duration::from_millis(20));
-    }
 }
 
 fn load_config(producers: usize, workers: usize) -> LoadConfig {

@@ -144,7 +144,7 @@ pub struct Cli {
     pub redis_mode: RedisMode,
 
     /// Leader mode: how long the leader's lease lasts (milliseconds). A standby takes
-    /// over this long after a leader dies; the leader renews it every third of it.
+    /// over this long after a leader dies; the leader renews it every quarter of it.
     #[arg(
         long,
         env = "REDSTALK_REDIS_LEASE",
@@ -155,7 +155,7 @@ pub struct Cli {
 
     /// Leader mode: the HOST:PORT at which other instances reach this one to relay
     /// their clients (default: the listen address, or this host's name when listening
-    /// on all addresses).
+    /// on all addresses; none when listening on a unix socket only).
     #[arg(long, env = "REDSTALK_ADVERTISE", value_name = "HOST:PORT")]
     pub advertise: Option<String>,
 
@@ -185,14 +185,11 @@ pub struct Cli {
     #[arg(long, env = "REDSTALK_REDIS_ALLOW_EVICTION")]
     pub redis_allow_eviction: bool,
 
-    /// Close new connections beyond this many open ones.
-    #[arg(
-        long,
-        env = "REDSTALK_MAX_CONNECTIONS",
-        value_name = "N",
-        default_value_t = 65_536
-    )]
-    pub max_connections: usize,
+    /// Close new connections beyond this many open ones (default: as many as the file
+    /// descriptor limit allows, at most 65536; a client relayed to the leader takes two
+    /// descriptors).
+    #[arg(long, env = "REDSTALK_MAX_CONNECTIONS", value_name = "N")]
+    pub max_connections: Option<usize>,
 
     /// Serve Prometheus metrics (GET /metrics) and health checks (GET /healthz,
     /// /readyz) over HTTP on ADDR (HOST:PORT, e.g. 127.0.0.1:9100). Off by default.
@@ -237,7 +234,8 @@ pub struct RedisSettings {
     pub config: crate::store::RedisConfig,
     pub mode: RedisMode,
     pub lease: Duration,
-    /// Leader mode: where other instances reach this one.
+    /// Leader mode: where other instances reach this one (empty: nowhere; listening on
+    /// a unix socket only).
     pub advertise: String,
     pub wait_replicas: u32,
     pub wait_timeout: Duration,
@@ -254,11 +252,6 @@ pub enum CliError {
     Resolve(String),
     #[error("--metrics {0:?} is not HOST:PORT that resolves (for example 127.0.0.1:9100)")]
     Metrics(String),
-    #[error(
-        "--redis-mode leader needs the HOST:PORT at which other instances reach this one: \
-         give --advertise (listening on a unix socket, there is none to guess)"
-    )]
-    Advertise,
     #[error("--redis-lease {0} is too short: give at least 300 (milliseconds)")]
     Lease(u64),
     #[error(
@@ -280,7 +273,8 @@ pub struct Settings {
     pub max_job_size: u32,
     pub user: Option<String>,
     pub verbose: u8,
-    pub max_connections: usize,
+    /// `--max-connections`, when given (else the file descriptor limit decides).
+    pub max_connections: Option<usize>,
     pub shutdown_grace: Duration,
     /// Where to serve metrics over HTTP; `None`: not served.
     pub metrics: Option<SocketAddr>,
@@ -308,7 +302,7 @@ impl Cli {
         let listen = self.listen_addr()?;
         let redis = match &self.redis {
             None => None,
-            Some(url) => Some(self.redis_settings(url, &listen)?),
+            Some(url) => Some(self.redis_settings(url, &listen, &mut warnings)?),
         };
         if redis.is_some() && max_job_size > REDIS_MAX_JOB_SIZE {
             return Err(CliError::RedisJobSize(max_job_size));
@@ -320,7 +314,7 @@ impl Cli {
             max_job_size,
             user: self.user.clone(),
             verbose: self.verbose,
-            max_connections: self.max_connections.max(1),
+            max_connections: self.max_connections.map(|n| n.max(1)),
             shutdown_grace: Duration::from_secs(self.shutdown_grace),
             metrics: self.metrics_addr()?,
             metrics_tubes: self.metrics_tubes,
@@ -352,7 +346,12 @@ impl Cli {
         }))
     }
 
-    fn redis_settings(&self, url: &str, listen: &ListenAddr) -> Result<RedisSettings, CliError> {
+    fn redis_settings(
+        &self,
+        url: &str,
+        listen: &ListenAddr,
+        warnings: &mut Vec<String>,
+    ) -> Result<RedisSettings, CliError> {
         if self.redis_lease < 300 {
             return Err(CliError::Lease(self.redis_lease));
         }
@@ -360,11 +359,17 @@ impl Cli {
             (Some(a), _) => a.clone(),
             (None, ListenAddr::Tcp(sa)) if !sa.ip().is_unspecified() => sa.to_string(),
             (None, ListenAddr::Tcp(sa)) => format!("{}:{}", hostname(), sa.port()),
-            (None, ListenAddr::Unix(_)) if self.redis_mode == RedisMode::Leader => {
-                return Err(CliError::Advertise);
-            }
+            // A single instance needs none; others cannot relay to it (they say so).
             (None, ListenAddr::Unix(_)) => String::new(),
         };
+        if advertise.is_empty() && self.redis_mode == RedisMode::Leader {
+            warnings.push(
+                "leader mode on a unix socket without --advertise: other instances cannot \
+                 relay their clients to this one while it leads (they close them and say \
+                 so in /readyz); give --advertise HOST:PORT to run several instances"
+                    .to_string(),
+            );
+        }
         Ok(RedisSettings {
             config: crate::store::RedisConfig {
                 url: url.to_string(),
@@ -508,6 +513,26 @@ mod tests {
             let args = ["redstalk", "-z", z];
             assert!(Cli::try_parse_from(args).is_err(), "-z {z:?} accepted");
         }
+    }
+
+    #[test]
+    fn leader_mode_starts_on_a_unix_socket_without_advertise() {
+        let s = parse(&["-l", "unix:/tmp/x.sock", "--redis", "redis://127.0.0.1:1/0"])
+            .validate()
+            .unwrap();
+        assert_eq!(s.redis.unwrap().advertise, "");
+        assert_eq!(s.warnings.len(), 1, "{:?}", s.warnings);
+        assert!(s.warnings[0].contains("--advertise"));
+    }
+
+    #[test]
+    fn help_says_how_often_the_lease_is_renewed() {
+        use clap::CommandFactory;
+        let help = Cli::command().render_help().to_string();
+        let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
+        // keep_lease renews every quarter of the lease.
+        assert!(help.contains("every quarter of it"), "{help}");
+        assert!(!help.contains("third"), "{help}");
     }
 
     #[test]

@@ -20,7 +20,7 @@ use redstalk::http::{self, HttpConfig, HttpListener};
 use redstalk::persist::binlog::{self, BinlogConfig};
 use redstalk::persist::committer::{self, Ended};
 use redstalk::redis_conn;
-use redstalk::server::{self, Direct, Listener, ServerConfig, activation, signals};
+use redstalk::server::{self, Direct, Listener, ServerConfig, activation, limits, signals};
 use redstalk::store::durable::{CommitLink, DurableStore};
 use redstalk::store::memory::CutLimit;
 use redstalk::store::redis_store::policy::PolicyError;
@@ -217,10 +217,44 @@ async fn start_serving(settings: &Settings) -> anyhow::Result<Serving> {
     }
 }
 
+/// Raise the open files limit to its hard limit, and derive the connection limits from
+/// it (a standby of leader mode relays each client over a second descriptor).
+fn connection_limits(settings: &Settings) -> limits::Budget {
+    let relays = matches!(&settings.redis, Some(r) if r.mode == RedisMode::Leader);
+    let open_files = match limits::raise_nofile() {
+        Ok(lim) => {
+            if let Some(from) = lim.raised_from {
+                tracing::info!(
+                    from,
+                    to = lim.soft,
+                    "raised the open files limit (RLIMIT_NOFILE) to its hard limit"
+                );
+            }
+            lim.soft
+        }
+        Err(err) => {
+            tracing::warn!(%err, "cannot read the open files limit (RLIMIT_NOFILE); assuming 1024");
+            1024
+        }
+    };
+    let budget = limits::budget(open_files, settings.max_connections, relays);
+    for w in &budget.warnings {
+        tracing::warn!("{w}");
+    }
+    tracing::info!(
+        open_files,
+        max_connections = budget.max_connections,
+        descriptors_for_connections = budget.max_descriptors,
+        "connection limits"
+    );
+    budget
+}
+
 fn run(settings: Settings) -> anyhow::Result<()> {
     // Before the runtime starts any thread: this also removes the variables from the
     // environment, which is sound only while the process has a single thread.
     let inherited = activation::take_from_env().context("socket activation")?;
+    let budget = connection_limits(&settings);
     // One thread, like beanstalkd's event loop: events are handled in the order the
     // kernel reports them (a hang-up before another connection's next command).
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -287,7 +321,8 @@ fn run(settings: Settings) -> anyhow::Result<()> {
             "redstalk started"
         );
         let config = ServerConfig {
-            max_connections: settings.max_connections,
+            max_connections: budget.max_connections,
+            max_descriptors: budget.max_descriptors,
             shutdown_grace: settings.shutdown_grace,
         };
         let stop = CancellationToken::new();

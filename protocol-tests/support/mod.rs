@@ -321,6 +321,26 @@ pub fn redstalk_on_as(
     (srv, log)
 }
 
+/// Wait until `addr` (connected to anew as needed) answers `stats` from a leader,
+/// directly or relayed; the time it took. Fails the test after `within`, showing `log`.
+pub fn wait_served(addr: SocketAddr, within: Duration, log: &Log) -> Duration {
+    let start = Instant::now();
+    loop {
+        if let Ok(mut c) = client::Client::try_connect(addr, "probe")
+            && let Ok(r) = c.try_call(b"stats\r\n", Duration::from_millis(500))
+            && r.word() == "OK"
+        {
+            return start.elapsed();
+        }
+        assert!(
+            start.elapsed() < within,
+            "not served within {within:?}\n{}",
+            log.tail()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// A running server process.
 pub struct ServerProc {
     pub kind: ServerKind,

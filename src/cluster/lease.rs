@@ -5,17 +5,23 @@
 //! length. Taking it is set-if-absent with a fresh epoch from `P:epoch`; renewing and
 //! releasing check the token first, so an instance can never extend or drop a lease
 //! another one took. Every batch the leader writes is fenced by the same token
-//! (`persist/redis/apply.lua`).
+//! (`persist/redis/apply.lua`). [`keep`] is the leader's lease keeper: it renews, and
+//! ends the leadership when the lease's validity runs out.
 //!
-//! Timing (see [`Lease::valid_until`]): a renewal sent at local time `t` that succeeds
-//! makes Redis keep the lease until at least `t + lease` (Redis starts the expiry when
-//! it runs the command, after `t`). The leader treats its lease as valid only until
-//! `t + lease - margin` on its own monotonic clock, so it stops acknowledging before any
-//! other instance can take over, whatever the clocks of the machines read.
+//! Timing (see [`Lease::valid_until`]): an acquisition or renewal sent at local time `t`
+//! that succeeds makes Redis keep the lease until at least `t + lease` (Redis starts the
+//! expiry when it runs the command, after `t`). The leader treats its lease as valid
+//! only until `t + lease - margin` on its own monotonic clock, so it stops acknowledging
+//! before any other instance can take over, whatever the clocks of the machines read.
+//! `t` is when the command was sent, never when its reply came: a reply that took long
+//! to arrive must not stretch the lease.
 
 use std::time::{Duration, Instant};
 
+use tokio_util::sync::CancellationToken;
+
 use crate::redis_conn::RedisConn;
+use crate::store::durable::CommitLink;
 
 use crate::store::StoreError;
 use crate::store::redis_store::reply::redis_error;
@@ -43,6 +49,14 @@ impl Holder {
             address,
         })
     }
+}
+
+/// The lease, just taken.
+#[derive(Clone, Debug)]
+pub struct Acquired {
+    pub holder: Holder,
+    /// Until when it covers its holder, counted from when the acquisition was sent.
+    pub valid_until: Instant,
 }
 
 /// Why taking the lease was refused for good (the process must not run).
@@ -184,7 +198,8 @@ impl Lease {
     }
 
     /// Take the lease if nobody holds it; `None` when someone does.
-    pub async fn try_acquire(&self) -> Result<Option<Holder>, LeaseError> {
+    pub async fn try_acquire(&self) -> Result<Option<Acquired>, LeaseError> {
+        let sent = Instant::now();
         let token: redis::RedisResult<Option<String>> = self
             .acquire
             .key(&self.key)
@@ -195,7 +210,10 @@ impl Lease {
             .invoke_async(&mut self.conn.clone())
             .await;
         match token {
-            Ok(t) => Ok(t.as_deref().and_then(Holder::parse)),
+            Ok(t) => Ok(t.as_deref().and_then(Holder::parse).map(|holder| Acquired {
+                holder,
+                valid_until: self.valid_until(sent),
+            })),
             Err(e) if e.code() == Some("SHARED") => Err(LeaseError::SharedModeLive),
             Err(e) => Err(LeaseError::Store(redis_error("take the lease", e))),
         }
@@ -227,9 +245,136 @@ impl Lease {
     }
 }
 
+/// How soon a failed renewal is tried again (Redis may be back any moment).
+const RENEW_RETRY: Duration = Duration::from_millis(100);
+
+/// Renew the lease every quarter of its length (a failed renewal is retried every
+/// 100 ms). When no renewal succeeds before the lease's validity ends (`valid_until`
+/// at first: the acquisition's), or one finds the lease taken, end the term: fail-stop.
+pub async fn keep(
+    lease: Lease,
+    token: String,
+    mut valid_until: Instant,
+    link: CommitLink,
+    term: CancellationToken,
+    committer_stop: CancellationToken,
+) {
+    let every = lease.length() / 4;
+    let mut failed = false;
+    loop {
+        let next = Instant::now() + if failed { RENEW_RETRY } else { every };
+        tokio::select! {
+            _ = tokio::time::sleep_until(next.into()) => {}
+            // Validity ran out before a renewal extended it.
+            _ = tokio::time::sleep_until(valid_until.into()) => {
+                tracing::error!("could not renew the lease in time; stopping as leader");
+                break;
+            }
+            // A clean shutdown keeps renewing through its final batches; only the
+            // end of the committer ends the keeper.
+            _ = committer_stop.cancelled() => return,
+        }
+        let sent = Instant::now();
+        match lease.renew(&token).await {
+            Ok(true) => {
+                valid_until = lease.valid_until(sent);
+                link.valid.set(valid_until);
+                failed = false;
+            }
+            Ok(false) => {
+                tracing::error!("the lease was taken by another instance; stopping as leader");
+                break;
+            }
+            Err(err) => {
+                if !failed {
+                    tracing::warn!(%err, "renewing the lease failed; retrying");
+                }
+                failed = true;
+            }
+        }
+        if Instant::now() >= valid_until {
+            tracing::error!("could not renew the lease in time; stopping as leader");
+            break;
+        }
+    }
+    link.valid.end();
+    committer_stop.cancel();
+    term.cancel();
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::redis_conn::{Connector, TlsFiles};
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+
+    /// A stand-in for Redis: `+OK` to every command, and to a script call (the lease's
+    /// acquisition) a token for this test's instance, `delay` late.
+    async fn slow_redis(listener: tokio::net::TcpListener, delay: Duration) {
+        while let Ok((sock, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let (r, mut w) = sock.into_split();
+                let mut r = BufReader::new(r);
+                let mut line = String::new();
+                loop {
+                    line.clear();
+                    if r.read_line(&mut line).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let n: usize = line.trim().trim_start_matches('*').parse().unwrap();
+                    let mut args = Vec::new();
+                    for _ in 0..n {
+                        line.clear();
+                        r.read_line(&mut line).await.unwrap();
+                        let len: usize = line.trim().trim_start_matches('$').parse().unwrap();
+                        let mut arg = vec![0; len + 2];
+                        r.read_exact(&mut arg).await.unwrap();
+                        arg.truncate(len);
+                        args.push(String::from_utf8_lossy(&arg).to_uppercase());
+                    }
+                    let reply = if args[0].starts_with("EVAL") {
+                        tokio::time::sleep(delay).await;
+                        let token = "7|ab|127.0.0.1:1";
+                        format!("${}\r\n{token}\r\n", token.len())
+                    } else {
+                        "+OK\r\n".to_string()
+                    };
+                    w.write_all(reply.as_bytes()).await.unwrap();
+                }
+            });
+        }
+    }
+
+    #[tokio::test]
+    async fn an_acquisition_is_valid_from_when_it_was_sent_not_answered() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let late = Duration::from_millis(300);
+        tokio::spawn(slow_redis(listener, late));
+        let connector =
+            Connector::new(&format!("redis://{addr}/0"), &TlsFiles::default(), None).unwrap();
+        let conn = connector
+            .managed("test", Duration::from_secs(5))
+            .await
+            .unwrap();
+        let lease = Lease::new(conn, "t", "ab", "127.0.0.1:1", Duration::from_millis(1000));
+        let asked = Instant::now();
+        let acquired = lease.try_acquire().await.unwrap().unwrap();
+        let answered = Instant::now();
+        assert_eq!(acquired.holder.epoch, 7);
+        let counted_from_reply = lease.valid_until(answered);
+        eprintln!(
+            "acquisition answered {} ms after it was sent; valid for {} ms from the send \
+             ({} ms less than if counted from the reply)",
+            (answered - asked).as_millis(),
+            (acquired.valid_until - asked).as_millis(),
+            (counted_from_reply - acquired.valid_until).as_millis()
+        );
+        // The reply came at least `late` after the send: counted from the send, the
+        // validity ends at least that much sooner.
+        assert!(acquired.valid_until + late <= counted_from_reply);
+        assert!(acquired.valid_until >= lease.valid_until(asked));
+    }
 
     #[test]
     fn tokens_name_epoch_instance_and_address() {

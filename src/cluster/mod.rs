@@ -6,7 +6,9 @@
 //! the previous leader), starts an engine on it exactly as the memory engine runs, and
 //! a committer that writes every change to Redis in batches fenced by its lease
 //! (`crate::persist`). The others are standbys: they relay their clients, byte for
-//! byte, to the leader's advertised address, and take over when its lease lapses.
+//! byte, to the leader's advertised address, and take over when its lease lapses
+//! (`standby.rs`: following the leader, checking it can be reached, readiness;
+//! `takeover.rs`: loading the namespace when this instance takes the lead).
 //!
 //! Ownership: the role (what a new connection gets) is published on a watch channel by
 //! the one task running [`Cluster::run`]; connections read it through
@@ -19,6 +21,8 @@
 //! fenced besides, so one that still reaches Redis late is refused.
 
 pub mod lease;
+pub mod standby;
+mod takeover;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,18 +33,20 @@ use tokio_util::sync::CancellationToken;
 
 use crate::engine::{Engine, EngineConfig};
 use crate::persist::committer::{self, Ended};
-use crate::persist::redis::{RedisSink, load, stager};
-use crate::protocol::TubeName;
+use crate::persist::redis::{RedisSink, stager};
 use crate::redis_conn::{Connector, RESPONSE_TIMEOUT, RedisConn};
+use crate::server::relay::Upstream;
 use crate::server::{Route, Router};
 use crate::store::durable::{CommitLink, DurableStore, Stager};
 use crate::store::memory::CutLimit;
 use crate::store::redis_store::fenced::Fenced;
-use crate::store::redis_store::keys::{Keys, TubeKey};
+use crate::store::redis_store::keys::Keys;
 use crate::store::redis_store::policy::{self, PolicyError};
 use crate::store::redis_store::reply::{connect_error, redis_error};
-use crate::store::{AnyStore, Clock, MemoryStore, RedisConfig, StoreError};
-use lease::{Holder, Lease, LeaseError};
+use crate::store::{AnyStore, RedisConfig, StoreError};
+use lease::{Acquired, Holder, Lease, LeaseError};
+pub use standby::{NotReady, Readiness};
+use takeover::{Prepared, Unprepared};
 
 /// How long a new connection waits for a role (a leader to relay to, or this instance's
 /// own leadership) before it is closed.
@@ -74,13 +80,15 @@ pub struct ClusterConfig {
 enum Role {
     /// Starting, loading, or between leaders: wait.
     Unknown,
+    /// Shutting down: nothing (the connection is closed at once).
+    Stopped,
     Leader {
         engine: Arc<Engine>,
         term: CancellationToken,
     },
     Standby {
         epoch: u64,
-        address: String,
+        upstream: Arc<Upstream>,
         term: CancellationToken,
     },
 }
@@ -88,7 +96,9 @@ enum Role {
 /// This instance's part in leader mode.
 pub struct Cluster {
     config: ClusterConfig,
-    instance: String,
+    /// This instance's id (random, new with each process), in its lease token and its
+    /// relay greetings.
+    instance: Arc<str>,
     connector: Connector,
     conn: RedisConn,
     keys: Keys,
@@ -98,6 +108,17 @@ pub struct Cluster {
     draining: std::sync::atomic::AtomicBool,
     /// The current leadership's committer, for a clean shutdown's final flush.
     leading: std::sync::Mutex<Option<Leading>>,
+    /// Why the role is `Unknown` (for readiness).
+    aside: std::sync::Mutex<NotReady>,
+    /// The last failure to read the lease (cleared by the next success).
+    lease_error: std::sync::Mutex<Option<String>>,
+    /// What the last check of this instance's own `--advertise` found wrong.
+    advertise_problem: std::sync::Mutex<Option<NotReady>>,
+}
+
+/// A mutex's guard, whether or not a holder panicked (the values here stay whole).
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// What a leadership needs at its end.
@@ -153,7 +174,11 @@ impl Cluster {
     pub async fn connect(config: ClusterConfig) -> Result<Arc<Cluster>, ClusterError> {
         let (connector, conn) = redis_connection(&config.redis).await?;
         let bytes: [u8; 8] = rand::rng().random();
-        let instance: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        let instance: Arc<str> = bytes
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+            .into();
         let lease = Lease::new(
             conn.clone(),
             &config.redis.prefix,
@@ -171,6 +196,9 @@ impl Cluster {
             role: watch::Sender::new(Role::Unknown),
             draining: std::sync::atomic::AtomicBool::new(false),
             leading: std::sync::Mutex::new(None),
+            aside: std::sync::Mutex::new(NotReady::Starting),
+            lease_error: std::sync::Mutex::new(None),
+            advertise_problem: std::sync::Mutex::new(None),
         });
         // Refuse at once (rather than in the background) when the other mode runs; the
         // lease script checks it again, atomically, whenever it takes the lease.
@@ -195,11 +223,34 @@ impl Cluster {
         }
     }
 
+    /// Publish `role`, ending the previous one's term; once stopped, the role stays
+    /// `Stopped` (and `role`'s term is ended at once).
     fn set_role(&self, role: Role) {
-        let old = self.role.send_replace(role);
-        match old {
-            Role::Leader { term, .. } | Role::Standby { term, .. } => term.cancel(),
-            Role::Unknown => {}
+        let mut role = Some(role);
+        let mut old = None;
+        self.role.send_if_modified(|current| {
+            if matches!(current, Role::Stopped) {
+                return false;
+            }
+            old = role.take().map(|r| std::mem::replace(current, r));
+            true
+        });
+        if let Some(Role::Leader { term, .. } | Role::Standby { term, .. }) = old.or(role) {
+            term.cancel();
+        }
+    }
+
+    /// Lead and relay no more: new connections are closed at once.
+    fn stop_roles(&self) {
+        *lock(&self.aside) = NotReady::ShuttingDown;
+        self.set_role(Role::Stopped);
+    }
+
+    /// Neither lead nor relay (new connections wait for a role), because of `why`.
+    fn stand_aside(&self, why: NotReady) {
+        *lock(&self.aside) = why;
+        if !matches!(&*self.role.borrow(), Role::Unknown) {
+            self.set_role(Role::Unknown);
         }
     }
 
@@ -213,6 +264,13 @@ impl Cluster {
 
     /// Lead or follow until `stop` is cancelled.
     pub async fn run(self: Arc<Self>, stop: CancellationToken) {
+        if self.config.advertise.is_empty() {
+            tracing::warn!(
+                "no --advertise (listening on a unix socket only): while this instance \
+                 leads, other instances cannot relay their clients to it (they close them \
+                 and say so in /readyz)"
+            );
+        }
         // Redis' eviction policy is checked again every so often, whatever the role:
         // an evicting Redis loses acknowledged jobs under any leader.
         let (mut conn, allow) = (self.conn.clone(), self.config.allow_eviction);
@@ -230,8 +288,9 @@ impl Cluster {
         let mut warned = false;
         while !stop.is_cancelled() {
             match self.lease.try_acquire().await {
-                Ok(Some(holder)) => {
-                    self.lead(holder, &stop).await;
+                Ok(Some(acquired)) => {
+                    *lock(&self.lease_error) = None;
+                    self.lead(acquired, &stop).await;
                     continue;
                 }
                 Ok(None) => {}
@@ -240,10 +299,12 @@ impl Cluster {
                         tracing::warn!(%err, "cannot reach the lease; retrying");
                         warned = true;
                     }
+                    *lock(&self.lease_error) = Some(err.to_string());
                     self.pause(poll, &stop).await;
                     continue;
                 }
             }
+            *lock(&self.lease_error) = None;
             warned = false;
             let wait = match self.lease_holder().await {
                 Ok(Some((holder, ttl))) => {
@@ -256,7 +317,7 @@ impl Cluster {
             };
             self.pause(wait, &stop).await;
         }
-        self.set_role(Role::Unknown);
+        self.stop_roles();
     }
 
     async fn pause(&self, d: Duration, stop: &CancellationToken) {
@@ -281,71 +342,45 @@ impl Cluster {
         Ok(Some((holder, ttl)))
     }
 
-    /// Relay new connections to `holder`, unless that is this instance's own address
-    /// (a previous process of this instance that died holding the lease): then wait for
-    /// its lease to lapse.
-    fn follow(&self, holder: Holder, stop: &CancellationToken) {
-        if holder.address == self.config.advertise {
-            if !matches!(&*self.role.borrow(), Role::Unknown) {
-                self.set_role(Role::Unknown);
-            }
-            return;
-        }
-        let same =
-            matches!(&*self.role.borrow(), Role::Standby { epoch, .. } if *epoch == holder.epoch);
-        if !same {
-            tracing::info!(
-                leader = %holder.address,
-                epoch = holder.epoch,
-                "standing by: relaying clients to the leader"
-            );
-            self.set_role(Role::Standby {
-                epoch: holder.epoch,
-                address: holder.address,
-                term: stop.child_token(),
-            });
-        }
-    }
-
     /// Lead until the lease is lost or `stop` is cancelled.
-    async fn lead(&self, holder: Holder, stop: &CancellationToken) {
-        let acquired = Instant::now();
-        self.set_role(Role::Unknown);
+    async fn lead(&self, acquired: Acquired, stop: &CancellationToken) {
+        let Acquired {
+            holder,
+            valid_until,
+        } = acquired;
+        self.stand_aside(NotReady::Loading);
+        tracing::info!(
+            epoch = holder.epoch,
+            "took the lead: loading the namespace from Redis"
+        );
         let link = CommitLink::new();
-        link.valid.set(self.lease.valid_until(acquired));
+        link.valid.set(valid_until);
         let term = stop.child_token();
         let committer_stop = CancellationToken::new();
         // The lease keeper renews and ends the term (and the committer) when the lease
         // is lost; it runs from now, through the load.
-        let keeper = tokio::spawn(keep_lease(
+        let keeper = tokio::spawn(lease::keep(
             self.lease_keeper(),
             holder.token.clone(),
+            valid_until,
             link.clone(),
             term.clone(),
             committer_stop.clone(),
         ));
         let started = Instant::now();
-        let loaded = match self.load_namespace(&holder.token).await {
-            Ok(l) => l,
-            Err(err) => {
-                tracing::warn!(%err, "took the lead but could not load the namespace; giving it up");
-                self.give_up(&term, &committer_stop, keeper, &holder.token)
-                    .await;
-                return;
-            }
-        };
-        let (snapshot, tube_list, clock) = loaded;
-        let jobs = snapshot.jobs.len();
-        let counters = snapshot.counters;
-        // Building the store sorts every job: CPU work kept off the runtime, which
-        // runs the lease keeper meanwhile.
-        let now = clock.now();
-        let memory = match tokio::task::spawn_blocking(move || MemoryStore::restored(snapshot, now))
-            .await
-        {
-            Ok(m) => Arc::new(m),
-            Err(err) => {
-                tracing::error!(%err, "building the store from the load stopped; giving the lead up");
+        let Prepared {
+            memory,
+            tube_list,
+            clock,
+            jobs,
+            counters,
+        } = match self.prepare(&holder.token, &term).await {
+            Ok(p) => p,
+            Err(why) => {
+                match &why {
+                    Unprepared::Stopped => tracing::info!("{why}; giving the lead up"),
+                    _ => tracing::warn!("took the lead but {why}; giving it up"),
+                }
                 self.give_up(&term, &committer_stop, keeper, &holder.token)
                     .await;
                 return;
@@ -426,7 +461,7 @@ impl Cluster {
         link.valid.end();
         committer_stop.cancel();
         term.cancel();
-        self.set_role(Role::Unknown);
+        self.stand_aside(NotReady::NoLeader);
         engine.shutdown();
         if let Some(c) = committer {
             let _ = c.await;
@@ -457,68 +492,11 @@ impl Cluster {
         term.cancel();
         committer_stop.cancel();
         let _ = keeper.await;
-        let _ = self.lease.release(token).await;
-    }
-
-    /// Read the namespace and the Redis clock.
-    async fn load_namespace(
-        &self,
-        token: &str,
-    ) -> Result<
-        (
-            crate::store::memory::Snapshot,
-            crate::util::SwapList<TubeName>,
-            Clock,
-        ),
-        StoreError,
-    > {
-        let asked = Instant::now();
-        let (secs, micros): (u64, u64) = redis::cmd("TIME")
-            .query_async(&mut self.conn.clone())
-            .await
-            .map_err(|e| redis_error("TIME", e))?;
-        // Redis read its clock about half a round trip ago.
-        let now = secs * 1_000_000_000 + micros * 1_000 + asked.elapsed().as_nanos() as u64 / 2;
-        let clock = Clock::starting_at(now);
-        let loaded = load(&self.conn, &self.keys).await?;
-        if loaded.damaged > 0 {
-            tracing::error!(
-                damaged = loaded.damaged,
-                "some jobs in Redis could not be read and were left out (see above)"
-            );
-        }
-        self.remove_orphans(&loaded.orphans, token).await;
-        Ok((loaded.snapshot, loaded.tube_list, clock))
-    }
-
-    /// Remove bodies left without their job (a large put cut short by the previous
-    /// leader's end), fenced by the lease: a leader that lost it meanwhile must not
-    /// delete what its successor writes. A failure only leaves them for the next load.
-    async fn remove_orphans(&self, orphans: &[(TubeName, Vec<u64>)], token: &str) {
-        if orphans.is_empty() {
-            return;
-        }
-        let mut fenced = Fenced::new(
-            "remove orphaned bodies",
-            self.connector.clone(),
-            self.lease.key().to_string(),
-            token.to_string(),
-        );
-        for (tube, ids) in orphans {
-            tracing::warn!(
-                tube = %tube,
-                bodies = ids.len(),
-                "removing job bodies that have no job (large puts cut short before their job was made)"
-            );
-            let key = self.keys.tube_key(tube.as_str(), TubeKey::Bodies);
-            for chunk in ids.chunks(1_000) {
-                let mut hdel = redis::cmd("HDEL");
-                hdel.arg(&key).arg(chunk);
-                if let Err(err) = fenced.send_one(hdel).await {
-                    tracing::warn!(%err, "could not remove them; the next load tries again");
-                    return;
-                }
-            }
+        self.stand_aside(NotReady::NoLeader);
+        match self.lease.release(token).await {
+            Ok(true) => tracing::info!("gave up the lead"),
+            Ok(false) => {}
+            Err(err) => tracing::warn!(%err, "could not give up the lead; it lapses by itself"),
         }
     }
 
@@ -548,65 +526,8 @@ impl Cluster {
                 Err(err) => tracing::warn!(%err, "could not give up the lead; it lapses by itself"),
             }
         }
-        self.set_role(Role::Unknown);
+        self.stop_roles();
     }
-}
-
-/// How soon a failed renewal is tried again (Redis may be back any moment).
-const RENEW_RETRY: Duration = Duration::from_millis(100);
-
-/// Renew the lease every quarter of its length (a failed renewal is retried every
-/// 100 ms). When no renewal succeeds before the lease's validity ends, or one finds the
-/// lease taken, end the term: fail-stop.
-async fn keep_lease(
-    lease: Lease,
-    token: String,
-    link: CommitLink,
-    term: CancellationToken,
-    committer_stop: CancellationToken,
-) {
-    let every = lease.length() / 4;
-    let mut valid_until = lease.valid_until(Instant::now());
-    let mut failed = false;
-    loop {
-        let next = Instant::now() + if failed { RENEW_RETRY } else { every };
-        tokio::select! {
-            _ = tokio::time::sleep_until(next.into()) => {}
-            // Validity ran out before a renewal extended it.
-            _ = tokio::time::sleep_until(valid_until.into()) => {
-                tracing::error!("could not renew the lease in time; stopping as leader");
-                break;
-            }
-            // A clean shutdown keeps renewing through its final batches; only the
-            // end of the committer ends the keeper.
-            _ = committer_stop.cancelled() => return,
-        }
-        let sent = Instant::now();
-        match lease.renew(&token).await {
-            Ok(true) => {
-                valid_until = lease.valid_until(sent);
-                link.valid.set(valid_until);
-                failed = false;
-            }
-            Ok(false) => {
-                tracing::error!("the lease was taken by another instance; stopping as leader");
-                break;
-            }
-            Err(err) => {
-                if !failed {
-                    tracing::warn!(%err, "renewing the lease failed; retrying");
-                }
-                failed = true;
-            }
-        }
-        if Instant::now() >= valid_until {
-            tracing::error!("could not renew the lease in time; stopping as leader");
-            break;
-        }
-    }
-    link.valid.end();
-    committer_stop.cancel();
-    term.cancel();
 }
 
 impl Router for Arc<Cluster> {
@@ -619,9 +540,21 @@ impl Router for Arc<Cluster> {
             .ok()?
             .clone();
         match role {
-            Role::Leader { engine, term } => Some(Route::Serve(engine, term)),
-            Role::Standby { address, term, .. } => Some(Route::Relay(address, term)),
-            Role::Unknown => None,
+            Role::Leader { engine, term } => Some(Route::Serve {
+                engine,
+                term,
+                greeting: Some(self.instance.clone()),
+            }),
+            Role::Standby { upstream, term, .. } => Some(Route::Relay(upstream, term)),
+            Role::Unknown | Role::Stopped => None,
         }
+    }
+}
+
+/// `work`'s output, or `None` once `term` is cancelled first.
+async fn until_cancelled<T>(term: &CancellationToken, work: impl Future<Output = T>) -> Option<T> {
+    tokio::select! {
+        out = work => Some(out),
+        _ = term.cancelled() => None,
     }
 }

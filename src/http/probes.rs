@@ -3,7 +3,9 @@
 //! `/healthz` is 200 while the process runs: it asks nothing of the store, so it
 //! answers as soon as its connection is served (see [`super::conns`] for why that is
 //! always soon). `/readyz` is 200 while the store answers and 503 with the reason while
-//! it does not, within [`READY_TIMEOUT`]; a standby (Redis leader mode) is ready.
+//! it does not, within [`READY_TIMEOUT`]; a standby (Redis leader mode) is ready while
+//! it can relay to a leader that answers (its check may take about 2 s: a connect and a
+//! greeting, each bounded by 1 s).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,6 +15,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 
 use super::{App, Source, text};
+use crate::cluster::Cluster;
 use crate::engine::Engine;
 
 /// Upper bound of one `/readyz` check.
@@ -29,7 +32,7 @@ pub(super) async fn readyz(State(app): State<Arc<App>>) -> Response {
         Source::Engine(engine) => engine_ready(engine).await,
         Source::Cluster(cluster) => match cluster.engine() {
             Some(engine) => engine_ready(&engine).await,
-            None => standby_ready(),
+            None => standby_ready(cluster).await,
         },
     }
 }
@@ -52,10 +55,14 @@ async fn engine_ready(engine: &Engine) -> Response {
     }
 }
 
-/// A standby (Redis leader mode): ready, it relays its clients to the leader.
-fn standby_ready() -> Response {
-    text(
-        StatusCode::OK,
-        "ready (standby: relaying clients to the leader)\n",
-    )
+/// A standby (Redis leader mode): ready while it can relay its clients to a leader
+/// that answers (see `cluster::standby`); else 503 with the reason.
+async fn standby_ready(cluster: &Cluster) -> Response {
+    let readiness = cluster.readiness().await;
+    let status = if readiness.is_ready() {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    text(status, format!("{readiness}\n"))
 }

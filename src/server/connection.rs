@@ -15,6 +15,10 @@
 //! whose RESERVED became INTERNAL_ERROR is given back at once (its client does not know
 //! it holds it).
 //!
+//! Leader mode: the first line of a connection may be a standby's relay greeting
+//! (`super::hello`); it is answered here (this instance leads) and never reaches the
+//! engine, and the rest of the connection is the relayed client's.
+//!
 //! Bounds: the read buffer holds at most one read chunk beyond what the codec keeps (a
 //! line window; a put body moves into the codec's own buffer as it arrives, growing
 //! with it up to the job size limit); the write buffer is flushed once
@@ -33,6 +37,7 @@ use tokio::net::{TcpStream, UnixStream};
 use tokio_util::codec::Decoder;
 use tokio_util::sync::CancellationToken;
 
+use super::hello::{self, First};
 use crate::engine::{Engine, Outcome, Session, Waiting};
 use crate::protocol::{Reply, ServerCodec};
 use crate::store::JobId;
@@ -100,12 +105,16 @@ impl Socket for UnixStream {
     }
 }
 
-/// Serve one connection until it ends. `peer` names the client in the logs.
+/// Serve one connection until it ends. `peer` names the client in the logs; `first` is
+/// what was already read from it; with `greeting` (this instance's id, in leader mode)
+/// a relay greeting as its first line is answered.
 pub async fn serve<S: Socket>(
     engine: Arc<Engine>,
     stream: S,
     peer: &str,
     shutdown: CancellationToken,
+    greeting: Option<Arc<str>>,
+    first: BytesMut,
 ) {
     let session = engine.connect().await;
     let conn_id = session.id.0;
@@ -117,8 +126,9 @@ pub async fn serve<S: Socket>(
     let mut conn = Connection {
         engine: engine.clone(),
         stream,
-        rbuf: BytesMut::new(),
+        rbuf: first,
         wbuf: BytesMut::new(),
+        greeting,
         codec: ServerCodec::new(engine.max_job_size()),
         ticket: 0,
         unsettled: Vec::new(),
@@ -156,6 +166,8 @@ struct Connection<S> {
     stream: S,
     rbuf: BytesMut,
     wbuf: BytesMut,
+    /// Until the first bytes tell: this instance's id, to answer a relay greeting.
+    greeting: Option<Arc<str>>,
     codec: ServerCodec,
     /// The store change the replies in `wbuf` depend on (0: none).
     ticket: u64,
@@ -169,8 +181,10 @@ impl<S: Socket> Connection<S> {
     async fn run(&mut self, session: &mut Session, shutdown: &CancellationToken) -> End {
         let mut eof = false;
         loop {
-            // Run every complete request already buffered.
-            loop {
+            self.answer_greeting();
+            // Run every complete request already buffered (once the first bytes are
+            // known to be the client's).
+            while self.greeting.is_none() {
                 let req = match self.codec.decode(&mut self.rbuf) {
                     Ok(Some(req)) => req,
                     Ok(None) => break,
@@ -262,6 +276,24 @@ impl<S: Socket> Connection<S> {
                 _ = shutdown.cancelled() => return End::Shutdown,
             }
         }
+    }
+
+    /// While the first bytes are undecided: answer a relay greeting (this instance
+    /// leads), or find they are the client's.
+    fn answer_greeting(&mut self) {
+        let Some(me) = &self.greeting else {
+            return;
+        };
+        match hello::first_line(&self.rbuf) {
+            First::Undecided => return,
+            First::Client => {}
+            First::Greeting { from, len } => {
+                tracing::debug!(from, "a standby relays a client here");
+                let _ = self.rbuf.split_to(len);
+                hello::answer(&mut self.wbuf, true, me);
+            }
+        }
+        self.greeting = None;
     }
 
     /// Drive a blocked reserve while watching the socket for a hang-up. `None` when the

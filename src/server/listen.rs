@@ -163,7 +163,7 @@ impl Listener {
         all.join(", ")
     }
 
-    /// The next connection on any of the sockets.
+    /// The next connection on any of the sockets; an error is `accept`'s own.
     pub async fn accept(&mut self) -> std::io::Result<Stream> {
         let n = self.sockets.len();
         std::future::poll_fn(|cx| {
@@ -172,16 +172,20 @@ impl Listener {
                 let polled = match &self.sockets[i] {
                     Socket::Tcp(l) => l.poll_accept(cx).map_ok(|(s, peer)| {
                         // Replies are written whole; don't let Nagle hold them back.
-                        s.set_nodelay(true)
-                            .map(|()| Stream::Tcp(s, peer.to_string()))
+                        // Failing that costs only latency: the connection is served
+                        // anyway, and no other connection waits for it.
+                        if let Err(err) = s.set_nodelay(true) {
+                            tracing::debug!(%err, %peer, "could not set TCP_NODELAY");
+                        }
+                        Stream::Tcp(s, peer.to_string())
                     }),
-                    Socket::Unix { listener, .. } => listener
-                        .poll_accept(cx)
-                        .map_ok(|(s, _)| Ok(Stream::Unix(s))),
+                    Socket::Unix { listener, .. } => {
+                        listener.poll_accept(cx).map_ok(|(s, _)| Stream::Unix(s))
+                    }
                 };
                 if let Poll::Ready(r) = polled {
                     self.next = i + 1;
-                    return Poll::Ready(r.and_then(|stream| stream));
+                    return Poll::Ready(r);
                 }
             }
             Poll::Pending

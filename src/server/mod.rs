@@ -7,12 +7,19 @@
 //! Redis leader mode). The route carries a token that ends the connection (shutdown,
 //! or the end of a leadership).
 //!
+//! Limits: a connection needs one of `max_connections` places and one of
+//! `max_descriptors` file descriptors ([`limits`]); a relayed one takes a second
+//! descriptor for its side of the leader. A connection that cannot have them is closed
+//! at once (refused), never left waiting in the listen queue.
+//!
 //! Ownership: [`run`] owns the listener and the set of connection tasks. Shutdown: stop
 //! accepting, tell every connection (each finishes the command it is running and writes
 //! its reply), wait up to the grace period, then return.
 
 pub mod activation;
 pub mod connection;
+pub mod hello;
+pub mod limits;
 pub mod listen;
 pub mod privileges;
 pub mod relay;
@@ -26,8 +33,9 @@ mod tests;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use bytes::BytesMut;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -36,10 +44,16 @@ use crate::engine::Engine;
 
 /// What to do with a new connection.
 pub enum Route {
-    /// Serve it with this engine until the token is cancelled.
-    Serve(Arc<Engine>, CancellationToken),
-    /// Relay it, byte for byte, to the instance at this address (HOST:PORT).
-    Relay(String, CancellationToken),
+    /// Serve it with this engine until `term` is cancelled. With a `greeting` (leader
+    /// mode: this instance's id), another instance's relay greeting as the connection's
+    /// first line is answered ([`hello`]).
+    Serve {
+        engine: Arc<Engine>,
+        term: CancellationToken,
+        greeting: Option<Arc<str>>,
+    },
+    /// Relay it, byte for byte, to the leader, until the token is cancelled.
+    Relay(Arc<relay::Upstream>, CancellationToken),
 }
 
 /// Decides, per connection, how it is served.
@@ -100,7 +114,11 @@ async fn end_terms(
 impl Router for Direct {
     async fn route(&self) -> Option<Route> {
         let term = self.term.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        Some(Route::Serve(self.engine.clone(), term))
+        Some(Route::Serve {
+            engine: self.engine.clone(),
+            term,
+            greeting: None,
+        })
     }
 }
 
@@ -110,6 +128,8 @@ pub use listen::{ListenAddr, Listener, ServerError};
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
     pub max_connections: usize,
+    /// File descriptors the connections may use together (see [`limits`]).
+    pub max_descriptors: usize,
     pub shutdown_grace: Duration,
 }
 
@@ -125,7 +145,12 @@ pub async fn run<R: Router>(
 ) {
     let tasks = TaskTracker::new();
     let limit = Arc::new(Semaphore::new(config.max_connections));
+    let fds = Arc::new(Semaphore::new(config.max_descriptors));
     let heap = Arc::new(HeapTrim::default());
+    let refusals = Arc::new(Refusals::new(
+        config.max_connections,
+        config.max_descriptors,
+    ));
     tokio::pin!(shutdown);
     loop {
         let accepted = tokio::select! {
@@ -135,17 +160,22 @@ pub async fn run<R: Router>(
         let stream = match accepted {
             Ok(s) => s,
             Err(err) => {
-                // Typically EMFILE: back off briefly instead of spinning.
-                tracing::warn!(%err, "accept failed; retrying in 50 ms");
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                if let Some(pause) = accept_backoff(&err) {
+                    tracing::warn!(%err, "accept failed; retrying in {pause:?}");
+                    tokio::time::sleep(pause).await;
+                } else {
+                    // About that one connection (it was reset while queued...): the
+                    // next one is accepted at once.
+                    tracing::debug!(%err, "accept failed for one connection");
+                }
                 continue;
             }
         };
-        let Ok(permit) = limit.clone().try_acquire_owned() else {
-            tracing::warn!(
-                limit = config.max_connections,
-                "connection limit reached; closing a new connection"
-            );
+        let (Ok(permit), Ok(fd)) = (
+            limit.clone().try_acquire_owned(),
+            fds.clone().try_acquire_owned(),
+        ) else {
+            refusals.note();
             drop(stream);
             continue;
         };
@@ -153,12 +183,16 @@ pub async fn run<R: Router>(
         heap.opened(max - limit.available_permits());
         let router = router.clone();
         let (heap, limit) = (heap.clone(), limit.clone());
+        let spare = Spare {
+            fds: fds.clone(),
+            refusals: refusals.clone(),
+        };
         tasks.spawn(async move {
             match stream {
-                Stream::Tcp(s, peer) => handle(&router, s, &peer).await,
-                Stream::Unix(s) => handle(&router, s, "unix").await,
+                Stream::Tcp(s, peer) => handle(&router, s, &peer, &spare).await,
+                Stream::Unix(s) => handle(&router, s, "unix", &spare).await,
             }
-            drop(permit);
+            drop((permit, fd));
             heap.closed(max - limit.available_permits());
         });
     }
@@ -177,31 +211,70 @@ pub async fn run<R: Router>(
     }
 }
 
-/// How long a connection may wait for an instance to serve it (a leader that died is
-/// replaced within its lease).
-const ROUTE_PATIENCE: Duration = Duration::from_secs(5);
 /// Between two attempts to reach a leader that did not answer.
 const ROUTE_RETRY: Duration = Duration::from_millis(100);
 
 /// Serve or relay one connection, as the router says. A leader that cannot be reached
 /// (it just died) is asked for again until the router names another one or this
 /// instance takes over, so a client that connects during a failover is served after it
-/// rather than refused.
-async fn handle<S: connection::Socket + Send>(router: &impl Router, stream: S, peer: &str) {
-    let give_up = tokio::time::Instant::now() + ROUTE_PATIENCE;
+/// rather than refused; but not past [`relay::PATIENCE`] after its first bytes, nor at
+/// all once the leader has been out of reach for that long (the client is closed at
+/// once).
+async fn handle<S: connection::Socket + Send>(
+    router: &impl Router,
+    mut stream: S,
+    peer: &str,
+    spare: &Spare,
+) {
+    // The client's first bytes, read before it is relayed (they may be another
+    // instance's relay greeting), then passed on; and when they came.
+    let mut first = BytesMut::new();
+    let mut sniffed: Option<Instant> = None;
     loop {
         match router.route().await {
-            Some(Route::Serve(engine, term)) => {
-                return connection::serve(engine, stream, peer, term).await;
+            Some(Route::Serve {
+                engine,
+                term,
+                greeting,
+            }) => {
+                return connection::serve(engine, stream, peer, term, greeting, first).await;
             }
-            Some(Route::Relay(leader, term)) => match relay::connect(&leader).await {
-                Ok(upstream) => return relay::relay(stream, upstream, peer, term).await,
-                Err(err) if tokio::time::Instant::now() >= give_up => {
-                    tracing::warn!(%err, leader, peer, "cannot reach the leader; closing the client's connection");
-                    return;
+            Some(Route::Relay(upstream, term)) if sniffed.is_none() => {
+                tokio::select! {
+                    sniff = relay::sniff(&mut stream, &mut first, upstream.me()) => {
+                        if sniff != relay::Sniffed::Client {
+                            return;
+                        }
+                        sniffed = Some(Instant::now());
+                    }
+                    // A new leader (this instance, maybe) while the client was silent.
+                    _ = term.cancelled() => {}
                 }
-                Err(_) => tokio::time::sleep(ROUTE_RETRY).await,
-            },
+            }
+            Some(Route::Relay(upstream, term)) => {
+                // The leader's side of a relay is a descriptor of its own.
+                let Ok(second) = spare.fds.clone().try_acquire_owned() else {
+                    spare.refusals.note();
+                    return;
+                };
+                match upstream.connect().await {
+                    Ok(leader) => {
+                        relay::relay(stream, leader, first, peer, term).await;
+                        drop(second);
+                        return;
+                    }
+                    Err(err)
+                        if upstream.worth_waiting(sniffed.unwrap_or_else(Instant::now), &err) =>
+                    {
+                        drop(second);
+                        tokio::time::sleep(ROUTE_RETRY).await;
+                    }
+                    Err(err) => {
+                        tracing::info!(peer, %err, "cannot relay; closing the client's connection");
+                        return;
+                    }
+                }
+            }
             None => {
                 tracing::warn!(
                     peer,
@@ -210,6 +283,62 @@ async fn handle<S: connection::Socket + Send>(router: &impl Router, stream: S, p
                 return;
             }
         }
+    }
+}
+
+/// How long to pause accepting after `err`: only when the process or the system is out
+/// of a resource (descriptors, buffers, memory), which accepting again at once would
+/// not find either. Any other error concerns the one connection it came with.
+fn accept_backoff(err: &std::io::Error) -> Option<Duration> {
+    match err.raw_os_error() {
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM) => {
+            Some(Duration::from_millis(50))
+        }
+        _ => None,
+    }
+}
+
+/// What a connection may take beyond its own place: a second descriptor, for a relay.
+struct Spare {
+    fds: Arc<Semaphore>,
+    refusals: Arc<Refusals>,
+}
+
+/// Logs connections refused for want of a place or a descriptor (at accept, or when a
+/// standby would relay one): the first of a wave at once, then a count every 10 s at
+/// most (a connection storm must not become a log storm).
+struct Refusals {
+    max_connections: usize,
+    max_descriptors: usize,
+    /// Refused since the last log line, and when that was.
+    count: std::sync::Mutex<(u64, Option<Instant>)>,
+}
+
+impl Refusals {
+    const EVERY: Duration = Duration::from_secs(10);
+
+    fn new(max_connections: usize, max_descriptors: usize) -> Refusals {
+        Refusals {
+            max_connections,
+            max_descriptors,
+            count: std::sync::Mutex::new((0, None)),
+        }
+    }
+
+    fn note(&self) {
+        let mut count = self.count.lock().unwrap_or_else(|e| e.into_inner());
+        count.0 += 1;
+        if count.1.is_some_and(|at| at.elapsed() < Self::EVERY) {
+            return;
+        }
+        tracing::warn!(
+            refused = count.0,
+            max_connections = self.max_connections,
+            descriptors_for_connections = self.max_descriptors,
+            "connection limit reached (a relayed client takes two descriptors); closing \
+             new connections at once"
+        );
+        *count = (0, Some(Instant::now()));
     }
 }
 

@@ -49,6 +49,7 @@ impl TestServer {
         );
         let config = ServerConfig {
             max_connections: 1024,
+            max_descriptors: 2048,
             shutdown_grace: Duration::from_secs(1),
         };
         let (stop, stopped) = oneshot::channel::<()>();

@@ -150,3 +150,35 @@ async fn shutdown_ends_open_connections_and_stops_listening() {
     expect_eof(&mut c).await;
     assert!(TcpStream::connect(addr).await.is_err());
 }
+
+/// Outside leader mode a relay greeting is nothing but an unknown command, as it is
+/// to beanstalkd.
+#[tokio::test]
+async fn a_relay_greeting_is_an_unknown_command_outside_leader_mode() {
+    let server = TestServer::start().await.unwrap();
+    let mut c = connect(&server).await;
+    c.write_all(&super::hello::greeting("ab12")).await.unwrap();
+    c.write_all(b"list-tube-used\r\n").await.unwrap();
+    expect(&mut c, "UNKNOWN_COMMAND\r\nUSING default\r\n").await;
+    server.shutdown().await;
+}
+
+/// Only running out of a resource pauses accepting; an error about one connection
+/// (reset while queued, refused by a firewall hook) lets the next be accepted at once.
+#[test]
+fn accepting_pauses_only_when_a_resource_runs_out() {
+    use std::io::Error;
+    for errno in [libc::EMFILE, libc::ENFILE, libc::ENOBUFS, libc::ENOMEM] {
+        assert!(super::accept_backoff(&Error::from_raw_os_error(errno)).is_some());
+    }
+    for errno in [libc::ECONNABORTED, libc::EPERM, libc::EPROTO, libc::EINVAL] {
+        assert_eq!(
+            super::accept_backoff(&Error::from_raw_os_error(errno)),
+            None
+        );
+    }
+    assert_eq!(
+        super::accept_backoff(&Error::other("setsockopt failed")),
+        None
+    );
+}

@@ -1,0 +1,193 @@
+//! A standby's part in leader mode: following the lease's holder (new connections are
+//! relayed to it), checking that it can be reached and that this instance's own
+//! `--advertise` reaches this instance, and saying whether this instance is ready.
+//!
+//! Checks: when a standby starts following a leader, it greets the leader's address once
+//! (is it the leader?) and its own advertised address once (is it this instance? two
+//! instances given one `--advertise` are found here). After that, every relayed client
+//! is a check ([`Upstream::connect`]); readiness greets the leader again only when the
+//! last check is older than [`FRESH`]. Each greeting that reaches the leader is a
+//! connection there (it counts in the leader's `total-connections`).
+//!
+//! Readiness ([`Cluster::readiness`]) is a value with its reason: ready while this
+//! instance leads, or relays to a leader that answered; not ready while it starts,
+//! loads, waits for a leader or for Redis, or cannot relay (each reason says what to
+//! fix).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use super::lease::Holder;
+use super::{Cluster, Role, lock};
+use crate::server::hello::Answer;
+use crate::server::relay::{self, RelayError, Upstream};
+
+/// How old the last check of the leader may be for readiness to rely on it.
+pub const FRESH: Duration = Duration::from_secs(10);
+
+/// Whether this instance can serve clients now.
+#[derive(Clone, Debug)]
+pub enum Readiness {
+    /// It leads: clients are served here.
+    Leading,
+    /// It relays its clients to the leader, which answered when last asked.
+    Relaying {
+        leader: String,
+        address: String,
+    },
+    NotReady(NotReady),
+}
+
+impl Readiness {
+    pub fn is_ready(&self) -> bool {
+        !matches!(self, Readiness::NotReady(_))
+    }
+}
+
+impl std::fmt::Display for Readiness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Readiness::Leading => write!(f, "ready (leading)"),
+            Readiness::Relaying { leader, address } => write!(
+                f,
+                "ready (standby: relaying clients to the leader, instance {leader} at {address})"
+            ),
+            Readiness::NotReady(why) => write!(f, "not ready: {why}"),
+        }
+    }
+}
+
+/// Why this instance can neither serve nor relay now.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum NotReady {
+    #[error("starting: the lease in Redis was not read yet")]
+    Starting,
+    #[error("cannot read the lease in Redis, so cannot tell which instance leads: {0}")]
+    Redis(String),
+    #[error("taking over: loading the namespace from Redis")]
+    Loading,
+    #[error(
+        "this instance's previous leadership still holds the lease in Redis; it lapses by \
+         itself, and a leader is chosen then"
+    )]
+    OwnLease,
+    #[error("no leader: the last one's lease is lapsing; a leader is chosen then")]
+    NoLeader,
+    #[error("shutting down")]
+    ShuttingDown,
+    #[error(transparent)]
+    Relay(RelayError),
+    #[error(
+        "this instance's --advertise {address} reaches instance {reached}, not this one \
+         (two instances given one --advertise, or an address of another instance): if \
+         this instance led, standbys could not relay their clients to it; give each \
+         instance an --advertise that reaches it"
+    )]
+    AdvertiseElsewhere { address: String, reached: String },
+}
+
+impl Cluster {
+    /// Relay new connections to `holder`, unless that is this instance's own earlier
+    /// leadership (ended, but its lease not yet lapsed): then wait for it to lapse.
+    pub(super) fn follow(self: &Arc<Self>, holder: Holder, stop: &CancellationToken) {
+        if *holder.instance == *self.instance {
+            self.stand_aside(NotReady::OwnLease);
+            return;
+        }
+        let same =
+            matches!(&*self.role.borrow(), Role::Standby { epoch, .. } if *epoch == holder.epoch);
+        if same {
+            return;
+        }
+        tracing::info!(
+            leader = %holder.address,
+            instance = %holder.instance,
+            epoch = holder.epoch,
+            "standing by: relaying clients to the leader"
+        );
+        let upstream = Arc::new(Upstream::new(
+            holder.address,
+            holder.instance,
+            self.instance.clone(),
+        ));
+        let term = stop.child_token();
+        self.set_role(Role::Standby {
+            epoch: holder.epoch,
+            upstream: upstream.clone(),
+            term: term.clone(),
+        });
+        let cluster = self.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = cluster.check(&upstream) => {}
+                _ = term.cancelled() => {}
+            }
+        });
+    }
+
+    /// Greet the leader (the outcome is noted for readiness, and logged when it
+    /// fails), then this instance's own advertised address.
+    async fn check(&self, upstream: &Upstream) {
+        drop(upstream.connect().await);
+        let address = self.config.advertise.as_str();
+        if address.is_empty() {
+            return;
+        }
+        let problem = match relay::greet(address, &self.instance).await {
+            Ok((_, Answer::Leader(id) | Answer::Standby(id))) if *id == *self.instance => None,
+            Ok((_, Answer::Leader(reached) | Answer::Standby(reached))) => {
+                let problem = NotReady::AdvertiseElsewhere {
+                    address: address.to_string(),
+                    reached,
+                };
+                tracing::error!("{problem}");
+                Some(problem)
+            }
+            Err(err) => {
+                tracing::warn!(
+                    advertise = address,
+                    %err,
+                    "could not check from here that --advertise reaches this instance"
+                );
+                None
+            }
+        };
+        *lock(&self.advertise_problem) = problem;
+    }
+
+    /// Whether this instance can serve clients now, and why not. A standby whose last
+    /// check of the leader is older than [`FRESH`] greets it first (bounded by the
+    /// relay's connect and greeting timeouts).
+    pub async fn readiness(&self) -> Readiness {
+        let role = self.role.borrow().clone();
+        match role {
+            Role::Leader { .. } => Readiness::Leading,
+            Role::Stopped => Readiness::NotReady(NotReady::ShuttingDown),
+            Role::Unknown => {
+                let why = match lock(&self.lease_error).clone() {
+                    Some(err) => NotReady::Redis(err),
+                    None => lock(&self.aside).clone(),
+                };
+                Readiness::NotReady(why)
+            }
+            Role::Standby { upstream, .. } => {
+                if let Some(problem) = lock(&self.advertise_problem).clone() {
+                    return Readiness::NotReady(problem);
+                }
+                let outcome = match upstream.last(FRESH) {
+                    Some(outcome) => outcome,
+                    None => upstream.connect().await.map(drop),
+                };
+                match outcome {
+                    Ok(()) => Readiness::Relaying {
+                        leader: upstream.leader().to_string(),
+                        address: upstream.address().to_string(),
+                    },
+                    Err(err) => Readiness::NotReady(NotReady::Relay(err)),
+                }
+            }
+        }
+    }
+}

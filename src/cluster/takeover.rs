@@ -1,0 +1,136 @@
+//! Taking the lead: loading the namespace from Redis into a memory store.
+//!
+//! The whole namespace is read (`crate::persist::redis::load`), with the Redis clock,
+//! and bodies left without their job by a large put cut short are removed, fenced by
+//! the lease. Building the store (sorting every job) runs on a blocking thread, so the
+//! lease keeper renews through a long load. A shutdown, or the lease lost, ends the
+//! load at once (the caller then gives the lease up).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio_util::sync::CancellationToken;
+
+use super::{Cluster, until_cancelled};
+use crate::persist::redis::load;
+use crate::protocol::TubeName;
+use crate::store::memory::Counters;
+use crate::store::redis_store::fenced::Fenced;
+use crate::store::redis_store::keys::TubeKey;
+use crate::store::redis_store::reply::redis_error;
+use crate::store::{Clock, MemoryStore, StoreError};
+
+/// What a new leadership serves from.
+pub(super) struct Prepared {
+    pub(super) memory: Arc<MemoryStore>,
+    pub(super) tube_list: crate::util::SwapList<TubeName>,
+    pub(super) clock: Clock,
+    pub(super) jobs: usize,
+    pub(super) counters: Counters,
+}
+
+/// Why a leadership gave up before it served.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum Unprepared {
+    #[error("could not load the namespace: {0}")]
+    Load(#[source] StoreError),
+    #[error("building the store from the load stopped: {0}")]
+    Build(#[source] tokio::task::JoinError),
+    #[error("stopped during the load (a shutdown, or the lease lost)")]
+    Stopped,
+}
+
+impl Cluster {
+    /// Load the namespace and build the store a leadership serves from. A shutdown, or
+    /// the lease lost, ends it (the lease is then given up at once: a standby need not
+    /// wait for it to lapse).
+    pub(super) async fn prepare(
+        &self,
+        token: &str,
+        term: &CancellationToken,
+    ) -> Result<Prepared, Unprepared> {
+        let (snapshot, tube_list, clock) = until_cancelled(term, self.load_namespace(token))
+            .await
+            .ok_or(Unprepared::Stopped)?
+            .map_err(Unprepared::Load)?;
+        let jobs = snapshot.jobs.len();
+        let counters = snapshot.counters;
+        // Building the store sorts every job: CPU work kept off the runtime, which
+        // runs the lease keeper meanwhile.
+        let now = clock.now();
+        let build = tokio::task::spawn_blocking(move || MemoryStore::restored(snapshot, now));
+        let memory = until_cancelled(term, build)
+            .await
+            .ok_or(Unprepared::Stopped)?
+            .map_err(Unprepared::Build)?;
+        Ok(Prepared {
+            memory: Arc::new(memory),
+            tube_list,
+            clock,
+            jobs,
+            counters,
+        })
+    }
+
+    /// Read the namespace and the Redis clock.
+    async fn load_namespace(
+        &self,
+        token: &str,
+    ) -> Result<
+        (
+            crate::store::memory::Snapshot,
+            crate::util::SwapList<TubeName>,
+            Clock,
+        ),
+        StoreError,
+    > {
+        let asked = Instant::now();
+        let (secs, micros): (u64, u64) = redis::cmd("TIME")
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| redis_error("TIME", e))?;
+        // Redis read its clock about half a round trip ago.
+        let now = secs * 1_000_000_000 + micros * 1_000 + asked.elapsed().as_nanos() as u64 / 2;
+        let clock = Clock::starting_at(now);
+        let loaded = load(&self.conn, &self.keys).await?;
+        if loaded.damaged > 0 {
+            tracing::error!(
+                damaged = loaded.damaged,
+                "some jobs in Redis could not be read and were left out (see above)"
+            );
+        }
+        self.remove_orphans(&loaded.orphans, token).await;
+        Ok((loaded.snapshot, loaded.tube_list, clock))
+    }
+
+    /// Remove bodies left without their job (a large put cut short by the previous
+    /// leader's end), fenced by the lease: a leader that lost it meanwhile must not
+    /// delete what its successor writes. A failure only leaves them for the next load.
+    async fn remove_orphans(&self, orphans: &[(TubeName, Vec<u64>)], token: &str) {
+        if orphans.is_empty() {
+            return;
+        }
+        let mut fenced = Fenced::new(
+            "remove orphaned bodies",
+            self.connector.clone(),
+            self.lease.key().to_string(),
+            token.to_string(),
+        );
+        for (tube, ids) in orphans {
+            tracing::warn!(
+                tube = %tube,
+                bodies = ids.len(),
+                "removing job bodies that have no job (large puts cut short before their job was made)"
+            );
+            let key = self.keys.tube_key(tube.as_str(), TubeKey::Bodies);
+            for chunk in ids.chunks(1_000) {
+                let mut hdel = redis::cmd("HDEL");
+                hdel.arg(&key).arg(chunk);
+                if let Err(err) = fenced.send_one(hdel).await {
+                    tracing::warn!(%err, "could not remove them; the next load tries again");
+                    return;
+                }
+            }
+        }
+    }
+}
