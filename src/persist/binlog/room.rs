@@ -26,7 +26,8 @@ use std::time::Instant;
 use crate::store::LogFigures;
 
 /// Bytes kept allocated beyond each write: what changes other than puts may still
-/// write once the disk is full (about 5,000 reserve-and-delete cycles of small jobs).
+/// write once the disk is full (about 6,000 one-job changes such as reserves and
+/// releases, one batch each: `binlog_full` prints the figure).
 pub const RESERVE: u64 = 1 << 20;
 /// The reserve is topped up by this much at a time, so that a write rarely needs a call.
 const GROW: u64 = 256 << 10;
