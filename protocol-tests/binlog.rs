@@ -20,6 +20,8 @@
 //! - `stats_shows_the_logs_files_and_records` — `stats`'s `binlog-*` figures follow
 //!   the log as beanstalkd's do: records written and migrated, the oldest and current
 //!   file numbers, and `-s`.
+//! - `stats_job_names_the_file_holding_the_job` — `stats-job`'s `file` is the log
+//!   file holding the job, before and after a restart.
 //!
 //! Figures are printed (`--nocapture`).
 
@@ -406,5 +408,40 @@ fn stats_shows_the_logs_files_and_records() {
     );
     assert!(migrated > 0, "nothing rewritten");
     assert_eq!(written, 4 + 21_000 + migrated, "{}", log.tail());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `stats-job`'s `file` names the log file holding the job, as beanstalkd's `-b` does:
+/// the file its record with its body went to, kept across state changes and restarts.
+#[test]
+fn stats_job_names_the_file_holding_the_job() {
+    let _serial = serial();
+    let dir = fresh_dir();
+    let (mut srv, log) = start(&dir, &[]);
+    let mut c = Client::connect(srv.addr, "c");
+    let file = |c: &mut Client, id: u64| -> u64 {
+        c.dict_value(&format!("stats-job {id}"), "file")
+            .parse()
+            .unwrap()
+    };
+    let first = c.stat_u64("binlog-current-index");
+    let id = c.put(0, 0, 60, b"kept");
+    assert_eq!(file(&mut c, id), first, "{}", log.tail());
+    kill_9(&mut srv);
+    let (srv2, log2) = start(&dir, &[]);
+    let mut c = Client::connect(srv2.addr, "c2");
+    let now = c.stat_u64("binlog-current-index");
+    assert!(now > first, "a new file at each start: {first} -> {now}");
+    // A change of state is a record without the body: the job stays where it lives.
+    assert_eq!(c.cmd(&format!("reserve-job {id}")).word(), "RESERVED");
+    c.expect(&format!("release {id} 5 0"), "RELEASED");
+    assert_eq!(file(&mut c, id), first, "{}", log2.tail());
+    let later = c.put(0, 0, 60, b"later");
+    assert_eq!(file(&mut c, later), now, "{}", log2.tail());
+    println!(
+        "stats-job file: {first} for a job written before a restart, {now} for one \
+         written after it"
+    );
+    drop(srv2);
     let _ = std::fs::remove_dir_all(&dir);
 }

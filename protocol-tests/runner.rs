@@ -987,7 +987,8 @@ fn is_stats(lines: &[Vec<u8>]) -> bool {
 }
 
 /// Which values of a YAML reply match anything: in a `stats` reply the volatile keys,
-/// and the log's figures when the server keeps a `-b` log.
+/// and the log's figures when the server keeps a `-b` log (and then `stats-job`'s
+/// `file` too).
 #[derive(Clone, Copy)]
 struct Wild {
     stats: bool,
@@ -1007,6 +1008,8 @@ fn yaml_line_matches(want: &[u8], have: &[u8], wild: Wild) -> bool {
                 || (wild.stats
                     && (VOLATILE_STATS_KEYS.contains(&wk)
                         || (wild.log && LOG_STATS_KEYS.contains(&wk))))
+                // `stats-job`'s `file`: the log file holding the job (0 without a log).
+                || (wild.log && wk == "file")
         }
         _ => false,
     }

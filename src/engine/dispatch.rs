@@ -5,8 +5,9 @@
 //! kick-job) awaits a serve pass for that tube before returning its reply, so a waiting
 //! worker has its job before the producer reads `INSERTED`; one that creates an earlier
 //! deadline (a delayed put or release, a reservation, a pause) hints the timer. A store
-//! failure becomes `INTERNAL_ERROR`, logged; a reference change that fails is undone
-//! first, so the session and the store's reference counts never disagree.
+//! failure becomes `INTERNAL_ERROR`, logged (but a put refused by a full `-b` log is
+//! `OUT_OF_MEMORY`, at once, as beanstalkd answers it); a reference change that fails
+//! is undone first, so the session and the store's reference counts never disagree.
 
 use std::sync::Arc;
 
@@ -112,7 +113,15 @@ impl Engine {
             ttr_secs: put.ttr.max(1),
             body: put.body,
         };
-        let id = self.store.put(job, now).await?;
+        let id = match self.store.put(job, now).await {
+            Err(StoreError::LogFull) => {
+                // No job was made, so the reply waits for no write (the log may be
+                // slow to take the others' changes while the disk is full).
+                session.settled_by = Some(0);
+                return Ok(Reply::OutOfMemory);
+            }
+            id => id?,
+        };
         if put.delay > 0 {
             self.timer.hint(now + u64::from(put.delay) * NANOS_PER_SEC);
         } else {

@@ -218,7 +218,7 @@ impl Engine {
             time_left: j
                 .deadline
                 .map_or(0, |d| d.saturating_sub(now) / NANOS_PER_SEC),
-            file: 0,
+            file: j.file,
             reserves: j.reserves,
             timeouts: j.timeouts,
             releases: j.releases,

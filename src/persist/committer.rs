@@ -7,6 +7,9 @@
 //! `cut_failed` (cuts are taken one at a time, as the journal requires). It publishes
 //! on the [`CommitLink`]'s watch channel; replies wait on it.
 //!
+//! A sink that refuses new jobs for want of space is probed while idle (see
+//! [`Sink::probe_every`]), so it notices by itself when space comes back.
+//!
 //! Failure: a failed write is retried with a growing pause (5 ms up to 500 ms) and
 //! logged once per failure streak (then every 10 s), never in a tight loop. A fenced
 //! write (another instance leads) or a stop request ends the task: `stopped` is
@@ -46,11 +49,18 @@ pub async fn run<S: Sink>(
     let mut failing_since: Option<Instant> = None;
     let mut last_log = Instant::now();
     let ended = 'run: loop {
-        // Wait for a change (or a retry's pause), unless one is already waiting.
+        // Wait for a change (or a retry's pause), unless one is already waiting. A sink
+        // that refuses new jobs (a full disk) is let look for space meanwhile: nothing
+        // else would tell it when no client changes anything.
         let written = link.progress.borrow().written;
         if failing_since.is_none() && memory.change_seq() <= written {
+            let probe = sink.probe_every();
             tokio::select! {
                 _ = link.changed.notified() => {}
+                _ = tokio::time::sleep(probe.unwrap_or(RETRY_MAX)), if probe.is_some() => {
+                    sink.probe();
+                    continue;
+                }
                 _ = stop.cancelled() => break 'run Ended::Stopped,
             }
         }
@@ -97,12 +107,12 @@ pub async fn run<S: Sink>(
                     last_log = Instant::now();
                     tracing::warn!(
                         sink = sink.name(),
-                        error = %err,
+                        error = %err.chain(),
                         "persisting a batch failed; replies that wait for it answer \
                          INTERNAL_ERROR after 1 s, and the batch is retried"
                     );
                 }
-                let why: Arc<str> = Arc::from(err.to_string());
+                let why: Arc<str> = Arc::from(err.chain());
                 link.progress.send_modify(|p| p.failing = Some(why));
                 tokio::select! {
                     _ = tokio::time::sleep(retry) => {}

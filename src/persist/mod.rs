@@ -16,6 +16,7 @@ pub mod committer;
 pub mod redis;
 
 use std::future::Future;
+use std::time::Duration;
 
 use crate::store::StoreError;
 use crate::store::memory::Cut;
@@ -52,4 +53,13 @@ pub trait Sink: Send + 'static {
 
     /// What the logs call this sink ("redis", "binlog").
     fn name(&self) -> &'static str;
+
+    /// While the sink refuses new jobs for want of space (a full disk), how often it
+    /// wants [`Sink::probe`] called when there is nothing to write; `None` otherwise.
+    fn probe_every(&self) -> Option<Duration> {
+        None
+    }
+
+    /// Look whether what made the sink refuse new jobs is gone (see `probe_every`).
+    fn probe(&mut self) {}
 }

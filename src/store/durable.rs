@@ -268,6 +268,15 @@ impl DurableStore {
 
 impl Store for DurableStore {
     async fn put(&self, job: NewJob, now: Nanos) -> StoreResult<JobId> {
+        // A full log refuses new jobs before one is made (beanstalkd reserves a put's
+        // log space first); the other changes go on, into the log's reserve.
+        if self
+            .log
+            .as_ref()
+            .is_some_and(|l| l.full.load(Ordering::Relaxed))
+        {
+            return Err(StoreError::LogFull);
+        }
         match &self.stager {
             Some(stager) if job.body.len() >= LARGE_BODY => Ok(self.put_staged(stager, job).await),
             _ => self.changed(self.memory.put(job, now)).await,
@@ -331,7 +340,14 @@ impl Store for DurableStore {
         self.memory.peek_buried(tube).await
     }
     async fn job_info(&self, id: JobId, now: Nanos) -> StoreResult<Option<JobInfo>> {
-        self.memory.job_info(id, now).await
+        let info = self.memory.job_info(id, now).await?;
+        Ok(match &self.log {
+            Some(log) => info.map(|i| JobInfo {
+                file: log.job_file(id),
+                ..i
+            }),
+            None => info,
+        })
     }
     async fn tube_info(&self, tube: &TubeName, now: Nanos) -> StoreResult<Option<TubeInfo>> {
         self.memory.tube_info(tube, now).await

@@ -15,7 +15,8 @@ pub mod memory;
 pub mod redis_store;
 
 use std::future::Future;
-use std::sync::atomic::AtomicU64;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use bytes::Bytes;
 
@@ -61,10 +62,11 @@ impl ConnId {
     }
 }
 
-/// The `binlog-*` figures of `stats` for a store whose changes go to a local log
-/// (`-b`): written by the log's sink after each write, read by `stats`. The
-/// reference's meanings: the oldest and the current file's number, records written
-/// (compaction's rewrites included) and of those rewritten, and `-s`.
+/// What a store whose changes go to a local log (`-b`) shows of it, written by the
+/// log's sink, read by the store's commands: the `binlog-*` figures of `stats` (the
+/// reference's meanings: the oldest and the current file's number, records written,
+/// compaction's rewrites included, and of those rewritten, and `-s`), whether the log
+/// has room for new jobs, and which file holds each job (`stats-job`'s `file`).
 #[derive(Debug, Default)]
 pub struct LogFigures {
     pub oldest_index: AtomicU64,
@@ -72,6 +74,25 @@ pub struct LogFigures {
     pub records_migrated: AtomicU64,
     pub records_written: AtomicU64,
     pub max_size: AtomicU64,
+    /// The log's disk is full: a put answers OUT_OF_MEMORY at once (nothing else is
+    /// refused: other changes are written into the space the log holds in reserve).
+    pub full: AtomicBool,
+    /// The file holding each live job's record with its body, as beanstalkd's `file`
+    /// names the file that holds a job. Kept by the sink after each write (its only
+    /// home: the sink reads it back to know which jobs a compaction must move).
+    pub job_files: Mutex<foldhash::HashMap<JobId, u64>>,
+}
+
+impl LogFigures {
+    /// The file holding job `id`: the current one for a job whose first write is still
+    /// on its way there.
+    pub fn job_file(&self, id: JobId) -> u64 {
+        let files = self.job_files.lock().unwrap_or_else(|e| e.into_inner());
+        match files.get(&id) {
+            Some(&n) => n,
+            None => self.current_index.load(Ordering::Relaxed),
+        }
+    }
 }
 
 /// The state of a job, as `stats-job` names it.
@@ -143,6 +164,8 @@ pub struct JobInfo {
     pub releases: u64,
     pub buries: u64,
     pub kicks: u64,
+    /// The number of the log file holding the job (`-b`); 0 for a store without one.
+    pub file: u64,
     /// The store's time when these figures were read (ages and time left are relative
     /// to it, so a shared store's own clock decides them).
     pub now: Nanos,
@@ -222,6 +245,11 @@ pub enum StoreError {
          nothing was applied"
     )]
     NamespaceLost { op: &'static str },
+    /// The local log's disk is full (`-b`): a new job would not fit, so none was made.
+    /// The put answers OUT_OF_MEMORY, as beanstalkd's does when it cannot reserve log
+    /// space; puts are accepted again once the disk has room.
+    #[error("put: the log's disk is full; no job was made")]
+    LogFull,
 }
 
 impl StoreError {
@@ -229,8 +257,21 @@ impl StoreError {
     pub fn may_have_applied(&self) -> bool {
         !matches!(
             self,
-            StoreError::NotApplied { .. } | StoreError::NamespaceLost { .. }
+            StoreError::NotApplied { .. } | StoreError::NamespaceLost { .. } | StoreError::LogFull
         )
+    }
+
+    /// The error with its sources, as one line (what a log shows: the OS's or
+    /// Redis' own words come last).
+    pub fn chain(&self) -> String {
+        let mut text = self.to_string();
+        let mut source = std::error::Error::source(self);
+        while let Some(s) = source {
+            text.push_str(": ");
+            text.push_str(&s.to_string());
+            source = s.source();
+        }
+        text
     }
 
     pub fn bad_reply(op: &'static str, detail: impl Into<String>) -> StoreError {

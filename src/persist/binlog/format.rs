@@ -51,8 +51,19 @@ pub enum Damage {
     Checksum,
     #[error("a record does not decode: {0}")]
     Malformed(&'static str),
-    #[error("the file header is not a redstalk binlog version {VERSION} header")]
-    Header,
+}
+
+/// What a file's first bytes say it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Header {
+    /// A header of this format version: records follow.
+    Ours,
+    /// Shorter than a header: created, its header not written whole.
+    Short,
+    /// redstalk's, in a later format version than [`VERSION`].
+    Newer(u32),
+    /// Not a redstalk log file of a version this one knows.
+    Foreign,
 }
 
 pub fn header() -> [u8; HEADER_LEN] {
@@ -62,15 +73,19 @@ pub fn header() -> [u8; HEADER_LEN] {
     h
 }
 
-/// Check a file's first bytes: `Ok(())` for a version-1 header.
-pub fn check_header(data: &[u8]) -> Result<(), Damage> {
+/// Read a file's first bytes.
+pub fn read_header(data: &[u8]) -> Header {
     if data.len() < HEADER_LEN {
-        return Err(Damage::Torn);
+        return Header::Short;
     }
-    if &data[..8] != HEADER_MAGIC || data[8..12] != VERSION.to_le_bytes() {
-        return Err(Damage::Header);
+    if &data[..8] != HEADER_MAGIC {
+        return Header::Foreign;
     }
-    Ok(())
+    match u32::from_le_bytes([data[8], data[9], data[10], data[11]]) {
+        VERSION => Header::Ours,
+        v if v > VERSION => Header::Newer(v),
+        _ => Header::Foreign,
+    }
 }
 
 fn state_byte(s: JobState) -> u8 {

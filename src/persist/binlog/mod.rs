@@ -5,6 +5,7 @@
 //! - `replay`: reading the files back at start (damage cut at the last good record);
 //! - `sink`: the [`BinlogSink`] the committer writes through (one `write` per cut, the
 //!   fsync policy, rolling to a new file at `-s` bytes, compaction);
+//! - `room`: the space the log holds in reserve, so a full disk refuses puts only;
 //! - `sync`: `-f N`'s background fsync thread.
 //!
 //! Ownership: one sink per process, owned by the committer task; the directory is
@@ -12,6 +13,7 @@
 
 mod format;
 mod replay;
+mod room;
 mod sink;
 mod sync;
 
@@ -48,8 +50,15 @@ pub struct BinlogConfig {
 
 #[derive(Debug, thiserror::Error)]
 pub enum BinlogError {
-    #[error("binlog {0}: {1}")]
-    Io(String, #[source] std::io::Error),
+    /// An I/O call on the log's directory or one of its files failed (the OS's words
+    /// are the source, printed after this).
+    #[error("binlog: cannot {action} {path}")]
+    Io {
+        action: &'static str,
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
     #[error(
         "binlog directory {0} is in use by another process (its lock file is held); \
          two servers cannot share one log"
@@ -60,6 +69,34 @@ pub enum BinlogError {
          redstalk); move it out of the directory, or give -b another directory"
     )]
     Foreign(String),
+    #[error(
+        "{file} was written by a newer version of redstalk (binlog format version {found}; \
+         this version reads version {ours}): start that version on this directory, or \
+         give -b another directory",
+        ours = format::VERSION
+    )]
+    NewerVersion { file: String, found: u32 },
+    #[error(
+        "{0} has the highest number a log file can have, so no file can follow it: move \
+         the log's files to another directory, renumbered from binlog.1 in the same \
+         order, and give -b that directory"
+    )]
+    Exhausted(String),
+}
+
+impl BinlogError {
+    /// An I/O error while doing `action` to `path`.
+    pub(super) fn io(
+        action: &'static str,
+        path: &std::path::Path,
+    ) -> impl Fn(std::io::Error) -> BinlogError {
+        let path = path.display().to_string();
+        move |source| BinlogError::Io {
+            action,
+            path: path.clone(),
+            source,
+        }
+    }
 }
 
 /// What opening the log found, and the sink that continues it.
@@ -77,14 +114,14 @@ pub struct Opened {
 /// for what follows.
 pub fn open(config: BinlogConfig) -> Result<Opened, BinlogError> {
     let dir = config.dir.clone();
-    let io = |e| BinlogError::Io(dir.display().to_string(), e);
-    std::fs::create_dir_all(&dir).map_err(io)?;
+    std::fs::create_dir_all(&dir).map_err(BinlogError::io("create the directory", &dir))?;
+    let lock_path = dir.join("lock");
     let lock = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
-        .open(dir.join("lock"))
-        .map_err(io)?;
+        .open(&lock_path)
+        .map_err(BinlogError::io("open", &lock_path))?;
     if lock.try_lock().is_err() {
         return Err(BinlogError::Locked(dir.display().to_string()));
     }

@@ -6,7 +6,8 @@
 //! and every record before it is kept. The next file is read as usual (a file is only
 //! followed by another after its writer rolled over, so records in later files are
 //! newer). A file whose header is not redstalk's is refused: it is not ours to read,
-//! nor to delete at the next compaction.
+//! nor to delete at the next compaction; nor is one of a newer format version. A name
+//! other than `binlog.N` (canonical decimal `N`) is not read, with a warning.
 //!
 //! Invariant: a job's `file` is the file holding its last record *with its body*;
 //! compaction relies on it to know which jobs still live in old files.
@@ -17,7 +18,7 @@ use std::path::{Path, PathBuf};
 use foldhash::HashMap;
 
 use super::BinlogError;
-use super::format::{self, Damage, HEADER_LEN, Record};
+use super::format::{self, Damage, HEADER_LEN, Header, Record};
 use crate::protocol::TubeName;
 use crate::store::JobId;
 use crate::store::memory::{Counters, JobRecord, TubeRecord};
@@ -49,21 +50,35 @@ pub fn file_path(dir: &Path, n: u64) -> PathBuf {
     dir.join(format!("binlog.{n}"))
 }
 
-/// The numbers of the `binlog.N` files in `dir`, ascending.
+/// The number a log file's name gives, when it is one this version writes: `binlog.N`,
+/// `N` in decimal, without sign or leading zero (so each number has one name).
+fn file_number(suffix: &str) -> Option<u64> {
+    let canonical = !suffix.is_empty()
+        && suffix.bytes().all(|b| b.is_ascii_digit())
+        && (suffix == "0" || !suffix.starts_with('0'));
+    canonical.then(|| suffix.parse().ok()).flatten()
+}
+
+/// The numbers of the `binlog.N` files in `dir`, ascending. Any other name that starts
+/// with `binlog.` (`binlog.01`, `binlog.+4`, `binlog.1.bak`) is not read, with a
+/// warning: beanstalkd does not read such a file either.
 pub fn list_files(dir: &Path) -> Result<Vec<u64>, BinlogError> {
-    let io = |e| BinlogError::Io(dir.display().to_string(), e);
+    let io = BinlogError::io("read the directory", dir);
     let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).map_err(io)? {
-        let entry = entry.map_err(io)?;
-        let name = entry.file_name();
-        let Some(n) = name
-            .to_str()
-            .and_then(|s| s.strip_prefix("binlog."))
-            .and_then(|s| s.parse::<u64>().ok())
-        else {
+    for entry in std::fs::read_dir(dir).map_err(&io)? {
+        let name = entry.map_err(&io)?.file_name();
+        let name = name.to_string_lossy();
+        let Some(suffix) = name.strip_prefix("binlog.") else {
             continue;
         };
-        out.push(n);
+        match file_number(suffix) {
+            Some(n) => out.push(n),
+            None => tracing::warn!(
+                file = %dir.join(&*name).display(),
+                "binlog: ignoring {name}: not a name redstalk gives a log file (binlog.N, N \
+                 a decimal number without sign or leading zero), so its records are not read"
+            ),
+        }
     }
     out.sort_unstable();
     Ok(out)
@@ -76,21 +91,26 @@ pub fn replay(dir: &Path) -> Result<Replayed, BinlogError> {
     let mut tubes: Vec<Option<TubeRecord>> = Vec::new();
     for n in list_files(dir)? {
         let path = file_path(dir, n);
-        let data = bytes::Bytes::from(
-            std::fs::read(&path).map_err(|e| BinlogError::Io(path.display().to_string(), e))?,
-        );
+        let data =
+            bytes::Bytes::from(std::fs::read(&path).map_err(BinlogError::io("read", &path))?);
         out.files.insert(n, data.len() as u64);
-        match format::check_header(&data) {
-            Ok(()) => {}
+        match format::read_header(&data) {
+            Header::Ours => {}
             // Created but its header not written whole: an empty file.
-            Err(Damage::Torn) => {
+            Header::Short => {
                 if !data.is_empty() {
                     report(&path, 0, &Damage::Torn, data.len());
                     out.damaged_files += 1;
                 }
                 continue;
             }
-            Err(_) => return Err(BinlogError::Foreign(path.display().to_string())),
+            Header::Newer(found) => {
+                return Err(BinlogError::NewerVersion {
+                    file: path.display().to_string(),
+                    found,
+                });
+            }
+            Header::Foreign => return Err(BinlogError::Foreign(path.display().to_string())),
         }
         let mut at = HEADER_LEN;
         while at < data.len() {

@@ -3,7 +3,8 @@
 //! disk per the fsync policy, and the log is kept bounded by compaction.
 //!
 //! The sink mirrors what the log holds live (each job's latest record, sharing its
-//! body with the store, and the file holding that body), so it knows the live bytes
+//! body with the store; the file holding each job's body is in
+//! [`LogFigures::job_files`], where `stats-job` reads it), so it knows the live bytes
 //! and can rewrite live jobs without asking the store.
 //!
 //! Compaction: once the files hold more than 2 × live bytes + one file, the sink rolls
@@ -13,32 +14,43 @@
 //! left, files before `K` are deleted (after an fsync of `K`, unless `-F`). Commands
 //! never wait for more than one chunk.
 //!
+//! A full disk (see `room`): puts are refused before they make a job; the other
+//! batches go into the current file's reserve, past `-s` if need be (no new file is
+//! started, no compaction begins or rewrites, while full).
+//!
 //! Invariants: the mirror changes only after a write succeeded; a failed write is cut
 //! off the file (or, if that fails too, the next write starts a new file), so no torn
-//! record is ever followed by good ones in the same file.
+//! record is ever followed by good ones in the same file; a new file that cannot be
+//! started whole is removed again, so its number stays free for the next try.
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::path::PathBuf;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::sync::{Arc, MutexGuard};
+use std::time::{Duration, Instant};
 
 use foldhash::HashMap;
 
 use super::format::{self, HEADER_LEN};
-use super::replay::{Live, Replayed, file_path};
+use super::replay::{Replayed, file_path};
+use super::room::Room;
 use super::sync::Syncer;
 use super::{BinlogConfig, BinlogError, Fsync};
 use crate::persist::{Sink, SinkError};
 use crate::protocol::TubeName;
-use crate::store::memory::{Cut, TubeRecord};
+use crate::store::memory::{Cut, JobRecord, TubeRecord};
 use crate::store::{JobId, LogFigures, StoreError};
 
 /// A compaction rewrites at most this much per batch, so no batch waits long for it.
 const REWRITE_RECORDS: usize = 2_000;
 const REWRITE_BYTES: usize = 1 << 20;
+/// After a new file could not be started, the next try waits this long (one warning
+/// per try, not one per batch).
+const ROLL_RETRY: Duration = Duration::from_secs(1);
+/// While the disk is full and nothing is written, how often to look for space.
+const PROBE_EVERY: Duration = Duration::from_millis(100);
 
 #[derive(Debug)]
 struct Compaction {
@@ -57,20 +69,26 @@ pub struct BinlogSink {
     out: Arc<File>,
     out_no: u64,
     out_len: u64,
-    /// Start a new file before the next write (a failed write could not be cut off,
-    /// or a compaction begins).
+    /// The current file ends in a failed write that could not be cut off: start a new
+    /// file before the next write.
     roll_next: bool,
+    /// No new file is tried before this (the last try failed).
+    roll_after: Option<Instant>,
     /// Every log file on disk and its size, the current one included.
     files: BTreeMap<u64, u64>,
-    jobs: HashMap<JobId, Live>,
+    /// Each live job's latest record (the file holding its body is in
+    /// `figures.job_files`).
+    jobs: HashMap<JobId, JobRecord>,
     tubes: HashMap<TubeName, TubeRecord>,
     /// Bytes a log holding only the live jobs would take.
     live_bytes: u64,
     compaction: Option<Compaction>,
     buf: Vec<u8>,
     syncer: Option<Syncer>,
-    /// `stats`'s `binlog-*` figures, kept current after each write (the record
-    /// counts are kept only there).
+    /// The space held ahead of the current file's end.
+    room: Room,
+    /// `stats`'s `binlog-*` figures, the full flag and the jobs' files, kept current
+    /// after each write (the record counts are kept only there).
     figures: Arc<LogFigures>,
     /// Held for the sink's life: the directory's lock.
     _lock: File,
@@ -87,6 +105,10 @@ fn io_err(op: &'static str) -> impl Fn(std::io::Error) -> SinkError {
     }
 }
 
+fn lock_files(figures: &LogFigures) -> MutexGuard<'_, HashMap<JobId, u64>> {
+    figures.job_files.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 impl BinlogSink {
     pub(super) fn new(
         config: BinlogConfig,
@@ -94,29 +116,54 @@ impl BinlogSink {
         replayed: Replayed,
         figures: Arc<LogFigures>,
     ) -> Result<BinlogSink, BinlogError> {
-        let out_no = replayed.files.keys().next_back().map_or(1, |n| n + 1);
-        let out = create(&config.dir, out_no, config.fsync).map_err(|e| {
-            BinlogError::Io(file_path(&config.dir, out_no).display().to_string(), e)
-        })?;
+        let out_no = match replayed.files.keys().next_back() {
+            None => 1,
+            Some(&last) => last.checked_add(1).ok_or_else(|| {
+                BinlogError::Exhausted(file_path(&config.dir, last).display().to_string())
+            })?,
+        };
+        let out_path = file_path(&config.dir, out_no);
+        let out = create(&config.dir, out_no, config.fsync)
+            .map_err(BinlogError::io("start the log file", &out_path))?;
         let syncer = match config.fsync {
             Fsync::Every(every) => Some(
                 Syncer::start(every, out.clone())
-                    .map_err(|e| BinlogError::Io("fsync thread".into(), e))?,
+                    .map_err(BinlogError::io("start the fsync thread for", &out_path))?,
             ),
             _ => None,
         };
         let mut files = replayed.files;
         // Files that hold no record (a start that wrote nothing) would pile up over
-        // restarts: they go now.
+        // restarts: they go now. The others give back what a run killed while writing
+        // them held allocated beyond their end (the reserve, see `room`).
         files.retain(|&n, &mut size| {
-            size > HEADER_LEN as u64 || std::fs::remove_file(file_path(&config.dir, n)).is_err()
+            let path = file_path(&config.dir, n);
+            if size <= HEADER_LEN as u64 && std::fs::remove_file(&path).is_ok() {
+                return false;
+            }
+            if let Err(err) = OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .and_then(|f| f.set_len(size))
+            {
+                tracing::debug!(file = %path.display(), %err, "binlog: cannot trim a log file");
+            }
+            true
         });
         files.insert(out_no, HEADER_LEN as u64);
-        let live_bytes = replayed
-            .jobs
-            .values()
-            .map(|l| format::job_len(&l.record) as u64)
-            .sum();
+        let mut room = Room::new(figures.clone(), HEADER_LEN as u64);
+        // Started on a full disk: puts are refused from the first (the log goes on
+        // with what it can write: an error here is the first write's to report).
+        let _ = room.make(&out, HEADER_LEN as u64, 0);
+        let mut jobs = HashMap::default();
+        let mut job_files = HashMap::default();
+        let mut live_bytes = 0;
+        for (id, live) in replayed.jobs {
+            live_bytes += format::job_len(&live.record) as u64;
+            job_files.insert(id, live.file);
+            jobs.insert(id, live.record);
+        }
+        *lock_files(&figures) = job_files;
         figures.max_size.store(config.file_size, Ordering::Relaxed);
         let sink = BinlogSink {
             config,
@@ -124,8 +171,9 @@ impl BinlogSink {
             out_no,
             out_len: HEADER_LEN as u64,
             roll_next: false,
+            roll_after: None,
             files,
-            jobs: replayed.jobs,
+            jobs,
             tubes: replayed
                 .tubes
                 .into_iter()
@@ -135,6 +183,7 @@ impl BinlogSink {
             compaction: None,
             buf: Vec::new(),
             syncer,
+            room,
             figures,
             _lock: lock,
         };
@@ -163,24 +212,67 @@ impl BinlogSink {
         self.files.values().sum()
     }
 
-    /// Start file `out_no + 1` and write to it from now on.
-    fn roll(&mut self) -> std::io::Result<()> {
-        let n = self.out_no + 1;
+    /// Start file `out_no + 1` and write to it from now on. With `reserve`, only if the
+    /// disk gives its reserve too (else the log goes on in the current file).
+    fn roll(&mut self, reserve: bool) -> std::io::Result<()> {
+        let n = self.out_no.checked_add(1).ok_or_else(|| {
+            std::io::Error::other("the current file has the highest number a file can have")
+        })?;
         let out = create(self.dir(), n, self.config.fsync)?;
+        // The reserve moves to the new file: the old one's goes back to the disk first
+        // (nothing more is written there), so a small disk need not hold two.
+        if !self.roll_next && self.out.set_len(self.out_len).is_ok() {
+            self.room.switch(self.out_len);
+        }
+        let allocated = match self.room.reserve_in(&out, HEADER_LEN as u64) {
+            Ok(end) => end,
+            Err(err) if reserve => {
+                drop(out);
+                remove_unstarted(&file_path(self.dir(), n));
+                // Back to the old file, with its reserve if the disk still gives it
+                // (if not, the log is full from now on).
+                let _ = self.room.make(&self.out, self.out_len, 0);
+                return Err(err);
+            }
+            Err(_) => HEADER_LEN as u64,
+        };
         if let Some(s) = &self.syncer {
             s.rolled(out.clone());
         }
+        self.room.switch(allocated);
         self.out = out;
         self.out_no = n;
         self.out_len = HEADER_LEN as u64;
         self.files.insert(n, self.out_len);
         self.roll_next = false;
+        self.roll_after = None;
         Ok(())
     }
 
+    /// A roll that may wait ([`ROLL_RETRY`] after a failed one): whether it happened.
+    fn try_roll(&mut self, why: &'static str) -> bool {
+        if self.roll_after.is_some_and(|t| Instant::now() < t) {
+            return false;
+        }
+        match self.roll(true) {
+            Ok(()) => true,
+            Err(err) => {
+                self.roll_after = Some(Instant::now() + ROLL_RETRY);
+                tracing::warn!(
+                    dir = %self.dir().display(),
+                    %err,
+                    "binlog: cannot start a new log file ({why}); the current one takes \
+                     the writes meanwhile"
+                );
+                false
+            }
+        }
+    }
+
     /// Append the compaction's share of this batch to `buf`: the tubes at its start,
-    /// then a bounded chunk of old jobs. Returns how many pending jobs it consumed, and
-    /// how many job records it wrote.
+    /// then a bounded chunk of old jobs (none while the disk is full: the reserve is
+    /// for clients' changes). Returns how many pending jobs it consumed, and how many
+    /// job records it wrote.
     fn encode_rewrites(&mut self) -> (usize, u64) {
         let Some(c) = self.compaction.as_mut() else {
             return (0, 0);
@@ -190,14 +282,19 @@ impl BinlogSink {
                 format::put_tube(&mut self.buf, t);
             }
         }
+        if self.room.is_full() {
+            return (0, 0);
+        }
+        let files = lock_files(&self.figures);
         let (mut records, mut bytes, mut consumed) = (0, 0, 0);
         for id in c.pending.iter().rev() {
             if records >= REWRITE_RECORDS || bytes >= REWRITE_BYTES {
                 break;
             }
             consumed += 1;
-            if let Some(live) = self.jobs.get(id).filter(|l| l.file < c.from) {
-                bytes += format::put_job(&mut self.buf, &live.record, true);
+            let old = files.get(id).is_some_and(|&f| f < c.from);
+            if let Some(job) = self.jobs.get(id).filter(|_| old) {
+                bytes += format::put_job(&mut self.buf, job, true);
                 records += 1;
             }
         }
@@ -227,28 +324,22 @@ impl BinlogSink {
 
     /// After a successful write: what the log now holds.
     fn apply(&mut self, cut: &Cut, written_with_body: &[bool], consumed: usize) {
+        let mut files = lock_files(&self.figures);
         for (r, &with_body) in cut.jobs.iter().zip(written_with_body) {
-            let file = if with_body {
+            if with_body {
                 self.live_bytes += format::job_len(r) as u64;
-                self.out_no
-            } else {
-                self.jobs.get(&r.id).map_or(self.out_no, |l| l.file)
-            };
-            let old = self.jobs.insert(
-                r.id,
-                Live {
-                    record: r.clone(),
-                    file,
-                },
-            );
+                files.insert(r.id, self.out_no);
+            }
+            let old = self.jobs.insert(r.id, r.clone());
             if let (Some(old), true) = (old, with_body) {
-                self.live_bytes -= format::job_len(&old.record) as u64;
+                self.live_bytes -= format::job_len(&old) as u64;
             }
         }
         for g in &cut.gone {
             if let Some(old) = self.jobs.remove(&g.id) {
-                self.live_bytes -= format::job_len(&old.record) as u64;
+                self.live_bytes -= format::job_len(&old) as u64;
             }
+            files.remove(&g.id);
         }
         for t in &cut.tubes {
             if t.kept {
@@ -261,8 +352,8 @@ impl BinlogSink {
             c.tubes_written = true;
             let keep = c.pending.len() - consumed;
             for id in c.pending.drain(keep..) {
-                if let Some(live) = self.jobs.get_mut(&id).filter(|l| l.file < c.from) {
-                    live.file = self.out_no;
+                if let Some(file) = files.get_mut(&id).filter(|f| **f < c.from) {
+                    *file = self.out_no;
                 }
             }
         }
@@ -321,43 +412,86 @@ impl BinlogSink {
             return;
         }
         let disk = self.disk_bytes();
-        if disk <= 2 * self.live_bytes + self.config.file_size {
+        // A full disk has no room for the compacted copy.
+        if disk <= 2 * self.live_bytes + self.config.file_size || self.room.is_full() {
             return;
         }
-        let from = self.out_no + 1;
+        if !self.try_roll("to begin a compaction") {
+            return;
+        }
+        let from = self.out_no;
+        let pending = lock_files(&self.figures)
+            .iter()
+            .filter(|&(_, &f)| f < from)
+            .map(|(&id, _)| id)
+            .collect();
         self.compaction = Some(Compaction {
             from,
-            pending: self
-                .jobs
-                .iter()
-                .filter(|(_, l)| l.file < from)
-                .map(|(&id, _)| id)
-                .collect(),
+            pending,
             tubes_written: false,
             started: Instant::now(),
             disk_before: disk,
         });
-        self.roll_next = true;
     }
 }
 
-/// Create `DIR/binlog.N` with its header (and make its name durable unless `-F`).
-fn create(dir: &std::path::Path, n: u64, fsync: Fsync) -> std::io::Result<Arc<File>> {
-    let mut f = OpenOptions::new()
-        .create_new(true)
-        .append(true)
-        .open(file_path(dir, n))?;
-    f.write_all(&format::header())?;
-    if fsync != Fsync::Never {
-        File::open(dir)?.sync_all()?;
+impl Drop for BinlogSink {
+    fn drop(&mut self) {
+        // What the current file holds allocated beyond its end goes back to the disk
+        // (after kill -9, the next start does this).
+        if !self.roll_next {
+            let _ = self.out.set_len(self.out_len);
+        }
+    }
+}
+
+/// Create `DIR/binlog.N` with its header (and make its name durable unless `-F`). A
+/// file that cannot be started whole is removed again, so that a later try finds its
+/// name free; so is one that an earlier run left holding no record.
+fn create(dir: &Path, n: u64, fsync: Fsync) -> std::io::Result<Arc<File>> {
+    let path = file_path(dir, n);
+    let open = || OpenOptions::new().create_new(true).append(true).open(&path);
+    let mut f = match open() {
+        Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {
+            let left = std::fs::metadata(&path).is_ok_and(|m| m.len() <= HEADER_LEN as u64);
+            if !left {
+                return Err(err);
+            }
+            std::fs::remove_file(&path)?;
+            open()?
+        }
+        r => r?,
+    };
+    let started = f.write_all(&format::header()).and_then(|()| match fsync {
+        Fsync::Never => Ok(()),
+        _ => File::open(dir)?.sync_all(),
+    });
+    if let Err(err) = started {
+        drop(f);
+        remove_unstarted(&path);
+        return Err(err);
     }
     Ok(Arc::new(f))
+}
+
+/// Remove a log file that was created but not started (it holds no record).
+fn remove_unstarted(path: &Path) {
+    if let Err(err) = std::fs::remove_file(path) {
+        tracing::warn!(
+            file = %path.display(),
+            %err,
+            "binlog: cannot remove a log file that could not be started (it holds no \
+             record; the next try removes it)"
+        );
+    }
 }
 
 impl Sink for BinlogSink {
     async fn write(&mut self, cut: &Cut) -> Result<(), SinkError> {
         if self.roll_next {
-            self.roll().map_err(io_err("binlog: start a new file"))?;
+            // Nothing may follow the torn write at the current file's end.
+            self.roll(false)
+                .map_err(io_err("binlog: start a new file"))?;
         }
         self.buf.clear();
         let (consumed, rewritten) = self.encode_rewrites();
@@ -375,23 +509,32 @@ impl Sink for BinlogSink {
         }
         format::put_counters(&mut self.buf, &cut.counters);
         // A batch is never split between files: roll first when it would overflow.
+        // While the disk is full, the batch goes on in the current file (past `-s`).
         if self.out_len > HEADER_LEN as u64
             && self.out_len + self.buf.len() as u64 > self.config.file_size
+            && !self.room.is_full()
         {
-            self.roll().map_err(io_err("binlog: start a new file"))?;
+            self.try_roll("-s reached");
         }
+        // Nothing is written unless it fits (in the reserve, while the disk is full).
+        self.room
+            .make(&self.out, self.out_len, self.buf.len() as u64)
+            .map_err(io_err("binlog: write"))?;
         if let Err(err) = self.append().await {
             // Cut the torn write off, so later records are not stranded behind it.
             if self.out.set_len(self.out_len).is_err() {
                 self.roll_next = true;
             }
+            self.room.failed(&err, self.out_len);
             return Err(io_err("binlog: write")(err));
         }
         self.out_len += self.buf.len() as u64;
+        self.room.wrote(self.out_len);
         self.files.insert(self.out_no, self.out_len);
         self.apply(cut, &with_body, consumed);
         // A record per job written or deleted, compaction's rewrites included (the
-        // reference counts its own records so).
+        // reference counts its own records so); changes that coalesced in memory
+        // before the write (a job put and deleted) are no record.
         let written = (cut.jobs.len() + cut.gone.len()) as u64 + rewritten;
         self.figures
             .records_written
@@ -406,5 +549,13 @@ impl Sink for BinlogSink {
 
     fn name(&self) -> &'static str {
         "binlog"
+    }
+
+    fn probe_every(&self) -> Option<Duration> {
+        self.room.can_probe().then_some(PROBE_EVERY)
+    }
+
+    fn probe(&mut self) {
+        self.room.probe(&self.out, self.out_len);
     }
 }

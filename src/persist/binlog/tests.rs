@@ -2,6 +2,7 @@
 //! written through the sink, read back; compaction keeps the log bounded and loses
 //! nothing; damage keeps every record before it.
 
+use std::io::Write;
 use std::path::Path;
 
 use bytes::Bytes;
@@ -166,5 +167,148 @@ async fn a_damaged_tail_keeps_every_record_before_it() {
             break;
         }
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A log file with a header of format `version` and no record.
+fn header_file(path: &Path, version: u32) {
+    let mut h = super::format::header().to_vec();
+    h[8..12].copy_from_slice(&version.to_le_bytes());
+    std::fs::write(path, h).unwrap();
+}
+
+/// An error with its sources, as `{:#}` prints it at start.
+fn chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(s) = source {
+        text = format!("{text}: {s}");
+        source = s.source();
+    }
+    text
+}
+
+#[tokio::test]
+async fn a_file_with_the_last_number_refuses_to_start_without_wrapping() {
+    let dir = tempdir("last-number");
+    std::fs::create_dir_all(&dir).unwrap();
+    let last = dir.join(format!("binlog.{}", u64::MAX));
+    header_file(&last, super::format::VERSION);
+    let mut rec = Vec::new();
+    super::format::put_gone(&mut rec, 1);
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&last)
+        .unwrap()
+        .write_all(&rec)
+        .unwrap();
+    let err = open(config(&dir, 1 << 20)).err().expect("refused");
+    let text = chain(&err);
+    println!("start on binlog.{}: {text}", u64::MAX);
+    assert!(matches!(err, super::BinlogError::Exhausted(_)), "{text}");
+    assert!(text.contains(&last.display().to_string()), "{text}");
+    assert!(!dir.join("binlog.0").exists(), "wrapped to binlog.0");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn names_other_than_binlog_n_are_not_read_and_stop_nothing() {
+    let dir = tempdir("names");
+    let (s, mut sink) = reopen(&dir, 1 << 20);
+    let id = s.put(job("t", 1, 0, b"kept"), NOW).await.unwrap();
+    flush(&s, &mut sink).await;
+    drop(sink);
+    // Names beanstalkd's scan would also pass over (or whose number names another file).
+    let odd = [
+        "binlog.01",
+        "binlog.+40",
+        "binlog.1.bak",
+        "binlog.",
+        "binlog.99999999999999999999",
+    ];
+    for name in odd {
+        std::fs::write(dir.join(name), b"not read").unwrap();
+    }
+    let (back, _sink) = reopen(&dir, 1 << 20);
+    assert_eq!(back.peek(id).await.unwrap().unwrap().1, "kept");
+    for name in odd {
+        assert_eq!(
+            std::fs::read(dir.join(name)).unwrap(),
+            b"not read",
+            "{name} touched"
+        );
+    }
+    assert!(
+        dir.join("binlog.2").exists(),
+        "the next file follows binlog.1"
+    );
+    assert!(!dir.join("binlog.41").exists(), "binlog.+40 taken as 40");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn a_newer_format_version_is_named_as_such() {
+    let dir = tempdir("newer");
+    std::fs::create_dir_all(&dir).unwrap();
+    header_file(&dir.join("binlog.1"), super::format::VERSION + 1);
+    let err = open(config(&dir, 1 << 20)).err().expect("refused");
+    let text = chain(&err);
+    println!("a version {} file: {text}", super::format::VERSION + 1);
+    assert!(
+        matches!(err, super::BinlogError::NewerVersion { found, .. } if found == super::format::VERSION + 1),
+        "{text}"
+    );
+    assert!(text.contains("newer version"), "{text}");
+    assert!(!text.contains("not a redstalk binlog"), "{text}");
+    // Not redstalk's at all: still refused as foreign.
+    std::fs::write(dir.join("binlog.1"), [7u8; 16]).unwrap();
+    let err = open(config(&dir, 1 << 20)).err().expect("refused");
+    assert!(
+        matches!(err, super::BinlogError::Foreign(_)),
+        "{}",
+        chain(&err)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn an_os_error_is_printed_once() {
+    let dir = tempdir("os-error");
+    std::fs::create_dir_all(&dir).unwrap();
+    // A directory below a plain file cannot be made.
+    let file = dir.join("plain");
+    std::fs::write(&file, b"").unwrap();
+    let err = open(config(&file.join("log"), 1 << 20))
+        .err()
+        .expect("refused");
+    let text = chain(&err);
+    println!("-b below a plain file: {text}");
+    let os = std::io::Error::from_raw_os_error(libc::ENOTDIR).to_string();
+    assert_eq!(text.matches(&os).count(), 1, "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `binlog-records-written` counts the records written: a job put and deleted before
+/// its batch is written is no record; put and deleted across two writes, two.
+#[tokio::test]
+async fn records_written_counts_what_reaches_the_log() {
+    let dir = tempdir("records");
+    let opened = open(config(&dir, 1 << 20)).unwrap();
+    let figures = opened.figures.clone();
+    let (s, mut sink) = (MemoryStore::restored(opened.snapshot, NOW), opened.sink);
+    let written = || {
+        figures
+            .records_written
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    let id = s.put(job("t", 1, 0, b"x"), NOW).await.unwrap();
+    s.delete(C1, id).await.unwrap();
+    flush(&s, &mut sink).await;
+    assert_eq!(written(), 0, "a put and its delete in one write");
+    let id = s.put(job("t", 1, 0, b"x"), NOW).await.unwrap();
+    flush(&s, &mut sink).await;
+    s.delete(C1, id).await.unwrap();
+    flush(&s, &mut sink).await;
+    assert_eq!(written(), 2, "a put and its delete in two writes");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -309,6 +309,7 @@ impl Store for MemoryStore {
             releases: j.releases.into(),
             buries: j.buries.into(),
             kicks: j.kicks.into(),
+            file: 0,
             now,
         }))
     }

@@ -327,6 +327,7 @@ impl JobFigures {
             releases,
             buries,
             kicks,
+            file: 0,
             now: self.now_us * US,
         }
     }

@@ -18,7 +18,6 @@ use super::held::Held;
 use super::keys::{NsKey, RESERVE_KEYS, TubeKey};
 use super::refs::RefKind;
 use super::reply::{self, KickSet, US, redis_error};
-use super::ticks::err_chain;
 use super::{RedisStore, SCRIPT_CHUNK};
 use crate::protocol::TubeName;
 use crate::store::{
@@ -40,7 +39,7 @@ const CLOSE_CHUNK: usize = 500;
 /// A reserve met a job that lost its body or meta in Redis (the script dropped it and
 /// answered a DAMAGED error, see reserve.lua): say which, loudly.
 fn report_damage(err: &StoreError) {
-    let text = err_chain(err);
+    let text = err.chain();
     if let Some(at) = text.find("DAMAGED") {
         tracing::error!("{}", &text[at..]);
     }

@@ -19,18 +19,6 @@ use crate::store::{Nanos, StoreError, StoreResult};
 /// How long a tube whose timers fail is set aside before its next try.
 const SET_ASIDE: Duration = Duration::from_secs(10);
 
-/// An error with its sources, as one line.
-pub(super) fn err_chain(err: &StoreError) -> String {
-    let mut text = err.to_string();
-    let mut source = std::error::Error::source(err);
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
-}
-
 impl RedisStore {
     /// A tick of the timer (see [`crate::store::Store::tick`]).
     pub(super) async fn run_tick(&self, now: Nanos) -> StoreResult<Vec<TubeName>> {
@@ -108,7 +96,7 @@ impl RedisStore {
     /// Whether `err` is a script that Redis ran and that failed (a Lua error), rather
     /// than Redis refusing every write (READONLY, OOM) or being away.
     fn is_script_error(&self, err: &StoreError) -> bool {
-        let text = err_chain(err).to_ascii_lowercase();
+        let text = err.chain().to_ascii_lowercase();
         let refused = [
             "readonly",
             "oom",
@@ -124,7 +112,7 @@ impl RedisStore {
     async fn set_aside(&self, tube: &TubeName, err: &StoreError) -> StoreResult<()> {
         tracing::error!(
             tube = tube.as_str(),
-            error = %err_chain(err),
+            error = %err.chain(),
             "a tube's timers fail (its data in Redis is damaged); retried in {} s, \
              the other tubes go on",
             SET_ASIDE.as_secs()
