@@ -199,6 +199,12 @@ pub struct Cli {
     #[arg(long, env = "REDSTALK_METRICS", value_name = "ADDR")]
     pub metrics: Option<String>,
 
+    /// Answer as beanstalkd VERSION does: 1.13, or 1.12 for clients written against
+    /// it (YAML string values unquoted, reserve-with-timeout's number read with strtol;
+    /// see docs/COMPAT.md).
+    #[arg(long, env = "REDSTALK_COMPAT", value_name = "VERSION", default_value_t)]
+    pub compat: crate::protocol::Dialect,
+
     /// On SIGTERM/SIGINT, wait this many seconds for connections to finish.
     #[arg(
         long,
@@ -272,6 +278,8 @@ pub struct Settings {
     pub verbose: u8,
     pub max_connections: usize,
     pub shutdown_grace: Duration,
+    /// The beanstalkd release whose replies to give (`--compat`).
+    pub dialect: crate::protocol::Dialect,
     /// Where to serve metrics over HTTP; `None`: not served.
     pub metrics: Option<SocketAddr>,
     pub warnings: Vec<String>,
@@ -310,6 +318,7 @@ impl Cli {
             verbose: self.verbose,
             max_connections: self.max_connections.max(1),
             shutdown_grace: Duration::from_secs(self.shutdown_grace),
+            dialect: self.compat,
             metrics: self.metrics_addr()?,
             warnings,
         })

@@ -37,6 +37,7 @@ fn engine() -> Arc<Engine> {
         AnyStore::Memory(MemoryStore::new()),
         EngineConfig {
             max_job_size: 65_535,
+            dialect: Default::default(),
         },
     )
 }
@@ -48,6 +49,7 @@ fn lagging_engine(lag: Duration, read_lag: Duration) -> Arc<Engine> {
         AnyStore::Lagging(LaggingStore::new(lag).with_read_lag(read_lag)),
         EngineConfig {
             max_job_size: 65_535,
+            dialect: Default::default(),
         },
     )
 }
