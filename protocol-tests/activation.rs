@@ -36,12 +36,15 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use support::{
-    Log, beanstalkd_path, find_program, free_port, is_listening, is_listening_by, oracle_required,
-    redstalk_path, spawn_logged, wait_exit, warn_oracle_missing,
+    Log, beanstalkd_path, find_program, free_port, is_listening_by, oracle_required, redstalk_path,
+    spawn_logged, wait_exit, warn_oracle_missing,
 };
 
 /// The bound on every wait: a start, a reply, an exit.
 const WAIT: Duration = Duration::from_secs(10);
+
+/// How many ports the activator is given to bind before the test gives up.
+const BIND_TRIES: usize = 3;
 
 /// `systemd-socket-activate`, or `None` (skip) when it is missing and not required.
 fn activator() -> Option<PathBuf> {
@@ -87,27 +90,55 @@ impl Activated {
         }
     }
 
-    /// `activator -l LISTEN… server ARGS…`, returned once every socket listens (the
-    /// server itself starts at the first client).
+    /// `activator -l LISTEN… server ARGS…`, returned once the activator itself listens
+    /// on every socket (the server starts at the first client, in the activator's
+    /// process). `listen` makes the sockets to ask for, afresh on each try: a TCP port
+    /// from [`free_port`] can be taken by another process before the activator binds it
+    /// (the activator then exits: "Address already in use"), and is tried again on
+    /// another port, up to [`BIND_TRIES`] times.
     fn start(
         activator: &Path,
         name: &str,
         server: &Path,
-        listen: &[Listen],
+        listen: impl Fn() -> Vec<Listen>,
         args: &[&str],
-    ) -> Self {
+    ) -> (Self, Vec<Listen>) {
+        for _ in 1..BIND_TRIES {
+            if let Some(started) = Self::try_start(activator, name, server, listen(), args) {
+                return started;
+            }
+        }
+        Self::try_start(activator, name, server, listen(), args)
+            .unwrap_or_else(|| panic!("{name}: the activator could not bind {BIND_TRIES} times"))
+    }
+
+    /// One try of [`Activated::start`]; `None` when a port was taken before the
+    /// activator could bind it.
+    fn try_start(
+        activator: &Path,
+        name: &str,
+        server: &Path,
+        listen: Vec<Listen>,
+        args: &[&str],
+    ) -> Option<(Self, Vec<Listen>)> {
         let mut cmd = Command::new(activator);
-        for l in listen {
+        for l in &listen {
             cmd.arg("-l").arg(l.spec());
         }
         let mut srv = Activated::spawn(name, cmd.arg(server).args(args));
         let started = Instant::now();
-        while !listen.iter().all(Listen::ready) {
+        // Its own sockets: another process listening on the same port (taken between
+        // `free_port` and the activator's bind) is not proof that the activator is.
+        while !listen.iter().all(|l| l.ready_in(srv.pid())) {
             if let Ok(Some(status)) = srv.child.try_wait() {
-                panic!(
-                    "{name}: the activator exited with {status}: {}",
-                    srv.log.tail()
-                );
+                let log = srv.log.final_tail(WAIT);
+                if log.contains("Address already in use") {
+                    eprintln!(
+                        "{name}: a port was taken before the activator bound it; trying another"
+                    );
+                    return None;
+                }
+                panic!("{name}: the activator exited with {status}: {log}");
             }
             assert!(
                 started.elapsed() < WAIT,
@@ -116,7 +147,33 @@ impl Activated {
             );
             std::thread::sleep(Duration::from_millis(5));
         }
-        srv
+        Some((srv, listen))
+    }
+
+    /// A client connection to the TCP `port` this server listens on; on failure, the
+    /// panic says whether the server still runs, and what it logged.
+    fn tcp(&mut self, port: u16) -> TcpStream {
+        match TcpStream::connect(("127.0.0.1", port)) {
+            Ok(s) => {
+                s.set_read_timeout(Some(WAIT)).unwrap();
+                s
+            }
+            Err(e) => {
+                let state = match self.child.try_wait() {
+                    Ok(Some(status)) => format!("the server exited with {status}"),
+                    Ok(None) => format!(
+                        "the server runs; listening there itself: {}",
+                        is_listening_by(self.pid(), port)
+                    ),
+                    Err(e) => format!("its state is unknown: {e}"),
+                };
+                panic!(
+                    "{}: connect to port {port}: {e}; {state}; log:\n{}",
+                    self.name,
+                    self.log.tail()
+                )
+            }
+        }
     }
 
     fn pid(&self) -> u32 {
@@ -145,10 +202,18 @@ impl Listen {
         }
     }
 
-    fn ready(&self) -> bool {
+    /// Whether process `pid` listens here (a unix socket's path is this test's own).
+    fn ready_in(&self, pid: u32) -> bool {
         match self {
-            Listen::Tcp(port) => is_listening(*port),
+            Listen::Tcp(port) => is_listening_by(pid, *port),
             Listen::Unix(path) => is_socket(path),
+        }
+    }
+
+    fn port(&self) -> u16 {
+        match self {
+            Listen::Tcp(port) => *port,
+            Listen::Unix(path) => panic!("{} is not a TCP socket", path.display()),
         }
     }
 }
@@ -162,12 +227,6 @@ fn sock_path(tag: &str) -> PathBuf {
     let path = std::env::temp_dir().join(format!("redstalk-act-{}-{tag}.sock", std::process::id()));
     let _ = std::fs::remove_file(&path);
     path
-}
-
-fn tcp(port: u16) -> TcpStream {
-    let s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    s.set_read_timeout(Some(WAIT)).unwrap();
-    s
 }
 
 fn unix(path: &Path) -> UnixStream {
@@ -208,8 +267,8 @@ fn round_trip(server: &Activated, mut w: impl Write, r: impl Read, how: &str) {
     assert_eq!(line(), "DELETED", "{} over {how}", server.name);
 }
 
-fn tcp_round_trip(server: &Activated, port: u16) {
-    let s = tcp(port);
+fn tcp_round_trip(server: &mut Activated, port: u16) {
+    let s = server.tcp(port);
     round_trip(server, &s, &s, &format!("tcp port {port}"));
 }
 
@@ -222,11 +281,17 @@ fn unix_round_trip(server: &Activated, path: &Path) {
 fn a_tcp_socket_passed_by_systemd_is_served() {
     let Some(activator) = activator() else { return };
     for (name, server) in servers() {
-        let port = free_port();
-        let srv = Activated::start(&activator, name, &server, &[Listen::Tcp(port)], &[]);
-        tcp_round_trip(&srv, port);
+        let (mut srv, listen) = Activated::start(
+            &activator,
+            name,
+            &server,
+            || vec![Listen::Tcp(free_port())],
+            &[],
+        );
+        let port = listen[0].port();
+        tcp_round_trip(&mut srv, port);
         // A second client on the same socket, after the start.
-        tcp_round_trip(&srv, port);
+        tcp_round_trip(&mut srv, port);
     }
 }
 
@@ -235,8 +300,8 @@ fn a_unix_socket_passed_by_systemd_is_served() {
     let Some(activator) = activator() else { return };
     for (name, server) in servers() {
         let path = sock_path(&format!("unix-{name}"));
-        let listen = [Listen::Unix(path.clone())];
-        let srv = Activated::start(&activator, name, &server, &listen, &[]);
+        let listen = || vec![Listen::Unix(path.clone())];
+        let (srv, _) = Activated::start(&activator, name, &server, listen, &[]);
         unix_round_trip(&srv, &path);
         unix_round_trip(&srv, &path);
         drop(srv);
@@ -248,8 +313,8 @@ fn a_unix_socket_passed_by_systemd_is_served() {
 fn redstalk_leaves_a_passed_unix_socket_file_in_place_when_it_stops() {
     let Some(activator) = activator() else { return };
     let path = sock_path("kept");
-    let listen = [Listen::Unix(path.clone())];
-    let mut srv = Activated::start(&activator, "redstalk", &redstalk_path(), &listen, &[]);
+    let listen = || vec![Listen::Unix(path.clone())];
+    let (mut srv, _) = Activated::start(&activator, "redstalk", &redstalk_path(), listen, &[]);
     unix_round_trip(&srv, &path);
     support::signal_pid(srv.pid(), "TERM");
     let status = wait_exit(&mut srv.child, WAIT);
@@ -272,10 +337,15 @@ fn listen_flags_are_ignored_when_sockets_are_passed() {
         // Binding -p would fail: another socket already listens there.
         let taken = TcpListener::bind("127.0.0.1:0").unwrap();
         let taken_port = taken.local_addr().unwrap().port().to_string();
-        let port = free_port();
         let args = ["-l", "127.0.0.1", "-p", &taken_port];
-        let mut srv = Activated::start(&activator, name, &server, &[Listen::Tcp(port)], &args);
-        tcp_round_trip(&srv, port);
+        let (mut srv, listen) = Activated::start(
+            &activator,
+            name,
+            &server,
+            || vec![Listen::Tcp(free_port())],
+            &args,
+        );
+        tcp_round_trip(&mut srv, listen[0].port());
         drop(taken);
         // The server's own sockets only: once dropped, the port is free for any other
         // test running beside this one to take.
@@ -296,7 +366,7 @@ fn sockets_passed_to_another_process_are_not_used() {
     for (name, server) in servers() {
         let port = free_port();
         // PID 1 is never us: the variables were meant for another process.
-        let srv = Activated::spawn(
+        let mut srv = Activated::spawn(
             name,
             Command::new(&server)
                 .args(["-l", "127.0.0.1", "-p", &port.to_string()])
@@ -312,7 +382,7 @@ fn sockets_passed_to_another_process_are_not_used() {
             );
             std::thread::sleep(Duration::from_millis(5));
         }
-        tcp_round_trip(&srv, port);
+        tcp_round_trip(&mut srv, port);
     }
 }
 
@@ -346,14 +416,14 @@ fn a_passed_descriptor_that_is_not_a_listening_socket_stops_the_start() {
 #[test]
 fn redstalk_serves_every_passed_socket() {
     let Some(activator) = activator() else { return };
-    let port = free_port();
     let path = sock_path("both");
-    let listen = [Listen::Tcp(port), Listen::Unix(path.clone())];
-    let srv = Activated::start(&activator, "redstalk", &redstalk_path(), &listen, &[]);
-    tcp_round_trip(&srv, port);
+    let listen = || vec![Listen::Tcp(free_port()), Listen::Unix(path.clone())];
+    let (mut srv, listen) = Activated::start(&activator, "redstalk", &redstalk_path(), listen, &[]);
+    let port = listen[0].port();
+    tcp_round_trip(&mut srv, port);
     unix_round_trip(&srv, &path);
     // Both on one server: a job put over one socket is seen over the other.
-    let t = tcp(port);
+    let t = srv.tcp(port);
     let mut u = unix(&path);
     (&t).write_all(b"put 0 0 60 3\r\nabc\r\n").unwrap();
     let mut got = String::new();

@@ -1,5 +1,6 @@
 //! The `protocol` test target: plays every conversation in `protocol-tests/cases/*.txt`
-//! against every server kind (the real beanstalkd oracle and redstalk) and checks the
+//! against every server kind (the real beanstalkd oracle and redstalk), and against
+//! redstalk answering as 1.12 (`--compat 1.12`, on the memory engine), and checks the
 //! server's replies byte for byte.
 //!
 //! The case format is specified in `protocol-tests/README.md`. This file has three parts:
@@ -9,10 +10,13 @@
 //! - **playing** the steps over blocking std sockets against a fresh server process per
 //!   trial ([`Player`]), reading exactly the bytes each expectation names, so that
 //!   arrival times and unexpected extra bytes are seen precisely;
-//! - **YAML checking**: the `OK <n>` framing, the normalisation the README allows (1.12's
-//!   missing quotes, volatile `stats` values, `*` wildcards) and a line diff on mismatch.
+//! - **YAML checking**: the `OK <n>` framing, the expectation in the form of the release
+//!   the server answers as (1.12 leaves some values unquoted), the normalisation the
+//!   README allows (volatile `stats` values, `*` wildcards) and a line diff on mismatch.
 //!
-//! One libtest-mimic trial is created per (server kind, case), named `<kind>::<case>`.
+//! One libtest-mimic trial is created per (target, case), named `<target>::<case>`; a
+//! target is a server kind, or `memory-1.12`. A case may hold only from or only before a
+//! release (`#! only:`, `#! before:`): it is skipped on a target answering as another.
 //! Trials are independent (each has its own server on its own port) and run in parallel.
 
 // A test reports failure by panicking: unwrap and expect are how it says so.
@@ -57,16 +61,17 @@ struct Case {
     display_path: String,
     /// Extra server arguments from `#! args:`.
     args: Vec<String>,
-    /// Oracle constraints from `#! only:` (for example `beanstalkd-1.13`).
-    only: Vec<OracleVersion>,
+    /// Release constraints from `#! only:` (at least) and `#! before:` (below).
+    only: Vec<ReleaseBound>,
+    before: Vec<ReleaseBound>,
     steps: Vec<Step>,
 }
 
-/// `#! only: beanstalkd-X.Y`: run on the oracle only if its version is at least X.Y.
+/// `beanstalkd-X.Y` in `#! only:` or `#! before:`.
 #[derive(Debug, Clone)]
-struct OracleVersion {
+struct ReleaseBound {
     token: String,
-    min: Vec<u64>,
+    version: Vec<u64>,
 }
 
 /// One directive, with where it came from.
@@ -252,6 +257,7 @@ fn parse_case(display_path: String, content: &str) -> Result<Case, ParseError> {
         display_path,
         args: Vec::new(),
         only: Vec::new(),
+        before: Vec::new(),
         steps: Vec::new(),
     };
     // An open YAML block: index of its step in `case.steps`.
@@ -277,29 +283,34 @@ fn parse_case(display_path: String, content: &str) -> Result<Case, ParseError> {
             let header = header.trim();
             if let Some(args) = header.strip_prefix("args:") {
                 case.args.extend(args.split_whitespace().map(String::from));
-            } else if let Some(only) = header.strip_prefix("only:") {
-                for token in only.split_whitespace() {
-                    let Some(ver) = token.strip_prefix("beanstalkd-") else {
+            } else if let Some((which, tokens)) = header
+                .strip_prefix("only:")
+                .map(|t| ("only", t))
+                .or_else(|| header.strip_prefix("before:").map(|t| ("before", t)))
+            {
+                for token in tokens.split_whitespace() {
+                    let Some(version) = token.strip_prefix("beanstalkd-").and_then(parse_version)
+                    else {
                         return perr(
                             line,
-                            format!("`#! only:` takes `beanstalkd-X.Y` tokens, not `{token}`"),
+                            format!("`#! {which}:` takes `beanstalkd-X.Y` tokens, not `{token}`"),
                         );
                     };
-                    let Some(min) = parse_version(ver) else {
-                        return perr(
-                            line,
-                            format!("`#! only:` token `{token}` has no X.Y version"),
-                        );
-                    };
-                    case.only.push(OracleVersion {
+                    let bound = ReleaseBound {
                         token: token.to_string(),
-                        min,
-                    });
+                        version,
+                    };
+                    match which {
+                        "only" => case.only.push(bound),
+                        _ => case.before.push(bound),
+                    }
                 }
             } else {
                 return perr(
                     line,
-                    format!("unknown header `#!{header}` (known: `#! args:`, `#! only:`)"),
+                    format!(
+                        "unknown header `#!{header}` (known: `#! args:`, `#! only:`, `#! before:`)"
+                    ),
                 );
             }
             continue;
@@ -551,6 +562,9 @@ struct Conn {
 struct Player<'a> {
     case: &'a Case,
     server: &'a ServerProc,
+    /// The release the server answers as, when known (the expectations' YAML is put in
+    /// its form).
+    release: Option<&'a [u64]>,
     conns: HashMap<char, Conn>,
 }
 
@@ -832,8 +846,12 @@ impl<'a> Player<'a> {
                 show(body)
             ));
         }
-        // Only the oracle gets the missing quotes added: 1.12 predates them, while
-        // redstalk must send them itself.
+        // The expectation in the form of the release the server answers as. An
+        // oracle whose release is unknown gets the 1.13 quotes added instead.
+        let (lines, n) = match self.release {
+            Some(release) if release < &[1, 13][..] => yaml_as_1_12(lines, n),
+            _ => (lines.to_vec(), n),
+        };
         let yaml::Normalised {
             lines: got_lines,
             n: norm_n,
@@ -841,7 +859,7 @@ impl<'a> Player<'a> {
             &body[..body.len() - 1],
             raw_n,
             &[],
-            kind == ServerKind::Beanstalkd,
+            kind == ServerKind::Beanstalkd && self.release.is_none(),
         );
 
         let wild = Wild {
@@ -856,7 +874,7 @@ impl<'a> Player<'a> {
         if !matches {
             return Err(format!(
                 "  the YAML reply differs (`-` expected, `+` received, after normalisation):\n{}",
-                line_diff(lines, &got_lines, wild)
+                line_diff(&lines, &got_lines, wild)
             ));
         }
         if let Some(n) = n
@@ -979,6 +997,33 @@ fn shorten(s: &str, max: usize) -> String {
 // ---------------------------------------------------------------------------------------
 // YAML comparison (the normalisation is in `support::yaml`)
 // ---------------------------------------------------------------------------------------
+
+/// The values beanstalkd 1.13 quotes and 1.12 prints bare (`version` is quoted by both).
+const QUOTED_SINCE_1_13: &[&str] = &["name", "tube", "hostname", "os", "platform"];
+
+/// Expected YAML lines (written in 1.13 form) and their `OK <n>` count, as 1.12 writes
+/// them: the values of [`QUOTED_SINCE_1_13`] without their quotes.
+fn yaml_as_1_12(lines: &[Vec<u8>], n: Option<usize>) -> (Vec<Vec<u8>>, Option<usize>) {
+    let mut removed = 0;
+    let lines = lines
+        .iter()
+        .map(|line| match split_key(line) {
+            Some((key, value))
+                if QUOTED_SINCE_1_13.contains(&key)
+                    && value.len() >= 2
+                    && value.starts_with(b"\"")
+                    && value.ends_with(b"\"") =>
+            {
+                removed += 2;
+                let mut bare = format!("{key}: ").into_bytes();
+                bare.extend_from_slice(&value[1..value.len() - 1]);
+                bare
+            }
+            _ => line.clone(),
+        })
+        .collect();
+    (lines, n.map(|n| n - removed))
+}
 
 /// A server `stats` reply (as opposed to stats-job or stats-tube) is recognised by its
 /// `binlog-max-size` key; only there are the volatile keys wild.
@@ -1113,26 +1158,88 @@ fn oracle_version() -> Option<&'static [u64]> {
         .as_deref()
 }
 
-/// Run one trial: a fresh server, the whole conversation, then stop the server.
-fn run_trial(kind: ServerKind, case: &Case) -> Result<Completion, Failed> {
-    if kind == ServerKind::Beanstalkd
-        && !case.only.is_empty()
-        && let Some(have) = oracle_version()
-        && !case.only.iter().any(|o| have >= &o.min[..])
-    {
-        let tokens: Vec<&str> = case.only.iter().map(|o| o.token.as_str()).collect();
-        let have: Vec<String> = have.iter().map(u64::to_string).collect();
-        return Ok(Completion::ignored_with(format!(
-            "oracle is beanstalkd {}; case is only for {}",
-            have.join("."),
-            tokens.join(", ")
-        )));
+/// Where a trial runs: a server kind, answering as 1.13 or (redstalk's `--compat
+/// 1.12`) as 1.12.
+#[derive(Clone, Copy)]
+struct Target {
+    kind: ServerKind,
+    as_1_12: bool,
+}
+
+impl Target {
+    fn all() -> Vec<Target> {
+        let mut all: Vec<Target> = ServerKind::all()
+            .into_iter()
+            .map(|kind| Target {
+                kind,
+                as_1_12: false,
+            })
+            .collect();
+        // The switch lives in the protocol and engine layers, which every store
+        // shares: one engine suffices.
+        all.push(Target {
+            kind: ServerKind::Memory,
+            as_1_12: true,
+        });
+        all
     }
-    let mut server = match ServerProc::start(kind, &case.args) {
+
+    fn name(self) -> String {
+        match self.as_1_12 {
+            true => format!("{}-1.12", self.kind.name()),
+            false => self.kind.name().to_string(),
+        }
+    }
+
+    /// The release the server answers as (the oracle's from `beanstalkd -v`).
+    fn release(self) -> Option<&'static [u64]> {
+        match (self.kind, self.as_1_12) {
+            (ServerKind::Beanstalkd, _) => oracle_version(),
+            (_, true) => Some(&[1, 12]),
+            (_, false) => Some(&[1, 13]),
+        }
+    }
+}
+
+/// Why `case` does not hold for a server answering as `release`, if it does not.
+fn skipped(case: &Case, release: Option<&[u64]>) -> Option<String> {
+    let have = release?;
+    let too_old = !case.only.is_empty() && !case.only.iter().any(|b| have >= &b.version[..]);
+    let too_new = !case.before.is_empty() && !case.before.iter().any(|b| have < &b.version[..]);
+    if !too_old && !too_new {
+        return None;
+    }
+    let have: Vec<String> = have.iter().map(u64::to_string).collect();
+    let (which, bounds) = match too_old {
+        true => ("from", &case.only),
+        false => ("before", &case.before),
+    };
+    let tokens: Vec<&str> = bounds.iter().map(|b| b.token.as_str()).collect();
+    Some(format!(
+        "the server answers as beanstalkd {}; the case holds only {which} {}",
+        have.join("."),
+        tokens.join(", ")
+    ))
+}
+
+/// Run one trial: a fresh server, the whole conversation, then stop the server.
+fn run_trial(target: Target, case: &Case) -> Result<Completion, Failed> {
+    let kind = target.kind;
+    let release = target.release();
+    if let Some(why) = skipped(case, release) {
+        return Ok(Completion::ignored_with(why));
+    }
+    let mut args = case.args.clone();
+    if target.as_1_12 {
+        args.extend(["--compat".to_string(), "1.12".to_string()]);
+    }
+    let mut server = match ServerProc::start(kind, &args) {
         Ok(Some(server)) => server,
         Ok(None) => return Ok(Completion::ignored_with("beanstalkd is not installed")),
         Err(e) => {
-            return Err(format!("{}: cannot start {}: {e}", case.display_path, kind.name()).into());
+            return Err(
+                format!("{}: cannot start {}: {e}", case.display_path, target.name()).into(),
+            );
         }
     };
     // Drained from the start (so a chatty server never blocks on a full pipe) and shown
@@ -1141,6 +1248,7 @@ fn run_trial(kind: ServerKind, case: &Case) -> Result<Completion, Failed> {
     let mut player = Player {
         case,
         server: &server,
+        release,
         conns: HashMap::new(),
     };
     player.run().map_err(|detail| {
@@ -1167,12 +1275,12 @@ fn main() {
         }
     };
     let mut trials = Vec::new();
-    for kind in ServerKind::all() {
+    for target in Target::all() {
         for (stem, parsed) in &cases {
-            let name = format!("{}::{stem}", kind.name());
+            let name = format!("{}::{stem}", target.name());
             let parsed = parsed.clone();
             trials.push(Trial::ignorable_test(name, move || match parsed {
-                Ok(case) => run_trial(kind, &case),
+                Ok(case) => run_trial(target, &case),
                 Err(msg) => Err(msg.into()),
             }));
         }

@@ -9,6 +9,10 @@
 //!   which this Redis requires), jobs go in, out and away over TLS.
 //! - `a_server_certificate_from_another_ca_is_refused_clearly` — with another CA,
 //!   redstalk refuses to start, and says the certificate is not trusted.
+//! - `a_ca_certificate_used_as_the_servers_own_is_refused_with_what_to_do` — a Redis
+//!   whose certificate is the (self-signed) CA itself: redstalk refuses to start and
+//!   says so, and to issue a server certificate from that CA (rustls alone said
+//!   `invalid peer certificate: Other(OtherError(CaUsedAsEndEntity))`).
 //! - `credentials_never_show_and_a_wrong_password_says_so` — a wrong password stops the
 //!   start with Redis' own WRONGPASS, not "did not answer"; with Redis down, the message
 //!   says so; neither shows the password.
@@ -125,11 +129,16 @@ impl Drop for Certs {
 /// A redis-server that also listens with TLS (client certificates required); its TLS
 /// port.
 fn tls_redis(certs: &Certs) -> (RedisServer, u16) {
+    tls_redis_presenting(certs, "server")
+}
+
+/// [`tls_redis`] presenting the certificate `<name>.pem` (with `<name>.key`).
+fn tls_redis_presenting(certs: &Certs, name: &str) -> (RedisServer, u16) {
     let port = free_port();
     let (p, cert, key, ca) = (
         port.to_string(),
-        certs.path("server.pem"),
-        certs.path("server.key"),
+        certs.path(&format!("{name}.pem")),
+        certs.path(&format!("{name}.key")),
         certs.path("ca.pem"),
     );
     let redis = RedisServer::start_with(&[
@@ -241,6 +250,31 @@ fn a_server_certificate_from_another_ca_is_refused_clearly() {
         lower.contains("certificate")
             && (lower.contains("unknownissuer") || lower.contains("issuer")),
         "the refusal does not say the certificate is not trusted: {err}"
+    );
+}
+
+#[test]
+fn a_ca_certificate_used_as_the_servers_own_is_refused_with_what_to_do() {
+    let _serial = serial();
+    if !redis_available() {
+        return;
+    }
+    let certs = Certs::make();
+    let (_redis, port) = tls_redis_presenting(&certs, "ca");
+    let url = format!("rediss://127.0.0.1:{port}/0");
+    let err = ServerProc::start_on_redis_as(
+        ServerKind::Redis,
+        &url,
+        "tls-ca-as-server",
+        &tls_args(&certs, "ca.pem"),
+    )
+    .err()
+    .expect("redstalk started although Redis presents a CA certificate as its own");
+    println!("tls: a CA certificate as the server's own: {err}");
+    assert!(
+        err.contains("presents a CA certificate")
+            && err.contains("issue a server certificate from that CA"),
+        "the refusal does not say what is wrong and what to do: {err}"
     );
 }
 

@@ -206,6 +206,12 @@ pub struct Cli {
     )]
     pub metrics_tubes: usize,
 
+    /// Answer as beanstalkd VERSION does: 1.13, or 1.12 for clients written against
+    /// it (YAML string values unquoted, reserve-with-timeout's number read with strtol;
+    /// see docs/COMPAT.md).
+    #[arg(long, env = "REDSTALK_COMPAT", value_name = "VERSION", default_value_t)]
+    pub compat: crate::protocol::Dialect,
+
     /// On SIGTERM/SIGINT, wait this many seconds for connections to finish.
     #[arg(
         long,
@@ -276,6 +282,8 @@ pub struct Settings {
     /// `--max-connections`, when given (else the file descriptor limit decides).
     pub max_connections: Option<usize>,
     pub shutdown_grace: Duration,
+    /// The beanstalkd release whose replies to give (`--compat`).
+    pub dialect: crate::protocol::Dialect,
     /// Where to serve metrics over HTTP; `None`: not served.
     pub metrics: Option<SocketAddr>,
     /// Tubes with per-tube series in /metrics.
@@ -316,6 +324,7 @@ impl Cli {
             verbose: self.verbose,
             max_connections: self.max_connections.map(|n| n.max(1)),
             shutdown_grace: Duration::from_secs(self.shutdown_grace),
+            dialect: self.compat,
             metrics: self.metrics_addr()?,
             metrics_tubes: self.metrics_tubes,
             warnings,

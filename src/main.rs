@@ -156,6 +156,7 @@ fn start_binlog(config: &BinlogConfig, engine_config: EngineConfig) -> anyhow::R
 async fn start_serving(settings: &Settings) -> anyhow::Result<Serving> {
     let engine_config = EngineConfig {
         max_job_size: settings.max_job_size,
+        dialect: settings.dialect,
     };
     if let Some(config) = &settings.binlog {
         return start_binlog(config, engine_config);

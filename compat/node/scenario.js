@@ -70,8 +70,15 @@ function expectStats(stats, expected, what) {
     }
 }
 
+// A loaded machine delays replies (and this process) by seconds: only a wrong answer may
+// fail the scenario. Something early is wrong; late is only slow, by up to this much.
+const LATE = 5;
+// A reserve that must find a job already there waits this long at most (it is answered
+// at once; the bound only ends a wrong answer).
+const READY = 10;
+
 function expectWaited(waited, lo, hi, what) {
-    assert.ok(waited >= lo && waited < hi, `${what}: waited ${waited.toFixed(3)} s, expected ${lo}..${hi} s`);
+    assert.ok(waited >= lo && waited < hi + LATE, `${what}: waited ${waited.toFixed(3)} s, expected ${lo}..${hi} s (+${LATE} s on a loaded machine)`);
 }
 
 // Runs FiveBeansWorker on `tube` until `done(counts)` holds; resolves to the counts.
@@ -133,9 +140,9 @@ async function main() {
         id: Number(urgent), tube: 'emails', state: 'reserved', pri: 1, delay: 0, ttr: 30, file: 0,
         reserves: 1, timeouts: 0, releases: 0, buries: 0, kicks: 0,
     }, 'stats-job of a reserved job');
-    assert.ok(reserved['time-left'] >= 28 && reserved['time-left'] <= 30, `time-left ${reserved['time-left']}`);
+    assert.ok(reserved['time-left'] >= 25 && reserved['time-left'] <= 30, `time-left ${reserved['time-left']}`);
     await call(worker, 'destroy', urgent);
-    [id, body] = await call(worker, 'reserve_with_timeout', 1);
+    [id, body] = await call(worker, 'reserve_with_timeout', READY);
     assert.ok(id === hello && body.toString() === 'hello', `reserve-with-timeout: ${id} ${body}`);
 
     // touch: only the holder may touch
@@ -152,7 +159,7 @@ async function main() {
     assert.strictEqual(id, hello, 'peek-delayed');
     expectStats((await call(admin, 'stats_job', hello))[0],
         { state: 'delayed', pri: 20, delay: 1, releases: 1, reserves: 1 }, 'stats-job of a released job');
-    [id] = await call(worker, 'reserve_with_timeout', 3);
+    [id] = await call(worker, 'reserve_with_timeout', READY);
     expectWaited(now() - started, 0.9, 1.5, 'release with delay 1');
     assert.strictEqual(id, hello, 'reserve after the release delay');
 
@@ -201,7 +208,7 @@ async function main() {
     [id] = await call(producer, 'peek_delayed');
     assert.strictEqual(id, delayed, 'peek-delayed of a delayed put');
     expectStats((await call(admin, 'stats_job', delayed))[0], { state: 'delayed', delay: 1, pri: 5 }, 'stats-job of a delayed put');
-    [id] = await call(worker, 'reserve_with_timeout', 3);
+    [id] = await call(worker, 'reserve_with_timeout', READY);
     expectWaited(now() - started, 0.9, 1.5, 'put with delay 1');
     assert.strictEqual(id, delayed, 'reserve of the delayed put');
     await call(worker, 'destroy', delayed);
@@ -214,13 +221,13 @@ async function main() {
     started = now();
     [id] = await call(worker, 'reserve');
     assert.strictEqual(id, short, 'reserve of the ttr-1 job');
-    await expectError(call(worker, 'reserve_with_timeout', 2), 'DEADLINE_SOON', 'reserve while holding a ttr-1 job');
-    assert.ok(now() - started < 0.5, 'DEADLINE_SOON came late');
-    const taken = call(second, 'reserve_with_timeout', 3);
+    await expectError(call(worker, 'reserve_with_timeout', READY), 'DEADLINE_SOON', 'reserve while holding a ttr-1 job');
+    assert.ok(now() - started < 0.5 + LATE, 'DEADLINE_SOON came late');
+    const taken = call(second, 'reserve_with_timeout', READY);
     // The slow worker comes back after its TTR: its touch is refused. (beanstalkd 1.12
     // can miss the TTR tick of an idle connection until that connection sends a
     // command, so the worker sends one before the touch, as in the protocol cases.)
-    await sleep(1100);
+    await sleep(1500);
     await call(worker, 'list_tubes_watched');
     await expectError(call(worker, 'touch', short), 'NOT_FOUND', 'touch of a job whose TTR expired');
     [id] = await taken;
@@ -238,7 +245,7 @@ async function main() {
     const [pausedStats] = await call(admin, 'stats_tube', 'emails');
     expectStats(pausedStats, { pause: 1, 'cmd-pause-tube': 1, 'current-jobs-ready': 1 }, 'stats-tube of a paused tube');
     assert.ok([0, 1].includes(pausedStats['pause-time-left']), `pause-time-left ${pausedStats['pause-time-left']}`);
-    [id] = await call(worker, 'reserve_with_timeout', 3);
+    [id] = await call(worker, 'reserve_with_timeout', READY);
     expectWaited(now() - started, 0.9, 1.5, 'pause-tube 1');
     assert.strictEqual(id, pausedJob, 'reserve after the pause');
     await call(worker, 'destroy', pausedJob);
@@ -248,13 +255,13 @@ async function main() {
     const big = Buffer.alloc(65535, 0);
     for (let i = 0; i < big.length; i++) big[i] = (i * 7) & 0xff;
     const [bigId] = await call(producer, 'put', 0, 0, 30, big);
-    [id, body] = await call(worker, 'reserve_with_timeout', 1);
+    [id, body] = await call(worker, 'reserve_with_timeout', READY);
     assert.ok(id === bigId && body.equals(big), `65535-byte body: ${id} ${body.length} bytes`);
     await call(worker, 'destroy', bigId);
     await expectError(call(producer, 'put', 0, 0, 30, Buffer.alloc(65536, 0x0a)), 'JOB_TOO_BIG', 'a 65536-byte put');
     const [afterBig] = await call(producer, 'put', 0, 0, 30, 'still in sync');
     assert.strictEqual(Number(afterBig), Number(bigId) + 1, 'the put after JOB_TOO_BIG takes the next id');
-    [id, body] = await call(worker, 'reserve_with_timeout', 1);
+    [id, body] = await call(worker, 'reserve_with_timeout', READY);
     assert.ok(id === afterBig && body.toString() === 'still in sync', `after JOB_TOO_BIG: ${id} ${body}`);
     await call(worker, 'destroy', afterBig);
 
@@ -323,7 +330,7 @@ async function main() {
         const [shared] = await call(producer, 'put', 0, 0, 30, 'across servers');
         assert.deepStrictEqual(await call(other, 'watch', 'shared'), ['2']);
         if (['redis', 'leader'].includes(process.env.BEANSTALK_SERVER)) {
-            [id, body] = await call(other, 'reserve_with_timeout', 1);
+            [id, body] = await call(other, 'reserve_with_timeout', READY);
             assert.ok(id === shared && body.toString() === 'across servers', `second server: ${id} ${body}`);
             await call(other, 'destroy', shared);
             await expectError(call(admin, 'peek', shared), 'NOT_FOUND', 'peek of a job deleted on the second server');

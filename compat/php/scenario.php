@@ -44,10 +44,17 @@ function check(bool $ok, string $what): void
     }
 }
 
+// A loaded machine delays replies (and this process) by seconds: only a wrong answer may
+// fail the scenario. Something early is wrong; late is only slow, by up to this much.
+const LATE = 5.0;
+// A reserve that must find a job already there waits this long at most (it is answered
+// at once; the bound only ends a wrong answer).
+const READY = 10;
+
 function between(float $got, float $lo, float $hi, string $what): void
 {
-    if ($got < $lo || $got > $hi) {
-        throw new ScenarioFailure(sprintf('%s: took %.3f s, expected %.2f..%.2f s', $what, $got, $lo, $hi));
+    if ($got < $lo || $got > $hi + LATE) {
+        throw new ScenarioFailure(sprintf('%s: took %.3f s, expected %.2f..%.2f s (+%.0f s on a loaded machine)', $what, $got, $lo, $hi, LATE));
     }
 }
 
@@ -177,14 +184,16 @@ function main(): void
     $st = job_state($producer, $job);
     eq([$st['state'], $st['tube'], $st['pri'], $st['ttr'], $st['reserves']], ['reserved', $tube, 5, 30, 1],
         'stats-job state/tube/pri/ttr/reserves of a reserved job');
-    eq($st['time-left'], 29, 'time-left right after reserving a TTR-30 job');
+    check($st['time-left'] >= 25 && $st['time-left'] <= 29, 'time-left right after reserving a TTR-30 job: ' . $st['time-left']);
     eq(tube_counts($producer, $tube)['current-jobs-reserved'], 1, 'stats-tube current-jobs-reserved');
 
     // touch restarts the TTR
     sleep(1);
-    eq(job_state($worker, $job)['time-left'], 28, 'time-left one second after reserve');
+    $before = job_state($worker, $job)['time-left'];
+    check($before >= 20 && $before <= 28, "time-left one second after reserve: $before");
     $worker->touch($job);
-    eq(job_state($worker, $job)['time-left'], 29, 'time-left after touch');
+    $after = job_state($worker, $job)['time-left'];
+    check($after > $before || $after === 29, "time-left after touch: $after ($before before)");
     expect_throw(JobNotFoundException::class, fn () => $other->touch($job), 'touch of a job reserved by another connection');
 
     // delete; the job is gone everywhere
@@ -194,7 +203,7 @@ function main(): void
     expect_throw(JobNotFoundException::class, fn () => $worker->delete($job), 'second delete');
 
     // reserve-with-timeout; bury with a new priority; peek-buried; kick
-    $job = expect_job($worker->reserveWithTimeout(1), $low->getId(), 'order-low', 'reserve-with-timeout 1');
+    $job = expect_job($worker->reserveWithTimeout(READY), $low->getId(), 'order-low', 'reserve-with-timeout 1');
     $worker->bury($job, 7);
     expect_job($producer->peekBuried(), $low->getId(), 'order-low', 'peek-buried');
     $st = job_state($producer, $job);
@@ -208,7 +217,7 @@ function main(): void
     eq([$st['state'], $st['kicks'], $st['pri']], ['ready', 1, 7], 'stats-job after kick');
 
     // kick-job of one buried job
-    $job = expect_job($worker->reserveWithTimeout(1), $low->getId(), 'order-low', 'reserve after kick');
+    $job = expect_job($worker->reserveWithTimeout(READY), $low->getId(), 'order-low', 'reserve after kick');
     $worker->bury($job, 8);
     $producer->kickJob($job);
     $st = job_state($producer, $job);
@@ -217,7 +226,7 @@ function main(): void
     expect_throw(JobNotFoundException::class, fn () => $producer->kickJob($job), 'kick-job of a ready job');
 
     // release with a delay: delayed, then reservable again after about a second
-    $job = expect_job($worker->reserveWithTimeout(1), $low->getId(), 'order-low', 'reserve after kick-job');
+    $job = expect_job($worker->reserveWithTimeout(READY), $low->getId(), 'order-low', 'reserve after kick-job');
     $worker->release($job, 50, 1);
     $released = now();
     expect_job($producer->peekDelayed(), $low->getId(), 'order-low', 'peek-delayed after release with delay');
@@ -225,7 +234,7 @@ function main(): void
     eq([$st['state'], $st['pri'], $st['delay'], $st['releases']], ['delayed', 50, 1, 1], 'stats-job after release with delay');
     eq(tube_counts($producer, $tube)['current-jobs-delayed'], 1, 'stats-tube current-jobs-delayed');
     eq($worker->reserveWithTimeout(0), null, 'reserve-with-timeout 0 while the only job is delayed');
-    $job = expect_job($worker->reserveWithTimeout(3), $low->getId(), 'order-low', 'reserve of a released job');
+    $job = expect_job($worker->reserveWithTimeout(READY), $low->getId(), 'order-low', 'reserve of a released job');
     between(now() - $released, 0.9, 1.5, 'release with delay 1, then reserve');
     $worker->release($job, 50, 0);
     expect_job($producer->peekReady(), $low->getId(), 'order-low', 'peek-ready after release without delay');
@@ -238,7 +247,7 @@ function main(): void
     expect_job($producer->peekDelayed(), $later->getId(), 'order-later', 'peek-delayed after put with delay');
     eq($producer->peekReady(), null, 'peek-ready with only a delayed job');
     eq(job_state($producer, $later)['state'], 'delayed', 'stats-job state of a delayed put');
-    $job = expect_job($worker->reserveWithTimeout(3), $later->getId(), 'order-later', 'reserve of a delayed put');
+    $job = expect_job($worker->reserveWithTimeout(READY), $later->getId(), 'order-later', 'reserve of a delayed put');
     between(now() - $put, 0.9, 1.5, 'put with delay 1, then reserve');
     $worker->delete($job);
 
@@ -255,12 +264,12 @@ function main(): void
 
     // TTR: DEADLINE_SOON a second before the deadline, then the job goes back to ready
     $short = $producer->put('order-short', 10, 0, 2);
-    $job = expect_job($worker->reserveWithTimeout(1), $short->getId(), 'order-short', 'reserve of a TTR-2 job');
+    $job = expect_job($worker->reserveWithTimeout(READY), $short->getId(), 'order-short', 'reserve of a TTR-2 job');
     $reserved = now();
     expect_throw(DeadlineSoonException::class, fn () => $worker->reserveWithTimeout(5), 'reserve-with-timeout while a TTR-2 job nears its deadline');
     between(now() - $reserved, 0.9, 1.5, 'DEADLINE_SOON on a TTR-2 job');
     eq(job_state($producer, $job)['state'], 'reserved', 'DEADLINE_SOON does not release the job');
-    $job = expect_job($other->reserveWithTimeout(3), $short->getId(), 'order-short', 'reserve of a timed-out job by another worker');
+    $job = expect_job($other->reserveWithTimeout(READY), $short->getId(), 'order-short', 'reserve of a timed-out job by another worker');
     between(now() - $reserved, 1.9, 2.5, 'TTR 2 expiry');
     $st = job_state($producer, $job);
     eq([$st['state'], $st['timeouts'], $st['reserves']], ['reserved', 1, 2], 'stats-job after a TTR timeout');
@@ -272,7 +281,7 @@ function main(): void
     $producer->pauseTube($tube, 60);
     $counts = tube_counts($producer, $tube);
     eq($counts['pause'], 60, 'stats-tube pause');
-    check($counts['pause-time-left'] >= 59 && $counts['pause-time-left'] <= 60, 'stats-tube pause-time-left: ' . $counts['pause-time-left']);
+    check($counts['pause-time-left'] >= 55 && $counts['pause-time-left'] <= 60, 'stats-tube pause-time-left: ' . $counts['pause-time-left']);
     eq($counts['cmd-pause-tube'], 1, 'stats-tube cmd-pause-tube');
     eq($worker->reserveWithTimeout(0), null, 'reserve-with-timeout 0 on a paused tube');
     $producer->resumeTube($tube);
@@ -283,7 +292,7 @@ function main(): void
     $worker->release($job, 10, 0);
     $producer->pauseTube($tube, 1);
     $start = now();
-    $job = expect_job($worker->reserveWithTimeout(3), $paused->getId(), 'order-paused', 'reserve on a tube paused for 1 s');
+    $job = expect_job($worker->reserveWithTimeout(READY), $paused->getId(), 'order-paused', 'reserve on a tube paused for 1 s');
     between(now() - $start, 0.9, 1.5, 'pause-tube 1, then reserve');
     $worker->delete($job);
     expect_throw(ServerException::class, fn () => $producer->pauseTube("$tube-nobody", 1), 'pause-tube of a missing tube');
@@ -320,7 +329,7 @@ function main(): void
     eq($worker->listTubesWatched(true), [$tube, $tube2], 'list-tubes-watched with two tubes');
     $audit = $producer->useTube($tube2)->put('audit-1', 10, 0, 30);
     eq($producer->listTubeUsed(true), $tube2, 'list-tube-used after the second use');
-    $job = expect_job($worker->reserveWithTimeout(1), $audit->getId(), 'audit-1', 'reserve from the second watched tube');
+    $job = expect_job($worker->reserveWithTimeout(READY), $audit->getId(), 'audit-1', 'reserve from the second watched tube');
     eq(job_state($worker, $job)['tube'], $tube2, 'stats-job tube of a job in the second tube');
     $worker->delete($job);
     $worker->ignore($tube2);
@@ -370,7 +379,7 @@ function main(): void
         $there->watch($shared)->ignore('default');
         $mine = $producer->useTube($shared)->put('hand-over', 10, 0, 30);
         if (in_array($server, ['redis', 'leader'], true)) {
-            $job = expect_job($there->reserveWithTimeout(2), $mine->getId(), 'hand-over', 'reserve on the second redstalk of the same Redis');
+            $job = expect_job($there->reserveWithTimeout(READY), $mine->getId(), 'hand-over', 'reserve on the second redstalk of the same Redis');
             eq(job_state($producer, $job)['state'], 'reserved', 'stats-job on the first server of a job reserved on the second');
             $there->delete($job);
             expect_throw(JobNotFoundException::class, fn () => $producer->peek($mine), 'peek on the first server of a job deleted on the second');
@@ -384,7 +393,10 @@ function main(): void
     // drain mode (SIGUSR1): no new jobs
     if ($serverPid > 0) {
         posix_kill($serverPid, defined('SIGUSR1') ? SIGUSR1 : 10);
-        usleep(200000);
+        $deadline = now() + LATE;
+        while (unq($producer->stats()['draining']) !== 'true' && now() < $deadline) {
+            usleep(50000);
+        }
         expect_throw(ServerDrainingException::class, fn () => $producer->put('too-late', 10, 0, 30), 'put in drain mode');
         eq(unq($producer->stats()['draining']), 'true', 'stats draining after SIGUSR1');
     }

@@ -74,6 +74,14 @@ def same(got, want, what):
     assert got == want and list(got) == list(want), f"{what}: got {got!r}, want {want!r}"
 
 
+# A loaded machine delays replies (and this process) by seconds: only a wrong answer may
+# fail the scenario. Something early is wrong; late is only slow, by up to this much.
+LATE = 5.0
+# A reserve that must find a job already there waits this long at most (it is answered
+# at once; the bound only ends a wrong answer).
+READY = 10
+
+
 def timed(fn, *args, **kwargs):
     started = time.monotonic()
     result = fn(*args, **kwargs)
@@ -123,7 +131,7 @@ def main() -> None:
         # ---- put, reserve, delete; a binary body comes back byte for byte ----
         first = put(producer, "hello", priority=10, ttr=30)
         urgent = put(producer, binary, priority=1, ttr=30)
-        job = raw.reserve(timeout=1)
+        job = raw.reserve(timeout=READY)
         assert (job.id, job.body) == (urgent, binary), (job.id, job.body)
         raw.delete(job)
         raises(greenstalk.NotFoundError, raw.delete, job)
@@ -156,7 +164,7 @@ def main() -> None:
         assert worker.stats_job(first)["pri"] == 12 and worker.stats_job(first)["buries"] == 1
 
         # ---- release with a priority and a delay: reservable again after about a second ----
-        job = worker.reserve(timeout=1)
+        job = worker.reserve(timeout=READY)
         worker.release(job, priority=11, delay=1)
         assert producer.stats_tube("emails")["current-jobs-delayed"] == 1
         assert producer.peek_delayed().id == first
@@ -168,8 +176,8 @@ def main() -> None:
             ),
             "stats-job of a released, delayed job",
         )
-        job, waited = timed(worker.reserve, timeout=3)
-        assert job.id == first and 0.9 <= waited < 1.5, (job.id, waited)
+        job, waited = timed(worker.reserve, timeout=READY)
+        assert job.id == first and 0.9 <= waited < 1.5 + LATE, (job.id, waited)
 
         # ---- touch, then delete ----
         worker.touch(job)
@@ -211,20 +219,23 @@ def main() -> None:
         # reserve-with-timeout waits for a delayed job to become ready
         soon = put(c, "in a second", delay=1)
         c.delete(quick)
-        job, waited = timed(c.reserve, timeout=3)
-        assert job.id == soon and 0.9 <= waited < 1.5, (job.id, waited)
+        job, waited = timed(c.reserve, timeout=READY)
+        assert job.id == soon and 0.9 <= waited < 1.5 + LATE, (job.id, waited)
 
         # touch restarts the TTR
         c.release(job)
         c.delete(job)
-        short = put(c, "short ttr", ttr=3)
+        short = put(c, "short ttr", ttr=30)
         job = c.reserve(timeout=0)
         assert job.id == short
-        assert c.stats_job(short)["time-left"] == 2
+        left = c.stats_job(short)["time-left"]
+        assert 25 <= left <= 29, left
         time.sleep(1.2)
-        assert c.stats_job(short)["time-left"] == 1
+        before = c.stats_job(short)["time-left"]
+        assert 20 <= before <= 28, before
         c.touch(job)
-        assert c.stats_job(short)["time-left"] == 2
+        after = c.stats_job(short)["time-left"]
+        assert after > before or after == 29, (before, after)
         c.delete(job)
 
         # bury and kick-job of a buried job
@@ -257,8 +268,8 @@ def main() -> None:
         assert st["pause"] == 1 and st["pause-time-left"] == 0 and st["cmd-pause-tube"] == 1, st
         raises(greenstalk.TimedOutError, c.reserve, timeout=0)
         assert c.peek_ready().id == held  # peeks ignore the pause
-        job, waited = timed(c.reserve, timeout=3)
-        assert job.id == held and 0.8 <= waited < 1.5, (job.id, waited)
+        job, waited = timed(c.reserve, timeout=READY)
+        assert job.id == held and 0.8 <= waited < 1.5 + LATE, (job.id, waited)
         c.delete(job)
         c.pause_tube("paused", 0)  # unpause at once
         raises(greenstalk.NotFoundError, c.pause_tube, "no-such-tube", 1)
@@ -293,7 +304,13 @@ def main() -> None:
 
     # ---- server stats, parsed by the client ----
     with greenstalk.Client(addr) as c:
+        # The clients before this one have closed; a loaded server may not have seen
+        # their hang-ups yet.
+        deadline = time.monotonic() + LATE
         stats = c.stats()
+        while stats["current-connections"] != 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+            stats = c.stats()
         assert list(stats) == STATS_KEYS, list(stats)
         assert stats["cmd-put"] == puts["parsed"], (stats["cmd-put"], puts)
         assert stats["total-jobs"] == puts["inserted"], (stats["total-jobs"], puts)

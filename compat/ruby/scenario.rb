@@ -24,10 +24,17 @@ def check(ok, what)
   raise ScenarioFailure, what unless ok
 end
 
-def between(secs, lo, hi, what)
-  return if secs >= lo && secs <= hi
+# A loaded machine delays replies (and this process) by seconds: only a wrong answer
+# may fail the scenario. Something early is wrong; late is only slow, by up to this much.
+LATE = 5.0
+# A reserve that must find a job already there waits this long at most (it is answered
+# at once; the bound only ends a wrong answer).
+READY = 10
 
-  raise ScenarioFailure, format('%s: took %.3f s, expected %.2f..%.2f s', what, secs, lo, hi)
+def between(secs, lo, hi, what)
+  return if secs >= lo && secs <= hi + LATE
+
+  raise ScenarioFailure, format('%s: took %.3f s, expected %.2f..%.2f s (+%.0f s on a loaded machine)', what, secs, lo, hi, LATE)
 end
 
 def now
@@ -95,19 +102,21 @@ def main
   eq([ts.current_jobs_ready, ts.current_jobs_urgent, ts.total_jobs], [2, 2, 2], 'stats-tube ready/urgent/total')
   eq([ts.current_using, ts.current_watching], [1, 2], 'stats-tube using/watching')
 
-  job = expect_job(worker.tubes.reserve(1), high[:id], 'mail-high', 'reserve-with-timeout 1')
+  job = expect_job(worker.tubes.reserve(READY), high[:id], 'mail-high', 'reserve-with-timeout 1')
   st = job.stats
-  eq([st.state, st.tube, st.pri, st.ttr, st.reserves, st.time_left], ['reserved', name, 5, 30, 1, 29],
-     'stats-job of a reserved job')
+  eq([st.state, st.tube, st.pri, st.ttr, st.reserves], ['reserved', name, 5, 30, 1], 'stats-job of a reserved job')
+  check((25..29).cover?(st.time_left), "stats-job time-left of a reserved job: #{st.time_left}")
   eq(job.tube, name, 'job.tube')
   check(job.reserved?, 'job.reserved?')
   eq(tube.stats.current_jobs_reserved, 1, 'stats-tube current-jobs-reserved')
 
   # touch restarts the TTR; nobody else can touch the job
   sleep 1
-  eq(job.stats.time_left, 28, 'time-left one second after reserve')
+  before = job.stats.time_left
+  check((20..28).include?(before), "time-left one second after reserve: #{before}")
   job.touch
-  eq(job.stats.time_left, 29, 'time-left after touch')
+  after = job.stats.time_left
+  check(after > before || after == 29, "time-left after touch: #{after} (#{before} before)")
   expect_error(Beaneater::NotFoundError, 'touch by another connection') { other.jobs.find(job.id).touch }
 
   # delete: the job is gone
@@ -117,7 +126,7 @@ def main
   expect_error(Beaneater::NotFoundError, 'second delete') { job.delete }
 
   # bury with a new priority, peek-buried, kick
-  job = expect_job(worker.tubes.reserve(1), low[:id], 'mail-low', 'reserve of the second job')
+  job = expect_job(worker.tubes.reserve(READY), low[:id], 'mail-low', 'reserve of the second job')
   job.bury(pri: 7)
   expect_job(tube.peek(:buried), low[:id], 'mail-low', 'peek-buried')
   st = job.stats
@@ -131,7 +140,7 @@ def main
   eq([st.state, st.kicks, st.pri], ['ready', 1, 7], 'stats-job after kick')
 
   # kick-job
-  job = expect_job(worker.tubes.reserve(1), low[:id], 'mail-low', 'reserve after kick')
+  job = expect_job(worker.tubes.reserve(READY), low[:id], 'mail-low', 'reserve after kick')
   job.bury(pri: 8)
   eq(producer.jobs.find(low[:id]).kick, { status: 'KICKED' }, 'kick-job of a buried job')
   st = job.stats
@@ -139,7 +148,7 @@ def main
   expect_error(Beaneater::NotFoundError, 'kick-job of a ready job') { producer.jobs.find(low[:id]).kick }
 
   # release with a delay: delayed, then reservable after about a second
-  job = expect_job(worker.tubes.reserve(1), low[:id], 'mail-low', 'reserve after kick-job')
+  job = expect_job(worker.tubes.reserve(READY), low[:id], 'mail-low', 'reserve after kick-job')
   job.release(pri: 50, delay: 1)
   released = now
   expect_job(tube.peek(:delayed), low[:id], 'mail-low', 'peek-delayed after release with delay')
@@ -147,7 +156,7 @@ def main
   eq([st.state, st.pri, st.delay, st.releases], ['delayed', 50, 1, 1], 'stats-job after release with delay')
   eq(tube.stats.current_jobs_delayed, 1, 'stats-tube current-jobs-delayed')
   expect_error(Beaneater::TimedOutError, 'reserve-with-timeout 0 with only a delayed job') { worker.tubes.reserve(0) }
-  job = expect_job(worker.tubes.reserve(3), low[:id], 'mail-low', 'reserve of a released job')
+  job = expect_job(worker.tubes.reserve(READY), low[:id], 'mail-low', 'reserve of a released job')
   between(now - released, 0.9, 1.5, 'release with delay 1, then reserve')
   job.release(pri: 50, delay: 0)
   expect_job(tube.peek(:ready), low[:id], 'mail-low', 'peek-ready after release')
@@ -159,7 +168,7 @@ def main
   put_at = now
   expect_job(tube.peek(:delayed), later[:id], 'mail-later', 'peek-delayed after put with delay')
   eq(job_stats(producer, later[:id]).state, 'delayed', 'stats-job state of a delayed put')
-  job = expect_job(worker.tubes.reserve(3), later[:id], 'mail-later', 'reserve of a delayed put')
+  job = expect_job(worker.tubes.reserve(READY), later[:id], 'mail-later', 'reserve of a delayed put')
   between(now - put_at, 0.9, 1.5, 'put with delay 1, then reserve')
   job.delete
 
@@ -172,12 +181,12 @@ def main
 
   # TTR: DEADLINE_SOON a second before the deadline, then the job goes back to ready
   short = tube.put('mail-short', pri: 10, delay: 0, ttr: 2)
-  job = expect_job(worker.tubes.reserve(1), short[:id], 'mail-short', 'reserve of a TTR-2 job')
+  job = expect_job(worker.tubes.reserve(READY), short[:id], 'mail-short', 'reserve of a TTR-2 job')
   reserved = now
   expect_error(Beaneater::DeadlineSoonError, 'reserve while a TTR-2 job nears its deadline') { worker.tubes.reserve(5) }
   between(now - reserved, 0.9, 1.5, 'DEADLINE_SOON on a TTR-2 job')
   eq(job.stats.state, 'reserved', 'DEADLINE_SOON does not release the job')
-  taken = expect_job(other.tubes.reserve(3), short[:id], 'mail-short', 'reserve of a timed-out job by another worker')
+  taken = expect_job(other.tubes.reserve(READY), short[:id], 'mail-short', 'reserve of a timed-out job by another worker')
   between(now - reserved, 1.9, 2.5, 'TTR 2 expiry')
   st = taken.stats
   eq([st.state, st.timeouts, st.reserves], ['reserved', 1, 2], 'stats-job after a TTR timeout')
@@ -189,7 +198,7 @@ def main
   eq(tube.pause(60), { status: 'PAUSED' }, 'pause-tube reply')
   ts = tube.stats
   eq([ts.pause, ts.cmd_pause_tube], [60, 1], 'stats-tube pause / cmd-pause-tube')
-  check([59, 60].include?(ts.pause_time_left), "stats-tube pause-time-left: #{ts.pause_time_left}")
+  check((55..60).cover?(ts.pause_time_left), "stats-tube pause-time-left: #{ts.pause_time_left}")
   expect_error(Beaneater::TimedOutError, 'reserve-with-timeout 0 on a paused tube') { worker.tubes.reserve(0) }
   tube.pause(0)
   eq(tube.stats.pause, 0, 'stats-tube pause after resume')
@@ -199,7 +208,7 @@ def main
   job.release(pri: 10, delay: 0)
   tube.pause(1)
   start = now
-  job = expect_job(worker.tubes.reserve(3), paused[:id], 'mail-paused', 'reserve on a tube paused for 1 s')
+  job = expect_job(worker.tubes.reserve(READY), paused[:id], 'mail-paused', 'reserve on a tube paused for 1 s')
   between(now - start, 0.9, 1.5, 'pause-tube 1, then reserve')
   job.delete
   expect_error(Beaneater::NotFoundError, 'pause-tube of a missing tube') { producer.tubes["#{name}-nobody"].pause(1) }
@@ -209,21 +218,21 @@ def main
   binary = "\x00head\r\nmiddle\rlone-cr\nlone-lf\r\n\r\n\x00\xff".b + (0..255).map(&:chr).join.b + "\r\n".b
   bin = tube.put(binary, pri: 10, ttr: 30)
   expect_job(producer.jobs.find(bin[:id]), bin[:id], binary, 'peek of a binary job')
-  expect_job(worker.tubes.reserve(1), bin[:id], binary, 'reserve of a binary job').delete
+  expect_job(worker.tubes.reserve(READY), bin[:id], binary, 'reserve of a binary job').delete
   crlf = tube.put("\r\n", pri: 10, ttr: 30)
-  expect_job(worker.tubes.reserve(1), crlf[:id], "\r\n", 'reserve of a CRLF-only job').delete
+  expect_job(worker.tubes.reserve(READY), crlf[:id], "\r\n", 'reserve of a CRLF-only job').delete
   empty = tube.put('', pri: 10, ttr: 30)
-  expect_job(worker.tubes.reserve(1), empty[:id], '', 'reserve of an empty job').delete
+  expect_job(worker.tubes.reserve(READY), empty[:id], '', 'reserve of an empty job').delete
 
   # the largest job the server takes, and one byte more
   max_body = ("\x00\r\nab".b * (65_535 / 5))
   eq(max_body.bytesize, 65_535, 'test body length')
   big = tube.put(max_body, pri: 10, ttr: 30)
-  expect_job(worker.tubes.reserve(1), big[:id], max_body, 'reserve of a 65535-byte job').delete
+  expect_job(worker.tubes.reserve(READY), big[:id], max_body, 'reserve of a 65535-byte job').delete
   expect_error(Beaneater::JobTooBigError, 'put of a 65536-byte job') { tube.put(max_body + 'x', pri: 10, ttr: 30) }
   after = tube.put('after-too-big', pri: 10, ttr: 30) # the connection stays usable
   eq(after[:id].to_i, big[:id].to_i + 1, 'JOB_TOO_BIG consumes no job id')
-  expect_job(worker.tubes.reserve(1), after[:id], 'after-too-big', 'reserve after JOB_TOO_BIG').delete
+  expect_job(worker.tubes.reserve(READY), after[:id], 'after-too-big', 'reserve after JOB_TOO_BIG').delete
 
   # several watched tubes
   audit_tube = producer.tubes[name2]
@@ -231,7 +240,7 @@ def main
   eq(worker.tubes.watched.map(&:name), [name, name2], 'list-tubes-watched with two tubes')
   audit = audit_tube.put('audit-1', pri: 10, ttr: 30)
   eq(producer.tubes.used.name, name2, 'list-tube-used after the second use')
-  job = expect_job(worker.tubes.reserve(1), audit[:id], 'audit-1', 'reserve from the second watched tube')
+  job = expect_job(worker.tubes.reserve(READY), audit[:id], 'audit-1', 'reserve from the second watched tube')
   eq(job.tube, name2, 'stats-job tube of a job in the second tube')
   job.delete
   worker.tubes.ignore(name2)
@@ -300,7 +309,7 @@ def main
     there.tubes.watch!(shared)
     mine = producer.tubes[shared].put('hand-over', pri: 10, ttr: 30)
     if %w[redis leader].include?(server)
-      job = expect_job(there.tubes.reserve(2), mine[:id], 'hand-over', 'reserve on the second redstalk of the same Redis')
+      job = expect_job(there.tubes.reserve(READY), mine[:id], 'hand-over', 'reserve on the second redstalk of the same Redis')
       eq(job_stats(producer, mine[:id]).state, 'reserved', 'stats-job on the first server of a job reserved on the second')
       job.delete
       eq(producer.jobs.find(mine[:id]), nil, 'peek on the first server of a job deleted on the second')
@@ -314,7 +323,8 @@ def main
   # drain mode (SIGUSR1): no new jobs; beaneater retries DRAINING twice, a second apart, then gives up
   if server_pid.positive?
     Process.kill('USR1', server_pid)
-    sleep 0.2
+    deadline = now + LATE
+    sleep 0.05 until producer.stats.draining || now > deadline
     eq(producer.stats.draining, true, 'stats draining after SIGUSR1')
     expect_error(Beaneater::DrainingError, 'put in drain mode') { producer.tubes['default'].put('too-late') }
   end

@@ -12,8 +12,8 @@ line; `| text` is one YAML data line of the `OK <n>` reply above it (`OK *` when
 is not exact: `*` matches anything, `LO..HI` an integer in that range); `eof` means the
 server closes the connection. Values of pid, uptime, rusage-*, version, id, hostname,
 os, platform in `stats` match anything. beanstalkd 1.12 does not quote name/tube/
-version/hostname/os/platform; its replies are given the 1.13 quotes before comparing
-(the oracle only).
+version/hostname/os/platform; the replies of a server answering as 1.12 (the oracle,
+redstalk --compat 1.12) are given the 1.13 quotes before comparing.
 """
 
 import os
@@ -252,7 +252,7 @@ class Terminal:
         with self.cond:
             return self.buf, self.eof
 
-    def _take(self, pred, timeout=5.0):
+    def _take(self, pred, timeout=15.0):
         end = time.monotonic() + timeout
         with self.cond:
             while True:
@@ -278,7 +278,7 @@ class Terminal:
     def exactly(self, n):
         return self._take(lambda b: (n, b[:n]) if len(b) >= n else None)
 
-    def wait_eof(self, timeout=5.0):
+    def wait_eof(self, timeout=15.0):
         end = time.monotonic() + timeout
         with self.cond:
             while not self.eof:
@@ -360,7 +360,7 @@ def check_step(term, typed, items, oracle):
 
 def main():
     addr = os.environ.get("BEANSTALK_ADDR", "127.0.0.1:11300")
-    oracle = os.environ.get("BEANSTALK_SERVER", "beanstalkd") == "beanstalkd"
+    oracle = os.environ.get("BEANSTALK_SERVER", "beanstalkd") in ("beanstalkd", "memory-1.12")
     steps = parse_session(SESSION)
     rng = random.Random(20240611)
     keystrokes = [0]

@@ -45,9 +45,16 @@ impl Engine {
                 self.counters.count(Counter::Reserve);
                 self.reserve(session, None).await
             }
-            Request::Command(Command::ReserveWithTimeout(secs)) => {
-                self.counters.count(Counter::ReserveWithTimeout);
-                self.reserve(session, Some(secs)).await
+            Request::Command(Command::ReserveWithTimeout(timeout)) => {
+                match timeout.read_as(self.dialect) {
+                    // A number only 1.12 reads (the parser could not know which release
+                    // answers): BAD_FORMAT, not counted, as 1.13 answers it.
+                    None => Ok(Outcome::Reply(Reply::BadFormat)),
+                    Some(secs) => {
+                        self.counters.count(Counter::ReserveWithTimeout);
+                        self.reserve(session, secs).await
+                    }
+                }
             }
             Request::Command(cmd) => {
                 if let Some(c) = cmd.counter() {
@@ -216,14 +223,14 @@ impl Engine {
                 None => Reply::NotFound,
             },
             Command::StatsJob(id) => match self.job_stats(id, now).await? {
-                Some(stats) => Reply::Ok(stats.to_yaml()),
+                Some(stats) => Reply::Ok(stats.to_yaml(self.dialect)),
                 None => Reply::NotFound,
             },
             Command::StatsTube(tube) => match self.tube_stats(&tube, now).await? {
-                Some(stats) => Reply::Ok(stats.to_yaml()),
+                Some(stats) => Reply::Ok(stats.to_yaml(self.dialect)),
                 None => Reply::NotFound,
             },
-            Command::Stats => Reply::Ok(self.server_stats(now).await?.to_yaml()),
+            Command::Stats => Reply::Ok(self.server_stats(now).await?.to_yaml(self.dialect)),
             Command::ListTubes => Reply::Ok(yaml::tube_list(&self.store.list_tubes().await?)),
             Command::ListTubeUsed => Reply::Using(s.using.clone()),
             Command::ListTubesWatched => Reply::Ok(yaml::tube_list(s.watching.iter())),

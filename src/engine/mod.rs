@@ -45,7 +45,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::protocol::Reply;
+use crate::protocol::{Dialect, Reply};
 use crate::store::{AnyStore, ConnId, Nanos, Reserved, Store, StoreResult};
 
 pub use crate::time::Clock;
@@ -61,6 +61,8 @@ pub use waiting::Waiting;
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
     pub max_job_size: u32,
+    /// The beanstalkd release whose replies to give (`--compat`).
+    pub dialect: Dialect,
 }
 
 /// What running one request leads to.
@@ -83,6 +85,7 @@ pub struct Engine {
     host: HostInfo,
     started: Nanos,
     max_job_size: u32,
+    dialect: Dialect,
     draining: AtomicBool,
     /// Requests for serve passes, to the serve task (see `serve.rs`).
     serve_requests: mpsc::UnboundedSender<serve::Request>,
@@ -111,6 +114,7 @@ impl Engine {
             host: HostInfo::detect(),
             started: clock.now(),
             max_job_size: config.max_job_size,
+            dialect: config.dialect,
             draining: AtomicBool::new(false),
             serve_requests,
             wakeups: AtomicU64::new(0),

@@ -30,8 +30,9 @@
 //! so earlier waiters get better jobs.
 //!
 //! Invariants: the serve task never awaits [`Engine::serve`] (it would wait for itself);
-//! a job reserved for a waiter whose connection has gone goes back to the store, and its
-//! tubes into the next round.
+//! a job reserved for a waiter whose connection has gone goes back to ready, that job
+//! alone (the connection's other reservations stay as they are), and its tube into the
+//! next round.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -209,6 +210,39 @@ impl Engine {
         let _ = self.request_pass(tubes, wait).await;
     }
 
+    /// [`Engine::serve`] that always waits for the pass, even while another is in
+    /// flight: for the timer, whose waiters catching up must find the jobs it made
+    /// ready handed over (see `timer.rs`).
+    pub(super) async fn serve_and_wait(&self, tubes: impl IntoIterator<Item = TubeName>) {
+        self.count_wakeup();
+        let _ = self.request_pass(tubes, true).await;
+    }
+
+    /// A job reserved for a waiter whose connection went away before it got it goes
+    /// back to ready, and its tube into the next round. Only that job: the
+    /// connection's other reservations are its own business (released when it closes;
+    /// kept until their TTR when the process shuts down). A job it never got is not a
+    /// wait that ended.
+    async fn take_back(
+        &self,
+        conn: crate::store::ConnId,
+        id: crate::store::JobId,
+        inbox: &mut Inbox,
+    ) {
+        match self.store.give_back(conn, id, self.clock.now()).await {
+            Ok(Some(tube)) => {
+                inbox.add_unrequested([tube]);
+            }
+            Ok(None) => {}
+            Err(err) => tracing::warn!(
+                %err,
+                conn = conn.0,
+                id,
+                "could not return a job reserved for a waiter that went away; it comes back at its TTR"
+            ),
+        }
+    }
+
     /// [`Engine::serve`] for a reserve that needs the answer: always waits for the
     /// pass, and tells whether the store failed during it (some waiters may not have
     /// been looked at).
@@ -329,16 +363,7 @@ impl Engine {
                         let waited = job.waited;
                         match self.waiters.deliver(claim.seq, job) {
                             Ok(()) => self.observe_wait(waited),
-                            Err(_) => {
-                                // The waiter's connection is gone: return what it now
-                                // holds (a job it never got is not a wait that ended).
-                                let now = self.clock.now();
-                                if let Ok(back) =
-                                    self.store.close(claim.conn, &[], None, true, now).await
-                                {
-                                    inbox.add_unrequested(back);
-                                }
-                            }
+                            Err(job) => self.take_back(claim.conn, job.id, inbox).await,
                         }
                     }
                     Ok(None) => {

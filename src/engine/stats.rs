@@ -13,10 +13,11 @@ use bytes::Bytes;
 
 use super::{Counters, Engine, WaitSnapshot, host};
 use crate::protocol::yaml::Doc;
-use crate::protocol::{Counter, TubeName};
+use crate::protocol::{Counter, Dialect, TubeName};
 use crate::store::{NANOS_PER_SEC, Nanos, Store, StoreResult};
 
-/// The protocol version redstalk reports in `stats` (the reference's shape, quoted).
+/// The protocol version redstalk implements (the reference's); `stats` reports the one
+/// it answers as ([`Dialect::version`]).
 pub const PROTOCOL_VERSION: &str = "1.13";
 
 /// The reference reports its default binlog size even without a binlog.
@@ -117,9 +118,9 @@ pub struct BinlogStats {
 }
 
 impl ServerStats {
-    pub fn to_yaml(&self) -> Bytes {
+    pub fn to_yaml(&self, dialect: Dialect) -> Bytes {
         let s = self;
-        let mut d = Doc::new();
+        let mut d = Doc::new(dialect);
         d.num("current-jobs-urgent", s.current_jobs_urgent);
         d.num("current-jobs-ready", s.current_jobs_ready);
         d.num("current-jobs-reserved", s.current_jobs_reserved);
@@ -149,18 +150,18 @@ impl ServerStats {
         d.num("binlog-max-size", s.binlog_max_size);
         d.num("draining", s.draining);
         d.num("id", &s.id);
-        d.quoted("hostname", &s.hostname);
-        d.quoted("os", &s.os);
-        d.quoted("platform", &s.platform);
+        d.string("hostname", &s.hostname);
+        d.string("os", &s.os);
+        d.string("platform", &s.platform);
         d.done()
     }
 }
 
 impl TubeStats {
-    pub fn to_yaml(&self) -> Bytes {
+    pub fn to_yaml(&self, dialect: Dialect) -> Bytes {
         let t = self;
-        let mut d = Doc::new();
-        d.quoted("name", &t.name);
+        let mut d = Doc::new(dialect);
+        d.string("name", &t.name);
         d.num("current-jobs-urgent", t.current_jobs_urgent);
         d.num("current-jobs-ready", t.current_jobs_ready);
         d.num("current-jobs-reserved", t.current_jobs_reserved);
@@ -179,11 +180,11 @@ impl TubeStats {
 }
 
 impl JobStats {
-    pub fn to_yaml(&self) -> Bytes {
+    pub fn to_yaml(&self, dialect: Dialect) -> Bytes {
         let j = self;
-        let mut d = Doc::new();
+        let mut d = Doc::new(dialect);
         d.num("id", j.id);
-        d.quoted("tube", &j.tube);
+        d.string("tube", &j.tube);
         d.num("state", j.state);
         d.num("pri", j.pri);
         d.num("age", j.age);
@@ -291,7 +292,7 @@ impl Engine {
             current_waiting: self.waiters.total(),
             total_connections: Counters::get(&c.total_connections),
             pid: self.host.pid,
-            version: PROTOCOL_VERSION.to_string(),
+            version: self.dialect.version().to_string(),
             rusage_utime: utime,
             rusage_stime: stime,
             uptime: now.saturating_sub(self.started) / NANOS_PER_SEC,
@@ -355,7 +356,7 @@ mod tests {
             name: "default".into(),
             ..Default::default()
         }
-        .to_yaml();
+        .to_yaml(Dialect::V1_13);
         let text = std::str::from_utf8(&y).unwrap();
         let keys: Vec<&str> = text
             .lines()

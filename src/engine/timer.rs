@@ -5,15 +5,26 @@
 //! A failing tick (the store away, or refusing writes) is retried after a backoff that
 //! doubles up to 5 s, with at most one warning per 10 s, never in a busy loop.
 //!
-//! Ownership: [`Timer`] is shared; the task is the only caller of `Store::tick`.
-//! Invariant: after any change that creates a deadline earlier than the one the task
-//! sleeps towards, [`Timer::hint`] is called, so the task re-plans (a `Notify` permit
-//! is stored if the task is busy, so no hint is lost).
+//! Ownership: [`Timer`] is shared; the task is the only caller of `Store::tick`. Its
+//! [`Plan`] sits behind a std `Mutex`, never held across an `.await`.
+//!
+//! Invariants:
+//! - after any change that creates a deadline earlier than the one the task sleeps
+//!   towards, [`Timer::hint`] is called, so the task re-plans. A hint that arrives while
+//!   the task reads the store's next deadline is kept and looked at once the read is
+//!   back (the read may have been taken before the change: with a remote store, a hint
+//!   compared then with the wake time just passed was dropped, and the deadline missed
+//!   until the next read);
+//! - a waiter whose timeout (or safety margin) is due first lets every deadline up to it
+//!   be applied and served ([`Timer::catch_up`]), as the reference's tick moves due jobs
+//!   before it times connections out: a job due 2 ms before a reserve's timeout goes to
+//!   that reserve even when the tick and its serve pass take longer than 2 ms (a round
+//!   trip or two to Redis on a loaded machine).
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
+use tokio_util::sync::CancellationToken;
 
 use super::Engine;
 use crate::store::Store;
@@ -21,26 +32,107 @@ use crate::time::{NANOS_PER_SEC, Nanos};
 
 #[derive(Debug)]
 pub struct Timer {
-    planned: AtomicU64,
+    plan: Mutex<Plan>,
     wake: Notify,
+    /// Bumped whenever the plan's `read` or `applied` moved, for [`Timer::catch_up`].
+    progress: watch::Sender<u64>,
+}
+
+/// What the timer task knows and intends.
+#[derive(Debug)]
+struct Plan {
+    /// When the task wakes next (`u64::MAX`: when told). 0 while it reads the store's
+    /// next deadline, so a hint then wakes nothing: it is in `hinted`, looked at after.
+    wake: Nanos,
+    /// The earliest deadline hinted since the task began its last read (`u64::MAX`:
+    /// none).
+    hinted: Nanos,
+    /// The store's earliest deadline at the last read (`u64::MAX`: none), lowered by the
+    /// hints that came before that read began.
+    read: Nanos,
+    /// Every deadline up to here has been applied and its jobs served: the `now` of the
+    /// last tick that finished (or failed).
+    applied: Nanos,
 }
 
 impl Default for Timer {
     fn default() -> Self {
         Timer {
-            planned: AtomicU64::new(u64::MAX),
+            plan: Mutex::new(Plan {
+                wake: u64::MAX,
+                hinted: u64::MAX,
+                read: u64::MAX,
+                applied: 0,
+            }),
             wake: Notify::new(),
+            progress: watch::Sender::new(0),
         }
     }
 }
 
 impl Timer {
+    fn plan(&self) -> MutexGuard<'_, Plan> {
+        self.plan.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Something is due at `at`; wake the task if that is before its plan.
     pub fn hint(&self, at: Nanos) {
-        if at < self.planned.load(Ordering::SeqCst) {
-            self.planned.store(at, Ordering::SeqCst);
+        let mut plan = self.plan();
+        plan.hinted = plan.hinted.min(at);
+        if at < plan.wake {
+            plan.wake = at;
             self.wake.notify_one();
         }
+    }
+
+    /// A waiter's wake time `at` has come (`at` is not in the future): return once
+    /// every deadline up to `at` that the timer knows of has been applied and its jobs
+    /// handed to waiters, at once when there is none. Bounded by the timer task, which
+    /// is due itself then (its plan is no later than `at`); ends at `stop`.
+    pub async fn catch_up(&self, at: Nanos, stop: &CancellationToken) {
+        let mut progress = self.progress.subscribe();
+        loop {
+            {
+                let plan = self.plan();
+                if plan.applied >= at || plan.read.min(plan.hinted) > at {
+                    return;
+                }
+            }
+            tokio::select! {
+                changed = progress.changed() => if changed.is_err() { return },
+                _ = stop.cancelled() => return,
+            }
+        }
+    }
+
+    /// The task begins a read of the store's next deadline.
+    fn reading(&self) {
+        let mut plan = self.plan();
+        plan.read = plan.read.min(plan.hinted);
+        plan.hinted = u64::MAX;
+        plan.wake = 0;
+    }
+
+    /// The read is back with the store's earliest deadline `due` (`u64::MAX`: none);
+    /// the task may sleep until `sleep` at the latest. When it wakes.
+    fn planned(&self, due: Nanos, sleep: Nanos) -> Nanos {
+        let wake = {
+            let mut plan = self.plan();
+            plan.read = due;
+            plan.wake = sleep.min(due).min(plan.hinted);
+            plan.wake
+        };
+        self.progress.send_modify(|n| *n += 1);
+        wake
+    }
+
+    /// A tick at `now` finished (or failed).
+    fn applied(&self, now: Nanos) {
+        {
+            let mut plan = self.plan();
+            plan.applied = plan.applied.max(now);
+        }
+        self.progress.send_modify(|n| *n += 1);
     }
 }
 
@@ -96,6 +188,7 @@ pub async fn run(engine: Arc<Engine>) {
     // While failing, no tick before this.
     let mut not_before: Nanos = 0;
     loop {
+        engine.timer.reading();
         let next = match engine.store.next_deadline().await {
             Ok(next) => next,
             Err(err) => {
@@ -104,25 +197,18 @@ pub async fn run(engine: Arc<Engine>) {
                 Some(at)
             }
         };
-        let next = next.map(|n| n.max(not_before));
+        let due = next.map_or(u64::MAX, |n| n.max(not_before));
         // A shared store may gain deadlines from other instances: never sleep past the
         // safety sweep.
         let sweep = engine
             .store
             .sweep_interval()
-            .map(|d| engine.clock.now() + d.as_nanos() as u64);
-        let next = match (next, sweep) {
-            (Some(n), Some(s)) => Some(n.min(s)),
-            (n, s) => n.or(s),
-        };
-        engine
-            .timer
-            .planned
-            .store(next.unwrap_or(u64::MAX), Ordering::SeqCst);
+            .map_or(u64::MAX, |d| engine.clock.now() + d.as_nanos() as u64);
+        let wake = engine.timer.planned(due, sweep);
         let sleep = async {
-            match next {
-                Some(at) => tokio::time::sleep_until(engine.clock.instant_at(at)).await,
-                None => std::future::pending().await,
+            match wake {
+                u64::MAX => std::future::pending().await,
+                at => tokio::time::sleep_until(engine.clock.instant_at(at)).await,
             }
         };
         tokio::select! {
@@ -132,14 +218,18 @@ pub async fn run(engine: Arc<Engine>) {
             _ = engine.store.namespace_lost() => {}
             _ = engine.stop.cancelled() => return,
         }
-        match engine.store.tick(engine.clock.now()).await {
+        let now = engine.clock.now();
+        match engine.store.tick(now).await {
             Ok(tubes) => {
                 failures.succeeded();
                 not_before = 0;
-                engine.serve(tubes).await;
+                // Waited for even while another pass is in flight: a waiter catching
+                // up (see `Timer::catch_up`) must find these jobs handed over.
+                engine.serve_and_wait(tubes).await;
             }
             Err(err) => not_before = failures.failed("a tick", &err, engine.clock.now()),
         }
+        engine.timer.applied(now);
         if let Some(every) = engine.store.sweep_interval() {
             let now = engine.clock.now();
             if now >= last_sweep + every.as_nanos() as u64 {

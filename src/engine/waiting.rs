@@ -1,6 +1,7 @@
 //! A connection's side of one blocked reserve: [`Waiting`] holds the waiter's entry in
 //! the registry (`waiters.rs`) and waits for whichever comes first: a job from a serve
-//! pass, the wake time (the timeout or the safety margin), or the client's hang-up.
+//! pass, the wake time (the timeout or the safety margin; a job due by then comes
+//! first, see [`crate::engine::Timer::catch_up`]), or the client's hang-up.
 //!
 //! Ownership: created by the reserve path, then owned by the connection task that
 //! drives it. Invariants: it is answered exactly once (the claim protocol of
@@ -89,10 +90,12 @@ impl Waiting {
             tokio::select! {
                 delivery = &mut self.rx => return self.answered(delivery.ok()),
                 _ = sleep => {
+                    let Some((at, why)) = wake else { continue };
+                    // What is due by then is applied and served first, as in the
+                    // reference's tick (see `timer.rs`).
+                    self.engine.timer.catch_up(at, &self.engine.stop).await;
                     self.woke = true;
-                    if let Some((_, why)) = wake
-                        && self.engine.waiters.give_up(self.seq, why)
-                    {
+                    if self.engine.waiters.give_up(self.seq, why) {
                         self.done = true;
                         return why.reply();
                     }

@@ -185,6 +185,7 @@ mod tests {
             AnyStore::Memory(MemoryStore::new()),
             EngineConfig {
                 max_job_size: 65535,
+                dialect: Default::default(),
             },
         );
         let scrapes = Scrapes::new(10);

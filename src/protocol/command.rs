@@ -71,12 +71,37 @@ pub fn is_valid_tube_name(name: &[u8]) -> bool {
         && name.iter().all(|&b| is_tube_name_byte(b))
 }
 
+/// `reserve-with-timeout`'s number as each release reads it. 1.13 reads an unsigned
+/// decimal of at most INT_MAX; 1.12 read it with `strtol` into an `int`: leading white
+/// space and a sign pass, no digits at all is 0, junk after the digits is ignored, a
+/// value is truncated to 32 bits, and a negative timeout waits without one. Only a
+/// number beyond 64 bits (ERANGE) is BAD_FORMAT in both, and is rejected by the parser.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Timeout {
+    /// Both releases read these seconds.
+    Secs(u32),
+    /// 1.13 answers BAD_FORMAT; 1.12 reads these seconds, `None` being no timeout.
+    Only1_12(Option<u32>),
+}
+
+impl Timeout {
+    /// As `dialect` reads it: `Some(None)` waits without a timeout, `None` is
+    /// BAD_FORMAT (not counted, in both releases).
+    pub fn read_as(self, dialect: super::Dialect) -> Option<Option<u32>> {
+        match (self, dialect) {
+            (Timeout::Secs(n), _) => Some(Some(n)),
+            (Timeout::Only1_12(t), super::Dialect::V1_12) => Some(t),
+            (Timeout::Only1_12(_), super::Dialect::V1_13) => None,
+        }
+    }
+}
+
 /// A complete, well-formed command other than `put` (whose body arrives separately).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Command {
     Use(TubeName),
     Reserve,
-    ReserveWithTimeout(u32),
+    ReserveWithTimeout(Timeout),
     ReserveJob(u64),
     Delete(u64),
     Release { id: u64, pri: u32, delay: u32 },

@@ -12,7 +12,9 @@ use nom::bytes::complete::{take_while, take_while1};
 use nom::character::complete::digit1;
 use nom::{IResult, Parser};
 
-use super::command::{Command, Counter, PutHeader, Rejection, TubeName, is_tube_name_byte};
+use super::command::{
+    Command, Counter, PutHeader, Rejection, Timeout, TubeName, is_tube_name_byte,
+};
 
 /// A parsed line: a command, or a put header whose body the codec must still frame.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -98,13 +100,20 @@ pub fn parse_line(line: &[u8]) -> Result<Line, Rejection> {
         Verb::PeekDelayed => exact(args, Command::PeekDelayed)?,
         Verb::PeekBuried => exact(args, Command::PeekBuried)?,
         Verb::ReserveWithTimeout => {
-            // Trailing junk is tolerated here (an end pointer is passed); values above
-            // INT_MAX are rejected.
-            let (_, n) = number::<u32>(args).map_err(|_| BAD)?;
-            if n > i32::MAX as u32 {
-                return Err(BAD);
-            }
-            Command::ReserveWithTimeout(n)
+            // Trailing junk is tolerated here (an end pointer is passed); 1.13 rejects
+            // values above INT_MAX, 1.12 reads them its own way (see `Timeout`).
+            let strict = number::<u32>(args)
+                .ok()
+                .map(|(_, n)| n)
+                .filter(|&n| n <= i32::MAX as u32);
+            let timeout = match strict {
+                Some(n) => Timeout::Secs(n),
+                None => {
+                    let n = strtol_int(args).ok_or(BAD)?;
+                    Timeout::Only1_12(u32::try_from(n).ok())
+                }
+            };
+            Command::ReserveWithTimeout(timeout)
         }
         Verb::ReserveJob => Command::ReserveJob(last_u64(args)?),
         Verb::Reserve => exact(args, Command::Reserve)?,
@@ -214,10 +223,25 @@ fn decimal(digits: &[u8]) -> Option<u64> {
     })
 }
 
-/// C's `strtoul` into an `unsigned int`, as `kick` reads its bound: leading whitespace,
-/// an optional sign (a minus negates modulo 2^64), digits, anything after ignored; then
-/// truncated to 32 bits. Only "no digits" and overflow of 64 bits are errors.
-fn strtoul_u32(args: &[u8]) -> Option<u32> {
+/// C's `strtol` stored into an `int`, as beanstalkd 1.12 read `reserve-with-timeout`:
+/// leading whitespace, an optional sign, digits (none at all is 0), anything after
+/// ignored; then truncated to 32 bits. Only overflow of a 64-bit `long` (ERANGE) is an
+/// error.
+fn strtol_int(args: &[u8]) -> Option<i32> {
+    let (negative, digits) = c_sign_and_digits(args);
+    let magnitude = decimal(digits)?;
+    let value: i64 = if negative {
+        // Down to -2^63.
+        0i64.checked_sub_unsigned(magnitude)?
+    } else {
+        i64::try_from(magnitude).ok()?
+    };
+    Some(value as i32)
+}
+
+/// What C's `strto*` functions read: leading whitespace skipped, whether a minus sign
+/// followed, and the run of digits after the sign (possibly empty).
+fn c_sign_and_digits(args: &[u8]) -> (bool, &[u8]) {
     let is_c_space = |b: u8| matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r');
     let start = args
         .iter()
@@ -230,10 +254,18 @@ fn strtoul_u32(args: &[u8]) -> Option<u32> {
         rest = tail;
     }
     let n_digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
-    if n_digits == 0 {
+    (negative, &rest[..n_digits])
+}
+
+/// C's `strtoul` into an `unsigned int`, as `kick` reads its bound: leading whitespace,
+/// an optional sign (a minus negates modulo 2^64), digits, anything after ignored; then
+/// truncated to 32 bits. Only "no digits" and overflow of 64 bits are errors.
+fn strtoul_u32(args: &[u8]) -> Option<u32> {
+    let (negative, digits) = c_sign_and_digits(args);
+    if digits.is_empty() {
         return None;
     }
-    let magnitude = decimal(&rest[..n_digits])?;
+    let magnitude = decimal(digits)?;
     let value = if negative {
         magnitude.wrapping_neg()
     } else {
@@ -294,12 +326,47 @@ mod tests {
         assert_eq!(cmd("kick 5abc"), Ok(Command::Kick(5)));
         assert_eq!(cmd("kick \t7"), Ok(Command::Kick(7)));
         assert_eq!(cmd("kick abc"), Err(BAD));
+        let rwt = |t| Ok(Command::ReserveWithTimeout(t));
+        assert_eq!(cmd("reserve-with-timeout 5abc"), rwt(Timeout::Secs(5)));
+        assert_eq!(cmd("reserve-with-timeout  5"), rwt(Timeout::Secs(5)));
         assert_eq!(
-            cmd("reserve-with-timeout 5abc"),
-            Ok(Command::ReserveWithTimeout(5))
+            cmd("reserve-with-timeout 2147483647"),
+            rwt(Timeout::Secs(i32::MAX as u32))
         );
-        assert_eq!(cmd("reserve-with-timeout 2147483648"), Err(BAD));
-        assert_eq!(cmd("reserve-with-timeout -1"), Err(BAD));
+    }
+
+    #[test]
+    fn reserve_with_timeout_as_1_12_read_it() {
+        // What 1.13 rejects, 1.12 read with strtol into an int (checked against 1.12).
+        let only = |t| Ok(Command::ReserveWithTimeout(Timeout::Only1_12(t)));
+        assert_eq!(cmd("reserve-with-timeout -1"), only(None));
+        assert_eq!(cmd("reserve-with-timeout 2147483648"), only(None));
+        assert_eq!(cmd("reserve-with-timeout 9223372036854775807"), only(None));
+        assert_eq!(cmd("reserve-with-timeout 4294967297"), only(Some(1)));
+        assert_eq!(cmd("reserve-with-timeout 4294967296"), only(Some(0)));
+        assert_eq!(cmd("reserve-with-timeout +0"), only(Some(0)));
+        assert_eq!(cmd("reserve-with-timeout \t1"), only(Some(1)));
+        assert_eq!(cmd("reserve-with-timeout -0"), only(Some(0)));
+        assert_eq!(cmd("reserve-with-timeout -"), only(Some(0)));
+        assert_eq!(cmd("reserve-with-timeout "), only(Some(0)));
+        assert_eq!(cmd("reserve-with-timeout abc"), only(Some(0)));
+        // -2^63 fits a long, and its low 32 bits are 0.
+        assert_eq!(
+            cmd("reserve-with-timeout -9223372036854775808"),
+            only(Some(0))
+        );
+        // Beyond a 64-bit long: BAD_FORMAT in both.
+        assert_eq!(cmd("reserve-with-timeout 9223372036854775808"), Err(BAD));
+        assert_eq!(cmd("reserve-with-timeout -9223372036854775809"), Err(BAD));
+        assert_eq!(cmd("reserve-with-timeout 99999999999999999999"), Err(BAD));
+        for (t, v112, v113) in [
+            (Timeout::Secs(3), Some(Some(3)), Some(Some(3))),
+            (Timeout::Only1_12(Some(1)), Some(Some(1)), None),
+            (Timeout::Only1_12(None), Some(None), None),
+        ] {
+            assert_eq!(t.read_as(crate::protocol::Dialect::V1_12), v112);
+            assert_eq!(t.read_as(crate::protocol::Dialect::V1_13), v113);
+        }
     }
 
     #[test]

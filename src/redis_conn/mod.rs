@@ -39,7 +39,7 @@ use redis::{
 };
 use tokio::sync::{Notify, mpsc};
 
-pub use target::{Target, TargetError, TlsFiles, redact};
+pub use target::{CertificateProblem, Target, TargetError, TlsFiles, redact};
 
 /// How long one attempt to connect may take (asking the sentinels included).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -333,7 +333,8 @@ async fn within_connect_timeout<T>(
     attempt: impl Future<Output = RedisResult<T>>,
 ) -> RedisResult<T> {
     match tokio::time::timeout(CONNECT_TIMEOUT, attempt).await {
-        Ok(r) => r,
+        // A certificate problem rustls names only obscurely is said plainly.
+        Ok(r) => r.map_err(CertificateProblem::explain),
         Err(_) => Err(std::io::Error::new(
             std::io::ErrorKind::TimedOut,
             "Redis (or a sentinel) did not answer within 1 s while connecting",

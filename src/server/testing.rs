@@ -45,6 +45,7 @@ impl TestServer {
             store,
             EngineConfig {
                 max_job_size: MAX_JOB_SIZE,
+                dialect: Default::default(),
             },
         );
         let config = ServerConfig {

@@ -11,6 +11,8 @@
 //! it either happens entirely or not at all.
 
 pub mod durable;
+#[cfg(test)]
+pub mod lagging;
 pub mod memory;
 pub mod redis_store;
 
@@ -526,6 +528,9 @@ pub enum AnyStore {
     Memory(MemoryStore),
     Durable(DurableStore),
     Redis(RedisStore),
+    /// The memory store answering late (the engine's in-process tests).
+    #[cfg(test)]
+    Lagging(lagging::LaggingStore),
 }
 
 /// Forward a [`Store`] method to whichever engine this is.
@@ -535,6 +540,13 @@ macro_rules! dispatch {
             AnyStore::Memory($s) => $call.await,
             AnyStore::Durable($s) => $call.await,
             AnyStore::Redis($s) => $call.await,
+            #[cfg(test)]
+            AnyStore::Lagging(lagging) => {
+                let $s = &lagging.inner;
+                let answer = $call.await;
+                lagging.lag().await;
+                answer
+            }
         }
     };
 }
@@ -642,6 +654,12 @@ impl Store for AnyStore {
         dispatch!(self, s => s.tick(now))
     }
     async fn next_deadline(&self) -> StoreResult<Option<Nanos>> {
+        #[cfg(test)]
+        if let AnyStore::Lagging(lagging) = self {
+            let answer = lagging.inner.next_deadline().await;
+            lagging.read_lag().await;
+            return answer;
+        }
         dispatch!(self, s => s.next_deadline())
     }
     async fn use_tube(&self, tube: &TubeName) -> StoreResult<()> {
@@ -661,6 +679,8 @@ impl Store for AnyStore {
             AnyStore::Memory(s) => s.name(),
             AnyStore::Durable(s) => s.name(),
             AnyStore::Redis(s) => s.name(),
+            #[cfg(test)]
+            AnyStore::Lagging(l) => l.inner.name(),
         }
     }
     fn clock(&self) -> Clock {
@@ -668,6 +688,8 @@ impl Store for AnyStore {
             AnyStore::Memory(s) => s.clock(),
             AnyStore::Durable(s) => s.clock(),
             AnyStore::Redis(s) => s.clock(),
+            #[cfg(test)]
+            AnyStore::Lagging(l) => l.inner.clock(),
         }
     }
     fn take_wake_events(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<TubeName>> {
@@ -675,6 +697,8 @@ impl Store for AnyStore {
             AnyStore::Memory(s) => s.take_wake_events(),
             AnyStore::Durable(s) => s.take_wake_events(),
             AnyStore::Redis(s) => s.take_wake_events(),
+            #[cfg(test)]
+            AnyStore::Lagging(l) => l.inner.take_wake_events(),
         }
     }
     fn sweep_interval(&self) -> Option<std::time::Duration> {
@@ -682,6 +706,8 @@ impl Store for AnyStore {
             AnyStore::Memory(s) => s.sweep_interval(),
             AnyStore::Durable(s) => s.sweep_interval(),
             AnyStore::Redis(s) => s.sweep_interval(),
+            #[cfg(test)]
+            AnyStore::Lagging(l) => l.inner.sweep_interval(),
         }
     }
     fn log_figures(&self) -> Option<&LogFigures> {
@@ -689,6 +715,8 @@ impl Store for AnyStore {
             AnyStore::Memory(s) => s.log_figures(),
             AnyStore::Durable(s) => s.log_figures(),
             AnyStore::Redis(s) => s.log_figures(),
+            #[cfg(test)]
+            AnyStore::Lagging(l) => l.inner.log_figures(),
         }
     }
     fn namespace_changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
@@ -696,6 +724,8 @@ impl Store for AnyStore {
             AnyStore::Memory(s) => s.namespace_changes(),
             AnyStore::Durable(s) => s.namespace_changes(),
             AnyStore::Redis(s) => s.namespace_changes(),
+            #[cfg(test)]
+            AnyStore::Lagging(l) => l.inner.namespace_changes(),
         }
     }
     async fn namespace_lost(&self) {
@@ -709,6 +739,8 @@ impl Store for AnyStore {
             AnyStore::Memory(s) => s.last_change(),
             AnyStore::Durable(s) => s.last_change(),
             AnyStore::Redis(s) => s.last_change(),
+            #[cfg(test)]
+            AnyStore::Lagging(l) => l.inner.last_change(),
         }
     }
     async fn durable(&self, upto: u64) -> StoreResult<()> {

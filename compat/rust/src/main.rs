@@ -72,12 +72,21 @@ fn stats_are(stats: &HashMap<String, String>, want: &[(&str, &str)], what: &str)
     Ok(())
 }
 
+/// A loaded machine delays replies (and this process) by seconds: only a wrong answer
+/// may fail the scenario. Something early is wrong; late is only slow, by up to this.
+const LATE: f64 = 5.0;
+/// A reserve that must find a job already there waits this long at most (it is
+/// answered at once; the bound only ends a wrong answer).
+const READY: u64 = 10;
+
 fn waited(started: Instant, lo: f64, hi: f64, what: &str) -> Check {
     let waited = started.elapsed().as_secs_f64();
-    if (lo..hi).contains(&waited) {
+    if (lo..hi + LATE).contains(&waited) {
         Ok(())
     } else {
-        Err(format!("{what}: waited {waited:.3} s, expected {lo}..{hi} s"))
+        Err(format!(
+            "{what}: waited {waited:.3} s, expected {lo}..{hi} s (+{LATE} s on a loaded machine)"
+        ))
     }
 }
 
@@ -157,7 +166,7 @@ fn scenario() -> Check {
             "stats-job of a reserved job",
         )?;
         let left: u64 = stats["time-left"].parse().map_err(|e| format!("time-left: {e}"))?;
-        if !(28..=30).contains(&left) {
+        if !(25..=30).contains(&left) {
             return Err(format!("stats-job time-left {left}"));
         }
         ok(job.delete(), "delete")?;
@@ -165,7 +174,7 @@ fn scenario() -> Check {
 
     // reserve-with-timeout and touch: only the holder may touch
     {
-        let mut job = ok(worker.reserve_with_timeout(secs(1)), "reserve-with-timeout")?;
+        let mut job = ok(worker.reserve_with_timeout(secs(READY)), "reserve-with-timeout")?;
         same((job.id(), job.body()), (hello, &b"hello"[..]), "reserve-with-timeout")?;
         ok(job.touch(), "touch")?;
         fails(admin.touch(hello), "NotFound", "touch by another connection")?;
@@ -186,7 +195,7 @@ fn scenario() -> Check {
         "stats-job of a released job",
     )?;
     {
-        let mut job = ok(worker.reserve_with_timeout(secs(3)), "reserve after the release delay")?;
+        let mut job = ok(worker.reserve_with_timeout(secs(READY)), "reserve after the release delay")?;
         waited(started, 0.9, 1.5, "release with delay 1")?;
         same(job.id(), hello, "reserve after the release delay")?;
 
@@ -270,7 +279,7 @@ fn scenario() -> Check {
         "stats-job of a delayed put",
     )?;
     {
-        let mut job = ok(worker.reserve_with_timeout(secs(3)), "reserve of the delayed put")?;
+        let mut job = ok(worker.reserve_with_timeout(secs(READY)), "reserve of the delayed put")?;
         waited(started, 0.9, 1.5, "put with delay 1")?;
         same(job.id(), delayed, "reserve of the delayed put")?;
         ok(job.delete(), "delete")?;
@@ -284,7 +293,7 @@ fn scenario() -> Check {
     let second = thread::spawn(move || -> Check<(u64, f64)> {
         let mut second = connect()?;
         ok(second.watch("emails"), "watch")?;
-        let mut job = ok(second.reserve_with_timeout(secs(3)), "reserve of the timed-out job")?;
+        let mut job = ok(second.reserve_with_timeout(secs(READY)), "reserve of the timed-out job")?;
         let at = started.elapsed().as_secs_f64();
         let id = job.id();
         stats_are(
@@ -296,18 +305,18 @@ fn scenario() -> Check {
         Ok((id, at))
     });
     fails(worker.reserve_with_timeout(secs(2)), "DeadlineSoon", "reserve while holding a ttr-1 job")?;
-    if started.elapsed() > Duration::from_millis(500) {
+    if started.elapsed().as_secs_f64() > 0.5 + LATE {
         return Err("DEADLINE_SOON came late".into());
     }
     // The slow worker comes back after its TTR: its touch is refused. (beanstalkd 1.12
     // can miss the TTR tick of an idle connection until that connection sends a
     // command, so the worker sends one before the touch, as in the protocol cases.)
-    thread::sleep(Duration::from_millis(1100));
+    thread::sleep(Duration::from_millis(1500));
     ok(worker.watching(), "list-tubes-watched")?;
     fails(worker.touch(short), "NotFound", "touch of a job whose TTR expired")?;
     let (id, at) = second.join().map_err(|_| "second worker panicked".to_string())??;
     same(id, short, "reserve of the timed-out job")?;
-    if !(0.9..1.5).contains(&at) {
+    if !(0.9..1.5 + LATE).contains(&at) {
         return Err(format!("ttr 1 expiry: the job came back after {at:.3} s, expected 0.9..1.5 s"));
     }
 
@@ -325,7 +334,7 @@ fn scenario() -> Check {
         return Err(format!("pause-time-left {}", tube["pause-time-left"]));
     }
     {
-        let mut job = ok(worker.reserve_with_timeout(secs(3)), "reserve after the pause")?;
+        let mut job = ok(worker.reserve_with_timeout(secs(READY)), "reserve after the pause")?;
         waited(started, 0.9, 1.5, "pause-tube 1")?;
         same(job.id(), paused, "reserve after the pause")?;
         ok(job.delete(), "delete")?;
@@ -336,7 +345,7 @@ fn scenario() -> Check {
     let big: Vec<u8> = (0..65535u32).map(|i| (i * 7) as u8).collect();
     let big_id = ok(producer.put(&big, 0, secs(0), secs(30)), "put of 65535 bytes")?;
     {
-        let mut job = ok(worker.reserve_with_timeout(secs(1)), "reserve of 65535 bytes")?;
+        let mut job = ok(worker.reserve_with_timeout(secs(READY)), "reserve of 65535 bytes")?;
         same(job.id(), big_id, "reserve of 65535 bytes")?;
         if job.body() != &big[..] {
             return Err(format!("65535-byte body came back as {} different bytes", job.body().len()));
@@ -347,7 +356,7 @@ fn scenario() -> Check {
     let after_big = ok(producer.put(b"still in sync", 0, secs(0), secs(30)), "put after JOB_TOO_BIG")?;
     same(after_big, big_id + 1, "the put after JOB_TOO_BIG takes the next id")?;
     {
-        let mut job = ok(worker.reserve_with_timeout(secs(1)), "reserve after JOB_TOO_BIG")?;
+        let mut job = ok(worker.reserve_with_timeout(secs(READY)), "reserve after JOB_TOO_BIG")?;
         same((job.id(), job.body()), (after_big, &b"still in sync"[..]), "reserve after JOB_TOO_BIG")?;
         ok(job.delete(), "delete")?;
     }
@@ -366,7 +375,7 @@ fn scenario() -> Check {
         let mut log = Vec::new();
         let mut retried = false;
         loop {
-            let mut job = match conn.reserve_with_timeout(secs(2)) {
+            let mut job = match conn.reserve_with_timeout(secs(5)) {
                 Ok(job) => job,
                 Err(BeanstalkcError::CommandFailed(status)) if status == "TimedOut" => break,
                 Err(e) => return Err(format!("worker loop reserve: {e}")),
@@ -475,7 +484,7 @@ fn scenario() -> Check {
         let shared = ok(producer.put(b"across servers", 0, secs(0), secs(30)), "put")?;
         same(ok(other.watch("shared"), "watch on the second server")?, 2, "watch on the second server")?;
         if matches!(std::env::var("BEANSTALK_SERVER").as_deref(), Ok("redis" | "leader")) {
-            let mut job = ok(other.reserve_with_timeout(secs(1)), "reserve on the second server")?;
+            let mut job = ok(other.reserve_with_timeout(secs(READY)), "reserve on the second server")?;
             same((job.id(), job.body()), (shared, &b"across servers"[..]), "reserve on the second server")?;
             ok(job.delete(), "delete on the second server")?;
             fails(admin.peek(shared), "NotFound", "peek of a job deleted on the second server")?;

@@ -10,8 +10,10 @@
 //! exactly when a wait ended).
 //!
 //! Files: `reserve.rs` (immediate answers, timeouts, DEADLINE_SOON), `waiters.rs`
-//! (hand-over order and claim races), `timing.rs` (delays, TTR, pause-tube).
+//! (hand-over order and claim races), `timing.rs` (delays, TTR, pause-tube), `late.rs`
+//! (a store that answers late, as Redis does: the windows a round trip opens).
 
+mod late;
 mod reserve;
 mod timing;
 mod waiters;
@@ -26,6 +28,7 @@ use tokio_util::codec::Decoder;
 
 use super::{Engine, EngineConfig, Outcome, Session, Waiting};
 use crate::protocol::{Reply, ServerCodec};
+use crate::store::lagging::LaggingStore;
 use crate::store::{AnyStore, MemoryStore};
 
 /// A fresh engine on a memory store (its timer and serve tasks running).
@@ -34,6 +37,19 @@ fn engine() -> Arc<Engine> {
         AnyStore::Memory(MemoryStore::new()),
         EngineConfig {
             max_job_size: 65_535,
+            dialect: Default::default(),
+        },
+    )
+}
+
+/// A fresh engine on a memory store whose answers arrive `lag` late (`read_lag` for the
+/// timer's reads of its next deadline).
+fn lagging_engine(lag: Duration, read_lag: Duration) -> Arc<Engine> {
+    Engine::start(
+        AnyStore::Lagging(LaggingStore::new(lag).with_read_lag(read_lag)),
+        EngineConfig {
+            max_job_size: 65_535,
+            dialect: Default::default(),
         },
     )
 }

@@ -71,7 +71,7 @@ pub fn check_request(r: &Request, max_job_size: u32) {
             );
         }
         Request::Put(put) => assert!(put.body.len() <= max_job_size as usize),
-        Request::Command(Command::ReserveWithTimeout(secs)) => {
+        Request::Command(Command::ReserveWithTimeout(crate::protocol::Timeout::Secs(secs))) => {
             assert!(*secs <= i32::MAX as u32)
         }
         Request::Command(_) => {}

@@ -1,0 +1,106 @@
+//! With a store that answers late (as Redis does, a round trip per call), on the paused
+//! clock: a job due just before a reserve's timeout still goes to that reserve; a hint
+//! that arrives while the timer reads its next deadline is not lost; a job reserved for
+//! a waiter that went away meanwhile goes back alone, the connection's other
+//! reservations untouched.
+
+use super::*;
+
+#[tokio::test(start_paused = true)]
+async fn a_job_due_before_a_timeout_goes_to_the_waiter_though_the_tick_ends_after_it() {
+    // Each store call takes 20 ms. The put is applied at 0 (due at 1000); the reserve
+    // starts at 10 (times out at 1010). The tick at 1000 is answered at 1020, and its
+    // pass hands the job over at 1040: the timeout falls in between.
+    let e = lagging_engine(ms(20), ms(20));
+    let mut p = Client::connect(&e).await;
+    let mut w = Client::connect(&e).await;
+    let started = Instant::now();
+    let put = tokio::spawn(async move {
+        let reply = p.put_with(0, 1, 60, "due").await;
+        (p, reply)
+    });
+    tokio::time::sleep(ms(10)).await;
+    let wait = spawn_wait(w.block("reserve-with-timeout 1").await);
+    let (mut p, inserted) = put.await.unwrap();
+    assert_eq!(inserted, "INSERTED 1");
+    let reply = wait.await.unwrap();
+    eprintln!(
+        "late store: job due at 1000 ms, reserve times out at 1010 ms, tick and pass answered \
+         20 ms late each: {reply:?} at {:?}",
+        started.elapsed()
+    );
+    assert_eq!(reply, reserved(1, "due"));
+    assert_eq!(p.state(1).await, "reserved");
+    assert_eq!(p.stat("stats", "current-waiting").await, "0");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_timeout_with_nothing_due_by_then_is_not_held_by_a_late_store() {
+    let e = lagging_engine(ms(20), ms(20));
+    let mut p = Client::connect(&e).await;
+    let mut w = Client::connect(&e).await;
+    // Due after the timeout: the waiter does not wait for it.
+    assert_eq!(p.put_with(0, 2, 60, "later").await, "INSERTED 1");
+    let started = Instant::now();
+    let wait = spawn_wait(w.block("reserve-with-timeout 1").await);
+    assert_eq!(wait.await.unwrap(), "TIMED_OUT");
+    assert_eq!(started.elapsed(), ms(1000));
+    assert_eq!(p.state(1).await, "delayed");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hint_during_the_timers_read_is_kept() {
+    // Reads of the next deadline answer 50 ms late, other calls at once: a release
+    // made after the read was taken, and hinted, arrives before the read's answer.
+    let e = lagging_engine(ms(0), ms(50));
+    let mut h = Client::connect(&e).await;
+    let started = Instant::now();
+    assert_eq!(h.put_with(0, 1, 60, "first").await, "INSERTED 1");
+    h.put("held").await;
+    assert_eq!(h.cmd("reserve-job 2").await, reserved(2, "held"));
+    // At 1000 the timer ticks (job 1 is ready) and reads its next deadline again
+    // (answered at 1050). Meanwhile job 2 goes back with a delay of 1 s: due at 2010.
+    tokio::time::sleep_until(started + ms(1010)).await;
+    settle().await;
+    assert_eq!(h.state(1).await, "ready");
+    assert_eq!(h.cmd("release 2 0 1").await, "RELEASED");
+    tokio::time::sleep_until(started + ms(2010)).await;
+    settle().await;
+    let state = h.state(2).await;
+    eprintln!(
+        "late read: job released during the timer's read, due at 2010 ms: {state} at 2010 ms"
+    );
+    assert_eq!(state, "ready");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_gone_mid_pass_gives_back_only_the_job_it_did_not_get() {
+    let e = lagging_engine(ms(10), ms(10));
+    let mut w = Client::connect(&e).await;
+    let mut p = Client::connect(&e).await;
+    assert_eq!(w.put("mine").await, 1);
+    assert_eq!(w.cmd("reserve").await, reserved(1, "mine"));
+    let waiting = w.block("reserve").await;
+    // The put is applied at once and answered 10 ms later; its pass claims the waiter
+    // and asks the store, whose answer comes 10 ms after that. The waiter goes at 15
+    // ms (its connection ends, as at shutdown), before the answer.
+    let gone = tokio::spawn(async move {
+        tokio::time::sleep(ms(15)).await;
+        drop(waiting);
+    });
+    assert_eq!(p.put("theirs").await, 2);
+    gone.await.unwrap();
+    settle().await;
+    let (one, two) = (p.state(1).await, p.state(2).await);
+    eprintln!("waiter gone mid-pass: its own job {one}, the job it never got {two}");
+    assert_eq!(
+        one, "reserved",
+        "the connection's own reservation was released"
+    );
+    assert_eq!(two, "ready");
+    // At shutdown the connection ends without releasing: its job stays reserved.
+    let session = w.session.take().unwrap();
+    e.disconnect(session, false).await;
+    assert_eq!(p.state(1).await, "reserved");
+    assert_eq!(p.stat("stats", "current-jobs-reserved").await, "1");
+}
