@@ -18,6 +18,8 @@
 //!   advertises a port nobody listens on.
 //! - `a_duplicate_advertise_is_found_and_reported` — a standby given the leader's own
 //!   `--advertise` still relays its clients, logs an error and answers 503 in `/readyz`.
+//! - `a_standbys_checks_are_not_counted_as_the_leaders_connections` — a standby's
+//!   checks of the leader leave the leader's `total-connections` as it was.
 //! - `leader_mode_starts_on_a_unix_socket` — `-l unix:PATH --redis URL` serves without
 //!   `--advertise`; a TCP standby of it closes its clients at once and says why.
 //! - `a_sigterm_during_the_load_gives_the_lease_up` — an instance that took the lead is
@@ -444,6 +446,62 @@ fn a_duplicate_advertise_is_found_and_reported() {
         log.contains("ERROR") && log.contains("reaches instance"),
         "no error logged:\n{log}"
     );
+}
+
+/// `stats` of the instance at `addr`, asked on a new connection: `key`'s value.
+fn stat(addr: SocketAddr, key: &str) -> u64 {
+    let mut sock = TcpStream::connect(addr).expect("connect");
+    sock.set_read_timeout(Some(REPLY)).unwrap();
+    sock.write_all(b"stats\r\n").expect("send");
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let prefix = format!("\n{key}: ");
+    loop {
+        let n = sock.read(&mut buf).expect("stats answer");
+        assert!(n > 0, "closed before the stats document");
+        got.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&got);
+        if let Some(at) = text.find(&prefix)
+            && let Some(end) = text[at + prefix.len()..].find('\n')
+        {
+            return text[at + prefix.len()..at + prefix.len() + end]
+                .trim()
+                .parse()
+                .expect("a number");
+        }
+    }
+}
+
+/// A standby checks whom the leader's address and its own reach (a greeting, then a
+/// close): those connections are no client's, and the leader's `stats` shows none of
+/// them, as beanstalkd's would (clients such as fivebeans' suite count them).
+#[test]
+fn a_standbys_checks_are_not_counted_as_the_leaders_connections() {
+    let _serial = serial();
+    let Some(redis) = redis() else {
+        return;
+    };
+    let a = start(&redis, "s-count", Listen::Tcp(None), &[], None);
+    wait_served(a.addr, REPLY, &a.log);
+    let before = stat(a.addr, "total-connections");
+    let b = start(&redis, "s-count", Listen::Tcp(None), &[], None);
+    // Ready once its check of the leader succeeded; its own --advertise is checked
+    // right after: ask /readyz a few times (each may check again) and wait a moment.
+    b.readyz_until(200, REPLY);
+    for _ in 0..3 {
+        let (status, _) = b.readyz();
+        assert_eq!(status, 200);
+    }
+    thread::sleep(Duration::from_millis(500));
+    let after = stat(a.addr, "total-connections");
+    let current = stat(a.addr, "current-connections");
+    eprintln!(
+        "leader total-connections {before} before the standby's checks, {after} after \
+         (each stats asked on a connection of its own); current-connections {current}"
+    );
+    // Exactly the test's own `stats` connection more.
+    assert_eq!(after, before + 1, "{}", a.log.tail());
+    assert_eq!(current, 1);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -130,12 +130,12 @@ impl Cluster {
     /// Greet the leader (the outcome is noted for readiness, and logged when it
     /// fails), then this instance's own advertised address.
     async fn check(&self, upstream: &Upstream) {
-        drop(upstream.connect().await);
+        let _ = upstream.check().await;
         let address = self.config.advertise.as_str();
         if address.is_empty() {
             return;
         }
-        let problem = match relay::greet(address, &self.instance).await {
+        let problem = match relay::greet(address, &self.instance, true).await {
             Ok((_, Answer::Leader(id) | Answer::Standby(id))) if *id == *self.instance => None,
             Ok((_, Answer::Leader(reached) | Answer::Standby(reached))) => {
                 let problem = NotReady::AdvertiseElsewhere {
@@ -178,7 +178,7 @@ impl Cluster {
                 }
                 let outcome = match upstream.last(FRESH) {
                     Some(outcome) => outcome,
-                    None => upstream.connect().await.map(drop),
+                    None => upstream.check().await,
                 };
                 match outcome {
                     Ok(()) => Readiness::Relaying {

@@ -208,6 +208,14 @@ impl Engine {
         session
     }
 
+    /// A connection that turned out to be no client's (another instance checking
+    /// whom an address reaches, see `server::hello`) ended: as [`Engine::disconnect`],
+    /// and it leaves no trace in `total-connections` either.
+    pub async fn disconnect_uncounted(&self, session: Session) {
+        self.disconnect(session, true).await;
+        Counters::dec(&self.counters.total_connections);
+    }
+
     /// A connection ended. With `release_jobs`, its reservations go back to ready at
     /// once (a close or quit); without, they stay until their TTR (a shutdown hands
     /// nothing back that a client still holds).

@@ -84,6 +84,9 @@ enum End {
     Closed,
     /// The server is shutting down: jobs stay reserved until their TTR.
     Shutdown,
+    /// Another instance checked whom this address reaches (leader mode): answered,
+    /// and no client's connection.
+    Checked,
 }
 
 /// A client socket: the byte stream plus a readiness wait, so that an idle connection
@@ -139,7 +142,10 @@ pub async fn serve<S: Socket>(
         None => End::Closed,
     };
     if let Some(session) = guard.session.take() {
-        engine.disconnect(session, end == End::Closed).await;
+        match end {
+            End::Checked => engine.disconnect_uncounted(session).await,
+            End::Closed | End::Shutdown => engine.disconnect(session, end == End::Closed).await,
+        }
     }
     tracing::info!(conn = conn_id, peer, ?end, "connection closed");
 }
@@ -181,7 +187,10 @@ impl<S: Socket> Connection<S> {
     async fn run(&mut self, session: &mut Session, shutdown: &CancellationToken) -> End {
         let mut eof = false;
         loop {
-            self.answer_greeting();
+            if self.answer_greeting() {
+                let _ = self.flush().await;
+                return End::Checked;
+            }
             // Run every complete request already buffered (once the first bytes are
             // known to be the client's).
             while self.greeting.is_none() {
@@ -279,21 +288,25 @@ impl<S: Socket> Connection<S> {
     }
 
     /// While the first bytes are undecided: answer a relay greeting (this instance
-    /// leads), or find they are the client's.
-    fn answer_greeting(&mut self) {
+    /// leads), or find they are the client's. True when the greeting was only a check
+    /// (the connection then ends).
+    fn answer_greeting(&mut self) -> bool {
         let Some(me) = &self.greeting else {
-            return;
+            return false;
         };
+        let mut checked = false;
         match hello::first_line(&self.rbuf) {
-            First::Undecided => return,
+            First::Undecided => return false,
             First::Client => {}
-            First::Greeting { from, len } => {
-                tracing::debug!(from, "a standby relays a client here");
+            First::Greeting { from, len, check } => {
+                tracing::debug!(from, check, "another instance greets this leader");
                 let _ = self.rbuf.split_to(len);
                 hello::answer(&mut self.wbuf, true, me);
+                checked = check;
             }
         }
         self.greeting = None;
+        checked
     }
 
     /// Drive a blocked reserve while watching the socket for a hang-up. `None` when the

@@ -7,6 +7,9 @@
 //! byte for byte), or `redstalk-relay/1 standby <instance>\r\n` (and closes: a standby
 //! never relays a relayed connection, so nothing can chain or loop). An instance that
 //! reads its own id there knows the address reaches itself, however it is spelt.
+//! A check of an address (is a leader there, is it this instance) greets with `check`
+//! instead of `hello`: it is answered the same way and then closed, and counts as no
+//! connection in the leader's `stats` (a beanstalkd client would never see one there).
 //!
 //! Invariants: the greeting is recognised only as the very first bytes of a connection,
 //! and only in leader mode; its prefix is no command of the beanstalkd protocol, so a
@@ -29,8 +32,12 @@ pub enum First<'a> {
     /// A client's bytes.
     Client,
     /// Another instance's greeting, `len` bytes long (CRLF included), from instance
-    /// `from`.
-    Greeting { from: &'a str, len: usize },
+    /// `from`: a client relayed from there follows, unless it is only a `check`.
+    Greeting {
+        from: &'a str,
+        len: usize,
+        check: bool,
+    },
 }
 
 /// Tell whether `buf`, the first bytes of a connection, starts with a greeting.
@@ -48,14 +55,24 @@ pub fn first_line(buf: &[u8]) -> First<'_> {
         };
     };
     match parse(&buf[..end]) {
-        Some(("hello", from)) => First::Greeting { from, len: end + 2 },
+        Some(("hello", from)) => First::Greeting {
+            from,
+            len: end + 2,
+            check: false,
+        },
+        Some(("check", from)) => First::Greeting {
+            from,
+            len: end + 2,
+            check: true,
+        },
         _ => First::Client,
     }
 }
 
-/// The greeting instance `me` sends.
-pub fn greeting(me: &str) -> Vec<u8> {
-    line("hello", me)
+/// The greeting instance `me` sends before relaying a client (`check`: only to learn
+/// who answers).
+pub fn greeting(me: &str, check: bool) -> Vec<u8> {
+    line(if check { "check" } else { "hello" }, me)
 }
 
 /// What the instance that was greeted says it is.
@@ -105,14 +122,20 @@ mod tests {
 
     #[test]
     fn a_greeting_is_recognised_only_whole_and_well_formed() {
-        let g = greeting("0123abcd");
+        let g = greeting("0123abcd", false);
         assert_eq!(
             first_line(&g),
             First::Greeting {
                 from: "0123abcd",
-                len: g.len()
+                len: g.len(),
+                check: false,
             }
         );
+        let c = greeting("0123abcd", true);
+        assert!(matches!(
+            first_line(&c),
+            First::Greeting { check: true, .. }
+        ));
         let mut more = g.clone();
         more.extend_from_slice(b"put 0 0 1 1\r\n");
         assert!(matches!(first_line(&more), First::Greeting { len, .. } if len == g.len()));

@@ -130,9 +130,13 @@ pub enum GreetError {
     Garbled(String),
 }
 
-/// Connect to `address` and greet whoever answers there as instance `me`; the
-/// connection and what it says it is.
-pub async fn greet(address: &str, me: &str) -> Result<(TcpStream, Answer), GreetError> {
+/// Connect to `address` and greet whoever answers there as instance `me` (`check`:
+/// only to learn who answers; it then closes); the connection and what it says it is.
+pub async fn greet(
+    address: &str,
+    me: &str,
+    check: bool,
+) -> Result<(TcpStream, Answer), GreetError> {
     let mut upstream =
         match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(address)).await {
             Ok(Ok(s)) => s,
@@ -147,7 +151,7 @@ pub async fn greet(address: &str, me: &str) -> Result<(TcpStream, Answer), Greet
     // Replies are written whole; don't let Nagle hold the client's requests back.
     upstream.set_nodelay(true).map_err(GreetError::Connect)?;
     let exchange = async {
-        upstream.write_all(&hello::greeting(me)).await?;
+        upstream.write_all(&hello::greeting(me, check)).await?;
         read_answer(&mut upstream).await
     };
     let line = match tokio::time::timeout(GREETING_TIMEOUT, exchange).await {
@@ -232,34 +236,44 @@ impl Upstream {
     /// Connect to the leader and greet it: a connection to relay a client over, or
     /// why there is none. The outcome is noted (and a change of it logged).
     pub async fn connect(&self) -> Result<TcpStream, RelayError> {
-        let outcome = self.try_connect().await;
+        let outcome = self.try_connect(false).await;
         self.note(outcome.as_ref().map(|_| ()).map_err(Clone::clone));
         outcome
     }
 
-    async fn try_connect(&self) -> Result<TcpStream, RelayError> {
+    /// Whether the leader can be reached and greeted now (noted as [`Self::connect`]
+    /// notes it); the leader counts no connection for it.
+    pub async fn check(&self) -> Result<(), RelayError> {
+        let outcome = self.try_connect(true).await.map(drop);
+        self.note(outcome.clone());
+        outcome
+    }
+
+    async fn try_connect(&self, check: bool) -> Result<TcpStream, RelayError> {
         let address = self.address.clone();
         if address.is_empty() {
             return Err(RelayError::NoAddress {
                 leader: self.leader.clone(),
             });
         }
-        let (upstream, answer) = greet(&address, &self.me).await.map_err(|e| match e {
-            GreetError::Connect(source) => RelayError::Connect {
-                address: address.clone(),
-                source: Arc::new(source),
-            },
-            GreetError::NoAnswer => RelayError::NoAnswer {
-                address: address.clone(),
-            },
-            GreetError::Closed => RelayError::Closed {
-                address: address.clone(),
-            },
-            GreetError::Garbled(answer) => RelayError::NotRedstalk {
-                address: address.clone(),
-                answer,
-            },
-        })?;
+        let (upstream, answer) = greet(&address, &self.me, check)
+            .await
+            .map_err(|e| match e {
+                GreetError::Connect(source) => RelayError::Connect {
+                    address: address.clone(),
+                    source: Arc::new(source),
+                },
+                GreetError::NoAnswer => RelayError::NoAnswer {
+                    address: address.clone(),
+                },
+                GreetError::Closed => RelayError::Closed {
+                    address: address.clone(),
+                },
+                GreetError::Garbled(answer) => RelayError::NotRedstalk {
+                    address: address.clone(),
+                    answer,
+                },
+            })?;
         match answer {
             // A leader other than the lease's: a newer one (this view is a moment
             // old); it leads, so it serves.
