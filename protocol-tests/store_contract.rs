@@ -79,10 +79,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use redstalk::protocol::TubeName;
-use redstalk::store::redis_store::SCRIPT_CHUNK;
+use redstalk::redis::RedisConfig;
+use redstalk::store::shared::SCRIPT_CHUNK;
 use redstalk::store::{
     AnyStore, ConnId, JobId, JobInfo, JobState, MemoryStore, NANOS_PER_SEC, Nanos, NewJob,
-    RedisConfig, RedisStore, Reserved, Store, StoreResult, Totals, TubeInfo,
+    RedisStore, Reserved, Store, StoreResult, Totals, TubeInfo,
 };
 use support::redis::RedisServer;
 use support::rng::Rng;

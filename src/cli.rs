@@ -237,7 +237,7 @@ pub enum RedisMode {
 /// Everything about Redis, when jobs live there.
 #[derive(Clone, Debug)]
 pub struct RedisSettings {
-    pub config: crate::store::RedisConfig,
+    pub config: crate::redis::RedisConfig,
     pub mode: RedisMode,
     pub lease: Duration,
     /// Leader mode: where other instances reach this one (empty: nowhere; listening on
@@ -380,10 +380,10 @@ impl Cli {
             );
         }
         Ok(RedisSettings {
-            config: crate::store::RedisConfig {
+            config: crate::redis::RedisConfig {
                 url: url.to_string(),
                 prefix: self.redis_prefix.clone(),
-                tls: crate::redis_conn::TlsFiles {
+                tls: crate::redis::TlsFiles {
                     ca: self.redis_tls_ca.clone(),
                     cert: self.redis_tls_cert.clone(),
                     key: self.redis_tls_key.clone(),

@@ -6,22 +6,26 @@
 //! ```text
 //! time        Nanos and the Clock every layer reads (wall clock, never backwards)
 //! util        SwapList: the reference's list order (list-tubes, list-tubes-watched)
-//! redis_conn  connections to Redis for both Redis modes: the URL, TLS, sentinels,
-//!             following a failover, bounded waits
 //! protocol/   bytes <-> values: codec (framing), parse (one line -> a command),
 //!             command, reply, yaml. No I/O, no clock.
+//! redis/      what both Redis modes use: the options, connections (the URL, TLS,
+//!             sentinels, following a failover, bounded waits), the key schema, the
+//!             job metadata format, fenced transactions, the eviction policy check,
+//!             what a failed call means (by error code)
 //! store/      where jobs live, behind the Store trait (one method per transition):
 //!   memory/     the memory store; with a journal it notes changes for persistence
 //!   durable     the memory store whose replies wait until a committer persisted them
-//!   redis_store/  shared mode: every transition one Lua script in Redis
+//!   shared/     Redis shared mode: every transition one Lua script in Redis
 //! persist/    group commit: the committer takes cuts of a journaled memory store and
 //!             writes them through a Sink (redis/: leader mode's fenced MULTI/EXEC
 //!             batches and the loader; binlog/: `-b DIR`'s local log and its replay)
 //! engine/     beanstalkd semantics over any store: dispatch, reserve and its waiters,
 //!             serve passes, DEADLINE_SOON, the timer, stats, drain mode
-//! cluster/    leader mode: the lease, who leads, loading at takeover, fail-stop
-//! server/     sockets: listeners (and systemd's), one task per connection (serve, or
-//!             relay to the leader), signals, privileges, graceful shutdown
+//! server/     sockets: listeners (and systemd's), one task per connection (serve with
+//!             an engine, or relay to the leader, as the Router says), signals,
+//!             privileges, graceful shutdown
+//! cluster/    leader mode: the lease, who leads, loading at takeover, fail-stop; it
+//!             is a server Router (serve as leader, relay as standby)
 //! http/       the optional HTTP listener (axum on hyper): Prometheus metrics (shared,
 //!             capped per tube), /healthz, /readyz; every connection bounded
 //! cli         beanstalkd's flags and redstalk's own
@@ -36,7 +40,7 @@ pub mod engine;
 pub mod http;
 pub mod persist;
 pub mod protocol;
-pub mod redis_conn;
+pub mod redis;
 pub mod server;
 pub mod store;
 pub mod time;

@@ -19,11 +19,10 @@ use redstalk::engine::{Engine, EngineConfig};
 use redstalk::http::{self, HttpConfig, HttpListener};
 use redstalk::persist::binlog::{self, BinlogConfig};
 use redstalk::persist::committer::{self, Ended};
-use redstalk::redis_conn;
+use redstalk::redis::policy::PolicyError;
 use redstalk::server::{self, Direct, Listener, ServerConfig, activation, limits, signals};
 use redstalk::store::durable::{CommitLink, DurableStore};
 use redstalk::store::memory::CutLimit;
-use redstalk::store::redis_store::policy::PolicyError;
 use redstalk::store::{AnyStore, Clock, MemoryStore, RedisStore};
 
 /// How long a clean shutdown waits for the last batch to reach the log.
@@ -172,7 +171,7 @@ async fn start_serving(settings: &Settings) -> anyhow::Result<Serving> {
             "cannot start: cannot use Redis at {} (start Redis or fix --redis / \
              REDSTALK_REDIS and its options, then start redstalk again; once running, \
              redstalk rides out Redis outages by itself)",
-            redis_conn::redact(&redis.config.url)
+            redstalk::redis::redact(&redis.config.url)
         )
     };
     match redis.mode {

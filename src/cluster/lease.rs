@@ -4,9 +4,10 @@
 //! (the address is where standbys relay their clients), with an expiry of the lease's
 //! length. Taking it is set-if-absent with a fresh epoch from `P:epoch`; renewing and
 //! releasing check the token first, so an instance can never extend or drop a lease
-//! another one took. Every batch the leader writes is fenced by the same token
-//! (`persist/redis/apply.lua`). [`keep`] is the leader's lease keeper: it renews, and
-//! ends the leadership when the lease's validity runs out.
+//! another one took. Every batch the leader writes is fenced by the same token (a
+//! MULTI/EXEC under a WATCH of this key: `crate::redis::fenced`). [`keep`] is the
+//! leader's lease keeper: it renews, and ends the leadership when the lease's validity
+//! runs out.
 //!
 //! Timing (see [`Lease::valid_until`]): an acquisition or renewal sent at local time `t`
 //! that succeeds makes Redis keep the lease until at least `t + lease` (Redis starts the
@@ -20,11 +21,9 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::redis_conn::RedisConn;
-use crate::store::durable::CommitLink;
-
+use crate::redis::{Code, RedisConn};
 use crate::store::StoreError;
-use crate::store::redis_store::reply::redis_error;
+use crate::store::durable::CommitLink;
 
 /// The holder of a namespace's lease, as its token says.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -173,7 +172,7 @@ impl Lease {
         let (secs, micros): (u64, u64) = redis::cmd("TIME")
             .query_async(&mut self.conn.clone())
             .await
-            .map_err(|e| redis_error("TIME", e))?;
+            .map_err(|e| StoreError::redis("TIME", e))?;
         let live: Vec<String> = redis::cmd("ZRANGEBYSCORE")
             .arg(&self.registry_key)
             .arg(secs * 1_000_000 + micros)
@@ -183,7 +182,7 @@ impl Lease {
             .arg(1)
             .query_async(&mut self.conn.clone())
             .await
-            .map_err(|e| redis_error("ZRANGEBYSCORE instances", e))?;
+            .map_err(|e| StoreError::redis("ZRANGEBYSCORE instances", e))?;
         Ok(!live.is_empty())
     }
 
@@ -193,7 +192,7 @@ impl Lease {
             .arg(&self.key)
             .query_async(&mut self.conn.clone())
             .await
-            .map_err(|e| redis_error("GET lease", e))?;
+            .map_err(|e| StoreError::redis("GET lease", e))?;
         Ok(token.as_deref().and_then(Holder::parse))
     }
 
@@ -214,8 +213,8 @@ impl Lease {
                 holder,
                 valid_until: self.valid_until(sent),
             })),
-            Err(e) if e.code() == Some("SHARED") => Err(LeaseError::SharedModeLive),
-            Err(e) => Err(LeaseError::Store(redis_error("take the lease", e))),
+            Err(e) if Code::of(&e) == Some(Code::SharedModeLive) => Err(LeaseError::SharedModeLive),
+            Err(e) => Err(LeaseError::Store(StoreError::redis("take the lease", e))),
         }
     }
 
@@ -228,7 +227,7 @@ impl Lease {
             .arg(self.length.as_millis() as u64)
             .invoke_async(&mut self.conn.clone())
             .await
-            .map_err(|e| redis_error("renew the lease", e))?;
+            .map_err(|e| StoreError::redis("renew the lease", e))?;
         Ok(renewed == 1)
     }
 
@@ -240,7 +239,7 @@ impl Lease {
             .arg(token)
             .invoke_async(&mut self.conn.clone())
             .await
-            .map_err(|e| redis_error("release the lease", e))?;
+            .map_err(|e| StoreError::redis("release the lease", e))?;
         Ok(released == 1)
     }
 }
@@ -305,7 +304,7 @@ pub async fn keep(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::redis_conn::{Connector, TlsFiles};
+    use crate::redis::{Connector, TlsFiles};
     use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
     /// A stand-in for Redis: `+OK` to every command, and to a script call (the lease's

@@ -34,16 +34,15 @@ use tokio_util::sync::CancellationToken;
 use crate::engine::{Engine, EngineConfig};
 use crate::persist::committer::{self, Ended};
 use crate::persist::redis::{RedisSink, stager};
-use crate::redis_conn::{Connector, RESPONSE_TIMEOUT, RedisConn};
+use crate::redis::fenced::Fenced;
+use crate::redis::keys::Keys;
+use crate::redis::policy::{self, PolicyError};
+use crate::redis::{CallError, Connector, RESPONSE_TIMEOUT, RedisConfig, RedisConn};
 use crate::server::relay::Upstream;
 use crate::server::{Route, Router};
 use crate::store::durable::{CommitLink, DurableStore, Stager};
 use crate::store::memory::CutLimit;
-use crate::store::redis_store::fenced::Fenced;
-use crate::store::redis_store::keys::Keys;
-use crate::store::redis_store::policy::{self, PolicyError};
-use crate::store::redis_store::reply::{connect_error, redis_error};
-use crate::store::{AnyStore, RedisConfig, StoreError};
+use crate::store::{AnyStore, StoreError};
 use lease::{Acquired, Holder, Lease, LeaseError};
 pub use standby::{NotReady, Readiness};
 use takeover::{Prepared, Unprepared};
@@ -53,7 +52,7 @@ use takeover::{Prepared, Unprepared};
 const ROUTE_WAIT: Duration = Duration::from_secs(5);
 /// How long after a clean shutdown begins the final batches may take.
 const FINAL_FLUSH: Duration = Duration::from_secs(2);
-/// A batch carries at most this much (one script call; Redis runs it whole).
+/// A batch carries at most this much (one MULTI/EXEC transaction; Redis runs it whole).
 const BATCH_LIMIT: CutLimit = CutLimit {
     records: 5_000,
     body_bytes: 8 << 20,
@@ -144,7 +143,7 @@ pub async fn redis_connection(redis: &RedisConfig) -> Result<(Connector, RedisCo
     let conn = connector
         .managed("lease and loads", RESPONSE_TIMEOUT)
         .await
-        .map_err(connect_error)?;
+        .map_err(CallError::connect)?;
     Ok((connector, conn))
 }
 
@@ -337,7 +336,7 @@ impl Cluster {
             .arg(self.lease.key())
             .query_async(&mut self.conn.clone())
             .await
-            .map_err(|e| redis_error("PTTL lease", e))?;
+            .map_err(|e| StoreError::redis("PTTL lease", e))?;
         let ttl = u64::try_from(ttl).ok().map(Duration::from_millis);
         Ok(Some((holder, ttl)))
     }

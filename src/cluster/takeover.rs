@@ -14,10 +14,9 @@ use tokio_util::sync::CancellationToken;
 use super::{Cluster, until_cancelled};
 use crate::persist::redis::load;
 use crate::protocol::TubeName;
-use crate::store::memory::Counters;
-use crate::store::redis_store::fenced::Fenced;
-use crate::store::redis_store::keys::TubeKey;
-use crate::store::redis_store::reply::redis_error;
+use crate::redis::fenced::Fenced;
+use crate::redis::keys::TubeKey;
+use crate::store::memory::StoreCounters;
 use crate::store::{Clock, MemoryStore, StoreError};
 
 /// What a new leadership serves from.
@@ -26,7 +25,7 @@ pub(super) struct Prepared {
     pub(super) tube_list: crate::util::SwapList<TubeName>,
     pub(super) clock: Clock,
     pub(super) jobs: usize,
-    pub(super) counters: Counters,
+    pub(super) counters: StoreCounters,
 }
 
 /// Why a leadership gave up before it served.
@@ -78,7 +77,7 @@ impl Cluster {
         token: &str,
     ) -> Result<
         (
-            crate::store::memory::Snapshot,
+            crate::store::memory::StoreSnapshot,
             crate::util::SwapList<TubeName>,
             Clock,
         ),
@@ -88,7 +87,7 @@ impl Cluster {
         let (secs, micros): (u64, u64) = redis::cmd("TIME")
             .query_async(&mut self.conn.clone())
             .await
-            .map_err(|e| redis_error("TIME", e))?;
+            .map_err(|e| StoreError::redis("TIME", e))?;
         // Redis read its clock about half a round trip ago.
         let now = secs * 1_000_000_000 + micros * 1_000 + asked.elapsed().as_nanos() as u64 / 2;
         let clock = Clock::starting_at(now);

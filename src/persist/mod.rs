@@ -4,12 +4,14 @@
 //! - [`committer`]: the one task per persisted store that takes cuts of the store and
 //!   writes them through a [`Sink`], one batch at a time; every change made while a
 //!   batch is in flight goes into the next one (group commit).
-//! - [`redis`]: the Redis sink of leader mode (one fenced script call per batch, in the
-//!   shared mode's schema), and the loader that reads a namespace back.
+//! - [`redis`]: the Redis sink of leader mode (one fenced MULTI/EXEC transaction of
+//!   plain commands per batch, in the shared mode's schema), and the loader that reads
+//!   a namespace back.
 //! - [`binlog`]: `-b DIR`'s sink, a local write-ahead log, and its replay at start.
 //!
-//! Layering: this module uses `store` (the cut and snapshot types); the store knows
-//! nothing of it but the [`crate::store::durable::CommitLink`] it is handed.
+//! Layering: this module uses `store` (the cut and snapshot types) and `crate::redis`;
+//! the store knows nothing of it but the [`crate::store::durable::CommitLink`] it is
+//! handed.
 
 pub mod binlog;
 pub mod committer;
@@ -18,9 +20,9 @@ pub mod redis;
 use std::future::Future;
 use std::time::Duration;
 
+use crate::redis::fenced::FenceError;
 use crate::store::StoreError;
 use crate::store::memory::Cut;
-use crate::store::redis_store::fenced::FenceError;
 
 /// Why a batch was not written.
 #[derive(Debug, thiserror::Error)]
@@ -39,7 +41,7 @@ impl From<FenceError> for SinkError {
     fn from(e: FenceError) -> SinkError {
         match e {
             FenceError::Fenced => SinkError::Fenced,
-            FenceError::Failed(e) => SinkError::Failed(e),
+            FenceError::Failed(e) => SinkError::Failed(e.into()),
         }
     }
 }

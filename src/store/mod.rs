@@ -8,13 +8,15 @@
 //!
 //! Every method takes `now` (nanoseconds since the Unix epoch) where time matters, so
 //! the semantics are testable without sleeping. A method that changes state is atomic:
-//! it either happens entirely or not at all.
+//! it either happens entirely or not at all (but for a Redis store's `close` of many
+//! jobs and references, done in bounded steps: see [`Store::close`]).
 
 pub mod durable;
+mod error;
 #[cfg(test)]
 pub mod lagging;
 pub mod memory;
-pub mod redis_store;
+pub mod shared;
 
 use std::future::Future;
 use std::sync::Mutex;
@@ -26,8 +28,9 @@ use crate::protocol::TubeName;
 pub use crate::time::{Clock, NANOS_PER_SEC, Nanos};
 
 pub use durable::DurableStore;
+pub use error::{BoxError, StoreError, StoreResult};
 pub use memory::MemoryStore;
-pub use redis_store::{RedisConfig, RedisStore};
+pub use shared::RedisStore;
 
 /// A job id. Ids start at 1 and are never reused.
 pub type JobId = u64;
@@ -207,86 +210,8 @@ pub struct Totals {
     pub tubes: u64,
 }
 
-/// A boxed error kept as the `source` of a [`StoreError`] (the Redis client's error, an
-/// I/O error of a log file), so its chain reaches the logs.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
-
-/// Why a store could not do what was asked. Every variant makes the command answer
-/// `INTERNAL_ERROR`; they differ in whether the change may exist, which decides what a
-/// caller (and the docs) may promise.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    /// The request was sent but no answer came in time (or the connection dropped while
-    /// it was in flight): the change may have been applied, or may still be. A client
-    /// that retries may apply it twice (at-least-once).
-    #[error("{op}: no answer from storage in time; the change may have been applied")]
-    TimedOut {
-        op: &'static str,
-        #[source]
-        source: Option<BoxError>,
-    },
-    /// The store could not be reached, or refused the request before running it (not
-    /// connected, read-only, out of memory, authentication): nothing was applied. The
-    /// client may retry once the store is back.
-    #[error("{op}: storage unavailable; nothing was applied")]
-    NotApplied {
-        op: &'static str,
-        #[source]
-        source: Option<BoxError>,
-    },
-    /// The store answered something this version cannot read: a bug (or damaged data).
-    /// `op` names the script or command. Whether anything was applied is unknown.
-    #[error("{op}: unexpected reply from storage: {detail}")]
-    BadReply { op: &'static str, detail: String },
-    /// The namespace this command belonged to is gone (Redis restarted empty, or was
-    /// flushed): nothing was applied. The store starts a fresh namespace and every
-    /// connection of the old one is closed, as a restarted beanstalkd closes them; the
-    /// client reconnects.
-    #[error(
-        "{op}: the Redis namespace of this connection is gone (Redis lost its data); \
-         nothing was applied"
-    )]
-    NamespaceLost { op: &'static str },
-    /// The local log's disk is full (`-b`): a new job would not fit, so none was made.
-    /// The put answers OUT_OF_MEMORY, as beanstalkd's does when it cannot reserve log
-    /// space; puts are accepted again once the disk has room.
-    #[error("put: the log's disk is full; no job was made")]
-    LogFull,
-}
-
-impl StoreError {
-    /// Whether the change the failed call asked for may exist anyway.
-    pub fn may_have_applied(&self) -> bool {
-        !matches!(
-            self,
-            StoreError::NotApplied { .. } | StoreError::NamespaceLost { .. } | StoreError::LogFull
-        )
-    }
-
-    /// The error with its sources, as one line (what a log shows: the OS's or
-    /// Redis' own words come last).
-    pub fn chain(&self) -> String {
-        let mut text = self.to_string();
-        let mut source = std::error::Error::source(self);
-        while let Some(s) = source {
-            text.push_str(": ");
-            text.push_str(&s.to_string());
-            source = s.source();
-        }
-        text
-    }
-
-    pub fn bad_reply(op: &'static str, detail: impl Into<String>) -> StoreError {
-        StoreError::BadReply {
-            op,
-            detail: detail.into(),
-        }
-    }
-}
-
-pub type StoreResult<T> = Result<T, StoreError>;
-
-/// The operations the engine needs from storage. Each is one atomic transition.
+/// The operations the engine needs from storage. Each is one atomic transition (but
+/// see [`Store::close`]).
 pub trait Store: Send + Sync {
     /// Insert a job into `job.tube` (ready, or delayed when `delay_secs > 0`).
     fn put(&self, job: NewJob, now: Nanos) -> impl Future<Output = StoreResult<JobId>> + Send;
@@ -402,12 +327,18 @@ pub trait Store: Send + Sync {
         conn: ConnId,
     ) -> impl Future<Output = StoreResult<Option<Nanos>>> + Send;
 
-    /// A connection closed, as one atomic step: with `release_jobs`, every job it holds
-    /// goes back to ready at once (counters untouched); then its references go, each
-    /// tube of `watching` in the order given, then `using` (tubes may be destroyed).
-    /// Returns the tubes that gained ready jobs. (With no references, this returns the
-    /// jobs of a connection that is already gone: a job reserved for a waiter whose
-    /// connection closed meanwhile.)
+    /// A connection closed: with `release_jobs`, every job it holds goes back to ready
+    /// at once (counters untouched); then its references go, each tube of `watching` in
+    /// the order given, then `using` (tubes may be destroyed). Returns the tubes that
+    /// gained ready jobs. (With no references, this returns the jobs of a connection
+    /// that is already gone: a job reserved for a waiter whose connection closed
+    /// meanwhile.)
+    ///
+    /// The memory store does it in one atomic step. The Redis store does it in calls of
+    /// at most 500 jobs and references, jobs first, so a connection that watched 100,000
+    /// tubes never blocks Redis for long: between those calls other commands may see the
+    /// close half done (a tube still referred to a moment longer; with more than 500
+    /// jobs, one of them still reserved).
     fn close(
         &self,
         conn: ConnId,

@@ -15,7 +15,7 @@ use bytes::Bytes;
 
 use crate::protocol::TubeName;
 use crate::store::JobState;
-use crate::store::memory::{Counters, JobRecord, Stored, TubeRecord};
+use crate::store::memory::{JobRecord, StoreCounters, Stored, TubeRecord};
 
 pub const HEADER_MAGIC: &[u8; 8] = b"RSTKBLOG";
 pub const VERSION: u32 = 1;
@@ -39,7 +39,7 @@ pub enum Record {
     },
     Gone(u64),
     Tube(TubeRecord),
-    Counters(Counters),
+    Counters(StoreCounters),
 }
 
 /// Why reading stopped before the end of the data.
@@ -178,7 +178,7 @@ pub fn put_tube(out: &mut Vec<u8>, t: &TubeRecord) -> usize {
     })
 }
 
-pub fn put_counters(out: &mut Vec<u8>, c: &Counters) -> usize {
+pub fn put_counters(out: &mut Vec<u8>, c: &StoreCounters) -> usize {
     frame(out, |o| {
         o.push(KIND_COUNTERS);
         for v in [c.last_id, c.bury_seq, c.total_jobs, c.job_timeouts] {
@@ -293,7 +293,7 @@ fn decode(file: &Bytes, start: usize, len: usize) -> Result<Record, Damage> {
                 next_due: None,
             })
         }
-        KIND_COUNTERS => Record::Counters(Counters {
+        KIND_COUNTERS => Record::Counters(StoreCounters {
             last_id: r.u64()?,
             bury_seq: r.u64()?,
             total_jobs: r.u64()?,
@@ -370,7 +370,7 @@ mod tests {
             next_due: None,
         };
         put_tube(&mut out, &t);
-        let c = Counters {
+        let c = StoreCounters {
             last_id: 9,
             bury_seq: 8,
             total_jobs: 7,

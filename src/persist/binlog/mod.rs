@@ -22,7 +22,7 @@ use std::time::Duration;
 
 pub use sink::BinlogSink;
 
-use crate::store::memory::Snapshot;
+use crate::store::memory::StoreSnapshot;
 
 /// beanstalkd's default `-s`: a new file every 10 MB.
 pub const DEFAULT_FILE_SIZE: u64 = 10_485_760;
@@ -101,7 +101,7 @@ impl BinlogError {
 
 /// What opening the log found, and the sink that continues it.
 pub struct Opened {
-    pub snapshot: Snapshot,
+    pub snapshot: StoreSnapshot,
     pub sink: BinlogSink,
     /// The `binlog-*` figures the sink keeps current, for the store's `stats`.
     pub figures: std::sync::Arc<crate::store::LogFigures>,
@@ -126,7 +126,7 @@ pub fn open(config: BinlogConfig) -> Result<Opened, BinlogError> {
         return Err(BinlogError::Locked(dir.display().to_string()));
     }
     let replayed = replay::replay(&dir)?;
-    let snapshot = Snapshot {
+    let snapshot = StoreSnapshot {
         jobs: replayed.jobs.values().map(|l| l.record.clone()).collect(),
         tubes: replayed.tubes.clone(),
         counters: replayed.counters,

@@ -21,7 +21,7 @@ use super::BinlogError;
 use super::format::{self, Damage, HEADER_LEN, Header, Record};
 use crate::protocol::TubeName;
 use crate::store::JobId;
-use crate::store::memory::{Counters, JobRecord, TubeRecord};
+use crate::store::memory::{JobRecord, StoreCounters, TubeRecord};
 
 /// A live job as the log holds it.
 #[derive(Debug, Clone)]
@@ -37,7 +37,7 @@ pub struct Replayed {
     pub jobs: HashMap<JobId, Live>,
     /// Kept tubes, in the order they first appeared.
     pub tubes: Vec<TubeRecord>,
-    pub counters: Counters,
+    pub counters: StoreCounters,
     /// Every file found: its number and size.
     pub files: BTreeMap<u64, u64>,
     pub records: u64,
@@ -137,7 +137,7 @@ pub fn replay(dir: &Path) -> Result<Replayed, BinlogError> {
                     tubes[i] = t.kept.then_some(t);
                 }
                 Record::Counters(c) => {
-                    out.counters = Counters {
+                    out.counters = StoreCounters {
                         last_id: c.last_id.max(out.counters.last_id),
                         ..c
                     }

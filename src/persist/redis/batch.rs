@@ -18,11 +18,12 @@
 
 use foldhash::HashMap;
 
-use super::meta;
+use super::record::meta_of;
 use crate::protocol::TubeName;
+use crate::redis::keys::{Keys, NsKey, TubeKey};
+use crate::redis::{US, meta};
 use crate::store::JobState;
-use crate::store::memory::{Counters, Cut, Stored};
-use crate::store::redis_store::keys::{Keys, NsKey, TubeKey};
+use crate::store::memory::{Cut, Gone, JobRecord, StoreCounters, Stored, TubeRecord};
 use crate::util::SwapList;
 
 /// At most this many arguments per command, so no one command holds Redis long.
@@ -36,8 +37,6 @@ const TUBE_FIELDS: [&str; 5] = [
     "pause",
     "pause_until",
 ];
-
-const US: u64 = 1_000;
 
 /// The set a job in `state` sits in; also the index of its arguments in [`TubeOps`].
 fn set_of(state: JobState) -> TubeKey {
@@ -151,7 +150,7 @@ impl TubeOps {
 pub struct Written {
     /// The tube list; `None`: unknown (read it back before the next batch).
     pub tubes: Option<SwapList<TubeName>>,
-    counters: Option<Counters>,
+    counters: Option<StoreCounters>,
     /// Each tube's due-index entry as last written.
     due: HashMap<TubeName, u64>,
     /// Each tube's meta figures as last written.
@@ -160,7 +159,7 @@ pub struct Written {
 
 impl Written {
     /// A namespace just loaded: its tube list and counters as read.
-    pub fn loaded(tubes: SwapList<TubeName>, counters: Counters) -> Written {
+    pub fn loaded(tubes: SwapList<TubeName>, counters: StoreCounters) -> Written {
         Written {
             tubes: Some(tubes),
             counters: Some(counters),
@@ -233,10 +232,21 @@ impl Batch {
 
 impl Builder {
     /// The transaction writing `cut`; `written` is updated as if it lands (the caller
-    /// forgets it when it does not).
+    /// forgets it when it does not). Jobs first (their sets, metadata, bodies and index
+    /// entries, a tube at a time), then the tubes' figures and the tube list, then the
+    /// namespace counters.
     pub fn build(&mut self, keys: &Keys, owner: &str, cut: &Cut, written: &mut Written) -> Batch {
         let mut b = Batch::new();
-        let ns = |k: NsKey| keys.ns(k);
+        self.group_jobs(owner, &cut.jobs, &cut.gone);
+        self.job_commands(&mut b, keys);
+        self.tube_commands(&mut b, keys, &cut.tubes, written);
+        self.counter_commands(&mut b, keys, cut.counters, written);
+        b
+    }
+
+    /// The cut's job changes, grouped by tube, key and operation (into the reused
+    /// buffers, emptied first).
+    fn group_jobs(&mut self, owner: &str, jobs: &[JobRecord], gone: &[Gone]) {
         for ops in self.tubes.values_mut() {
             ops.clear();
         }
@@ -246,10 +256,10 @@ impl Builder {
         }
         self.index_set.clear();
         self.index_del.clear();
-        for r in &cut.jobs {
+        for r in jobs {
             let ops = self.tubes.entry(r.tube.clone()).or_default();
             self.meta_buf.clear();
-            meta::encode(r, owner, &mut self.meta_buf);
+            meta::encode(&meta_of(r), owner, &mut self.meta_buf);
             ops.metas.num(r.id);
             ops.metas.push(&self.meta_buf);
             if r.needs_body() {
@@ -271,13 +281,18 @@ impl Builder {
             set.num(score);
             set.member(r.id);
         }
-        for g in &cut.gone {
+        for g in gone {
             let ops = self.tubes.entry(g.tube.clone()).or_default();
             ops.unset(g.id, g.was, None);
             ops.unmeta.num(g.id);
             ops.unbody.num(g.id);
             self.index_del.num(g.id);
         }
+    }
+
+    /// The commands of the grouped job changes: per tube, its sets (ZREMs before
+    /// ZADDs), metadata and bodies; then the id index.
+    fn job_commands(&self, b: &mut Batch, keys: &Keys) {
         for (tube, ops) in &self.tubes {
             if ops.metas.len() + ops.unmeta.len() == 0 {
                 continue;
@@ -294,10 +309,22 @@ impl Builder {
             b.cmd("HDEL", k.get(TubeKey::Jobs), &ops.unmeta, 1);
             b.cmd("HDEL", k.get(TubeKey::Bodies), &ops.unbody, 1);
         }
-        b.cmd("HSET", ns(NsKey::Index), &self.index_set, 2);
-        b.cmd("HDEL", ns(NsKey::Index), &self.index_del, 1);
+        b.cmd("HSET", keys.ns(NsKey::Index), &self.index_set, 2);
+        b.cmd("HDEL", keys.ns(NsKey::Index), &self.index_del, 1);
+    }
+
+    /// The commands of the cut's tubes: a kept tube's changed figures, an earlier due
+    /// entry, its place in the tube list; a dropped tube's keys and entries gone.
+    fn tube_commands(
+        &mut self,
+        b: &mut Batch,
+        keys: &Keys,
+        cut_tubes: &[TubeRecord],
+        written: &mut Written,
+    ) {
+        let ns = |k: NsKey| keys.ns(k);
         let mut tubes = written.tubes.take().unwrap_or_default();
-        for t in &cut.tubes {
+        for t in cut_tubes {
             let k = keys.tube(t.name.as_str());
             let name = t.name.as_str().as_bytes();
             let f = &mut self.fields;
@@ -369,7 +396,17 @@ impl Builder {
             }
         }
         written.tubes = Some(tubes);
-        let c = cut.counters;
+    }
+
+    /// The namespace counters that changed since they were last written.
+    fn counter_commands(
+        &mut self,
+        b: &mut Batch,
+        keys: &Keys,
+        c: StoreCounters,
+        written: &mut Written,
+    ) {
+        let ns = |k: NsKey| keys.ns(k);
         let old = written.counters;
         let f = &mut self.fields;
         if old.map(|o| o.last_id) != Some(c.last_id) {
@@ -391,7 +428,6 @@ impl Builder {
             b.cmd("HSET", ns(NsKey::Stats), f, 2);
         }
         written.counters = Some(c);
-        b
     }
 }
 

@@ -1,4 +1,4 @@
-//! Reading a namespace back from Redis into a [`Snapshot`], for the instance that has
+//! Reading a namespace back from Redis into a [`StoreSnapshot`], for the instance that has
 //! just taken the lead (it holds the lease, so nobody else writes meanwhile).
 //!
 //! Work is chunked: each tube's job and body hashes are read with HSCAN, a bounded
@@ -11,16 +11,15 @@
 //! body. A body without its job (written ahead of a large put whose job the previous
 //! leader never made) is reported for the caller to remove, fenced by its lease.
 
-use crate::redis_conn::RedisConn;
 use bytes::Bytes;
 use foldhash::HashMap;
 
-use super::meta;
+use super::record::record_of;
 use crate::protocol::TubeName;
+use crate::redis::keys::{Keys, NsKey, TubeKey};
+use crate::redis::{RedisConn, US, meta};
 use crate::store::StoreError;
-use crate::store::memory::{Counters, JobRecord, Snapshot, TubeRecord};
-use crate::store::redis_store::keys::{Keys, NsKey, TubeKey};
-use crate::store::redis_store::reply::redis_error;
+use crate::store::memory::{JobRecord, StoreCounters, StoreSnapshot, TubeRecord};
 use crate::util::SwapList;
 
 /// Entries asked for per HSCAN call: many of the small metadata, fewer bodies (a body
@@ -28,12 +27,10 @@ use crate::util::SwapList;
 const SCAN_METAS: usize = 10_000;
 const SCAN_BODIES: usize = 1_000;
 
-const US: u64 = 1_000;
-
 /// What a load found.
 #[derive(Debug, Default)]
 pub struct Loaded {
-    pub snapshot: Snapshot,
+    pub snapshot: StoreSnapshot,
     /// The tube list as Redis holds it (the sink's starting point).
     pub tube_list: SwapList<TubeName>,
     /// Jobs left out as damaged.
@@ -43,7 +40,7 @@ pub struct Loaded {
 }
 
 fn err(op: &'static str) -> impl Fn(redis::RedisError) -> StoreError {
-    move |e| redis_error(op, e)
+    move |e| StoreError::redis(op, e)
 }
 
 /// A hash's fields and values.
@@ -115,8 +112,8 @@ fn decode_tube(name: &TubeName, metas: Entries, bodies: Entries) -> Decoded {
             damaged += 1;
             continue;
         };
-        match meta::decode(id, name, &meta, Bytes::from(body)) {
-            Ok(record) => jobs.push(record),
+        match meta::decode(id, &meta) {
+            Ok(m) => jobs.push(record_of(id, name, m, Bytes::from(body))),
             Err(why) => {
                 tracing::error!(tube = %name, "{why}; the job is left out");
                 damaged += 1;
@@ -153,14 +150,14 @@ pub async fn load(conn: &RedisConn, keys: &Keys) -> Result<Loaded, StoreError> {
         .await
         .map_err(err("LRANGE tubes"))?;
     let mut loaded = Loaded {
-        snapshot: Snapshot {
-            counters: Counters {
+        snapshot: StoreSnapshot {
+            counters: StoreCounters {
                 last_id: parse_u64(&ids),
                 bury_seq: parse_u64(&seq),
                 total_jobs: parse_u64(stats.first().unwrap_or(&None)),
                 job_timeouts: parse_u64(stats.get(1).unwrap_or(&None)),
             },
-            ..Snapshot::default()
+            ..StoreSnapshot::default()
         },
         ..Loaded::default()
     };

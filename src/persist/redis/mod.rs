@@ -1,10 +1,17 @@
 //! Leader mode's Redis persistence: the sink that writes each batch (fenced by the
-//! leader's lease), the loader that reads a namespace back at takeover, and the job
-//! metadata encoding both share with the shared mode's scripts.
+//! leader's lease), the writer of large bodies ahead of their jobs, and the loader that
+//! reads a namespace back at takeover. The schema, the metadata format and the fenced
+//! transactions are `crate::redis`'s, shared with the shared mode.
+//!
+//! - `batch`: a cut turned into the commands of one MULTI/EXEC transaction.
+//! - `sink`: the [`Sink`](crate::persist::Sink) sending each batch, fenced.
+//! - `stager`: large bodies written ahead of their jobs, on a connection of their own.
+//! - `load`: a namespace read back into a memory store's snapshot.
+//! - `record`: a job record mapped to and from the metadata format.
 
 pub mod batch;
 pub mod load;
-pub mod meta;
+mod record;
 pub mod sink;
 pub mod stager;
 

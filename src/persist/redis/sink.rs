@@ -2,7 +2,7 @@
 //! commands (no Lua), fenced by the leader's lease. The keys and values are the shared
 //! mode's schema (docs/REDIS.md), so a namespace reopens in either mode.
 //!
-//! Fencing: see `fenced.rs`; the sink has a fenced connection of its own.
+//! Fencing: see `crate::redis::fenced`; the sink has a fenced connection of its own.
 //!
 //! Ownership: the committer task owns the sink. The sink keeps two facts about what
 //! Redis holds, so that a batch writes only what changed: the tube list (`P:tubes`, in
@@ -19,12 +19,11 @@ use std::time::Duration;
 use super::super::{Sink, SinkError};
 use super::batch::{Builder, Written};
 use crate::protocol::TubeName;
-use crate::redis_conn::{Connector, RedisConn};
+use crate::redis::fenced::Fenced;
+use crate::redis::keys::{Keys, NsKey};
+use crate::redis::{Connector, RedisConn};
 use crate::store::StoreError;
-use crate::store::memory::{Counters, Cut};
-use crate::store::redis_store::fenced::Fenced;
-use crate::store::redis_store::keys::{Keys, NsKey};
-use crate::store::redis_store::reply::redis_error;
+use crate::store::memory::{Cut, StoreCounters};
 use crate::util::SwapList;
 
 /// Writes a leader's cuts to Redis, fenced by its lease token.
@@ -54,7 +53,7 @@ impl RedisSink {
         token: String,
         instance: &str,
         tubes: SwapList<TubeName>,
-        counters: Counters,
+        counters: StoreCounters,
     ) -> RedisSink {
         RedisSink {
             shared,
@@ -79,7 +78,7 @@ impl RedisSink {
             .arg(-1)
             .query_async(&mut self.shared)
             .await
-            .map_err(|e| redis_error("LRANGE tubes", e))?;
+            .map_err(|e| StoreError::redis("LRANGE tubes", e))?;
         let mut list = SwapList::new();
         for n in names {
             if let Some(t) = TubeName::new(&n) {

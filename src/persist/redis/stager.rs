@@ -19,9 +19,9 @@
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::redis::fenced::{FenceError, Fenced, hset_body};
+use crate::redis::keys::{Keys, TubeKey};
 use crate::store::durable::StageRequest;
-use crate::store::redis_store::fenced::{FenceError, Fenced, hset_body};
-use crate::store::redis_store::keys::{Keys, TubeKey};
 
 /// Serve `requests` until `stop` is cancelled.
 pub async fn run(

@@ -175,7 +175,7 @@ pub struct TubeRecord {
 
 /// The namespace's counters, in every cut.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Counters {
+pub struct StoreCounters {
     /// The last id handed out (0: none yet).
     pub last_id: JobId,
     pub bury_seq: u64,
@@ -189,7 +189,7 @@ pub struct Cut {
     pub jobs: Vec<JobRecord>,
     pub gone: Vec<Gone>,
     pub tubes: Vec<TubeRecord>,
-    pub counters: Counters,
+    pub counters: StoreCounters,
     /// When the cut holds every change noted so far: the last of them. `None` when
     /// its size bound left changes for the next cut.
     pub upto: Option<u64>,
@@ -220,12 +220,12 @@ impl Default for CutLimit {
 
 /// What a loaded namespace hands the store to start from.
 #[derive(Debug, Default)]
-pub struct Snapshot {
+pub struct StoreSnapshot {
     /// Every job; `was` is ignored (each is stored as the state it was read in).
     pub jobs: Vec<JobRecord>,
     /// Tubes in list order (`default` is added when missing).
     pub tubes: Vec<TubeRecord>,
-    pub counters: Counters,
+    pub counters: StoreCounters,
 }
 
 impl State {
@@ -344,8 +344,8 @@ impl State {
         journal.seq += 1;
     }
 
-    fn counters(&self) -> Counters {
-        Counters {
+    fn counters(&self) -> StoreCounters {
+        StoreCounters {
             last_id: self.next_id.saturating_sub(1),
             bury_seq: self.bury_seq,
             total_jobs: self.totals.total_jobs,
@@ -356,7 +356,7 @@ impl State {
     /// A journaled state holding `snap`, as a restart finds it: jobs that were
     /// reserved go back to ready at `now` (their connections died with the process
     /// that served them), which the first cut writes.
-    pub fn restore(snap: Snapshot, now: Nanos) -> State {
+    pub fn restore(snap: StoreSnapshot, now: Nanos) -> State {
         let mut s = State::new(true);
         // Building the state is not a change: the journal is set aside meanwhile (a
         // namespace of a million jobs would otherwise note each of them), and told

@@ -20,7 +20,9 @@ use super::{
     Totals, TubeInfo, pause_length,
 };
 use crate::protocol::TubeName;
-pub use journal::{Counters, Cut, CutLimit, Gone, JobRecord, Snapshot, Stored, TubeRecord};
+pub use journal::{
+    Cut, CutLimit, Gone, JobRecord, StoreCounters, StoreSnapshot, Stored, TubeRecord,
+};
 use state::{Job, Ref, State};
 
 #[derive(Debug)]
@@ -51,7 +53,7 @@ impl MemoryStore {
 
     /// A store that notes its changes, starting from a loaded namespace; jobs that were
     /// reserved are ready again at `now`, as after a beanstalkd restart.
-    pub fn restored(snapshot: Snapshot, now: Nanos) -> MemoryStore {
+    pub fn restored(snapshot: StoreSnapshot, now: Nanos) -> MemoryStore {
         MemoryStore {
             state: Mutex::new(State::restore(snapshot, now)),
         }

@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 
-use super::{Cut, CutLimit, MemoryStore, Snapshot, Stored};
+use super::{Cut, CutLimit, MemoryStore, StoreSnapshot, Stored};
 use crate::protocol::TubeName;
 use crate::store::{ConnId, JobState, NANOS_PER_SEC, NewJob, Store};
 
@@ -141,7 +141,7 @@ async fn a_restored_store_gives_reserved_jobs_back_and_keeps_the_rest() {
     s.pause(&tube("a"), 30, NOW).await.unwrap();
     // Everything as persistence has it, in a snapshot (what a loader reads back).
     let c = cut(&s);
-    let snap = Snapshot {
+    let snap = StoreSnapshot {
         jobs: c.jobs.clone(),
         tubes: c.tubes.iter().filter(|t| t.kept).cloned().collect(),
         counters: c.counters,

@@ -3,30 +3,23 @@
 //! [`CHECK_EVERY`] after, a `maxmemory-policy` other than `noeviction` is refused, or,
 //! with `--redis-allow-eviction`, warned about on every check.
 //!
-//! [`check`] takes any connection, so leader mode (which loads with its own) can make
-//! the same start check. A Redis that does not let us read its configuration (CONFIG
+//! [`check`] and [`recheck`] take any connection: the shared mode checks on its
+//! command connection (at start, then riding on its heartbeat: `store/shared/eviction.rs`),
+//! leader mode on its lease connection (at start, then on a timer of its own). A Redis
+//! that does not let us read its configuration (an error reply to CONFIG GET: CONFIG
 //! renamed or forbidden by a managed service) is warned about, not refused.
-//!
-//! Ownership: the periodic check's state is process-wide (one store per process):
-//! whether eviction is allowed (set at start) and when the next check is due.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 
-use super::RedisStore;
-use super::reply::redis_error;
-use crate::store::{Nanos, StoreError};
+use super::error::{CallError, Code};
 
 /// How often a running instance reads the policy again.
 pub const CHECK_EVERY: Duration = Duration::from_secs(30);
 
 /// The one policy under which Redis never drops a key.
 const SAFE: &str = "noeviction";
-
-static ALLOWED: AtomicBool = AtomicBool::new(false);
-static NEXT_CHECK: AtomicU64 = AtomicU64::new(0);
 
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyError {
@@ -38,11 +31,11 @@ pub enum PolicyError {
     )]
     Evicting(String),
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Redis(#[from] CallError),
 }
 
 /// Redis' `maxmemory-policy`; `None` when Redis does not let us read it.
-async fn read_policy<C: ConnectionLike>(conn: &mut C) -> Result<Option<String>, StoreError> {
+async fn read_policy<C: ConnectionLike>(conn: &mut C) -> Result<Option<String>, CallError> {
     // A map in RESP3, a flat [name, value] array in RESP2: read as a map either way.
     let reply: redis::RedisResult<std::collections::HashMap<String, String>> = redis::cmd("CONFIG")
         .arg("GET")
@@ -52,15 +45,14 @@ async fn read_policy<C: ConnectionLike>(conn: &mut C) -> Result<Option<String>, 
     match reply {
         Ok(mut map) => Ok(map.remove("maxmemory-policy")),
         // An error reply: CONFIG is renamed, forbidden or unknown here.
-        Err(e) if matches!(e.kind(), redis::ErrorKind::Server(_)) => Ok(None),
-        Err(e) => Err(redis_error("CONFIG GET maxmemory-policy", e)),
+        Err(e) if Code::of(&e).is_some() => Ok(None),
+        Err(e) => Err(CallError::new("CONFIG GET maxmemory-policy", e)),
     }
 }
 
 /// Check the policy once: `Err` when Redis may evict and `allow` is false; with
-/// `allow`, a warning instead. Also records `allow` for the periodic checks.
+/// `allow`, a warning instead.
 pub async fn check<C: ConnectionLike>(conn: &mut C, allow: bool) -> Result<(), PolicyError> {
-    ALLOWED.store(allow, Ordering::SeqCst);
     match read_policy(conn).await? {
         None => {
             tracing::warn!(
@@ -78,29 +70,6 @@ pub async fn check<C: ConnectionLike>(conn: &mut C, allow: bool) -> Result<(), P
     }
 }
 
-impl RedisStore {
-    /// The start check on the store's own connection (see [`check`]).
-    pub async fn check_eviction_policy(&self, allow: bool) -> Result<(), PolicyError> {
-        check(&mut self.run.conn(), allow).await?;
-        NEXT_CHECK.store(
-            self.clock.now() + CHECK_EVERY.as_nanos() as u64,
-            Ordering::SeqCst,
-        );
-        Ok(())
-    }
-
-    /// The periodic check (from the heartbeat): a policy that evicts is reported on
-    /// every check, as an error (refused at start) or a warning (allowed).
-    pub(super) async fn recheck_eviction_policy(&self, now: Nanos) {
-        let next = NEXT_CHECK.load(Ordering::SeqCst);
-        if now < next {
-            return;
-        }
-        NEXT_CHECK.store(now + CHECK_EVERY.as_nanos() as u64, Ordering::SeqCst);
-        recheck(&mut self.run.conn(), ALLOWED.load(Ordering::SeqCst)).await;
-    }
-}
-
 /// One periodic check (both modes): a policy that evicts is reported, as an error (it
 /// was refused at start) or, with `allow`, a warning; a failed read waits for the next.
 pub async fn recheck<C: ConnectionLike>(conn: &mut C, allow: bool) {
@@ -109,7 +78,7 @@ pub async fn recheck<C: ConnectionLike>(conn: &mut C, allow: bool) {
         Err(PolicyError::Evicting(p)) => {
             tracing::error!(policy = %p, "{}", PolicyError::Evicting(p.clone()));
         }
-        Err(PolicyError::Store(err)) => {
+        Err(PolicyError::Redis(err)) => {
             tracing::debug!(%err, "could not read Redis' maxmemory-policy; next check later");
         }
     }

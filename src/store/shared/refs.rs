@@ -15,6 +15,12 @@
 //! Invariant: a change never moves a shared count by more than this instance's own
 //! count moved (the `tube_ref` script), so a stalled instance cannot take away other
 //! instances' references.
+//!
+//! Bounds: the keeper's channel is unbounded, and bounded by its senders: a change is
+//! sent by a connection's task, which awaits its result before it sends another (at
+//! most one change per connection is queued); a restore or re-sync is sent at most once
+//! per heartbeat (every second) or fresh namespace; and each of the keeper's calls ends
+//! within the response timeout, so the queue drains even while Redis is away.
 
 use foldhash::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,7 +28,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::reply::redis_error;
 use super::scripts::Runner;
 use crate::protocol::TubeName;
 use crate::store::{StoreError, StoreResult};
@@ -263,7 +268,7 @@ impl Keeper {
             .arg(&self.key)
             .query_async(&mut self.run.conn())
             .await
-            .map_err(|e| redis_error("HKEYS refs", e))?;
+            .map_err(|e| StoreError::redis("HKEYS refs", e))?;
         for field in fields {
             let Some((kind, tube)) = field.split_once(':') else {
                 continue;

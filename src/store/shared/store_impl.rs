@@ -14,12 +14,14 @@ use foldhash::HashMap;
 use redis::Value;
 use tokio::sync::mpsc;
 
+use super::decode::{self, KickSet};
 use super::held::Held;
-use super::keys::{NsKey, RESERVE_KEYS, TubeKey};
 use super::refs::RefKind;
-use super::reply::{self, KickSet, US, redis_error};
 use super::{RedisStore, SCRIPT_CHUNK};
 use crate::protocol::TubeName;
+use crate::redis::error::redis_error_in;
+use crate::redis::keys::{NsKey, RESERVE_KEYS, TubeKey};
+use crate::redis::{Code, US};
 use crate::store::{
     ConnId, JobId, JobInfo, LARGE_BODY, Nanos, NewJob, Reserved, Store, StoreError, StoreResult,
     Totals, TubeInfo, URGENT_PRI, pause_length,
@@ -39,9 +41,10 @@ const CLOSE_CHUNK: usize = 500;
 /// A reserve met a job that lost its body or meta in Redis (the script dropped it and
 /// answered a DAMAGED error, see reserve.lua): say which, loudly.
 fn report_damage(err: &StoreError) {
-    let text = err.chain();
-    if let Some(at) = text.find("DAMAGED") {
-        tracing::error!("{}", &text[at..]);
+    if let Some(e) = redis_error_in(err)
+        && Code::of(e) == Some(Code::Damaged)
+    {
+        tracing::error!("DAMAGED {}", e.detail().unwrap_or_default());
     }
 }
 
@@ -144,7 +147,7 @@ impl Store for RedisStore {
             .arg(self.run.keys().ns(NsKey::Ids))
             .query_async(&mut self.run.conn())
             .await
-            .map_err(|e| redis_error("INCR ids", e))
+            .map_err(|e| StoreError::redis("INCR ids", e))
     }
 
     async fn reserve(
@@ -376,8 +379,8 @@ impl Store for RedisStore {
             let replies: Vec<Value> = pipe
                 .query_async(&mut self.run.conn())
                 .await
-                .map_err(|e| redis_error("stats", e))?;
-            let part = reply::totals(replies, chunk.len())
+                .map_err(|e| StoreError::redis("stats", e))?;
+            let part = decode::totals(replies, chunk.len())
                 .map_err(|detail| StoreError::bad_reply("stats", detail))?;
             sum.urgent += part.urgent;
             sum.ready += part.ready;
@@ -397,7 +400,7 @@ impl Store for RedisStore {
             .arg(-1)
             .query_async(&mut self.run.conn())
             .await
-            .map_err(|e| redis_error("LRANGE tubes", e))?;
+            .map_err(|e| StoreError::redis("LRANGE tubes", e))?;
         let mut tubes: Vec<TubeName> = names.iter().filter_map(|n| TubeName::new(n)).collect();
         // `default` always exists, and first (beanstalkd makes it at start). A namespace
         // lacks it only between Redis losing its data and the fresh namespace's `init`.
@@ -431,7 +434,7 @@ impl Store for RedisStore {
         let counts: Vec<u64> = pipe
             .query_async(&mut self.run.conn())
             .await
-            .map_err(|e| redis_error("ZCARD ready", e))?;
+            .map_err(|e| StoreError::redis("ZCARD ready", e))?;
         Ok(counts.iter().any(|&n| n > 0))
     }
 
@@ -498,7 +501,7 @@ impl Store for RedisStore {
             .arg("WITHSCORES")
             .query_async(&mut self.run.conn())
             .await
-            .map_err(|e| redis_error("ZRANGE due", e))?;
+            .map_err(|e| StoreError::redis("ZRANGE due", e))?;
         Ok(head.first().map(|(_, score)| (*score as u64) * US))
     }
 
@@ -531,7 +534,7 @@ impl Store for RedisStore {
             .arg(self.run.keys().ns(NsKey::Generation))
             .query_async(&mut self.run.conn())
             .await
-            .map_err(|e| redis_error("PING", e))?;
+            .map_err(|e| StoreError::redis("PING", e))?;
         if !self
             .run
             .namespace()

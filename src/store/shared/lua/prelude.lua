@@ -1,5 +1,5 @@
 -- Shared by every redstalk script (prepended by scripts.rs, after the key layout that
--- keys.rs generates: for each key group (tube, ns, reserve) its size N_TUBE_KEYS, each
+-- src/redis/keys.rs generates: for each key group (tube, ns, reserve) its size N_TUBE_KEYS, each
 -- key's offset TUBE_READY..., and tube_group(b) naming the keys from KEYS index b).
 --
 -- A tube's keys (sharing the hash tag {<prefix>:t:<tube>}):
@@ -61,8 +61,9 @@ local function id_of(member)
   return string.match(member, '[1-9]%d*$')
 end
 
--- Job meta, a msgpack array. READY is when the job last became ready (us), so a reserve
--- can report how long it waited; jobs written before it existed lack it (nil).
+-- Job meta, a msgpack array (leader mode reads and writes the same: src/redis/meta.rs).
+-- READY is when the job last became ready (us), so a reserve can report how long it
+-- waited; jobs written before it existed lack it (nil).
 local PRI, DELAY, TTR, CREATED, STATE, DUE, OWNER, RESERVES, TIMEOUTS, RELEASES, BURIES, KICKS, BSEQ,
   READY = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14
 

@@ -9,7 +9,7 @@ if not body then
   -- Lost in Redis (evicted?): never served empty (see `drop_damaged`).
   local set = T[j[STATE]]
   if set then drop_damaged(T, G, set, id20(id), id) end
-  return redis.error_reply('ERR DAMAGED job ' .. id .. ' in tube ' .. tube
+  return redis.error_reply('DAMAGED job ' .. id .. ' in tube ' .. tube
     .. ' lost its body in Redis (evicted?): dropped, not served')
 end
 local now = now_us()

@@ -20,9 +20,8 @@ use std::time::Duration;
 use redis::Value;
 use redis::aio::MultiplexedConnection;
 
-use super::reply::{connect_error, redis_error};
-use crate::redis_conn::{Connector, RESPONSE_TIMEOUT};
-use crate::store::StoreError;
+use super::error::{CallError, Outcome};
+use super::{Connector, RESPONSE_TIMEOUT};
 
 /// Why a transaction was not applied (or may not have been).
 #[derive(Debug, thiserror::Error)]
@@ -31,9 +30,9 @@ pub enum FenceError {
     /// gone). Nothing was applied; this token will never write again.
     #[error("fenced: the key no longer holds this instance's token")]
     Fenced,
-    /// The write failed; it may or may not have been applied.
+    /// The write failed; its outcome says whether it may have been applied.
     #[error(transparent)]
-    Failed(#[from] StoreError),
+    Failed(#[from] CallError),
 }
 
 /// How often a transaction whose EXEC a lease renewal aborted is re-sent before the
@@ -102,7 +101,7 @@ impl Fenced {
             .connector
             .single(RESPONSE_TIMEOUT + wait)
             .await
-            .map_err(|e| FenceError::Failed(connect_error(e)))?;
+            .map_err(CallError::connect)?;
         self.conn = Some(c.clone());
         self.watching = false;
         Ok(c)
@@ -123,7 +122,7 @@ impl Fenced {
             .arg(&self.lease_key)
             .query_async(conn)
             .await
-            .map_err(|e| FenceError::Failed(redis_error("WATCH fence key", e)))?;
+            .map_err(|e| CallError::new("WATCH fence key", e))?;
         if holder.as_deref() != Some(self.token.as_str()) {
             return Err(FenceError::Fenced);
         }
@@ -169,7 +168,7 @@ impl Fenced {
                 Ok(r) => r,
                 Err(e) => {
                     self.drop_connection();
-                    return Err(FenceError::Failed(redis_error(self.op, e)));
+                    return Err(CallError::new(self.op, e).into());
                 }
             };
             let mut tail = replies.into_iter().skip(commands + 1);
@@ -195,10 +194,9 @@ impl Fenced {
                 Some(Value::Array(items)) => items,
                 other => {
                     self.drop_connection();
-                    return Err(FenceError::Failed(StoreError::bad_reply(
-                        self.op,
-                        format!("EXEC answered {other:?}"),
-                    )));
+                    return Err(
+                        CallError::bad_reply(self.op, format!("EXEC answered {other:?}")).into(),
+                    );
                 }
             };
             if let Some(v) = confirmed {
@@ -207,23 +205,23 @@ impl Fenced {
                     _ => 0,
                 };
                 if n < i64::from(self.wait_replicas) {
-                    return Err(FenceError::Failed(StoreError::TimedOut {
+                    return Err(FenceError::Failed(CallError {
                         op: "WAIT",
-                        source: Some(
-                            format!(
-                                "{n} of {} replicas confirmed the batch in time",
-                                self.wait_replicas
-                            )
-                            .into(),
-                        ),
+                        outcome: Outcome::MayHaveApplied,
+                        source: format!(
+                            "{n} of {} replicas confirmed the batch in time",
+                            self.wait_replicas
+                        )
+                        .into(),
                     }));
                 }
             }
             return Ok(applied);
         }
-        Err(FenceError::Failed(StoreError::NotApplied {
+        Err(FenceError::Failed(CallError {
             op: self.op,
-            source: Some("the key kept changing under the transaction".into()),
+            outcome: Outcome::NotApplied,
+            source: "the key kept changing under the transaction".into(),
         }))
     }
 }

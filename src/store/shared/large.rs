@@ -25,11 +25,11 @@ use bytes::Bytes;
 use redis::Value;
 
 use super::RedisStore;
-use super::fenced::{FenceError, Fenced, hset_body};
-use super::keys::{NsKey, TubeKey};
-use super::reply::{BodyReply, Peeked, Reservation, connect_error, redis_error};
+use super::decode::{BodyReply, Peeked, Reservation};
 use crate::protocol::TubeName;
-use crate::redis_conn::RESPONSE_TIMEOUT;
+use crate::redis::fenced::{FenceError, Fenced, hset_body};
+use crate::redis::keys::{NsKey, TubeKey};
+use crate::redis::{CallError, RESPONSE_TIMEOUT};
 use crate::store::{JobId, NewJob, StoreError, StoreResult};
 
 impl RedisStore {
@@ -103,14 +103,14 @@ impl RedisStore {
             .connector
             .single(RESPONSE_TIMEOUT)
             .await
-            .map_err(connect_error)?;
+            .map_err(CallError::connect)?;
         let (now, body): (Option<String>, Option<Vec<u8>>) = redis::pipe()
             .atomic()
             .get(self.run.keys().ns(NsKey::Generation))
             .hget(self.run.keys().tube_key(tube, TubeKey::Bodies), id)
             .query_async(&mut conn)
             .await
-            .map_err(|e| redis_error(op, e))?;
+            .map_err(|e| StoreError::redis(op, e))?;
         if now.as_deref() != Some(&**generation) {
             self.run.namespace().lost(generation);
             return Err(StoreError::NamespaceLost { op });

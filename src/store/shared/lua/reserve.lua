@@ -29,7 +29,7 @@ local j = id and get_job(T, id)
 local body = id and body_for_reply(T, id)
 if not j or not body then
   drop_damaged(T, G, T.ready, best_m, id)
-  return redis.error_reply('ERR DAMAGED job ' .. tostring(id) .. ' in tube ' .. ARGV[best_i + 2]
+  return redis.error_reply('DAMAGED job ' .. tostring(id) .. ' in tube ' .. ARGV[best_i + 2]
     .. ' lost its ' .. (j and 'body' or 'meta') .. ' in Redis (evicted?): dropped, not served')
 end
 local w = waited(j, now)

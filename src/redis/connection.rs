@@ -17,6 +17,15 @@
 //! unusable: dropped, timed out, an I/O or protocol error, or READONLY (the server was
 //! demoted).
 //!
+//! Why not redis-rs' `ConnectionManager` (its `connection-manager` feature is not
+//! enabled): it reconnects to the one address its `Client` was made for, so it never
+//! asks the sentinels again and stays on a demoted primary; it gives a connection up
+//! only on an I/O or unrecoverable error, never on READONLY; and during an outage every
+//! call awaits the reconnection in progress, with its retries and backoff, so a client
+//! would wait on a Redis known to be away. [`RedisConn`] asks the [`Target`] anew at
+//! every connection, replaces a connection that answered READONLY, and, once an attempt
+//! to reconnect has failed, fails calls at once (bounded waits, below).
+//!
 //! Bounded waits (invariant): a call never waits for Redis longer than about
 //! [`WAIT_LIMIT`] past the moment the outage began. While the connection is being made
 //! again, a call waits for that attempt only until [`WAIT_LIMIT`] after the failed call
@@ -25,8 +34,10 @@
 //!
 //! Ownership: a [`RedisConn`]'s clones share one state; the reconnecting task and the
 //! subscription's push handler hold it weakly, so they end when the last clone drops.
-
-pub mod target;
+//! A subscription's messages go to its owner on an unbounded channel: redis-rs calls
+//! the push handler synchronously, so it can neither wait for room nor drop a message;
+//! what bounds the channel is its reader, which does no I/O and keeps up with what one
+//! connection can read, and Redis' own output-buffer limit on the subscriber.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex, Weak};
@@ -34,12 +45,13 @@ use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::{
-    AsyncConnectionConfig, Cmd, ErrorKind, Pipeline, PushInfo, PushKind, RedisError, RedisFuture,
-    RedisResult, ServerErrorKind, Value,
+    AsyncConnectionConfig, Cmd, Pipeline, PushInfo, PushKind, RedisError, RedisFuture, RedisResult,
+    Value,
 };
 use tokio::sync::{Notify, mpsc};
 
-pub use target::{CertificateProblem, Target, TargetError, TlsFiles, redact};
+use super::error::Code;
+use super::target::{CertificateProblem, Target, TargetError, TlsFiles};
 
 /// How long one attempt to connect may take (asking the sentinels included).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -306,9 +318,9 @@ impl Inner {
             Err(e) if unusable(e) => self.lost(generation, since, e),
             Ok(v) => {
                 // An error inside a pipeline's replies arrives as a value.
-                let demoted = values(v).iter().any(|v| {
-                    matches!(v, Value::ServerError(e) if e.kind() == Some(ServerErrorKind::ReadOnly))
-                });
+                let demoted = values(v).iter().any(
+                    |v| matches!(v, Value::ServerError(e) if Code::of_reply(e) == Code::ReadOnly),
+                );
                 if demoted {
                     self.lost(generation, since, &"READONLY: the server is a replica now");
                 }
@@ -325,7 +337,7 @@ fn unusable(e: &RedisError) -> bool {
         || e.is_timeout()
         || e.is_connection_dropped()
         || e.is_unrecoverable_error()
-        || e.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly)
+        || Code::of(e) == Some(Code::ReadOnly)
 }
 
 /// Run a connection attempt with [`CONNECT_TIMEOUT`] over all of it.

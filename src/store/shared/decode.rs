@@ -1,65 +1,24 @@
-//! What Redis answers, read into typed values, and what a failed call means.
+//! What Redis answers the shared mode's scripts, read into typed values (what a failed
+//! call means is `crate::redis::error`'s).
 //!
-//! Each script's reply has one shape, read by one decoder ([`Reply`]; the script's
+//! Each script's reply has one shape, read by one decoder ([`Decode`]; the script's
 //! type in [`super::scripts::Scripts`] says which). [`super::scripts::Call::run`] names
 //! the script in every error, so a log says which call failed.
 //!
 //! Invariant: a reply without its script's shape (a missing field, a negative count, a
-//! string where a number belongs) is [`StoreError::BadReply`], never read as 0 or as
+//! string where a number belongs) is [`crate::store::StoreError::BadReply`], never read as 0 or as
 //! an empty value.
 
 use bytes::Bytes;
 use redis::Value;
 
 use crate::protocol::TubeName;
-use crate::store::{JobId, JobInfo, JobState, StoreError, Totals, TubeInfo};
-
-/// Nanoseconds per microsecond: scripts keep time in microseconds of the Redis clock.
-pub const US: u64 = 1_000;
-
-/// What a failed Redis call means for the caller: a call Redis never ran (refused
-/// connection, an error reply: READONLY, OOM, NOAUTH) changed nothing; a reply this code
-/// cannot read is a bug; anything else (timeout, a connection dropped mid-call) may have
-/// been applied. `op` names the script or command.
-pub fn redis_error(op: &'static str, e: redis::RedisError) -> StoreError {
-    use redis::ErrorKind as K;
-    if e.code() == Some(super::namespace::LOST_CODE) {
-        return StoreError::NamespaceLost { op };
-    }
-    match e.kind() {
-        K::Parse | K::UnexpectedReturnType => StoreError::bad_reply(op, e.to_string()),
-        // Extension: an error reply whose code redis-rs has no name for (WRONGPASS...).
-        K::Server(_)
-        | K::Extension
-        | K::AuthenticationFailed
-        | K::InvalidClientConfig
-        | K::Client => StoreError::NotApplied {
-            op,
-            source: Some(Box::new(e)),
-        },
-        _ if e.is_connection_refusal() => StoreError::NotApplied {
-            op,
-            source: Some(Box::new(e)),
-        },
-        _ => StoreError::TimedOut {
-            op,
-            source: Some(Box::new(e)),
-        },
-    }
-}
-
-/// A connection that could not be made (no answer, refused credentials, a
-/// certificate not trusted): nothing was sent, so nothing was applied.
-pub fn connect_error(e: redis::RedisError) -> StoreError {
-    StoreError::NotApplied {
-        op: "connect",
-        source: Some(Box::new(e)),
-    }
-}
+use crate::redis::US;
+use crate::store::{JobId, JobInfo, JobState, Totals, TubeInfo};
 
 /// A script's reply, read from what Redis answered; `Err` says what was wrong with it
 /// (the caller adds which script answered).
-pub trait Reply: Sized {
+pub trait Decode: Sized {
     fn decode(v: Value) -> Result<Self, String>;
 }
 
@@ -86,6 +45,11 @@ pub fn text(v: &Value) -> Result<&[u8], String> {
         Value::SimpleString(s) => Ok(s.as_bytes()),
         _ => Err(format!("expected a string, got {v:?}")),
     }
+}
+
+/// A string reply that must be text (`what` says which, in the error).
+fn string(v: &Value, what: &str) -> Result<String, String> {
+    String::from_utf8(text(v)?.to_vec()).map_err(|_| format!("{what} that is not text"))
 }
 
 /// The `N` fields of an array reply.
@@ -123,7 +87,7 @@ fn u32_of(v: &Value) -> Result<u32, String> {
 }
 
 /// `nil` (no such job or tube, nothing to reserve) or the value.
-impl<T: Reply> Reply for Option<T> {
+impl<T: Decode> Decode for Option<T> {
     fn decode(v: Value) -> Result<Self, String> {
         match v {
             Value::Nil => Ok(None),
@@ -133,7 +97,7 @@ impl<T: Reply> Reply for Option<T> {
 }
 
 /// 1 done, 0 not (the transition did not apply: no such job, not the holder).
-impl Reply for bool {
+impl Decode for bool {
     fn decode(v: Value) -> Result<Self, String> {
         match count(&v)? {
             0 => Ok(false),
@@ -144,21 +108,21 @@ impl Reply for bool {
 }
 
 /// A count, an id, or a time.
-impl Reply for u64 {
+impl Decode for u64 {
     fn decode(v: Value) -> Result<Self, String> {
         count(&v)
     }
 }
 
 /// A signed amount (how far a reference count moved).
-impl Reply for i64 {
+impl Decode for i64 {
     fn decode(v: Value) -> Result<Self, String> {
         int(&v)
     }
 }
 
 /// A list of indexes (the tubes of a call that gained ready jobs).
-impl Reply for Vec<u64> {
+impl Decode for Vec<u64> {
     fn decode(v: Value) -> Result<Self, String> {
         match v {
             Value::Array(items) | Value::Set(items) => items.iter().map(count).collect(),
@@ -174,13 +138,11 @@ pub struct Joined {
     pub now_us: u64,
 }
 
-impl Reply for Joined {
+impl Decode for Joined {
     fn decode(v: Value) -> Result<Self, String> {
         let [generation, now] = fields(v)?;
-        let generation = String::from_utf8(text(&generation)?.to_vec())
-            .map_err(|_| "expected a generation in ASCII".to_string())?;
         Ok(Joined {
-            generation,
+            generation: string(&generation, "a generation")?,
             now_us: count(&now)?,
         })
     }
@@ -200,7 +162,7 @@ pub struct Reservation {
     pub waited_us: Option<u64>,
 }
 
-impl Reply for Reservation {
+impl Decode for Reservation {
     fn decode(v: Value) -> Result<Self, String> {
         let [id, b, deadline, index, now, waited] = fields(v)?;
         Ok(Reservation {
@@ -222,7 +184,7 @@ pub struct Touched {
     pub now_us: u64,
 }
 
-impl Reply for Touched {
+impl Decode for Touched {
     fn decode(v: Value) -> Result<Self, String> {
         let [deadline, now] = fields(v)?;
         Ok(Touched {
@@ -239,7 +201,7 @@ pub struct Peeked {
     pub body: BodyReply,
 }
 
-impl Reply for Peeked {
+impl Decode for Peeked {
     fn decode(v: Value) -> Result<Self, String> {
         let [id, b] = fields(v)?;
         Ok(Peeked {
@@ -262,7 +224,7 @@ pub struct JobFigures {
     now_us: u64,
 }
 
-impl Reply for JobFigures {
+impl Decode for JobFigures {
     fn decode(v: Value) -> Result<Self, String> {
         let [
             pri,
@@ -334,7 +296,7 @@ impl JobFigures {
 }
 
 /// A tube's figures from `tube_info`, times turned into nanoseconds.
-impl Reply for TubeInfo {
+impl Decode for TubeInfo {
     fn decode(v: Value) -> Result<Self, String> {
         let f: [Value; 13] = fields(v)?;
         let mut n = [0u64; 13];
@@ -385,7 +347,7 @@ pub struct Ticked {
     pub damaged: u64,
 }
 
-impl Reply for Ticked {
+impl Decode for Ticked {
     fn decode(v: Value) -> Result<Self, String> {
         let [woke, more, damaged] = fields(v)?;
         Ok(Ticked {
@@ -419,7 +381,7 @@ pub struct Kicked {
     pub from: KickSet,
 }
 
-impl Reply for Kicked {
+impl Decode for Kicked {
     fn decode(v: Value) -> Result<Self, String> {
         let [n, set] = fields(v)?;
         let from = match text(&set)? {
@@ -447,14 +409,12 @@ pub struct Reclaimed {
     pub cursor: String,
 }
 
-impl Reply for Reclaimed {
+impl Decode for Reclaimed {
     fn decode(v: Value) -> Result<Self, String> {
         let [n, cursor] = fields(v)?;
-        let cursor = String::from_utf8(text(&cursor)?.to_vec())
-            .map_err(|_| "a cursor that is not text".to_string())?;
         Ok(Reclaimed {
             returned: count(&n)?,
-            cursor,
+            cursor: string(&cursor, "a cursor")?,
         })
     }
 }
@@ -469,7 +429,7 @@ pub enum Reaped {
     Retry,
 }
 
-impl Reply for Reaped {
+impl Decode for Reaped {
     fn decode(v: Value) -> Result<Self, String> {
         match int(&v)? {
             1 => Ok(Reaped::Dropped),

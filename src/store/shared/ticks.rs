@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use super::RedisStore;
 use super::SCRIPT_CHUNK;
-use super::keys::NsKey;
-use super::reply::{US, redis_error};
 use crate::protocol::TubeName;
+use crate::redis::keys::NsKey;
+use crate::redis::{Code, US};
 use crate::store::{Nanos, StoreError, StoreResult};
 
 /// How long a tube whose timers fail is set aside before its next try.
@@ -34,7 +34,7 @@ impl RedisStore {
             .arg(now / US)
             .query_async(&mut self.run.conn())
             .await
-            .map_err(|e| redis_error("ZRANGEBYSCORE due", e))?;
+            .map_err(|e| StoreError::redis("ZRANGEBYSCORE due", e))?;
         for name in due {
             let Some(tube) = TubeName::new(&name) else {
                 continue;
@@ -44,7 +44,7 @@ impl RedisStore {
                 Ok(false) => {}
                 // A tube whose script fails (its data damaged beyond what the script
                 // mends) is set aside for a while; the other tubes keep their timing.
-                Err(err @ StoreError::NotApplied { .. }) if self.is_script_error(&err) => {
+                Err(err @ StoreError::NotApplied { .. }) if is_script_error(&err) => {
                     self.set_aside(&tube, &err).await?;
                 }
                 Err(err) => return Err(err),
@@ -93,21 +93,6 @@ impl RedisStore {
         }
     }
 
-    /// Whether `err` is a script that Redis ran and that failed (a Lua error), rather
-    /// than Redis refusing every write (READONLY, OOM) or being away.
-    fn is_script_error(&self, err: &StoreError) -> bool {
-        let text = err.chain().to_ascii_lowercase();
-        let refused = [
-            "readonly",
-            "oom",
-            "noscript",
-            "loading",
-            "masterdown",
-            "busy",
-        ];
-        text.contains("script") && !refused.iter().any(|r| text.contains(r))
-    }
-
     /// Move `tube`'s due time [`SET_ASIDE`] ahead: its tick failed with `err`.
     async fn set_aside(&self, tube: &TubeName, err: &StoreError) -> StoreResult<()> {
         tracing::error!(
@@ -125,6 +110,66 @@ impl RedisStore {
             .arg(tube.as_str())
             .query_async::<()>(&mut self.run.conn())
             .await
-            .map_err(|e| redis_error("ZADD due", e))
+            .map_err(|e| StoreError::redis("ZADD due", e))
+    }
+}
+
+/// Whether `err` (a call refused, nothing applied) is an error reply to the script, by
+/// its code: a script that failed as it ran (a Lua error, a key of the wrong type), not
+/// Redis refusing every call for a while (READONLY, OOM, NOSCRIPT, LOADING, MASTERDOWN,
+/// BUSY, NOAUTH, NOPERM: see [`Code::refuses_every_call`]) nor a connection that could
+/// not be made (no error reply at all).
+fn is_script_error(err: &StoreError) -> bool {
+    Code::found_in(err).is_some_and(|code| !code.refuses_every_call())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::redis::error::error_reply;
+
+    /// A tube whose script fails as it runs is set aside; Redis refusing every call
+    /// is not (the tick fails, and the timer retries). Told by the reply's code: the
+    /// words of a Lua error (which name fields, values, keys) decide nothing.
+    #[test]
+    fn a_script_error_is_known_by_its_code_not_its_words() {
+        for (reply, set_aside) in [
+            (
+                "ERR user_script:9: attempt to compare nil with number script: 8f2c, on @user_script:9.",
+                true,
+            ),
+            (
+                "WRONGTYPE Operation against a key holding the wrong kind of value script: 8f2c",
+                true,
+            ),
+            // A Lua error whose words happen to contain a refusal's name.
+            (
+                "ERR user_script:12: bad argument to 'tonumber' (value 'room') script: 8f2c",
+                true,
+            ),
+            (
+                "ERR user_script:4: the busy tube's meta is not a table script: 8f2c",
+                true,
+            ),
+            ("BUSY Redis is busy running a script.", false),
+            (
+                "READONLY You can't write against a read only replica. script: 8f2c",
+                false,
+            ),
+            (
+                "OOM command not allowed when used memory > 'maxmemory'. script: 8f2c",
+                false,
+            ),
+            ("NOSCRIPT No matching script. Please use EVAL.", false),
+            ("LOADING Redis is loading the dataset in memory", false),
+            ("MASTERDOWN Link with MASTER is down", false),
+        ] {
+            let err = StoreError::redis("tick", error_reply(reply));
+            eprintln!("{reply:?}: set aside {}", is_script_error(&err));
+            assert_eq!(is_script_error(&err), set_aside, "{reply}");
+        }
+        let refused: redis::RedisError =
+            std::io::Error::from(std::io::ErrorKind::ConnectionRefused).into();
+        assert!(!is_script_error(&StoreError::redis("tick", refused)));
     }
 }

@@ -1,5 +1,7 @@
-//! The Redis store: jobs in per-tube sorted sets and hashes, shared by every redstalk
-//! instance that uses the same Redis and prefix, and kept across restarts.
+//! The shared mode's store ([`RedisStore`]): jobs in per-tube sorted sets and hashes,
+//! shared by every redstalk instance that uses the same Redis and prefix, and kept
+//! across restarts. What leader mode uses too (connections, the key schema, fenced
+//! transactions, the eviction check, error classification) is `crate::redis`'s.
 //!
 //! Every state change is one Lua script (`lua/`), called by EVALSHA over a shared
 //! multiplexed connection (concurrent calls are pipelined), touching only the keys it
@@ -11,10 +13,10 @@
 //! most [`SCRIPT_CHUNK`] jobs a call, and is called again while it reports more.
 //!
 //! Module map:
-//! - `keys`: key names, and the KEYS layout both Rust and Lua derive from.
 //! - `scripts`: the scripts, each with its reply type, and [`scripts::Runner`], the one
-//!   way to call them (shared by the store and the reference keeper).
-//! - `reply`: typed reading of each reply, and what a failed Redis call means.
+//!   way to call them (shared by the store and the reference keeper); the KEYS layout
+//!   is `crate::redis::keys`'.
+//! - `decode`: typed reading of each reply ([`decode::Decode`]).
 //! - `connect`: connecting (commands and the wake-up subscription on connections of
 //!   their own), loading the scripts.
 //! - `store_impl`: [`Store`](crate::store::Store) for [`RedisStore`], the transitions.
@@ -24,94 +26,46 @@
 //! - `refs`: this instance's tube references and the task that keeps them in Redis.
 //! - `ticks`: the timer's tick: due work a tube at a time, damaged tubes set aside.
 //! - `liveness`: the heartbeat, and dropping the references of dead instances.
-//! - `policy`: refusing (or warning of) a Redis that may evict keys.
+//! - `eviction`: the eviction policy check (`crate::redis::policy`) at start and on
+//!   the heartbeat.
 //! - `namespace`: the namespace's generation; starting afresh when Redis lost it.
-//! - `fenced`: transactions that apply only while a key holds a token (the generation
-//!   here, the lease in leader mode).
 //!
 //! Ownership: Redis owns the jobs. This process owns only its view of its connections'
 //! reservations (`held`), its reference counts (`refs`), and the tokens of reserve
 //! attempts whose answer was lost (`reclaim`).
 
 mod connect;
-pub mod fenced;
+pub mod decode;
+mod eviction;
 mod held;
-pub mod keys;
 mod large;
 mod liveness;
 mod namespace;
-pub mod policy;
 mod reclaim;
 mod refs;
-pub mod reply;
 pub mod scripts;
 mod store_impl;
 mod ticks;
 
 use std::sync::Mutex;
-use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use crate::redis_conn::{Connector, TlsFiles, redact};
-
 use crate::protocol::TubeName;
+use crate::redis::keys::NsKey;
+use crate::redis::{Connector, US};
 use crate::store::{ConnId, JobId, Nanos, Reserved, StoreError, StoreResult};
 use crate::time::Clock;
+use decode::{Decode, Reservation};
 use held::{Held, HeldJobs};
 use reclaim::Attempts;
 use refs::References;
-use reply::{Reply, Reservation, US, redis_error};
 use scripts::{Call, Lua, Runner, Scripts};
 
 /// The most jobs one call of a script moves or looks at (tick, kick, reclaim), so no
 /// call blocks Redis for long; the caller calls again while there is more.
 pub const SCRIPT_CHUNK: u32 = 1000;
-
-/// Where and under which prefix to keep jobs, and how to reach Redis.
-#[derive(Clone, Default)]
-pub struct RedisConfig {
-    /// `redis://`, `rediss://` or `redis+sentinel://` (see [`crate::redis_conn`]).
-    pub url: String,
-    pub prefix: String,
-    pub tls: TlsFiles,
-    /// The sentinels' own password (the URL's is the data nodes').
-    pub sentinel_password: Option<String>,
-    /// Acknowledge a change only once this many replicas have it (Redis WAIT); 0: do
-    /// not wait.
-    pub wait_replicas: u32,
-    pub wait_timeout: Duration,
-}
-
-impl RedisConfig {
-    /// The connector for these options; an error says which option is wrong.
-    pub fn connector(&self) -> StoreResult<Connector> {
-        Connector::new(&self.url, &self.tls, self.sentinel_password.as_deref()).map_err(|e| {
-            StoreError::NotApplied {
-                op: "connect",
-                source: Some(Box::new(e)),
-            }
-        })
-    }
-}
-
-/// Never shows credentials: the URL redacted, the sentinel password hidden.
-impl std::fmt::Debug for RedisConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisConfig")
-            .field("url", &redact(&self.url))
-            .field("prefix", &self.prefix)
-            .field("tls", &self.tls)
-            .field(
-                "sentinel_password",
-                &self.sentinel_password.as_ref().map(|_| "***"),
-            )
-            .field("wait_replicas", &self.wait_replicas)
-            .field("wait_timeout", &self.wait_timeout)
-            .finish()
-    }
-}
 
 pub struct RedisStore {
     run: Runner,
@@ -148,17 +102,17 @@ impl RedisStore {
     /// The tube of job `id`, from the id index.
     async fn tube_of(&self, id: JobId) -> StoreResult<Option<TubeName>> {
         let name: Option<Vec<u8>> = redis::cmd("HGET")
-            .arg(self.run.keys().ns(keys::NsKey::Index))
+            .arg(self.run.keys().ns(NsKey::Index))
             .arg(id)
             .query_async(&mut self.run.conn())
             .await
-            .map_err(|e| redis_error("HGET index", e))?;
+            .map_err(|e| StoreError::redis("HGET index", e))?;
         Ok(name.as_deref().and_then(TubeName::new))
     }
 
     /// A call of the single-tube script `pick` on the tube of job `id` (found in the id
     /// index), with the id as its first argument; `None` when there is no such job.
-    async fn job_call<R: Reply + 'static>(
+    async fn job_call<R: Decode + 'static>(
         &self,
         pick: impl FnOnce(&Scripts) -> &Lua<R>,
         id: JobId,
@@ -180,7 +134,7 @@ impl RedisStore {
     /// A call of the single-tube script `pick` on a job `conn` holds, with the id and
     /// the reservation's owner token as its first arguments; `None` when `conn` holds
     /// no such job.
-    fn held_call<R: Reply + 'static>(
+    fn held_call<R: Decode + 'static>(
         &self,
         pick: impl FnOnce(&Scripts) -> &Lua<R>,
         conn: ConnId,

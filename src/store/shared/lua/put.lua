@@ -1,6 +1,6 @@
 -- put: ARGV[3] pri, ARGV[4] delay (s), ARGV[5] ttr (s), ARGV[6] body -> the id.
 -- ARGV[7], when given: an id the caller took, under which it wrote the body already (a
--- large body stays out of Lua, see store_impl.rs); ARGV[6] is then empty.
+-- large body stays out of Lua, see large.rs); ARGV[6] is then empty.
 local T, tube, origin = tube_keys(0, 1), ARGV[1], ARGV[2]
 local pri, delay, ttr = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local now = now_us()

@@ -1,5 +1,6 @@
-//! Key names of the Redis store, and the one definition of the order in which scripts
-//! receive them (the schema is in docs/REDIS.md).
+//! Key names of the Redis schema both modes keep jobs in, and the one definition of the
+//! order in which the shared mode's scripts receive them (the schema is in
+//! docs/REDIS.md).
 //!
 //! Every key starts with the configured prefix, so deployments and test runs can share
 //! one Redis. A tube's keys share the hash tag `{<prefix>:t:<tube>}`, so one tube's keys

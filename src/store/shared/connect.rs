@@ -11,6 +11,15 @@
 //!
 //! Ownership: the task that forwards wake-ups owns the push receiver and the
 //! subscription's connection; it ends when the engine drops the wake-up receiver.
+//!
+//! Bounds: both channels of the wake-ups are unbounded, because redis-rs hands a
+//! message to the push channel synchronously (it cannot wait for room) and a wake-up
+//! must not be lost. The push channel is drained by the forwarding task, which does
+//! no I/O, so it holds at most what the subscription's connection read since the task
+//! last ran; Redis itself drops a subscriber that falls behind its pub/sub output-buffer
+//! limit (the connection is then made again). The wake-up channel is drained by the
+//! engine's serve task at each round; it holds the tubes other instances woke during
+//! one serve pass, whose Redis calls each end within the response timeout.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -19,15 +28,15 @@ use rand::RngExt;
 use redis::{PushInfo, PushKind};
 use tokio::sync::mpsc;
 
+use super::RedisStore;
+use super::decode::text;
 use super::held::HeldJobs;
-use super::keys::Keys;
 use super::reclaim::Attempts;
 use super::refs::References;
-use super::reply::{connect_error, text};
 use super::scripts::Runner;
-use super::{RedisConfig, RedisStore};
 use crate::protocol::TubeName;
-use crate::redis_conn::{RESPONSE_TIMEOUT, RedisConn};
+use crate::redis::keys::Keys;
+use crate::redis::{CallError, RESPONSE_TIMEOUT, RedisConfig, RedisConn};
 use crate::store::StoreError;
 use crate::time::Clock;
 
@@ -54,7 +63,7 @@ impl RedisStore {
                 connector
                     .managed("commands", response_timeout)
                     .await
-                    .map_err(connect_error)?,
+                    .map_err(CallError::connect)?,
             );
         }
         let keys = Keys::new(&config.prefix);
@@ -65,7 +74,7 @@ impl RedisStore {
         let subscription = connector
             .subscriber(channel.clone(), push_tx)
             .await
-            .map_err(connect_error)?;
+            .map_err(CallError::connect)?;
         let wake_rx = forward_wake_ups(push_rx, instance.clone(), subscription);
 
         let run = Runner::new(conns, keys, &format!("{instance}\n{channel}"), wait);

@@ -13,9 +13,10 @@
 use std::time::Duration;
 
 use super::RedisStore;
-use super::keys::NsKey;
-use super::reply::{Reaped, US, redis_error};
-use crate::store::{Nanos, StoreResult};
+use super::decode::Reaped;
+use crate::redis::US;
+use crate::redis::keys::NsKey;
+use crate::store::{Nanos, StoreError, StoreResult};
 
 /// How often an instance says it is alive, and how long until it counts as dead.
 const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
@@ -57,7 +58,7 @@ impl RedisStore {
             .arg(self.run.keys().ns(NsKey::Generation))
             .query_async(&mut self.run.conn())
             .await
-            .map_err(|e| redis_error("heartbeat", e))?;
+            .map_err(|e| StoreError::redis("heartbeat", e))?;
         if !self
             .run
             .namespace()
@@ -94,7 +95,7 @@ impl RedisStore {
                 .arg(&refs_key)
                 .query_async(&mut self.run.conn())
                 .await
-                .map_err(|e| redis_error("HKEYS refs", e))?;
+                .map_err(|e| StoreError::redis("HKEYS refs", e))?;
             let mut tubes: Vec<&str> = fields
                 .iter()
                 .filter_map(|f| f.split_once(':').map(|(_, t)| t))

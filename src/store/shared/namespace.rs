@@ -5,7 +5,8 @@
 //! A namespace is born with a generation, a random token in `P:generation` (made by
 //! the first instance to find none, `init.lua`). Every script call carries the
 //! generation its caller serves and changes nothing when the namespace's differs (the
-//! prelude answers `NAMESPACE_LOST`). Without it, ids start again at 1 in a namespace
+//! prelude answers `NAMESPACE_LOST`, which `crate::redis::error` classifies as
+//! [`StoreError::NamespaceLost`]). Without it, ids start again at 1 in a namespace
 //! Redis lost, and an old worker's `delete 1` would destroy a new producer's job 1.
 //!
 //! When a call is refused so (or the heartbeat finds the key gone or changed), the
@@ -33,12 +34,9 @@ use rand::RngExt;
 use tokio::sync::{Notify, watch};
 
 use super::RedisStore;
-use super::reply::US;
 use crate::protocol::TubeName;
+use crate::redis::US;
 use crate::store::{ConnId, Nanos, StoreError, StoreResult};
-
-/// The code of a script's refusal of a call made for another generation.
-pub const LOST_CODE: &str = "NAMESPACE_LOST";
 
 pub struct Namespace {
     current: Mutex<Arc<str>>,

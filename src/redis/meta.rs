@@ -1,20 +1,17 @@
 //! A job's metadata as the Redis schema keeps it (docs/REDIS.md): one msgpack array per
 //! job in its tube's `jobs` hash, exactly as the shared mode's Lua scripts write it
-//! (`lua/prelude.lua`: PRI, DELAY, TTR, CREATED, STATE, DUE, OWNER, RESERVES, TIMEOUTS,
-//! RELEASES, BURIES, KICKS, BSEQ, READY), so either mode reads what the other wrote.
+//! (`store/shared/lua/prelude.lua`: PRI, DELAY, TTR, CREATED, STATE, DUE, OWNER,
+//! RESERVES, TIMEOUTS, RELEASES, BURIES, KICKS, BSEQ, READY), so either mode reads what
+//! the other wrote.
 //!
-//! Times there are microseconds; the memory store keeps nanoseconds. Lua's msgpack
-//! writes integral numbers as integers and others as floats, and older jobs lack
-//! READY: the decoder takes any msgpack number and a short array.
+//! [`Meta`] is the array in the format's own terms (times in microseconds of the Redis
+//! clock, the state by name); leader mode maps its memory records to and from it
+//! (`persist/redis/record.rs`). Lua's msgpack writes integral numbers as integers and
+//! others as floats, and older jobs lack READY: the decoder takes any msgpack number and
+//! a short array.
 
 use rmp::Marker;
 use rmp::decode::RmpRead;
-
-use crate::protocol::TubeName;
-use crate::store::memory::{JobRecord, Stored};
-use crate::store::{JobId, JobState, Nanos};
-
-const US: u64 = 1_000;
 
 /// The fields of the array, 0-based (the Lua prelude's indexes minus one).
 const FIELDS: usize = 14;
@@ -33,30 +30,59 @@ const KICKS: usize = 11;
 const BSEQ: usize = 12;
 const READY: usize = 13;
 
-fn state_name(s: JobState) -> &'static str {
-    s.name()
+/// A job's state, by the name the format keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    Ready,
+    Reserved,
+    Delayed,
+    Buried,
 }
 
-fn state_of(name: &[u8]) -> Option<JobState> {
-    Some(match name {
-        b"ready" => JobState::Ready,
-        b"delayed" => JobState::Delayed,
-        b"reserved" => JobState::Reserved,
-        b"buried" => JobState::Buried,
-        _ => return None,
-    })
+impl State {
+    const ALL: [State; 4] = [State::Ready, State::Reserved, State::Delayed, State::Buried];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            State::Ready => "ready",
+            State::Reserved => "reserved",
+            State::Delayed => "delayed",
+            State::Buried => "buried",
+        }
+    }
+
+    fn parse(name: &[u8]) -> Option<State> {
+        State::ALL.into_iter().find(|s| s.name().as_bytes() == name)
+    }
 }
 
-/// The msgpack meta of `r`. `owner` names the holder of a reserved job (the shared
+/// One job's metadata, in the format's terms.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Meta {
+    pub pri: u32,
+    pub delay_secs: u32,
+    pub ttr_secs: u32,
+    pub created_us: u64,
+    pub state: State,
+    /// A delayed job's due time, a reserved one's TTR deadline; 0 in other states.
+    pub due_us: u64,
+    pub reserves: u32,
+    pub timeouts: u32,
+    pub releases: u32,
+    pub buries: u32,
+    pub kicks: u32,
+    /// A buried job's place in its tube's buried FIFO; 0 in other states.
+    pub bury_seq: u64,
+    /// Since when a ready job has been ready; `None` in other states, and in a job
+    /// written before that was recorded.
+    pub ready_us: Option<u64>,
+}
+
+/// The msgpack array of `m`. `owner` names the holder of a reserved job (the shared
 /// mode compares it with the token of whoever releases it; a leader's holders never
 /// do, so any distinct string serves).
-pub fn encode(r: &JobRecord, owner: &str, out: &mut Vec<u8>) {
-    let (due, bseq, ready) = match r.state {
-        JobState::Delayed | JobState::Reserved => (r.at / US, 0, 0),
-        JobState::Ready => (0, 0, r.at / US),
-        JobState::Buried => (0, r.at, 0),
-    };
-    let owner = if r.state == JobState::Reserved {
+pub fn encode(m: &Meta, owner: &str, out: &mut Vec<u8>) {
+    let owner = if m.state == State::Reserved {
         owner
     } else {
         ""
@@ -64,21 +90,21 @@ pub fn encode(r: &JobRecord, owner: &str, out: &mut Vec<u8>) {
     // Writing to a Vec cannot fail.
     let _ = rmp::encode::write_array_len(out, FIELDS as u32);
     for n in [
-        u64::from(r.pri),
-        u64::from(r.delay_secs),
-        u64::from(r.ttr_secs),
-        r.created / US,
+        u64::from(m.pri),
+        u64::from(m.delay_secs),
+        u64::from(m.ttr_secs),
+        m.created_us,
     ] {
         let _ = rmp::encode::write_uint(out, n);
     }
-    let _ = rmp::encode::write_str(out, state_name(r.state));
-    let _ = rmp::encode::write_uint(out, due);
+    let _ = rmp::encode::write_str(out, m.state.name());
+    let _ = rmp::encode::write_uint(out, m.due_us);
     let _ = rmp::encode::write_str(out, owner);
-    for n in [r.reserves, r.timeouts, r.releases, r.buries, r.kicks] {
+    for n in [m.reserves, m.timeouts, m.releases, m.buries, m.kicks] {
         let _ = rmp::encode::write_uint(out, u64::from(n));
     }
-    let _ = rmp::encode::write_uint(out, bseq);
-    let _ = rmp::encode::write_uint(out, ready);
+    let _ = rmp::encode::write_uint(out, m.bury_seq);
+    let _ = rmp::encode::write_uint(out, m.ready_us.unwrap_or(0));
 }
 
 /// One decoded msgpack value of the array.
@@ -104,7 +130,7 @@ impl Val {
 #[derive(Debug, thiserror::Error)]
 #[error("job {id}: unreadable metadata ({what})")]
 pub struct Damaged {
-    pub id: JobId,
+    pub id: u64,
     pub what: &'static str,
 }
 
@@ -150,13 +176,9 @@ fn read_str(rd: &mut &[u8], n: usize) -> Option<Val> {
     Some(Val::Str(s.to_vec()))
 }
 
-/// A job read back: its record, as the memory store will hold it.
-pub fn decode(
-    id: JobId,
-    tube: &TubeName,
-    meta: &[u8],
-    body: bytes::Bytes,
-) -> Result<JobRecord, Damaged> {
+/// The metadata of job `id` (named in the error), read back. A field the job's state
+/// does not use is not read (0); the counters of an older job may be missing (0).
+pub fn decode(id: u64, meta: &[u8]) -> Result<Meta, Damaged> {
     let damaged = |what| Damaged { id, what };
     let mut rd = meta;
     let len = match rmp::decode::read_marker(&mut rd) {
@@ -173,38 +195,35 @@ pub fn decode(
     let num32 =
         |i: usize, what| num(i, what).and_then(|n| u32::try_from(n).map_err(|_| damaged(what)));
     let state = match &f[STATE] {
-        Val::Str(s) => state_of(s).ok_or_else(|| damaged("state"))?,
+        Val::Str(s) => State::parse(s).ok_or_else(|| damaged("state"))?,
         _ => return Err(damaged("state")),
     };
-    let created = num(CREATED, "created")? * US;
-    let at: Nanos = match state {
-        JobState::Delayed | JobState::Reserved => num(DUE, "due")? * US,
-        // A job written before READY existed has waited since its creation, as far as
-        // anyone can tell.
-        JobState::Ready => f[READY].uint().map_or(created, |r| r * US),
-        JobState::Buried => num(BSEQ, "bury sequence")?,
-    };
-    let owner = match &f[OWNER] {
-        Val::Str(_) | Val::Nil => 0,
-        _ => return Err(damaged("owner")),
-    };
-    Ok(JobRecord {
-        id,
-        tube: tube.clone(),
+    if !matches!(f[OWNER], Val::Str(_) | Val::Nil) {
+        return Err(damaged("owner"));
+    }
+    Ok(Meta {
         pri: num32(PRI, "pri")?,
         delay_secs: num32(DELAY, "delay")?,
         ttr_secs: num32(TTR, "ttr")?,
+        created_us: num(CREATED, "created")?,
         state,
-        created,
-        at,
-        owner,
+        due_us: match state {
+            State::Delayed | State::Reserved => num(DUE, "due")?,
+            State::Ready | State::Buried => 0,
+        },
         reserves: num32(RESERVES, "reserves").unwrap_or(0),
         timeouts: num32(TIMEOUTS, "timeouts").unwrap_or(0),
         releases: num32(RELEASES, "releases").unwrap_or(0),
         buries: num32(BURIES, "buries").unwrap_or(0),
         kicks: num32(KICKS, "kicks").unwrap_or(0),
-        body,
-        was: Stored::As(state),
+        bury_seq: match state {
+            State::Buried => num(BSEQ, "bury sequence")?,
+            _ => 0,
+        },
+        ready_us: match state {
+            State::Ready => f[READY].uint(),
+            _ => None,
+        },
     })
 }
 
@@ -212,46 +231,47 @@ pub fn decode(
 mod tests {
     use super::*;
 
-    fn record(state: JobState, at: u64) -> JobRecord {
-        JobRecord {
-            id: 7,
-            tube: TubeName::new(b"t").unwrap(),
+    fn meta(state: State) -> Meta {
+        Meta {
             pri: 4_294_967_295,
             delay_secs: 3,
             ttr_secs: 60,
+            created_us: 1_700_000_000_123_456,
             state,
-            created: 1_700_000_000_123_456_000,
-            at,
-            owner: 0,
+            due_us: 0,
             reserves: 1,
             timeouts: 2,
             releases: 3,
             buries: 4,
             kicks: 5,
-            body: bytes::Bytes::from_static(b"hello"),
-            was: Stored::Never,
+            bury_seq: 0,
+            ready_us: None,
         }
     }
 
     #[test]
     fn every_state_round_trips() {
-        for (state, at) in [
-            (JobState::Ready, 1_700_000_001_000_000_000),
-            (JobState::Delayed, 1_700_000_009_000_000_000),
-            (JobState::Reserved, 1_700_000_060_000_000_000),
-            (JobState::Buried, 42),
+        for m in [
+            Meta {
+                ready_us: Some(1_700_000_001_000_000),
+                ..meta(State::Ready)
+            },
+            Meta {
+                due_us: 1_700_000_009_000_000,
+                ..meta(State::Delayed)
+            },
+            Meta {
+                due_us: 1_700_000_060_000_000,
+                ..meta(State::Reserved)
+            },
+            Meta {
+                bury_seq: 42,
+                ..meta(State::Buried)
+            },
         ] {
-            let r = record(state, at);
-            let mut meta = Vec::new();
-            encode(&r, "leader:1", &mut meta);
-            let back = decode(7, &r.tube, &meta, r.body.clone()).unwrap();
-            assert_eq!(
-                back,
-                JobRecord {
-                    was: Stored::As(state),
-                    ..r
-                }
-            );
+            let mut out = Vec::new();
+            encode(&m, "leader:1", &mut out);
+            assert_eq!(decode(7, &out).unwrap(), m);
         }
     }
 
@@ -265,20 +285,17 @@ mod tests {
         lua.extend_from_slice(&[0xa5, b'r', b'e', b'a', b'd', b'y', 0x00, 0xa0]);
         lua.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0xcf]);
         lua.extend_from_slice(&1_700_000_000_223_456u64.to_be_bytes());
-        let t = TubeName::new(b"t").unwrap();
-        let r = decode(1, &t, &lua, bytes::Bytes::new()).unwrap();
-        assert_eq!((r.pri, r.ttr_secs, r.state), (5, 120, JobState::Ready));
-        assert_eq!(r.at, 1_700_000_000_223_456_000);
+        let m = decode(1, &lua).unwrap();
+        assert_eq!((m.pri, m.ttr_secs, m.state), (5, 120, State::Ready));
+        assert_eq!(m.ready_us, Some(1_700_000_000_223_456));
         let mut old = lua[..lua.len() - 9].to_vec();
         old[0] = 0x9d;
-        let r = decode(1, &t, &old, bytes::Bytes::new()).unwrap();
-        assert_eq!(r.at, r.created);
+        assert_eq!(decode(1, &old).unwrap().ready_us, None);
     }
 
     #[test]
     fn garbage_is_damage_not_zero() {
-        let t = TubeName::new(b"t").unwrap();
-        assert!(decode(1, &t, b"\x93\x01\x02", bytes::Bytes::new()).is_err());
-        assert!(decode(1, &t, b"nonsense", bytes::Bytes::new()).is_err());
+        assert!(decode(1, b"\x93\x01\x02").is_err());
+        assert!(decode(1, b"nonsense").is_err());
     }
 }

@@ -1,0 +1,51 @@
+//! The Redis options of both modes: where Redis is (`--redis`, its TLS files and the
+//! sentinels' password), the prefix of every key, and how many replicas a change waits
+//! for.
+//!
+//! Invariant: the options are never shown with their credentials (see the `Debug`
+//! impl).
+
+use std::time::Duration;
+
+use super::error::CallError;
+use super::{Connector, TlsFiles, redact};
+
+/// Where and under which prefix to keep jobs, and how to reach Redis.
+#[derive(Clone, Default)]
+pub struct RedisConfig {
+    /// `redis://`, `rediss://` or `redis+sentinel://` (see [`super::target`]).
+    pub url: String,
+    pub prefix: String,
+    pub tls: TlsFiles,
+    /// The sentinels' own password (the URL's is the data nodes').
+    pub sentinel_password: Option<String>,
+    /// Acknowledge a change only once this many replicas have it (Redis WAIT); 0: do
+    /// not wait.
+    pub wait_replicas: u32,
+    pub wait_timeout: Duration,
+}
+
+impl RedisConfig {
+    /// The connector for these options; an error says which option is wrong.
+    pub fn connector(&self) -> Result<Connector, CallError> {
+        Connector::new(&self.url, &self.tls, self.sentinel_password.as_deref())
+            .map_err(CallError::connect)
+    }
+}
+
+/// Never shows credentials: the URL redacted, the sentinel password hidden.
+impl std::fmt::Debug for RedisConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisConfig")
+            .field("url", &redact(&self.url))
+            .field("prefix", &self.prefix)
+            .field("tls", &self.tls)
+            .field(
+                "sentinel_password",
+                &self.sentinel_password.as_ref().map(|_| "***"),
+            )
+            .field("wait_replicas", &self.wait_replicas)
+            .field("wait_timeout", &self.wait_timeout)
+            .finish()
+    }
+}

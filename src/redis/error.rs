@@ -1,0 +1,294 @@
+//! What a failed Redis call means, decided in one place: by the error's kind and, for an
+//! error reply, by its code (`READONLY`, `OOM`, `NOSCRIPT`..., and the scripts' own
+//! codes such as `NAMESPACE_LOST` and `DAMAGED`), never by searching its text.
+//!
+//! [`Code`] names the codes redstalk acts on; [`Outcome`] says what a failure means
+//! for the caller (nothing applied, maybe applied, an unreadable reply, the namespace
+//! gone); [`CallError`] is a failed call with its outcome and Redis' own error as its
+//! source, which the store turns into its `StoreError` unchanged in meaning.
+
+use redis::{ErrorKind, RedisError, ServerError};
+
+/// A boxed error kept as the source of a [`CallError`] (Redis' own error, or what was
+/// wrong with a reply), so its chain reaches the logs.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// The code of an error reply, for the codes redstalk tells apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Code {
+    /// `READONLY`: the server is a replica now (demoted by a failover).
+    ReadOnly,
+    /// `OOM`: Redis is at `maxmemory` and refuses writes.
+    OutOfMemory,
+    /// `NOSCRIPT`: the script is not loaded (Redis restarted, or `SCRIPT FLUSH`).
+    NoScript,
+    /// `LOADING`: Redis is loading its dataset.
+    Loading,
+    /// `MASTERDOWN`: a replica that lost its primary refuses reads.
+    MasterDown,
+    /// `BUSY`: another script runs too long.
+    Busy,
+    /// `NOAUTH`: the connection is not authenticated (any more).
+    NoAuth,
+    /// `NOPERM`: the ACL user may not run this command, or touch these keys.
+    NoPerm,
+    /// The scripts' own (`lua/prelude.lua`): the call was made for a namespace that is
+    /// gone; nothing was applied.
+    NamespaceLost,
+    /// The scripts' own (`reserve.lua`, `reserve_job.lua`): a job had lost its body or
+    /// meta, and was dropped.
+    Damaged,
+    /// The scripts' own (`put.lua`): the body written ahead of a large put is gone.
+    BodyMissing,
+    /// The lease's own (`cluster/lease.rs`): instances of the shared mode are alive.
+    SharedModeLive,
+    /// Any other error reply: a script that failed as it ran (a Lua error, a key of the
+    /// wrong type), a command refused for its arguments or its permissions.
+    Other,
+}
+
+impl Code {
+    /// The code of `e`, when it is an error reply (alone or in a pipeline).
+    pub fn of(e: &RedisError) -> Option<Code> {
+        e.code().map(Code::parse)
+    }
+
+    /// The code of an error reply that arrived as a value (inside a pipeline's replies).
+    pub fn of_reply(e: &ServerError) -> Code {
+        Code::parse(e.code())
+    }
+
+    /// The code of the Redis error found along `err`'s sources, if any (see
+    /// [`redis_error_in`]).
+    pub fn found_in(err: &(dyn std::error::Error + 'static)) -> Option<Code> {
+        redis_error_in(err).and_then(Code::of)
+    }
+
+    fn parse(code: &str) -> Code {
+        match code {
+            "READONLY" => Code::ReadOnly,
+            "OOM" => Code::OutOfMemory,
+            "NOSCRIPT" => Code::NoScript,
+            "LOADING" => Code::Loading,
+            "MASTERDOWN" => Code::MasterDown,
+            "BUSY" => Code::Busy,
+            "NOAUTH" => Code::NoAuth,
+            "NOPERM" => Code::NoPerm,
+            "NAMESPACE_LOST" => Code::NamespaceLost,
+            "DAMAGED" => Code::Damaged,
+            "BODY_MISSING" => Code::BodyMissing,
+            "SHARED" => Code::SharedModeLive,
+            _ => Code::Other,
+        }
+    }
+
+    /// Whether Redis refuses every call for a while (it is a replica, full, loading,
+    /// busy, lacks the script, or does not let this client in), as opposed to refusing
+    /// this call for its data.
+    pub fn refuses_every_call(self) -> bool {
+        matches!(
+            self,
+            Code::ReadOnly
+                | Code::OutOfMemory
+                | Code::NoScript
+                | Code::Loading
+                | Code::MasterDown
+                | Code::Busy
+                | Code::NoAuth
+                | Code::NoPerm
+        )
+    }
+}
+
+/// The Redis error along `err`'s sources, if any: a store error keeps the Redis error
+/// it came from as its source (found by type, never by its text).
+pub fn redis_error_in<'e>(err: &'e (dyn std::error::Error + 'static)) -> Option<&'e RedisError> {
+    let mut next = Some(err);
+    while let Some(e) = next {
+        if let Some(redis) = e.downcast_ref::<RedisError>() {
+            return Some(redis);
+        }
+        next = e.source();
+    }
+    None
+}
+
+/// What a failed call means for its caller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Redis never ran it (a refused connection, an error reply: READONLY, OOM,
+    /// NOAUTH...): nothing was applied.
+    NotApplied,
+    /// It was sent and no answer came in time (or the connection dropped while it was
+    /// in flight): it may have been applied, or may still be.
+    MayHaveApplied,
+    /// Redis answered something this code cannot read: a bug, or damaged data.
+    BadReply,
+    /// A script refused a call made for a namespace that is gone: nothing was applied.
+    NamespaceLost,
+}
+
+impl Outcome {
+    /// What `e` means for the call that got it.
+    pub fn of(e: &RedisError) -> Outcome {
+        if Code::of(e) == Some(Code::NamespaceLost) {
+            return Outcome::NamespaceLost;
+        }
+        match e.kind() {
+            ErrorKind::Parse | ErrorKind::UnexpectedReturnType => Outcome::BadReply,
+            // Extension: an error reply whose code redis-rs has no name for (WRONGPASS...).
+            ErrorKind::Server(_)
+            | ErrorKind::Extension
+            | ErrorKind::AuthenticationFailed
+            | ErrorKind::InvalidClientConfig
+            | ErrorKind::Client => Outcome::NotApplied,
+            _ if e.is_connection_refusal() => Outcome::NotApplied,
+            _ => Outcome::MayHaveApplied,
+        }
+    }
+}
+
+/// A Redis call that failed: which (`op` names the script or command), what that means
+/// for the caller, and why.
+#[derive(Debug, thiserror::Error)]
+#[error("{op}: {}", describe(*outcome))]
+pub struct CallError {
+    pub op: &'static str,
+    pub outcome: Outcome,
+    #[source]
+    pub source: BoxError,
+}
+
+fn describe(outcome: Outcome) -> &'static str {
+    match outcome {
+        Outcome::NotApplied => "Redis did not run it; nothing was applied",
+        Outcome::MayHaveApplied => "no answer from Redis in time; it may have been applied",
+        Outcome::BadReply => "unexpected reply from Redis",
+        Outcome::NamespaceLost => "the Redis namespace it was made for is gone",
+    }
+}
+
+impl CallError {
+    /// `op` failed with `e`.
+    pub fn new(op: &'static str, e: RedisError) -> CallError {
+        CallError {
+            op,
+            outcome: Outcome::of(&e),
+            source: Box::new(e),
+        }
+    }
+
+    /// A connection that could not be made (no answer, refused credentials, a
+    /// certificate not trusted, options that cannot be used): nothing was sent, so
+    /// nothing was applied.
+    pub fn connect(e: impl Into<BoxError>) -> CallError {
+        CallError {
+            op: "connect",
+            outcome: Outcome::NotApplied,
+            source: e.into(),
+        }
+    }
+
+    /// `op` was answered something this code cannot read (`detail` says what).
+    pub fn bad_reply(op: &'static str, detail: impl Into<String>) -> CallError {
+        CallError {
+            op,
+            outcome: Outcome::BadReply,
+            source: detail.into().into(),
+        }
+    }
+}
+
+/// The error a call gets for the error reply `code_and_detail` (for tests).
+#[cfg(test)]
+pub(crate) fn error_reply(code_and_detail: &str) -> RedisError {
+    let parsed = redis::parse_redis_value(format!("-{code_and_detail}\r\n").as_bytes())
+        .expect("an error reply parses");
+    match parsed {
+        redis::Value::ServerError(e) => e.into(),
+        other => panic!("not an error reply: {other:?}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply(code_and_detail: &str) -> RedisError {
+        error_reply(code_and_detail)
+    }
+
+    #[test]
+    fn error_replies_are_told_apart_by_their_code() {
+        for (text, code) in [
+            (
+                "READONLY You can't write against a read only replica.",
+                Code::ReadOnly,
+            ),
+            (
+                "OOM command not allowed when used memory > 'maxmemory'. script: x",
+                Code::OutOfMemory,
+            ),
+            ("NOSCRIPT No matching script.", Code::NoScript),
+            (
+                "LOADING Redis is loading the dataset in memory",
+                Code::Loading,
+            ),
+            ("BUSY Redis is busy running a script.", Code::Busy),
+            (
+                "NAMESPACE_LOST the namespace this call was made for is gone",
+                Code::NamespaceLost,
+            ),
+            (
+                "DAMAGED job 7 in tube t lost its body in Redis",
+                Code::Damaged,
+            ),
+            (
+                "ERR user_script:3: attempt to compare nil with number script: abc",
+                Code::Other,
+            ),
+            (
+                "WRONGTYPE Operation against a key holding the wrong kind of value",
+                Code::Other,
+            ),
+        ] {
+            let e = reply(text);
+            assert_eq!(Code::of(&e), Some(code), "{text}");
+            eprintln!("{text:?} -> {code:?}, {:?}", Outcome::of(&e));
+        }
+        // The text alone decides nothing: a script error that names READONLY in its
+        // message is still a script error.
+        assert_eq!(
+            Code::of(&reply(
+                "ERR user_script:1: READONLY in a message script: abc"
+            )),
+            Some(Code::Other)
+        );
+        let io: RedisError = std::io::Error::from(std::io::ErrorKind::ConnectionReset).into();
+        assert_eq!(Code::of(&io), None);
+    }
+
+    #[test]
+    fn outcomes_follow_the_kind_and_code() {
+        assert_eq!(Outcome::of(&reply("READONLY no")), Outcome::NotApplied);
+        assert_eq!(
+            Outcome::of(&reply("NAMESPACE_LOST gone")),
+            Outcome::NamespaceLost
+        );
+        let refused: RedisError =
+            std::io::Error::from(std::io::ErrorKind::ConnectionRefused).into();
+        assert_eq!(Outcome::of(&refused), Outcome::NotApplied);
+        let timed_out: RedisError = std::io::Error::from(std::io::ErrorKind::TimedOut).into();
+        assert_eq!(Outcome::of(&timed_out), Outcome::MayHaveApplied);
+    }
+
+    #[test]
+    fn a_code_is_found_behind_the_errors_that_wrap_it() {
+        let call = CallError::new("tick", reply("BUSY Redis is busy"));
+        assert_eq!(Code::found_in(&call), Some(Code::Busy));
+        assert_eq!(
+            Code::found_in(&CallError::bad_reply("tick", "garbage")),
+            None
+        );
+    }
+}

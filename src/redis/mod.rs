@@ -1,0 +1,37 @@
+//! What both Redis modes use (the shared mode's store in `store/shared/`, leader mode's
+//! persistence in `persist/redis/` and its lease in `cluster/lease.rs`): one home, so
+//! neither mode reaches into the other's internals.
+//!
+//! - [`config`]: the Redis options (`--redis` and its TLS, Sentinel, prefix and replica
+//!   options), never shown with credentials.
+//! - [`connection`]: [`Connector`] and [`RedisConn`], connections that follow a
+//!   failover and never wait long on a Redis that is away; [`target`]: the `--redis`
+//!   URL (standalone, Sentinel, TLS) turned into the current primary.
+//! - [`error`]: what a failed call means, classified once by kind and error code.
+//! - [`keys`]: the key schema (docs/REDIS.md), and the KEYS layout Rust and Lua share.
+//! - [`meta`]: a job's metadata as both modes store it (msgpack, as the Lua scripts
+//!   write it).
+//! - [`fenced`]: transactions that apply only while a key holds a token (leader mode's
+//!   lease, the shared mode's namespace generation).
+//! - [`policy`]: refusing (or warning of) a Redis that may evict keys.
+//!
+//! Layering: this module uses only `protocol` (tube names); the stores and the cluster
+//! build on it, and it knows nothing of them.
+
+pub mod config;
+pub mod connection;
+pub mod error;
+pub mod fenced;
+pub mod keys;
+pub mod meta;
+pub mod policy;
+pub mod target;
+
+pub use config::RedisConfig;
+pub use connection::{CONNECT_TIMEOUT, Connector, RESPONSE_TIMEOUT, RedisConn, WAIT_LIMIT};
+pub use error::{CallError, Code, Outcome};
+pub use target::{CertificateProblem, Target, TargetError, TlsFiles, redact};
+
+/// Nanoseconds per microsecond: Redis keeps every time (in scripts, job metadata, the
+/// due index) in microseconds of its clock.
+pub const US: u64 = 1_000;
