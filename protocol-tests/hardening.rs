@@ -20,6 +20,10 @@
 //!   (lines and CPU over 5 s printed).
 //! - `a_damaged_tube_does_not_stop_another_tubes_timer` — one tube's job hash deleted:
 //!   a delayed job in another tube still comes at its time, and the damage is reported.
+//! - `a_tube_whose_script_fails_is_set_aside` — one tube's delayed set replaced by a
+//!   string, so its `tick` script fails with Redis' WRONGTYPE error reply: the tube is
+//!   set aside (told by the reply's code, not its words) and a delayed job in another
+//!   tube still comes at its time (lateness printed).
 //! - `an_evicting_redis_is_refused_unless_allowed` — a Redis with `maxmemory-policy
 //!   allkeys-lru`: redstalk refuses to start, naming the policy; with
 //!   `--redis-allow-eviction` it starts and warns.
@@ -355,6 +359,49 @@ fn a_damaged_tube_does_not_stop_another_tubes_timer() {
     assert!(late < Duration::from_secs(5), "{late:?}\n{}", log.tail());
     thread::sleep(Duration::from_millis(500));
     assert!(count_lines(&log, "damaged") >= 1, "{}", log.tail());
+}
+
+#[test]
+fn a_tube_whose_script_fails_is_set_aside() {
+    let _serial = support::serial();
+    let Some(redis) = support::redis::private_redis(&[], "hardening tests") else {
+        return;
+    };
+    let (srv, log) = support::redstalk_on(&redis, "h10");
+    let mut c = Client::connect(srv.addr, "c");
+    c.use_tube("broken");
+    c.put(0, 1, 60, b"never moves");
+    c.use_tube("fine");
+    c.put(0, 2, 60, b"on time");
+    let put_at = Instant::now();
+    // Damage no script mends: the tube's delayed set is a string now, so its tick
+    // script fails as it runs (WRONGTYPE), due first, on every tick.
+    assert_eq!(
+        redis_cmd(redis.port, &["DEL", "{h10:t:broken}:delayed"]),
+        ":1"
+    );
+    assert_eq!(
+        redis_cmd(redis.port, &["SET", "{h10:t:broken}:delayed", "x"]),
+        "+OK"
+    );
+    c.watch_only("fine");
+    c.timeout = Duration::from_secs(30);
+    let got = c.reserve_timeout(20);
+    let late = put_at.elapsed();
+    println!(
+        "a tube whose tick script fails, due first: the other tube's job (delay 2 s) came \
+         after {:.0} ms; set-aside reports: {}",
+        ms(late),
+        count_lines(&log, "timers fail")
+    );
+    assert_eq!(
+        got.map(|(_, b)| b),
+        Some(b"on time".to_vec()),
+        "{}",
+        log.tail()
+    );
+    assert!(late < Duration::from_secs(5), "{late:?}\n{}", log.tail());
+    assert!(count_lines(&log, "timers fail") >= 1, "{}", log.tail());
 }
 
 #[test]

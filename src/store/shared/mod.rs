@@ -35,7 +35,7 @@
 //! attempts whose answer was lost (`reclaim`).
 
 mod connect;
-pub mod decode;
+mod decode;
 mod eviction;
 mod held;
 mod large;
@@ -43,7 +43,7 @@ mod liveness;
 mod namespace;
 mod reclaim;
 mod refs;
-pub mod scripts;
+mod scripts;
 mod store_impl;
 mod ticks;
 
