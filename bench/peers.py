@@ -10,7 +10,11 @@ peer whose programs are missing (node for BullMQ).
 redis-server is private, in a temporary directory, with RDB saves off) and runs one
 measurement on it: `redstalk-bench` for the beanstalk servers, `bench/bullmq/cycle.js`
 for BullMQ. Every run passes the pids of the peer's server processes (`--cpu-pid`), so
-it reports their CPU time during its measured phase.
+it reports their CPU time during its measured phase, and for a peer on Redis that
+Redis' address (`--redis-info`), so it reports the commands Redis ran in that phase.
+
+`baseline_copy` makes a copy of a redstalk peer that runs another redstalk binary (a
+build of another commit), named `NAME@base`, so one compare run measures both builds.
 
 Python 3 standard library only.
 """
@@ -39,10 +43,11 @@ class Peer:
     extra_if_known: (flag, args) pairs added when the flag is known (a mode that is the
     default today and will be named later). cycle_only: only the cycle scenarios apply.
     replica: the private redis-server has a replica (another private redis-server, in
-    sync before the peer starts), for --redis-wait-replicas."""
+    sync before the peer starts), for --redis-wait-replicas. binary: the redstalk program
+    to run instead of the one built here (a baseline copy's)."""
 
     def __init__(self, name, label, kind, args=(), redis=None, needs=(), extra_if_known=(),
-                 cycle_only=False, replica=False):
+                 cycle_only=False, replica=False, binary=None):
         self.name = name
         self.label = label
         self.kind = kind
@@ -52,6 +57,7 @@ class Peer:
         self.extra_if_known = list(extra_if_known)
         self.cycle_only = cycle_only
         self.replica = replica
+        self.binary = binary
 
 
 REDIS_ARGS = ["--redis", "{redis}", "--redis-prefix", "bench"]
@@ -91,6 +97,29 @@ PEERS[-2:-2] = [
 ]
 PEER_BY_NAME = {p.name: p for p in PEERS}
 DEFAULT_PEERS = [p.name for p in PEERS]
+
+
+BASELINE_SUFFIX = "@base"
+
+
+def baseline_copy(peer, binary):
+    """`peer` (a redstalk configuration) running the redstalk program `binary`."""
+    return Peer(peer.name + BASELINE_SUFFIX, peer.label + ", baseline build", peer.kind,
+                peer.args, redis=peer.redis, needs=peer.needs, extra_if_known=peer.extra_if_known,
+                cycle_only=peer.cycle_only, replica=peer.replica, binary=binary)
+
+
+def program(peer, bins):
+    """The server program of `peer`: its own binary, else the one in `bins`."""
+    return peer.binary or bins[peer.kind]
+
+
+def help_text(binary):
+    """`binary --help`, or "" when it cannot run."""
+    try:
+        return subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
 
 
 def flag_known(help_text, flag):
@@ -230,7 +259,9 @@ class Server:
             wait_synced(port, proc, self.name)
         return proc, port
 
-    def start(self, bins, redstalk_help=""):
+    def start(self, bins, redstalk_help=None):
+        """Start the peer's processes; `redstalk_help` is the --help text of its redstalk
+        (read here when not given), for the flags added only when known."""
         p = self.peer
         if p.kind == "bullmq":
             self.proc, self.port = self._start_redis(bins)
@@ -248,10 +279,12 @@ class Server:
         if "{dir}" in p.args:
             os.makedirs(data, exist_ok=True)
         args = [subst.get(a, a) for a in p.args]
+        if p.extra_if_known and redstalk_help is None:
+            redstalk_help = help_text(program(p, bins))
         for flag, more in p.extra_if_known:
             if flag_known(redstalk_help, flag):
                 args += more
-        self.cmd = [bins[p.kind], "-l", "127.0.0.1", "-p", str(self.port)] + args
+        self.cmd = [program(p, bins), "-l", "127.0.0.1", "-p", str(self.port)] + args
         self.proc = self._spawn(self.cmd, self.name + ".log")
         wait_port(self.port, self.proc, self.name)
 
@@ -282,14 +315,16 @@ class Server:
 
     def command(self, bins, args, duration, extra=(), check_empty=True):
         """The command line of one measurement on this peer."""
-        cpu = [a for pid in self.cpu_pids() for a in ("--cpu-pid", str(pid))]
+        meters = [a for pid in self.cpu_pids() for a in ("--cpu-pid", str(pid))]
+        if self.redis_port:
+            meters += ["--redis-info", "127.0.0.1:%d" % self.redis_port]
         if self.peer.kind == "bullmq":
             # The cycle scenarios' own options (-c, -s) carry over as they are.
             return ([bins["node"], os.path.join(BULLMQ_DIR, "cycle.js"), "--redis", self.addr]
                     + list(args[1:]) + ["-t", str(duration), "--json", "--label", self.name]
-                    + cpu + list(extra))
+                    + meters + list(extra))
         cmd = [bins["redstalk-bench"]] + list(args) + ["-a", self.addr, "-t", str(duration), "--json",
-                                                       "--label", self.name] + cpu + list(extra)
+                                                       "--label", self.name] + meters + list(extra)
         if check_empty:
             cmd.append("--check-server-empty")
         return cmd

@@ -17,7 +17,9 @@
 // latency (add sent -> the processor called, both stamped on CLOCK_MONOTONIC, which
 // both processes share) and the add round trip. CPU (user + system, /proc/PID/stat) of
 // each --cpu-pid process (the redis-server) and of the worker process over the same
-// phase.
+// phase. With --redis-info HOST:PORT (the same Redis), the commands Redis ran over that
+// phase (INFO commandstats, read at its start and end on a connection of its own; the
+// starting INFO excluded), in total, per job and by name.
 //
 // Correctness: every job added is processed exactly once and completed; no job arrives
 // that this run did not add; each payload arrives intact; no job fails; afterwards the
@@ -29,15 +31,18 @@
 
 const { execFileSync, fork } = require('node:child_process');
 const fs = require('node:fs');
+const net = require('node:net');
 const { Queue, Worker } = require('bullmq');
 
 const USAGE = `usage: cycle.js --redis HOST:PORT [-c N] [-w N] [-s BYTES] [-t SECS]
-  [--backlog N] [--settle-timeout SECS] [--warmup SECS (default 1)] [--cpu-pid PID]... [--label TEXT] [--json]`;
+  [--backlog N] [--settle-timeout SECS] [--warmup SECS (default 1)] [--cpu-pid PID]...
+  [--redis-info HOST:PORT] [--label TEXT] [--json]`;
 
 function parseArgs(argv) {
   const o = {
     redis: null, connections: 1, workers: null, bodySize: 16, duration: 2, backlog: null,
-    settleTimeout: 10, warmup: 1, cpuPids: [], label: null, json: false, role: 'main',
+    settleTimeout: 10, warmup: 1, cpuPids: [], redisInfo: null, label: null, json: false,
+    role: 'main',
   };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
@@ -60,6 +65,7 @@ function parseArgs(argv) {
       case '--settle-timeout': o.settleTimeout = Number(next()); break;
       case '--warmup': o.warmup = Number(next()); break;
       case '--cpu-pid': o.cpuPids.push(int(next())); break;
+      case '--redis-info': o.redisInfo = next(); break;
       case '--label': o.label = next(); break;
       case '--json': o.json = true; break;
       case '--role-worker': o.role = 'worker'; break;
@@ -68,6 +74,7 @@ function parseArgs(argv) {
     }
   }
   if (!o.redis || !/^[^:]+:\d+$/.test(o.redis)) fail('--redis HOST:PORT is required');
+  if (o.redisInfo !== null && !/^[^:]+:\d+$/.test(o.redisInfo)) fail('--redis-info takes HOST:PORT');
   if (!(o.duration > 0)) fail('--duration must be a positive number of seconds');
   if (!(o.warmup >= 0)) fail('--warmup must be a number of seconds, 0 for none');
   o.workers = o.workers || o.connections;
@@ -177,6 +184,52 @@ function summary(samples) {
   };
 }
 
+// Calls per command name from `INFO commandstats`, on a fresh connection that sends
+// nothing else (no HELLO, no CLIENT SETNAME), so the only command of ours is the INFO.
+function commandCalls(addr) {
+  const [host, port] = addr.split(':');
+  return new Promise((resolve, reject) => {
+    const sock = net.connect(Number(port), host);
+    let data = Buffer.alloc(0);
+    sock.on('connect', () => sock.write('*2\r\n$4\r\nINFO\r\n$12\r\ncommandstats\r\n'));
+    sock.on('data', (chunk) => {
+      data = Buffer.concat([data, chunk]);
+      const eol = data.indexOf('\r\n');
+      if (eol < 0) return;
+      if (data[0] !== 0x24) { // '$'
+        sock.destroy();
+        reject(new Error(`INFO commandstats answered ${data.slice(0, eol).toString()}`));
+        return;
+      }
+      const len = Number(data.slice(1, eol).toString());
+      if (data.length < eol + 2 + len) return;
+      sock.end();
+      const calls = {};
+      for (const line of data.slice(eol + 2, eol + 2 + len).toString().split('\r\n')) {
+        const m = /^cmdstat_([^:]+):calls=(\d+)/.exec(line);
+        if (m) calls[m[1]] = Number(m[2]);
+      }
+      resolve(calls);
+    });
+    sock.on('error', reject);
+  });
+}
+
+// What Redis ran between two commandCalls readings, without the first reading's INFO
+// (Redis counts a command once it has run, so the second INFO is not in its own reply).
+function commandsJson(addr, before, after, ops) {
+  const byCommand = {};
+  let total = 0;
+  for (const [name, n] of Object.entries(after).sort()) {
+    const delta = n - (before[name] || 0) - (name === 'info' ? 1 : 0);
+    if (delta > 0) {
+      byCommand[name] = delta;
+      total += delta;
+    }
+  }
+  return { addr, total, per_op: ops > 0 ? total / ops : null, by_command: byCommand };
+}
+
 function cpuJson(pids, micros, ops) {
   const total = micros.reduce((a, b) => a + b, 0);
   return { pids, us: micros, total_us: total, us_per_op: ops > 0 ? total / ops : null };
@@ -252,6 +305,7 @@ async function main(o) {
   const warmJobs = claimed;
 
   const pids = o.cpuPids;
+  const callsBefore = o.redisInfo ? await commandCalls(o.redisInfo) : null;
   const cpuBefore = pids.map(cpuTicks);
   const workerBefore = cpuTicks(child.pid);
   const ownBefore = process.cpuUsage();
@@ -261,6 +315,7 @@ async function main(o) {
   const serverUs = pids.map((pid, i) => (cpuTicks(pid) - cpuBefore[i]) * 1e6 / ticksPerSec);
   const workerUs = (cpuTicks(child.pid) - workerBefore) * 1e6 / ticksPerSec;
   const own = process.cpuUsage(ownBefore);
+  const callsAfter = o.redisInfo ? await commandCalls(o.redisInfo) : null;
 
   child.send({ type: 'stop' });
   const report = await reported;
@@ -302,6 +357,7 @@ async function main(o) {
     server_cpu: pids.length ? cpuJson(pids, serverUs, ops) : null,
     client_worker_cpu: cpuJson([child.pid], [workerUs], ops),
     client_producer_cpu: cpuJson([process.pid], [own.user + own.system], ops),
+    redis_commands: callsBefore ? commandsJson(o.redisInfo, callsBefore, callsAfter, ops) : null,
     ok: failures.length === 0, failures,
   };
   if (o.json) {
@@ -314,6 +370,8 @@ async function main(o) {
       `  end-to-end p50 ${l.p50_ms.toFixed(3)} ms  p99 ${l.p99_ms.toFixed(3)} ms  max ${l.max_ms.toFixed(3)} ms\n` +
       (result.server_cpu ? `  server CPU: ${result.server_cpu.us_per_op.toFixed(2)} us per job\n` : '') +
       `  client-side worker CPU: ${result.client_worker_cpu.us_per_op.toFixed(2)} us per job\n` +
+      (result.redis_commands ? `  Redis commands: ${result.redis_commands.total} ` +
+        `(${(result.redis_commands.per_op || 0).toFixed(2)} per job)\n` : '') +
       `  check: ${failures.length ? 'FAILED\n    - ' + failures.join('\n    - ') : 'OK (every job added was processed exactly once; the queue is empty)'}\n`);
   }
   return failures.length === 0;

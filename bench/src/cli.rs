@@ -20,6 +20,10 @@ pub enum Scenario {
     /// The cycle over --tubes tubes (default 100): producers `use` each tube in turn,
     /// workers watch them all.
     Tubes,
+    /// Each connection alone on a tube of its own, one command at a time: put ->
+    /// reserve-with-timeout -> delete, so the tube empties after every job (a queue
+    /// whose workers keep up).
+    Solo,
 }
 
 impl Scenario {
@@ -30,6 +34,7 @@ impl Scenario {
             Scenario::Drain => "drain",
             Scenario::Delay => "delay",
             Scenario::Tubes => "tubes",
+            Scenario::Solo => "solo",
         }
     }
 }
@@ -53,7 +58,8 @@ pub struct Args {
     #[arg(long, value_name = "HOST:PORT")]
     pub worker_addr: Option<String>,
 
-    /// Producer connections (drain: filling and draining connections).
+    /// Producer connections (drain: filling and draining connections; solo: connections,
+    /// each with a tube of its own).
     #[arg(short = 'c', long, default_value_t = 1)]
     pub connections: usize,
 
@@ -120,10 +126,16 @@ pub struct Args {
     #[arg(long = "cpu-pid", value_name = "PID")]
     pub cpu_pids: Vec<u32>,
 
-    /// host:port of the Redis behind a redstalk --redis server: drain reports Redis'
-    /// used_memory before and after the fill.
-    #[arg(long)]
+    /// host:port of the Redis behind the server (redstalk --redis): the run reports the
+    /// commands Redis ran during the measured phase (INFO commandstats, by name, and per
+    /// op); drain also reports Redis' used_memory before and after the fill.
+    #[arg(long, value_name = "HOST:PORT")]
     pub redis_info: Option<String>,
+
+    /// Seconds of the `reserve-with-timeout` that solo sends after each put. The job
+    /// just put is the only one on the connection's tube, so TIMED_OUT is a failure.
+    #[arg(long, default_value_t = 1)]
+    pub reserve_timeout: u32,
 
     /// Seconds to wait, once producers are done, for every job to be reserved and
     /// deleted before declaring the missing ones lost.
@@ -169,6 +181,19 @@ impl Args {
         if self.jobs == Some(0) {
             return Err("--jobs must be at least 1".into());
         }
+        if self.scenario == Scenario::Solo
+            && (self.pipeline != 1
+                || self.workers.is_some()
+                || self.worker_addr.is_some()
+                || self.tubes.is_some()
+                || self.backlog.is_some())
+        {
+            return Err(
+                "solo runs one command at a time on each connection's own tube: \
+                        -d, -w, --worker-addr, --tubes and --backlog do not apply"
+                    .into(),
+            );
+        }
         Ok(())
     }
 
@@ -194,5 +219,11 @@ mod tests {
         assert!(a.validate().is_ok());
         let small = Args::try_parse_from(["b", "put", "-s", "8"]).unwrap();
         assert!(small.validate().is_err());
+        let solo =
+            Args::try_parse_from(["b", "solo", "-c", "50", "--reserve-timeout", "3"]).unwrap();
+        assert_eq!((solo.scenario, solo.reserve_timeout), (Scenario::Solo, 3));
+        assert!(solo.validate().is_ok());
+        let piped = Args::try_parse_from(["b", "solo", "-d", "4"]).unwrap();
+        assert!(piped.validate().is_err());
     }
 }

@@ -3,8 +3,10 @@
 //!
 //! Modules: [`client`] (pipelined protocol client), [`scenario`] (what is run),
 //! [`body`] (self-describing job bodies), [`stats`] (percentiles), [`check`]
-//! (exactly-once ledger, server-empty check), [`memory`] (RSS, Redis INFO), [`cpu`]
-//! (the servers' CPU time during the measured phase), [`report`] (text and JSON). `bench/README.md` describes the scenarios and `bench/compare`.
+//! (exactly-once ledger, server-empty check), [`memory`] (RSS), [`redis`] (Redis INFO:
+//! memory, commands run), [`cpu`] (the servers' CPU time during the measured phase),
+//! [`report`] (text and JSON). `bench/README.md` describes the scenarios and
+//! `bench/compare`.
 
 mod body;
 mod check;
@@ -12,6 +14,7 @@ mod cli;
 mod client;
 mod cpu;
 mod memory;
+mod redis;
 mod report;
 mod scenario;
 mod stats;

@@ -8,6 +8,7 @@ use serde_json::{Map, Value, json};
 
 use crate::cli::Args;
 use crate::cpu::{self, ProcessCpu};
+use crate::redis::RedisCommands;
 use crate::stats::{Summary, ms};
 
 /// The result of one run.
@@ -26,6 +27,8 @@ pub struct Outcome {
     pub figures: Vec<(&'static str, f64)>,
     /// CPU time of each `--cpu-pid` process during the measured phase.
     pub cpu: Vec<ProcessCpu>,
+    /// Commands the Redis of `--redis-info` ran during the measured phase.
+    pub redis_commands: Option<RedisCommands>,
     /// Correctness failures; empty when the run is clean.
     pub failures: Vec<String>,
     /// The tubes the run used.
@@ -81,6 +84,7 @@ pub fn json(args: &Args, o: &Outcome) -> Value {
         "other_latencies": others,
         "figures": figures,
         "server_cpu": cpu::json(&o.cpu, o.ops),
+        "redis_commands": o.redis_commands.as_ref().map(|r| r.json(o.ops)),
         "ok": o.failures.is_empty(),
         "failures": o.failures,
     })
@@ -145,6 +149,22 @@ pub fn text(args: &Args, o: &Outcome) -> String {
             each.join(", "),
             total / o.ops.max(1) as f64,
             o.unit.trim_end_matches('s')
+        );
+    }
+    if let Some(r) = &o.redis_commands {
+        let busiest: Vec<String> = r
+            .busiest()
+            .iter()
+            .take(8)
+            .map(|(name, n)| format!("{name} {:.2}", *n as f64 / o.ops.max(1) as f64))
+            .collect();
+        let _ = writeln!(
+            t,
+            "  Redis commands: {} ({:.2} per {}): {}",
+            r.total(),
+            r.total() as f64 / o.ops.max(1) as f64,
+            o.unit.trim_end_matches('s'),
+            busiest.join(", ")
         );
     }
     if o.failures.is_empty() {

@@ -12,9 +12,10 @@ use anyhow::Result;
 use tokio::sync::{Semaphore, watch};
 
 use super::produce::{Plan, Quota, produce_all};
-use super::{Run, check_empty, connect_consumers, connect_producers, consume, join_all, secs};
+use super::{
+    PhaseMeter, Run, check_empty, connect_consumers, connect_producers, consume, join_all, secs,
+};
 use crate::cli::Scenario;
-use crate::cpu::CpuMeter;
 use crate::report::Outcome;
 
 pub async fn run(run: Arc<Run>) -> Result<Outcome> {
@@ -46,7 +47,7 @@ pub async fn run(run: Arc<Run>) -> Result<Outcome> {
         })
         .collect();
 
-    let cpu = CpuMeter::start(&a.cpu_pids)?;
+    let meter = PhaseMeter::start(a).await?;
     let started = run.now_ns();
     let (quota, pace, delay) = if delayed {
         let n = a.jobs.unwrap_or(200);
@@ -77,7 +78,7 @@ pub async fn run(run: Arc<Run>) -> Result<Outcome> {
     {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    let cpu = cpu.stop()?;
+    let (cpu, redis_commands) = meter.stop().await?;
     let _ = stop_tx.send(true);
     let mut work = join_all(worker_handles).await;
 
@@ -119,6 +120,7 @@ pub async fn run(run: Arc<Run>) -> Result<Outcome> {
         others,
         figures: vec![],
         cpu,
+        redis_commands,
         failures,
         tubes: run.tubes.clone(),
     })

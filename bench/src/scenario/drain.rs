@@ -8,9 +8,9 @@ use anyhow::Result;
 
 use super::produce::{Plan, Quota, produce_all};
 use super::put::drain_all;
-use super::{Run, check_empty, connect_producers};
-use crate::cpu::CpuMeter;
+use super::{PhaseMeter, Run, check_empty, connect_producers};
 use crate::memory;
+use crate::redis;
 use crate::report::Outcome;
 
 /// Memory figures of the server: (RSS, Redis used_memory), each when asked for.
@@ -20,7 +20,7 @@ async fn snapshot(run: &Run) -> Result<(Option<u64>, Option<u64>)> {
         None => None,
     };
     let redis = match &run.args.redis_info {
-        Some(addr) => Some(memory::redis_used_memory(addr).await?),
+        Some(addr) => Some(redis::used_memory(addr).await?),
         None => None,
     };
     Ok((rss, redis))
@@ -44,10 +44,10 @@ pub async fn run(run: Arc<Run>) -> Result<Outcome> {
     let fill_secs = (run.now_ns() - fill_start) as f64 / 1e9;
     let after = snapshot(&run).await?;
 
-    let cpu = CpuMeter::start(&a.cpu_pids)?;
+    let meter = PhaseMeter::start(a).await?;
     let drain_start = run.now_ns();
     let mut drained = drain_all(&run).await?;
-    let cpu = cpu.stop()?;
+    let (cpu, redis_commands) = meter.stop().await?;
     let elapsed = Duration::from_nanos(u64::try_from(drained.last_ns - drain_start).unwrap_or(0));
 
     let put = fill.ledger.put.len() as f64;
@@ -86,6 +86,7 @@ pub async fn run(run: Arc<Run>) -> Result<Outcome> {
         others: vec![("delete", delete_rtt), ("fill put", fill_rtt)],
         figures,
         cpu,
+        redis_commands,
         failures,
         tubes: run.tubes.clone(),
     })

@@ -1,13 +1,14 @@
 //! The scenarios and what they share: the run's clock and tube names ([`Run`]), the
-//! producer loop ([`produce`]) and the two consumer loops ([`consume`]: blocking workers
-//! and pipelined drainers). Each scenario file wires these together and fills in an
-//! [`Outcome`].
+//! meters of the measured phase ([`PhaseMeter`]), the producer loop ([`produce`]) and
+//! the two consumer loops ([`consume`]: blocking workers and pipelined drainers). Each
+//! scenario file wires these together and fills in an [`Outcome`].
 
 pub mod consume;
 pub mod cycle;
 pub mod drain;
 pub mod produce;
 pub mod put;
+pub mod solo;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -17,6 +18,8 @@ use anyhow::{Context, Result};
 use crate::check::Ledger;
 use crate::cli::{Args, Scenario};
 use crate::client::{Conn, Reply};
+use crate::cpu::{CpuMeter, ProcessCpu};
+use crate::redis::{CommandMeter, RedisCommands};
 use crate::report::Outcome;
 use crate::stats::Samples;
 
@@ -45,6 +48,7 @@ impl Run {
         );
         let count = match args.scenario {
             Scenario::Tubes => args.tubes.unwrap_or(100),
+            Scenario::Solo => args.connections,
             _ => args.tubes.unwrap_or(1),
         };
         let tubes = if count == 1 {
@@ -77,6 +81,39 @@ pub async fn run(args: Args) -> Result<Outcome> {
         Scenario::Put => put::run(run).await,
         Scenario::Cycle | Scenario::Tubes | Scenario::Delay => cycle::run(run).await,
         Scenario::Drain => drain::run(run).await,
+        Scenario::Solo => solo::run(run).await,
+    }
+}
+
+/// What the server side spent during the measured phase: the CPU time of every
+/// `--cpu-pid` process and the commands the Redis of `--redis-info` ran. Each scenario
+/// starts it at the first operation it counts and stops it after the last, so warm-up,
+/// fill and drain work outside that phase is in neither figure.
+pub struct PhaseMeter {
+    cpu: CpuMeter,
+    redis: Option<CommandMeter>,
+}
+
+impl PhaseMeter {
+    pub async fn start(args: &Args) -> Result<PhaseMeter> {
+        // Redis first: its INFO round trip then lies outside the CPU reading.
+        let redis = match &args.redis_info {
+            Some(addr) => Some(CommandMeter::start(addr).await?),
+            None => None,
+        };
+        Ok(PhaseMeter {
+            cpu: CpuMeter::start(&args.cpu_pids)?,
+            redis,
+        })
+    }
+
+    pub async fn stop(self) -> Result<(Vec<ProcessCpu>, Option<RedisCommands>)> {
+        let cpu = self.cpu.stop()?;
+        let redis = match self.redis {
+            Some(meter) => Some(meter.stop().await?),
+            None => None,
+        };
+        Ok((cpu, redis))
     }
 }
 
@@ -128,7 +165,10 @@ pub struct TaskOut {
     pub ledger: Ledger,
     /// Main latency of the task (put round trip, reserve round trip, or end to end).
     pub latency: Samples,
-    /// Delete round trips (consumers).
+    /// Round trips a task measures beside its main latency: puts and reserves (solo),
+    /// deletes (consumers, solo).
+    pub put_rtt: Samples,
+    pub reserve_rtt: Samples,
     pub delete_rtt: Samples,
     /// Time of the task's last completed job, ns since the run started.
     pub last_ns: i64,
@@ -139,6 +179,8 @@ impl TaskOut {
     pub fn merge(&mut self, other: TaskOut) {
         self.ledger.merge(other.ledger);
         self.latency.extend(other.latency);
+        self.put_rtt.extend(other.put_rtt);
+        self.reserve_rtt.extend(other.reserve_rtt);
         self.delete_rtt.extend(other.delete_rtt);
         self.last_ns = self.last_ns.max(other.last_ns);
         self.failures.extend(other.failures);

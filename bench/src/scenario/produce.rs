@@ -33,7 +33,7 @@ impl Quota {
     }
 
     /// Take one job: its index (for pacing), or None when the quota is used up.
-    fn claim(&self) -> Option<u64> {
+    pub fn claim(&self) -> Option<u64> {
         match self {
             Quota::Until(deadline) => (Instant::now() < *deadline).then_some(0),
             Quota::Count { total, claimed } => {

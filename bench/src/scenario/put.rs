@@ -8,15 +8,15 @@ use anyhow::Result;
 
 use super::produce::{Plan, Quota, produce_all};
 use super::{
-    Run, TaskOut, check_empty, connect_consumers, connect_producers, consume, join_all, secs,
+    PhaseMeter, Run, TaskOut, check_empty, connect_consumers, connect_producers, consume, join_all,
+    secs,
 };
-use crate::cpu::CpuMeter;
 use crate::report::Outcome;
 
 pub async fn run(run: Arc<Run>) -> Result<Outcome> {
     let a = &run.args;
     let producers = connect_producers(&run, a.connections, Some(&run.tubes[0])).await?;
-    let cpu = CpuMeter::start(&a.cpu_pids)?;
+    let meter = PhaseMeter::start(a).await?;
     let started = run.now_ns();
     let quota = match a.jobs {
         Some(n) => Quota::count(n),
@@ -31,7 +31,7 @@ pub async fn run(run: Arc<Run>) -> Result<Outcome> {
     });
     let mut puts = produce_all(&run, producers, plan).await;
     let ended = run.now_ns();
-    let cpu = cpu.stop()?;
+    let (cpu, redis_commands) = meter.stop().await?;
     let put_rtt = std::mem::take(&mut puts.latency);
 
     let drained = drain_all(&run).await?;
@@ -51,6 +51,7 @@ pub async fn run(run: Arc<Run>) -> Result<Outcome> {
         others: vec![],
         figures: vec![("jobs drained afterwards", count as f64)],
         cpu,
+        redis_commands,
         failures,
         tubes: run.tubes.clone(),
     })
