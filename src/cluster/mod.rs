@@ -44,6 +44,7 @@ use crate::store::redis_store::keys::Keys;
 use crate::store::redis_store::policy::{self, PolicyError};
 use crate::store::redis_store::reply::{connect_error, redis_error};
 use crate::store::{AnyStore, RedisConfig, StoreError};
+use crate::util::lock;
 use lease::{Acquired, Holder, Lease, LeaseError};
 pub use standby::{NotReady, Readiness};
 use takeover::{Prepared, Unprepared};
@@ -114,11 +115,6 @@ pub struct Cluster {
     lease_error: std::sync::Mutex<Option<String>>,
     /// What the last check of this instance's own `--advertise` found wrong.
     advertise_problem: std::sync::Mutex<Option<NotReady>>,
-}
-
-/// A mutex's guard, whether or not a holder panicked (the values here stay whole).
-fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// What a leadership needs at its end.
@@ -429,7 +425,7 @@ impl Cluster {
             load_ms = started.elapsed().as_millis() as u64,
             "leading: serving from memory, persisting to Redis"
         );
-        *self.leading.lock().unwrap_or_else(|e| e.into_inner()) = Some(Leading {
+        *lock(&self.leading) = Some(Leading {
             engine: engine.clone(),
             token: holder.token.clone(),
             committer_stop: committer_stop.clone(),
@@ -467,7 +463,7 @@ impl Cluster {
             let _ = c.await;
         }
         let _ = keeper.await;
-        *self.leading.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        *lock(&self.leading) = None;
     }
 
     fn lease_keeper(&self) -> Lease {
@@ -503,11 +499,7 @@ impl Cluster {
     /// A clean shutdown, after the server has finished its connections: write what is
     /// left, then give the lease up so a standby takes over at once.
     pub async fn shutdown(&self) {
-        let leading = self
-            .leading
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
+        let leading = lock(&self.leading).take();
         if let Some(l) = leading {
             let last = l.engine.last_change();
             if let Err(err) = tokio::time::timeout(FINAL_FLUSH, l.engine.durable(last))

@@ -28,6 +28,7 @@ use futures_util::future::{BoxFuture, Shared};
 use super::{App, exposition};
 use crate::engine::Engine;
 use crate::store::StoreError;
+use crate::util::lock;
 
 /// How long a built exposition is answered again (at least).
 pub const REUSE: Duration = Duration::from_secs(1);
@@ -142,7 +143,7 @@ impl Scrapes {
     }
 
     fn lock(&self) -> MutexGuard<'_, Slot> {
-        self.slot.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.slot)
     }
 }
 

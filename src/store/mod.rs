@@ -24,6 +24,7 @@ use bytes::Bytes;
 
 use crate::protocol::TubeName;
 pub use crate::time::{Clock, NANOS_PER_SEC, Nanos};
+use crate::util::lock;
 
 pub use durable::DurableStore;
 pub use memory::MemoryStore;
@@ -89,7 +90,7 @@ impl LogFigures {
     /// The file holding job `id`: the current one for a job whose first write is still
     /// on its way there.
     pub fn job_file(&self, id: JobId) -> u64 {
-        let files = self.job_files.lock().unwrap_or_else(|e| e.into_inner());
+        let files = lock(&self.job_files);
         match files.get(&id) {
             Some(&n) => n,
             None => self.current_index.load(Ordering::Relaxed),

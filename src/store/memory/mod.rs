@@ -20,6 +20,7 @@ use super::{
     Totals, TubeInfo, pause_length,
 };
 use crate::protocol::TubeName;
+use crate::util::lock;
 pub use journal::{Counters, Cut, CutLimit, Gone, JobRecord, Snapshot, Stored, TubeRecord};
 use state::{Job, Ref, State};
 
@@ -111,7 +112,7 @@ impl MemoryStore {
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock cannot leave a half-made transition visible to
         // clients any worse than crashing would, so keep serving.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.state)
     }
 }
 

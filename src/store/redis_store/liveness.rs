@@ -16,6 +16,7 @@ use super::RedisStore;
 use super::keys::NsKey;
 use super::reply::{Reaped, US, redis_error};
 use crate::store::{Nanos, StoreResult};
+use crate::util::lock;
 
 /// How often an instance says it is alive, and how long until it counts as dead.
 const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
@@ -30,10 +31,7 @@ impl RedisStore {
     /// taken for dead, its references were dropped: it restores them.
     pub(super) async fn heartbeat(&self, now: Nanos) -> StoreResult<()> {
         let first = {
-            let mut next = self
-                .next_heartbeat
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
+            let mut next = lock(&self.next_heartbeat);
             if now < *next {
                 return Ok(());
             }

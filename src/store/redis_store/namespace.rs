@@ -36,6 +36,7 @@ use super::RedisStore;
 use super::reply::US;
 use crate::protocol::TubeName;
 use crate::store::{ConnId, Nanos, StoreError, StoreResult};
+use crate::util::lock;
 
 /// The code of a script's refusal of a call made for another generation.
 pub const LOST_CODE: &str = "NAMESPACE_LOST";
@@ -65,20 +66,17 @@ impl Namespace {
 
     /// The generation calls are made for now.
     pub fn current(&self) -> Arc<str> {
-        self.current
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        lock(&self.current).clone()
     }
 
     fn adopt(&self, generation: &str) {
-        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = generation.into();
+        *lock(&self.current) = generation.into();
     }
 
     /// A call made for `generation` was refused: it is gone (if it is still ours).
     pub fn lost(&self, generation: &Arc<str>) {
         if *generation == self.current() {
-            *self.lost.lock().unwrap_or_else(|e| e.into_inner()) = Some(generation.clone());
+            *lock(&self.lost) = Some(generation.clone());
             self.found_lost.notify_one();
         }
     }
@@ -100,7 +98,7 @@ impl Namespace {
 
     /// The generation found gone, if it is the one served now (once).
     fn take_lost(&self) -> Option<Arc<str>> {
-        let lost = self.lost.lock().unwrap_or_else(|e| e.into_inner()).take()?;
+        let lost = lock(&self.lost).take()?;
         (lost == self.current()).then_some(lost)
     }
 
@@ -153,7 +151,7 @@ impl RedisStore {
         );
         if let Err(err) = Self::init_namespace(&self.run).await {
             // Tried again at the next tick; the connections already closed stay closed.
-            *ns.lost.lock().unwrap_or_else(|e| e.into_inner()) = Some(lost);
+            *lock(&ns.lost) = Some(lost);
             // Retried at the timer's next tick (after its backoff), not at once.
             return Err(err);
         }
