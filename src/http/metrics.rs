@@ -203,6 +203,6 @@ mod tests {
         // Within REUSE, the same text again.
         let again = scrapes.get(engine.clone()).await;
         assert_eq!(again.as_ref().map(|b| b.as_ptr()).ok(), first);
-        engine.shutdown();
+        engine.shutdown().await;
     }
 }

@@ -16,6 +16,7 @@
 //! accepting, tell every connection (each finishes the command it is running and writes
 //! its reply), wait up to the grace period, then return.
 
+mod acks;
 pub mod activation;
 pub mod connection;
 pub mod hello;
@@ -218,7 +219,7 @@ const ROUTE_RETRY: Duration = Duration::from_millis(100);
 /// rather than refused; but not past [`relay::PATIENCE`] after its first bytes, nor at
 /// all once the leader has been out of reach for that long (the client is closed at
 /// once).
-async fn handle<S: connection::Socket + Send>(
+async fn handle<S: connection::ClientStream + Send>(
     router: &impl Router,
     mut stream: S,
     peer: &str,

@@ -33,6 +33,26 @@ pub use redis_store::{RedisConfig, RedisStore};
 /// A job id. Ids start at 1 and are never reused.
 pub type JobId = u64;
 
+/// A position in a store's sequence of changes. A store whose changes are persisted in
+/// batches (the journaled memory store under a committer) numbers each change it makes
+/// (a job or tube touched, an id consumed); a reply that depended on the store's state
+/// may be sent once every change up to the store's last one then is durable
+/// ([`Store::durable`]). The journal, the cuts, the committer's progress, a reservation
+/// and a reply's acknowledgement all speak of this one number.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Change(u64);
+
+impl Change {
+    /// Before any change: the only position of a store that persists nothing in
+    /// batches (its changes are durable when the call that made them returns).
+    pub const NONE: Change = Change(0);
+
+    /// The change after this one.
+    pub fn next(self) -> Change {
+        Change(self.0 + 1)
+    }
+}
+
 /// Ready jobs with a priority below this are "urgent" (`current-jobs-urgent`). The one
 /// definition: the Redis scripts are handed it as an argument.
 pub const URGENT_PRI: u32 = 1024;
@@ -144,10 +164,11 @@ pub struct Reserved {
     pub waited: Option<Nanos>,
     /// The store's last change before this reservation (`None` for a store that
     /// persists nothing in batches): the RESERVED reply may go out once that change is
-    /// persisted, while this instance still holds its lease. The reservation itself
-    /// need not be: a leader that takes over makes every reserved job ready again,
-    /// persisted reservation or not (docs/LEADER.md).
-    pub settled_by: Option<u64>,
+    /// persisted, while this instance still holds its lease (the engine's
+    /// acknowledgement, `engine::Ack`). The reservation itself need not be: a leader
+    /// that takes over makes every reserved job ready again, persisted reservation or
+    /// not (docs/LEADER.md).
+    pub last_change: Option<Change>,
 }
 
 /// A job's figures for `stats-job` (the engine turns times into ages and time left).
@@ -500,17 +521,17 @@ pub trait Store: Send + Sync {
         std::future::ready(())
     }
 
-    /// How many changes this store has made so far. A reply that depends on the
-    /// store's state as it is now is written only once [`Store::durable`] of this
-    /// number returned. Always 0 for a store whose changes are durable when the call
+    /// The last change this store made. A reply that depends on the store's state as
+    /// it is now is written only once [`Store::durable`] of this change returned.
+    /// Always [`Change::NONE`] for a store whose changes are durable when the call
     /// that made them returns.
-    fn last_change(&self) -> u64 {
-        0
+    fn last_change(&self) -> Change {
+        Change::NONE
     }
 
     /// Wait until every change up to `upto` is persisted (bounded: an error after about
     /// a second, and the command answers INTERNAL_ERROR).
-    fn durable(&self, upto: u64) -> impl Future<Output = StoreResult<()>> + Send {
+    fn durable(&self, upto: Change) -> impl Future<Output = StoreResult<()>> + Send {
         let _ = upto;
         std::future::ready(Ok(()))
     }
@@ -735,7 +756,7 @@ impl Store for AnyStore {
     async fn ping(&self) -> StoreResult<()> {
         dispatch!(self, s => s.ping())
     }
-    fn last_change(&self) -> u64 {
+    fn last_change(&self) -> Change {
         match self {
             AnyStore::Memory(s) => s.last_change(),
             AnyStore::Durable(s) => s.last_change(),
@@ -744,7 +765,7 @@ impl Store for AnyStore {
             AnyStore::Lagging(l) => l.inner.last_change(),
         }
     }
-    async fn durable(&self, upto: u64) -> StoreResult<()> {
+    async fn durable(&self, upto: Change) -> StoreResult<()> {
         dispatch!(self, s => s.durable(upto))
     }
     async fn shutdown(&self) {

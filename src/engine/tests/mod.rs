@@ -26,7 +26,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::codec::Decoder;
 
-use super::{Engine, EngineConfig, Outcome, Session, Waiting};
+use super::{Answer, Engine, EngineConfig, Outcome, Session, Waiting};
 use crate::protocol::{Reply, ServerCodec};
 use crate::store::lagging::LaggingStore;
 use crate::store::{AnyStore, MemoryStore};
@@ -135,10 +135,27 @@ impl Client {
     }
 }
 
+/// Something that holds a reply: a reply, or an answer (a reply and its ack).
+trait HasReply {
+    fn reply(&self) -> &Reply;
+}
+
+impl HasReply for Reply {
+    fn reply(&self) -> &Reply {
+        self
+    }
+}
+
+impl HasReply for Answer {
+    fn reply(&self) -> &Reply {
+        &self.reply
+    }
+}
+
 /// A reply in wire form without the final CRLF.
-fn text(reply: &Reply) -> String {
+fn text(reply: &impl HasReply) -> String {
     let mut buf = BytesMut::new();
-    reply.encode(&mut buf);
+    reply.reply().encode(&mut buf);
     let s = String::from_utf8(buf.to_vec()).unwrap();
     s.strip_suffix("\r\n").unwrap().to_string()
 }
