@@ -11,8 +11,10 @@
 //!
 //! Files: `reserve.rs` (immediate answers, timeouts, DEADLINE_SOON), `waiters.rs`
 //! (hand-over order and claim races), `timing.rs` (delays, TTR, pause-tube), `late.rs`
-//! (a store that answers late, as Redis does: the windows a round trip opens).
+//! (a store that answers late, as Redis does: the windows a round trip opens),
+//! `acks.rs` (which change each reply is acknowledged after).
 
+mod acks;
 mod late;
 mod reserve;
 mod timing;
@@ -35,6 +37,19 @@ use crate::store::{AnyStore, MemoryStore};
 fn engine() -> Arc<Engine> {
     Engine::start(
         AnyStore::Memory(MemoryStore::new()),
+        EngineConfig {
+            max_job_size: 65_535,
+            dialect: Default::default(),
+        },
+    )
+}
+
+/// A fresh engine on a journaled memory store (as a persisted store numbers its
+/// changes, with nothing to wait for): its answers show the acknowledgements a
+/// persisted store's replies get.
+fn journaled_engine() -> Arc<Engine> {
+    Engine::start(
+        AnyStore::Memory(MemoryStore::journaled()),
         EngineConfig {
             max_job_size: 65_535,
             dialect: Default::default(),
@@ -84,6 +99,15 @@ impl Client {
         assert!(buf.is_empty(), "more than one request in {request:?}");
         let session = self.session.as_mut().unwrap();
         self.engine.execute(session, req).await
+    }
+
+    /// Run a request that must be answered at once; its answer.
+    async fn answer(&mut self, request: &str) -> Answer {
+        match self.run(request).await {
+            Outcome::Reply(a) => a,
+            Outcome::Wait(_) => panic!("{request:?} blocked"),
+            Outcome::Quit => panic!("{request:?} quit"),
+        }
     }
 
     /// Run a request that must be answered at once; its reply in wire form, without
