@@ -3,7 +3,8 @@
 //! that arrives while the timer reads its next deadline is not lost; a job reserved for
 //! a waiter that went away meanwhile goes back alone, the connection's other
 //! reservations untouched, and on to the next waiter; a reply does not wait for the
-//! next pass while one is in flight.
+//! next pass while one is in flight; a waiter whose timeout comes while the timer
+//! reads waits for a job hinted due before it.
 
 use super::*;
 
@@ -184,4 +185,33 @@ async fn a_put_while_a_pass_waits_on_the_store_does_not_wait_for_the_next_pass()
     );
     assert_eq!(got_a, reserved(one, "to a"));
     assert_eq!(got_b, reserved(two, "to b"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_job_hinted_during_the_timers_read_and_due_before_a_timeout_goes_to_the_waiter() {
+    // Reads of the next deadline answer 1200 ms late, other calls at once. The timer's
+    // first read begins at 0, before any job; meanwhile a job is released with a delay
+    // of 1 s (due at 1000) and a reserve begins at 5 (times out at 1005). At 1005 the
+    // read is not back: only the hint tells the waiter that a job is due before its
+    // timeout, so it waits for the tick (at 1200, once the read is back) rather than
+    // answer TIMED_OUT.
+    let e = lagging_engine(ms(0), ms(1200));
+    settle().await;
+    let mut h = Client::connect(&e).await;
+    let mut w = Client::connect(&e).await;
+    assert_eq!(h.cmd("use w").await, "USING w");
+    assert_eq!(w.cmd("watch w").await, "WATCHING 2");
+    assert_eq!(w.cmd("ignore default").await, "WATCHING 1");
+    assert_eq!(h.put("held").await, 1);
+    assert_eq!(h.cmd("reserve-job 1").await, reserved(1, "held"));
+    assert_eq!(h.cmd("release 1 0 1").await, "RELEASED");
+    tokio::time::sleep(ms(5)).await;
+    let wait = spawn_timed_wait(w.block("reserve-with-timeout 1").await);
+    let (reply, took) = wait.await.unwrap();
+    eprintln!(
+        "late read: job due at 1000 ms hinted during the timer's read (back at 1200 ms), \
+         reserve timing out at 1005 ms: {reply:?} after {took:?}"
+    );
+    assert_eq!(reply, reserved(1, "held"));
+    assert_eq!(took, ms(1195), "answered once the tick applied the job");
 }
