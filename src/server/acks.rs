@@ -25,7 +25,7 @@ use crate::store::{Change, JobId};
 #[derive(Debug, Default)]
 pub struct PendingAcks {
     /// The latest change a waiting reply saw (`None`: no reply waits).
-    upto: Option<Change>,
+    last_change: Option<Change>,
     /// Where in the write buffer each waiting reply is, and its job if it is a RESERVED.
     replies: Vec<(Range<usize>, Option<JobId>)>,
     /// Jobs whose RESERVED was replaced by INTERNAL_ERROR, until they are given back.
@@ -38,7 +38,7 @@ impl PendingAcks {
         let Ack::After(change) = ack else {
             return;
         };
-        self.upto = Some(self.upto.map_or(change, |u| u.max(change)));
+        self.last_change = Some(self.last_change.map_or(change, |u| u.max(change)));
         let reserved = match reply {
             Reply::Reserved { id, .. } => Some(*id),
             _ => None,
@@ -48,7 +48,7 @@ impl PendingAcks {
 
     /// The change every waiting reply may go out after (`None`: nothing waits).
     pub fn waiting_for(&self) -> Option<Change> {
-        self.upto
+        self.last_change
     }
 
     /// Wait until the replies in `wbuf` may be written: those whose change did not
@@ -72,7 +72,7 @@ impl PendingAcks {
 
     /// The changes are durable: the waiting replies stand.
     fn confirmed(&mut self) {
-        self.upto = None;
+        self.last_change = None;
         self.replies.clear();
     }
 
@@ -80,7 +80,7 @@ impl PendingAcks {
     /// becomes INTERNAL_ERROR in place; a replaced RESERVED's job is kept for
     /// [`PendingAcks::take_unsent`].
     fn refused(&mut self, wbuf: &mut BytesMut) {
-        self.upto = None;
+        self.last_change = None;
         let mut out = BytesMut::with_capacity(wbuf.len());
         let mut at = 0;
         for (r, reserved) in self.replies.drain(..) {
