@@ -481,7 +481,8 @@ pub trait Store: Send + Sync {
     }
 
     /// Tubes that gained ready jobs elsewhere (another instance), for a shared store.
-    /// Taken once, by the engine.
+    /// Taken once, by the engine. Unbounded: one entry per wake-up message Redis
+    /// pushes, and the engine's serve task takes every queued one at each round.
     fn take_wake_events(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<TubeName>> {
         None
     }
