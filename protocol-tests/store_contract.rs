@@ -83,10 +83,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use redstalk::persist::binlog::{self, BinlogConfig, Fsync};
-use redstalk::persist::engine::{Committing, Parts};
+use redstalk::persist::engine::Committing;
 use redstalk::protocol::TubeName;
-use redstalk::store::durable::{CommitLink, DurableStore};
-use redstalk::store::memory::CutLimit;
+use redstalk::store::durable::DurableStore;
 use redstalk::store::redis_store::SCRIPT_CHUNK;
 use redstalk::store::{
     AnyStore, Clock, ConnId, JobId, JobInfo, JobState, MemoryStore, NANOS_PER_SEC, Nanos, NewJob,
@@ -94,7 +93,6 @@ use redstalk::store::{
 };
 use support::redis::RedisServer;
 use support::rng::Rng;
-use tokio_util::sync::CancellationToken;
 
 // ---------------------------------------------------------------------------------
 // Shared helpers
@@ -1023,18 +1021,7 @@ impl Engine<'_> {
 fn durable_store() -> (DurableStore, Committing, PathBuf) {
     let dir = support::fresh_dir();
     let opened = binlog::open(log_config(&dir)).expect("open a binlog in a fresh directory");
-    let clock = Clock::new();
-    let (store, committing) = Committing::start(Parts {
-        memory: MemoryStore::restored(opened.snapshot, clock.now()),
-        clock,
-        sink: opened.sink,
-        limit: CutLimit::default(),
-        name: "binlog",
-        link: CommitLink::new(),
-        stop: CancellationToken::new(),
-        log_figures: None,
-        stager: None,
-    });
+    let (store, committing) = Committing::start(opened.into_parts(Clock::new()));
     (store, committing, dir)
 }
 

@@ -18,11 +18,9 @@ use redstalk::cluster::{Cluster, ClusterConfig, ClusterError};
 use redstalk::engine::{Engine, EngineConfig};
 use redstalk::http::{self, HttpConfig, HttpListener};
 use redstalk::persist::binlog::{self, BinlogConfig};
-use redstalk::persist::engine::{Parts, Persisted};
+use redstalk::persist::engine::Persisted;
 use redstalk::redis_conn;
 use redstalk::server::{self, Direct, Listener, ServerConfig, activation, limits, signals};
-use redstalk::store::durable::CommitLink;
-use redstalk::store::memory::CutLimit;
 use redstalk::store::redis_store::policy::PolicyError;
 use redstalk::store::{AnyStore, Clock, MemoryStore, RedisStore};
 
@@ -109,25 +107,14 @@ fn start_binlog(config: &BinlogConfig, engine_config: EngineConfig) -> anyhow::R
     let opened = binlog::open(config.clone()).context("cannot start with -b")?;
     let jobs = opened.snapshot.jobs.len();
     let read_ms = started.elapsed().as_millis() as u64;
-    let clock = Clock::new();
-    let parts = Parts {
-        memory: MemoryStore::restored(opened.snapshot, clock.now()),
-        clock,
-        sink: opened.sink,
-        limit: CutLimit::default(),
-        name: "binlog",
-        link: CommitLink::new(),
-        stop: CancellationToken::new(),
-        log_figures: Some(opened.figures.clone()),
-        stager: None,
-    };
-    let persisted = Persisted::start(parts, engine_config);
+    let (files, bytes, records) = (opened.files, opened.bytes, opened.records);
+    let persisted = Persisted::start(opened.into_parts(Clock::new()), engine_config);
     tracing::info!(
         dir = %config.dir.display(),
         fsync = ?config.fsync,
-        files = opened.files,
-        bytes = opened.bytes,
-        records = opened.records,
+        files,
+        bytes,
+        records,
         jobs,
         read_ms,
         replay_ms = started.elapsed().as_millis() as u64,

@@ -33,40 +33,35 @@ use crate::protocol::{Reply, ServerCodec};
 use crate::store::lagging::LaggingStore;
 use crate::store::{AnyStore, MemoryStore};
 
-/// A fresh engine on a memory store (its timer and serve tasks running).
-fn engine() -> Arc<Engine> {
+/// A fresh engine on `store` (its timer and serve tasks running).
+fn engine_on(store: AnyStore) -> Arc<Engine> {
     Engine::start(
-        AnyStore::Memory(MemoryStore::new()),
+        store,
         EngineConfig {
             max_job_size: 65_535,
             dialect: Default::default(),
         },
     )
+}
+
+/// A fresh engine on a memory store.
+fn engine() -> Arc<Engine> {
+    engine_on(AnyStore::Memory(MemoryStore::new()))
 }
 
 /// A fresh engine on a journaled memory store (as a persisted store numbers its
 /// changes, with nothing to wait for): its answers show the acknowledgements a
 /// persisted store's replies get.
 fn journaled_engine() -> Arc<Engine> {
-    Engine::start(
-        AnyStore::Memory(MemoryStore::journaled()),
-        EngineConfig {
-            max_job_size: 65_535,
-            dialect: Default::default(),
-        },
-    )
+    engine_on(AnyStore::Memory(MemoryStore::journaled()))
 }
 
 /// A fresh engine on a memory store whose answers arrive `lag` late (`read_lag` for the
 /// timer's reads of its next deadline).
 fn lagging_engine(lag: Duration, read_lag: Duration) -> Arc<Engine> {
-    Engine::start(
-        AnyStore::Lagging(LaggingStore::new(lag).with_read_lag(read_lag)),
-        EngineConfig {
-            max_job_size: 65_535,
-            dialect: Default::default(),
-        },
-    )
+    engine_on(AnyStore::Lagging(
+        LaggingStore::new(lag).with_read_lag(read_lag),
+    ))
 }
 
 /// One connection, without a socket.
