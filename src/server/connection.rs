@@ -230,7 +230,7 @@ impl<S: ClientStream> Connection<S> {
                     }
                 }
             };
-            tracing::debug!(conn = session.id.0, reply = ?answer.reply, "reply");
+            tracing::debug!(conn = session.id.0, reply = ?answer.reply, ack = ?answer.ack, "reply");
             self.push(answer);
             if self.wbuf.len() >= WRITE_FLUSH_AT && self.flush_for(session).await.is_err() {
                 return Some(End::Closed);
