@@ -5,8 +5,11 @@
 //! Two parts:
 //!
 //! 1. A contract suite ([`CHECKS`]): async checks taking a fresh `&AnyStore` each, run
-//!    once on a `MemoryStore` (`contract_memory`) and once on a `RedisStore` with a
-//!    fresh key prefix per check (`contract_redis`). They cover ids and `burn_id`;
+//!    once on a `MemoryStore` (`contract_memory`), once on a `DurableStore` whose
+//!    committer writes a binlog in a fresh directory, as `-b` runs it
+//!    (`contract_durable`: after each check every change must be persisted and the log
+//!    replay as many jobs as the store holds), and once on a `RedisStore` with a fresh
+//!    key prefix per check (`contract_redis`). They cover ids and `burn_id`;
 //!    reserve order by (pri, id) across the watched tubes and the reserved job's
 //!    deadline; pause skipping a tube (and `reserve-job`, peeks and `has_ready`
 //!    ignoring it), resume by a zero pause; `reserve_job` on ready, delayed and buried
@@ -72,17 +75,21 @@ mod support;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::future::Future;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
+use redstalk::persist::binlog::{self, BinlogConfig, Fsync};
+use redstalk::persist::engine::Committing;
 use redstalk::protocol::TubeName;
 use redstalk::redis::RedisConfig;
+use redstalk::store::durable::DurableStore;
 use redstalk::store::shared::SCRIPT_CHUNK;
 use redstalk::store::{
-    AnyStore, ConnId, JobId, JobInfo, JobState, MemoryStore, NANOS_PER_SEC, Nanos, NewJob,
+    AnyStore, Clock, ConnId, JobId, JobInfo, JobState, MemoryStore, NANOS_PER_SEC, Nanos, NewJob,
     RedisStore, Reserved, Store, StoreResult, Totals, TubeInfo,
 };
 use support::redis::RedisServer;
@@ -990,22 +997,85 @@ fn start_redis() -> Option<RedisServer> {
     support::redis::private_redis(&[], "Redis store contract tests")
 }
 
+/// Which store a contract run checks.
+#[derive(Clone, Copy)]
+enum Engine<'a> {
+    Memory,
+    /// The memory store persisted by a committer, as `-b DIR` runs it.
+    Durable,
+    Redis(&'a str),
+}
+
+impl Engine<'_> {
+    fn name(self) -> &'static str {
+        match self {
+            Engine::Memory => "memory",
+            Engine::Durable => "durable",
+            Engine::Redis(_) => "redis",
+        }
+    }
+}
+
+/// A `DurableStore` as `-b DIR` runs it: a journaled memory store whose committer
+/// writes every change to a binlog in a fresh directory; the directory and the
+/// committer, to check what reached the log.
+fn durable_store() -> (DurableStore, Committing, PathBuf) {
+    let dir = support::fresh_dir();
+    let opened = binlog::open(log_config(&dir)).expect("open a binlog in a fresh directory");
+    let (store, committing) = Committing::start(opened.into_parts(Clock::new()));
+    (store, committing, dir)
+}
+
+fn log_config(dir: &Path) -> BinlogConfig {
+    BinlogConfig {
+        dir: dir.to_path_buf(),
+        fsync: Fsync::Never,
+        file_size: binlog::DEFAULT_FILE_SIZE,
+    }
+}
+
+/// After a check on a durable store: every change it made reaches the log (the store
+/// says so, and replaying the log finds as many jobs as the store holds).
+async fn check_persisted(name: &str, store: &AnyStore, committing: Committing, dir: &Path) {
+    store
+        .durable(store.last_change())
+        .await
+        .unwrap_or_else(|e| panic!("{name}: the committer did not persist every change: {e}"));
+    let t = totals(store).await;
+    committing.stop().await;
+    let replayed = binlog::open(log_config(dir)).expect("reopen the binlog");
+    let held = t.ready + t.reserved + t.delayed + t.buried;
+    assert_eq!(
+        replayed.snapshot.jobs.len() as u64,
+        held,
+        "{name}: the log holds another number of jobs than the store"
+    );
+    drop(replayed);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// Run every check concurrently, each on a fresh store, and fail naming the checks
 /// that failed.
-async fn run_contract(redis_url: Option<&str>) {
-    let engine = if redis_url.is_some() {
-        "redis"
-    } else {
-        "memory"
-    };
+async fn run_contract(engine: Engine<'_>) {
     let started = Instant::now();
     let mut tasks = Vec::new();
     for &(name, check) in CHECKS {
-        let store = match redis_url {
-            Some(url) => AnyStore::Redis(redis_store(url, name).await),
-            None => AnyStore::Memory(MemoryStore::new()),
+        let task = match engine {
+            Engine::Memory => tokio::spawn(check(Arc::new(AnyStore::Memory(MemoryStore::new())))),
+            Engine::Redis(url) => {
+                let store = AnyStore::Redis(redis_store(url, name).await);
+                tokio::spawn(check(Arc::new(store)))
+            }
+            Engine::Durable => {
+                let (store, committing, dir) = durable_store();
+                let store = Arc::new(AnyStore::Durable(store));
+                tokio::spawn(async move {
+                    check(store.clone()).await;
+                    check_persisted(name, &store, committing, &dir).await;
+                })
+            }
         };
-        tasks.push((name, tokio::spawn(check(Arc::new(store)))));
+        tasks.push((name, task));
     }
     let mut failed = Vec::new();
     for (name, task) in tasks {
@@ -1013,6 +1083,7 @@ async fn run_contract(redis_url: Option<&str>) {
             failed.push(name);
         }
     }
+    let engine = engine.name();
     eprintln!(
         "store contract ({engine}): {} checks, {} failed, {:.1} s",
         CHECKS.len(),
@@ -1027,13 +1098,18 @@ async fn run_contract(redis_url: Option<&str>) {
 
 #[tokio::test]
 async fn contract_memory() {
-    run_contract(None).await;
+    run_contract(Engine::Memory).await;
+}
+
+#[tokio::test]
+async fn contract_durable() {
+    run_contract(Engine::Durable).await;
 }
 
 #[tokio::test]
 async fn contract_redis() {
     let Some(redis) = start_redis() else { return };
-    run_contract(Some(&redis.url())).await;
+    run_contract(Engine::Redis(&redis.url())).await;
 }
 
 // ---------------------------------------------------------------------------------

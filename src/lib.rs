@@ -5,25 +5,30 @@
 //!
 //! ```text
 //! time        Nanos and the Clock every layer reads (wall clock, never backwards)
-//! util        SwapList: the reference's list order (list-tubes, list-tubes-watched)
+//! util        SwapList: the reference's list order (list-tubes, list-tubes-watched);
+//!             `lock`, the one poison-tolerant mutex guard
 //! protocol/   bytes <-> values: codec (framing), parse (one line -> a command),
 //!             command, reply, yaml. No I/O, no clock.
 //! redis/      what both Redis modes use: the options, connections (the URL, TLS,
 //!             sentinels, following a failover, bounded waits), the key schema, the
 //!             job metadata format, fenced transactions, the eviction policy check,
 //!             what a failed call means (by error code)
-//! store/      where jobs live, behind the Store trait (one method per transition):
+//! store/      where jobs live, behind the Store trait (one method per transition);
+//!             a store's changes are numbered (`Change`) when persisted in batches:
 //!   memory/     the memory store; with a journal it notes changes for persistence
-//!   durable     the memory store whose replies wait until a committer persisted them
+//!   durable/    the memory store whose replies wait until a committer persisted them,
+//!               its commit link, and large bodies written ahead of their jobs
 //!   shared/     Redis shared mode: every transition one Lua script in Redis
+//! engine/     beanstalkd semantics over any store: dispatch, reserve and its waiters,
+//!             serve passes, DEADLINE_SOON, the timer, stats, drain mode; every reply
+//!             comes with its acknowledgement (now, or once change N is durable)
 //! persist/    group commit: the committer takes cuts of a journaled memory store and
 //!             writes them through a Sink (redis/: leader mode's fenced MULTI/EXEC
-//!             batches and the loader; binlog/: `-b DIR`'s local log and its replay)
-//! engine/     beanstalkd semantics over any store: dispatch, reserve and its waiters,
-//!             serve passes, DEADLINE_SOON, the timer, stats, drain mode
+//!             batches and the loader; binlog/: `-b DIR`'s local log and its replay);
+//!             engine: the one place a persisted engine is built and ended
 //! server/     sockets: listeners (and systemd's), one task per connection (serve with
-//!             an engine, or relay to the leader, as the Router says), signals,
-//!             privileges, graceful shutdown
+//!             an engine, or relay to the leader, as the Router says; replies held
+//!             until acknowledged), signals, privileges, graceful shutdown
 //! cluster/    leader mode: the lease, who leads, loading at takeover, fail-stop; it
 //!             is a server Router (serve as leader, relay as standby)
 //! http/       the optional HTTP listener (axum on hyper): Prometheus metrics (shared,

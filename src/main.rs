@@ -18,15 +18,10 @@ use redstalk::cluster::{Cluster, ClusterConfig, ClusterError};
 use redstalk::engine::{Engine, EngineConfig};
 use redstalk::http::{self, HttpConfig, HttpListener};
 use redstalk::persist::binlog::{self, BinlogConfig};
-use redstalk::persist::committer::{self, Ended};
+use redstalk::persist::engine::Persisted;
 use redstalk::redis::policy::PolicyError;
 use redstalk::server::{self, Direct, Listener, ServerConfig, activation, limits, signals};
-use redstalk::store::durable::{CommitLink, DurableStore};
-use redstalk::store::memory::CutLimit;
 use redstalk::store::{AnyStore, Clock, MemoryStore, RedisStore};
-
-/// How long a clean shutdown waits for the last batch to reach the log.
-const FINAL_FLUSH: std::time::Duration = std::time::Duration::from_secs(2);
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -85,32 +80,22 @@ fn init_logging(verbose: u8) {
         .init();
 }
 
-/// What serves clients: one engine (with `-b`, and the committer writing its log), or
-/// leader mode's roles.
+/// What serves clients: one engine (memory, Redis shared mode), one engine whose store
+/// a committer persists (`-b`), or leader mode's roles.
 enum Serving {
-    Engine(Arc<Engine>, Option<Logged>),
+    Engine(Arc<Engine>),
+    Persisted(Persisted),
     Cluster(Arc<Cluster>),
 }
 
-/// The committer of `-b DIR`'s log.
-struct Logged {
-    stop: CancellationToken,
-    committer: tokio::task::JoinHandle<Ended>,
-}
-
-impl Logged {
-    /// Write what is left, then stop the committer.
-    async fn finish(self, engine: &Engine) {
-        let last = engine.last_change();
-        match tokio::time::timeout(FINAL_FLUSH, engine.durable(last)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(err)) => {
-                tracing::warn!(%err, "the last changes may not have reached the binlog")
-            }
-            Err(_) => tracing::warn!("the last changes did not reach the binlog in time"),
+impl Serving {
+    /// What serves clients, as the HTTP listener and the drain handler see it.
+    fn source(&self) -> http::Source {
+        match self {
+            Serving::Engine(engine) => http::Source::Engine(engine.clone()),
+            Serving::Persisted(persisted) => http::Source::Engine(persisted.engine().clone()),
+            Serving::Cluster(cluster) => http::Source::Cluster(cluster.clone()),
         }
-        self.stop.cancel();
-        let _ = self.committer.await;
     }
 }
 
@@ -121,32 +106,20 @@ fn start_binlog(config: &BinlogConfig, engine_config: EngineConfig) -> anyhow::R
     let opened = binlog::open(config.clone()).context("cannot start with -b")?;
     let jobs = opened.snapshot.jobs.len();
     let read_ms = started.elapsed().as_millis() as u64;
-    let clock = Clock::new();
-    let memory = Arc::new(MemoryStore::restored(opened.snapshot, clock.now()));
-    let link = CommitLink::new();
-    let stop = CancellationToken::new();
-    let committer = tokio::spawn(committer::run(
-        memory.clone(),
-        link.clone(),
-        opened.sink,
-        CutLimit::default(),
-        stop.clone(),
-    ));
-    let store =
-        DurableStore::new(memory, link, clock, "binlog").with_log_figures(opened.figures.clone());
-    let engine = Engine::start(AnyStore::Durable(store), engine_config);
+    let (files, bytes, records) = (opened.files, opened.bytes, opened.records);
+    let persisted = Persisted::start(opened.into_parts(Clock::new()), engine_config);
     tracing::info!(
         dir = %config.dir.display(),
         fsync = ?config.fsync,
-        files = opened.files,
-        bytes = opened.bytes,
-        records = opened.records,
+        files,
+        bytes,
+        records,
         jobs,
         read_ms,
         replay_ms = started.elapsed().as_millis() as u64,
         "binlog replayed"
     );
-    Ok(Serving::Engine(engine, Some(Logged { stop, committer })))
+    Ok(Serving::Persisted(persisted))
 }
 
 /// Start what serves clients. Everything that must work before a client can connect
@@ -162,7 +135,7 @@ async fn start_serving(settings: &Settings) -> anyhow::Result<Serving> {
     }
     let Some(redis) = &settings.redis else {
         let store = AnyStore::Memory(MemoryStore::new());
-        return Ok(Serving::Engine(Engine::start(store, engine_config), None));
+        return Ok(Serving::Engine(Engine::start(store, engine_config)));
     };
     // The reason follows (`{err:#}` prints the chain): no answer, a refused password
     // (WRONGPASS/NOAUTH), a certificate not trusted...; the URL without credentials.
@@ -189,10 +162,10 @@ async fn start_serving(settings: &Settings) -> anyhow::Result<Serving> {
                 .check_eviction_policy(redis.allow_eviction)
                 .await
                 .map_err(|err| anyhow::anyhow!("cannot start: {err}"))?;
-            Ok(Serving::Engine(
-                Engine::start(AnyStore::Redis(store), engine_config),
-                None,
-            ))
+            Ok(Serving::Engine(Engine::start(
+                AnyStore::Redis(store),
+                engine_config,
+            )))
         }
         RedisMode::Leader => {
             let cluster = Cluster::connect(ClusterConfig {
@@ -263,16 +236,11 @@ fn run(settings: Settings) -> anyhow::Result<()> {
         .context("starting the async runtime")?;
     runtime.block_on(async move {
         let serving = start_serving(&settings).await?;
-        match &serving {
-            Serving::Engine(engine, _) => {
-                let engine = engine.clone();
-                signals::spawn_drain_handler(move || engine.enter_drain_mode())
-            }
-            Serving::Cluster(cluster) => {
-                let cluster = cluster.clone();
-                signals::spawn_drain_handler(move || cluster.enter_drain_mode())
-            }
-        }
+        let drained = serving.source();
+        signals::spawn_drain_handler(move || match &drained {
+            http::Source::Engine(engine) => engine.enter_drain_mode(),
+            http::Source::Cluster(cluster) => cluster.enter_drain_mode(),
+        })
         .context("installing the SIGUSR1 handler")?;
         let shutdown = signals::shutdown_signal().context("installing the SIGTERM handler")?;
         // As beanstalkd: sockets handed over by systemd replace -l/-p.
@@ -299,17 +267,15 @@ fn run(settings: Settings) -> anyhow::Result<()> {
         };
         let stop_metrics = CancellationToken::new();
         let metrics_task = metrics_listener.map(|m| {
-            let source = match &serving {
-                Serving::Engine(e, _) => http::Source::Engine(e.clone()),
-                Serving::Cluster(c) => http::Source::Cluster(c.clone()),
-            };
+            let source = serving.source();
             let config = HttpConfig {
                 metrics_tubes: settings.metrics_tubes,
             };
             tokio::spawn(http::serve(source, m, config, stop_metrics.clone()))
         });
         let engine_name = match &serving {
-            Serving::Engine(e, _) => e.store_name(),
+            Serving::Engine(e) => e.store_name(),
+            Serving::Persisted(p) => p.engine().store_name(),
             Serving::Cluster(_) => "redis-leader",
         };
         tracing::info!(
@@ -327,19 +293,25 @@ fn run(settings: Settings) -> anyhow::Result<()> {
         };
         let stop = CancellationToken::new();
         match serving {
-            Serving::Engine(engine, logged) => {
+            Serving::Engine(engine) => {
                 let router = Direct::new(engine.clone(), stop.clone());
                 server::run(router, listener, config, stop, shutdown).await;
-                if let Some(logged) = logged {
-                    logged.finish(&engine).await;
-                }
-                engine.shutdown();
+                engine.shutdown().await;
+                engine.close_store().await;
+            }
+            Serving::Persisted(persisted) => {
+                let engine = persisted.engine().clone();
+                let router = Direct::new(engine.clone(), stop.clone());
+                server::run(router, listener, config, stop, shutdown).await;
+                persisted.finish().await;
                 engine.close_store().await;
             }
             Serving::Cluster(cluster) => {
                 let roles = tokio::spawn(cluster.clone().run(stop.clone()));
                 server::run(cluster.clone(), listener, config, stop, shutdown).await;
-                cluster.shutdown().await;
+                // The leadership writes its last batches and gives the lease up; then
+                // the role task ends.
+                cluster.connections_finished();
                 let _ = roles.await;
             }
         }

@@ -8,50 +8,48 @@
 //! (`crate::persist`). The others are standbys: they relay their clients, byte for
 //! byte, to the leader's advertised address, and take over when its lease lapses
 //! (`standby.rs`: following the leader, checking it can be reached, readiness;
-//! `takeover.rs`: loading the namespace when this instance takes the lead).
+//! `lead.rs`: a term as leader, step by step; `takeover.rs`: loading the namespace when
+//! this instance takes the lead).
 //!
 //! Ownership: the role (what a new connection gets) is published on a watch channel by
 //! the one task running [`Cluster::run`]; connections read it through
 //! [`crate::server::Router`]. A term (one leadership, or one standby period under one
-//! leader) has a cancellation token; ending the term closes its connections.
+//! leader) has a cancellation token; ending the term closes its connections. At a clean
+//! shutdown the role task ends once [`Cluster::connections_finished`] was called and a
+//! leadership has written its last batches and given the lease up.
 //!
 //! Fail-stop: a leader that cannot renew its lease stops acknowledging when the lease's
 //! validity runs out on its own monotonic clock (before Redis can let it lapse for
 //! anyone else), closes its clients' connections and discards its memory; writes are
 //! fenced besides, so one that still reaches Redis late is refused.
 
+mod lead;
 pub mod lease;
 pub mod standby;
 mod takeover;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rand::RngExt;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::engine::{Engine, EngineConfig};
-use crate::persist::committer::{self, Ended};
-use crate::persist::redis::{RedisSink, stager};
-use crate::redis::fenced::Fenced;
 use crate::redis::keys::Keys;
 use crate::redis::policy::{self, PolicyError};
 use crate::redis::{CallError, Connector, RESPONSE_TIMEOUT, RedisConfig, RedisConn};
 use crate::server::relay::Upstream;
 use crate::server::{Route, Router};
-use crate::store::durable::{CommitLink, DurableStore, Stager};
+use crate::store::StoreError;
 use crate::store::memory::CutLimit;
-use crate::store::{AnyStore, StoreError};
-use lease::{Acquired, Holder, Lease, LeaseError};
+use crate::util::lock;
+use lease::{Holder, Lease, LeaseError};
 pub use standby::{NotReady, Readiness};
-use takeover::{Prepared, Unprepared};
 
 /// How long a new connection waits for a role (a leader to relay to, or this instance's
 /// own leadership) before it is closed.
 const ROUTE_WAIT: Duration = Duration::from_secs(5);
-/// How long after a clean shutdown begins the final batches may take.
-const FINAL_FLUSH: Duration = Duration::from_secs(2);
 /// A batch carries at most this much (one MULTI/EXEC transaction; Redis runs it whole).
 const BATCH_LIMIT: CutLimit = CutLimit {
     records: 5_000,
@@ -105,26 +103,15 @@ pub struct Cluster {
     role: watch::Sender<Role>,
     /// SIGUSR1 was received: every engine this instance leads with refuses puts.
     draining: std::sync::atomic::AtomicBool,
-    /// The current leadership's committer, for a clean shutdown's final flush.
-    leading: std::sync::Mutex<Option<Leading>>,
+    /// Cancelled once the server has finished its connections at a clean shutdown:
+    /// a leadership may then write its last batches (see `lead.rs`).
+    connections_finished: CancellationToken,
     /// Why the role is `Unknown` (for readiness).
     aside: std::sync::Mutex<NotReady>,
     /// The last failure to read the lease (cleared by the next success).
     lease_error: std::sync::Mutex<Option<String>>,
     /// What the last check of this instance's own `--advertise` found wrong.
     advertise_problem: std::sync::Mutex<Option<NotReady>>,
-}
-
-/// A mutex's guard, whether or not a holder panicked (the values here stay whole).
-fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// What a leadership needs at its end.
-struct Leading {
-    engine: Arc<Engine>,
-    token: String,
-    committer_stop: CancellationToken,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -194,7 +181,7 @@ impl Cluster {
             lease,
             role: watch::Sender::new(Role::Unknown),
             draining: std::sync::atomic::AtomicBool::new(false),
-            leading: std::sync::Mutex::new(None),
+            connections_finished: CancellationToken::new(),
             aside: std::sync::Mutex::new(NotReady::Starting),
             lease_error: std::sync::Mutex::new(None),
             advertise_problem: std::sync::Mutex::new(None),
@@ -274,7 +261,7 @@ impl Cluster {
         // an evicting Redis loses acknowledged jobs under any leader.
         let (mut conn, allow) = (self.conn.clone(), self.config.allow_eviction);
         let checks = stop.clone();
-        tokio::spawn(async move {
+        let policy_checks = tokio::spawn(async move {
             loop {
                 tokio::select! {
                     _ = tokio::time::sleep(policy::CHECK_EVERY) => {}
@@ -317,6 +304,7 @@ impl Cluster {
             self.pause(wait, &stop).await;
         }
         self.stop_roles();
+        let _ = policy_checks.await;
     }
 
     async fn pause(&self, d: Duration, stop: &CancellationToken) {
@@ -341,191 +329,11 @@ impl Cluster {
         Ok(Some((holder, ttl)))
     }
 
-    /// Lead until the lease is lost or `stop` is cancelled.
-    async fn lead(&self, acquired: Acquired, stop: &CancellationToken) {
-        let Acquired {
-            holder,
-            valid_until,
-        } = acquired;
-        self.stand_aside(NotReady::Loading);
-        tracing::info!(
-            epoch = holder.epoch,
-            "took the lead: loading the namespace from Redis"
-        );
-        let link = CommitLink::new();
-        link.valid.set(valid_until);
-        let term = stop.child_token();
-        let committer_stop = CancellationToken::new();
-        // The lease keeper renews and ends the term (and the committer) when the lease
-        // is lost; it runs from now, through the load.
-        let keeper = tokio::spawn(lease::keep(
-            self.lease_keeper(),
-            holder.token.clone(),
-            valid_until,
-            link.clone(),
-            term.clone(),
-            committer_stop.clone(),
-        ));
-        let started = Instant::now();
-        let Prepared {
-            memory,
-            tube_list,
-            clock,
-            jobs,
-            counters,
-        } = match self.prepare(&holder.token, &term).await {
-            Ok(p) => p,
-            Err(why) => {
-                match &why {
-                    Unprepared::Stopped => tracing::info!("{why}; giving the lead up"),
-                    _ => tracing::warn!("took the lead but {why}; giving it up"),
-                }
-                self.give_up(&term, &committer_stop, keeper, &holder.token)
-                    .await;
-                return;
-            }
-        };
-        let sink = RedisSink::new(
-            self.connector.clone(),
-            self.conn.clone(),
-            self.keys.clone(),
-            self.lease.key().to_string(),
-            holder.token.clone(),
-            &self.instance,
-            tube_list,
-            counters,
-        )
-        .wait_for_replicas(self.config.wait_replicas, self.config.wait_timeout);
-        let committer = tokio::spawn(committer::run(
-            memory.clone(),
-            link.clone(),
-            sink,
-            BATCH_LIMIT,
-            committer_stop.clone(),
-        ));
-        let (stager, bodies) = Stager::channel();
-        let body_writer = Fenced::new(
-            "write body",
-            self.connector.clone(),
-            self.lease.key().to_string(),
-            holder.token.clone(),
-        );
-        tokio::spawn(stager::run(
-            body_writer,
-            self.keys.clone(),
-            bodies,
-            committer_stop.clone(),
-        ));
-        let store =
-            DurableStore::new(memory, link.clone(), clock, "redis-leader").with_stager(stager);
-        let engine = Engine::start(AnyStore::Durable(store), self.config.engine.clone());
-        if self.draining.load(std::sync::atomic::Ordering::SeqCst) {
-            engine.enter_drain_mode();
-        }
-        tracing::info!(
-            epoch = holder.epoch,
-            jobs,
-            load_ms = started.elapsed().as_millis() as u64,
-            "leading: serving from memory, persisting to Redis"
-        );
-        *self.leading.lock().unwrap_or_else(|e| e.into_inner()) = Some(Leading {
-            engine: engine.clone(),
-            token: holder.token.clone(),
-            committer_stop: committer_stop.clone(),
-        });
-        self.set_role(Role::Leader {
-            engine: engine.clone(),
-            term: term.clone(),
-        });
-        let mut committer = Some(committer);
-        let ended = tokio::select! {
-            _ = term.cancelled() => None,
-            ended = async { match committer.as_mut() {
-                Some(c) => c.await.ok(),
-                None => None,
-            } } => {
-                committer = None;
-                ended
-            }
-        };
-        if ended == Some(Ended::Fenced) {
-            tracing::error!("another instance took this namespace over; stepping down");
-        }
-        if stop.is_cancelled() {
-            // A clean shutdown: the server drains connections, then `shutdown` writes
-            // the last batches and gives the lease up.
-            return;
-        }
-        tracing::warn!("leadership ended: closing clients' connections; standing by");
-        link.valid.end();
-        committer_stop.cancel();
-        term.cancel();
-        self.stand_aside(NotReady::NoLeader);
-        engine.shutdown();
-        if let Some(c) = committer {
-            let _ = c.await;
-        }
-        let _ = keeper.await;
-        *self.leading.lock().unwrap_or_else(|e| e.into_inner()) = None;
-    }
-
-    fn lease_keeper(&self) -> Lease {
-        Lease::new(
-            self.conn.clone(),
-            &self.config.redis.prefix,
-            &self.instance,
-            &self.config.advertise,
-            self.config.lease,
-        )
-    }
-
-    /// End a leadership that never served: stop its lease keeper, then give the lease
-    /// up so another instance need not wait for it to lapse.
-    async fn give_up(
-        &self,
-        term: &CancellationToken,
-        committer_stop: &CancellationToken,
-        keeper: tokio::task::JoinHandle<()>,
-        token: &str,
-    ) {
-        term.cancel();
-        committer_stop.cancel();
-        let _ = keeper.await;
-        self.stand_aside(NotReady::NoLeader);
-        match self.lease.release(token).await {
-            Ok(true) => tracing::info!("gave up the lead"),
-            Ok(false) => {}
-            Err(err) => tracing::warn!(%err, "could not give up the lead; it lapses by itself"),
-        }
-    }
-
-    /// A clean shutdown, after the server has finished its connections: write what is
-    /// left, then give the lease up so a standby takes over at once.
-    pub async fn shutdown(&self) {
-        let leading = self
-            .leading
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        if let Some(l) = leading {
-            let last = l.engine.last_change();
-            if let Err(err) = tokio::time::timeout(FINAL_FLUSH, l.engine.durable(last))
-                .await
-                .unwrap_or(Err(StoreError::TimedOut {
-                    op: "final commit",
-                    source: None,
-                }))
-            {
-                tracing::warn!(%err, "the last changes may not have reached Redis");
-            }
-            l.committer_stop.cancel();
-            l.engine.shutdown();
-            match self.lease.release(&l.token).await {
-                Ok(_) => tracing::info!("gave up the lead"),
-                Err(err) => tracing::warn!(%err, "could not give up the lead; it lapses by itself"),
-            }
-        }
-        self.stop_roles();
+    /// A clean shutdown: the server has finished its connections. A leadership then
+    /// writes its last batches and gives the lease up, and the role task
+    /// ([`Cluster::run`]) ends; await it.
+    pub fn connections_finished(&self) {
+        self.connections_finished.cancel();
     }
 }
 

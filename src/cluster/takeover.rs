@@ -6,7 +6,6 @@
 //! lease keeper renews through a long load. A shutdown, or the lease lost, ends the
 //! load at once (the caller then gives the lease up).
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use tokio_util::sync::CancellationToken;
@@ -21,7 +20,7 @@ use crate::store::{Clock, MemoryStore, StoreError};
 
 /// What a new leadership serves from.
 pub(super) struct Prepared {
-    pub(super) memory: Arc<MemoryStore>,
+    pub(super) memory: MemoryStore,
     pub(super) tube_list: crate::util::SwapList<TubeName>,
     pub(super) clock: Clock,
     pub(super) jobs: usize,
@@ -63,7 +62,7 @@ impl Cluster {
             .ok_or(Unprepared::Stopped)?
             .map_err(Unprepared::Build)?;
         Ok(Prepared {
-            memory: Arc::new(memory),
+            memory,
             tube_list,
             clock,
             jobs,

@@ -1,5 +1,6 @@
 //! Running one request: [`Engine::execute`] counts it, sends reserves to `reserve.rs`,
-//! and runs every other command against the session and the store.
+//! and runs every other command against the session and the store; it returns each
+//! reply with its acknowledgement ([`Ack`]).
 //!
 //! Invariants: a command that can make a job ready in a tube (put, release, kick,
 //! kick-job) awaits a serve pass for that tube before returning its reply, so a waiting
@@ -11,71 +12,91 @@
 
 use std::sync::Arc;
 
-use super::{Engine, Outcome, Session};
+use super::{Ack, Answer, Engine, Outcome, Session};
 use crate::protocol::yaml;
 use crate::protocol::{Command, Counter, Put, Rejection, Reply, Request};
-use crate::store::{NANOS_PER_SEC, NewJob, Store, StoreError, StoreResult, pause_length};
+use crate::store::{
+    Change, JobId, NANOS_PER_SEC, NewJob, Store, StoreError, StoreResult, pause_length,
+};
 
 impl Engine {
-    /// Whether the reply to `req` depends on the store's state (reads or changes jobs
-    /// or tubes), so that with a persisted store it waits until that state is durable.
-    /// A session's own commands (use, watch, ignore, the watch list) and rejected
-    /// requests never wait.
-    pub fn settles(req: &Request) -> bool {
-        match req {
-            Request::Put(_) => true,
-            Request::Rejected(_) => false,
-            Request::Command(cmd) => !matches!(
-                cmd,
-                Command::Use(_)
-                    | Command::Watch(_)
-                    | Command::Ignore(_)
-                    | Command::ListTubeUsed
-                    | Command::ListTubesWatched
-                    | Command::Quit
-            ),
-        }
-    }
-
-    /// Run one request for `session`.
+    /// Run one request for `session`. A reply comes with its acknowledgement: a
+    /// session's own commands (use, watch, ignore, the watch list) and rejected
+    /// requests at once; a RESERVED once the store's changes before the reservation
+    /// are durable; every other reply (store failures included) once the store's
+    /// changes up to the moment it was made are.
     pub async fn execute(self: &Arc<Self>, session: &mut Session, req: Request) -> Outcome {
-        let result = match req {
-            Request::Command(Command::Quit) => return Outcome::Quit,
-            Request::Command(Command::Reserve) => {
+        let cmd = match req {
+            Request::Command(cmd) => cmd,
+            Request::Put(put) => {
+                self.counters.count(Counter::Put);
+                let answer = self.put(session, put).await;
+                return Outcome::Reply(self.or_failed(session, answer));
+            }
+            Request::Rejected(r) => {
+                let reply = self.rejected(session, r).await;
+                let reply = reply.unwrap_or_else(|err| self.failed(session, err));
+                return Outcome::Reply(Answer::now(reply));
+            }
+        };
+        match cmd {
+            Command::Quit => Outcome::Quit,
+            Command::Reserve => {
                 self.counters.count(Counter::Reserve);
-                self.reserve(session, None).await
+                let outcome = self.reserve(session, None).await;
+                outcome.unwrap_or_else(|err| Outcome::Reply(self.or_failed(session, Err(err))))
             }
-            Request::Command(Command::ReserveWithTimeout(timeout)) => {
-                match timeout.read_as(self.dialect) {
-                    // A number only 1.12 reads (the parser could not know which release
-                    // answers): BAD_FORMAT, not counted, as 1.13 answers it.
-                    None => Ok(Outcome::Reply(Reply::BadFormat)),
-                    Some(secs) => {
-                        self.counters.count(Counter::ReserveWithTimeout);
-                        self.reserve(session, secs).await
-                    }
+            Command::ReserveWithTimeout(timeout) => match timeout.read_as(self.dialect) {
+                // A number only 1.12 reads (the parser could not know which release
+                // answers): BAD_FORMAT, not counted, as 1.13 answers it.
+                None => Outcome::Reply(self.after_latest(Reply::BadFormat)),
+                Some(secs) => {
+                    self.counters.count(Counter::ReserveWithTimeout);
+                    let outcome = self.reserve(session, secs).await;
+                    outcome.unwrap_or_else(|err| Outcome::Reply(self.or_failed(session, Err(err))))
                 }
+            },
+            Command::ReserveJob(id) => {
+                let answer = self.reserve_job(session, id).await;
+                Outcome::Reply(self.or_failed(session, answer))
             }
-            Request::Command(cmd) => {
+            Command::Use(_)
+            | Command::Watch(_)
+            | Command::Ignore(_)
+            | Command::ListTubeUsed
+            | Command::ListTubesWatched => {
                 if let Some(c) = cmd.counter() {
                     self.counters.count(c);
                 }
-                self.command(session, cmd).await.map(Outcome::Reply)
+                let reply = self.session_command(session, cmd).await;
+                Outcome::Reply(Answer::now(
+                    reply.unwrap_or_else(|err| self.failed(session, err)),
+                ))
             }
-            Request::Put(put) => {
-                self.counters.count(Counter::Put);
-                self.put(session, put).await.map(Outcome::Reply)
+            cmd => {
+                if let Some(c) = cmd.counter() {
+                    self.counters.count(c);
+                }
+                let reply = self.command(session, cmd).await;
+                let reply = reply.unwrap_or_else(|err| self.failed(session, err));
+                Outcome::Reply(self.after_latest(reply))
             }
-            Request::Rejected(r) => self.rejected(session, r).await.map(Outcome::Reply),
-        };
-        result.unwrap_or_else(|err: StoreError| {
-            tracing::warn!(
-                %err,
-                conn = session.id.0,
-                "a command failed in the store and was answered INTERNAL_ERROR (clients may retry; check that the store is reachable)"
-            );
-            Outcome::Reply(Reply::InternalError)
-        })
+        }
+    }
+
+    /// A store failure: logged, and answered INTERNAL_ERROR.
+    fn failed(&self, session: &Session, err: StoreError) -> Reply {
+        tracing::warn!(
+            %err,
+            conn = session.id.0,
+            "a command failed in the store and was answered INTERNAL_ERROR (clients may retry; check that the store is reachable)"
+        );
+        Reply::InternalError
+    }
+
+    /// The answer, or INTERNAL_ERROR once the store's changes so far are durable.
+    fn or_failed(&self, session: &Session, answer: StoreResult<Answer>) -> Answer {
+        answer.unwrap_or_else(|err| self.after_latest(self.failed(session, err)))
     }
 
     async fn rejected(&self, session: &mut Session, r: Rejection) -> StoreResult<Reply> {
@@ -105,11 +126,11 @@ impl Engine {
         Ok(r.into())
     }
 
-    async fn put(&self, session: &mut Session, put: Put) -> StoreResult<Reply> {
+    async fn put(&self, session: &mut Session, put: Put) -> StoreResult<Answer> {
         self.mark_producer(session);
         if self.is_draining() {
             self.store.burn_id().await?;
-            return Ok(Reply::Draining);
+            return Ok(self.after_latest(Reply::Draining));
         }
         let now = self.clock.now();
         let tube = session.using.clone();
@@ -123,9 +144,12 @@ impl Engine {
         let id = match self.store.put(job, now).await {
             Err(StoreError::LogFull) => {
                 // No job was made, so the reply waits for no write (the log may be
-                // slow to take the others' changes while the disk is full).
-                session.settled_by = Some(0);
-                return Ok(Reply::OutOfMemory);
+                // slow to take the others' changes while the disk is full); it still
+                // goes out with the replies beside it.
+                return Ok(Answer {
+                    reply: Reply::OutOfMemory,
+                    ack: Ack::After(Change::NONE),
+                });
             }
             id => id?,
         };
@@ -134,11 +158,24 @@ impl Engine {
         } else {
             self.serve([tube]).await;
         }
-        Ok(Reply::Inserted(id))
+        Ok(self.after_latest(Reply::Inserted(id)))
     }
 
-    async fn command(&self, s: &mut Session, cmd: Command) -> StoreResult<Reply> {
+    /// `reserve-job`: a RESERVED acknowledged as its reservation says.
+    async fn reserve_job(&self, s: &mut Session, id: JobId) -> StoreResult<Answer> {
         let now = self.clock.now();
+        Ok(match self.store.reserve_job(s.id, id, now).await? {
+            Some(job) => {
+                self.mark_worker(s);
+                self.hand_out(job)
+            }
+            None => self.after_latest(Reply::NotFound),
+        })
+    }
+
+    /// A session's own commands: they change only the session (and the store's count
+    /// of its references), so their replies never wait for a write.
+    async fn session_command(&self, s: &mut Session, cmd: Command) -> StoreResult<Reply> {
         Ok(match cmd {
             // A reference change that fails is undone before INTERNAL_ERROR, so the
             // session and the store's count of references never disagree; releasing a
@@ -176,13 +213,16 @@ impl Engine {
                 }
                 Reply::Watching(s.watching.len())
             }
-            Command::ReserveJob(id) => match self.store.reserve_job(s.id, id, now).await? {
-                Some(job) => {
-                    self.mark_worker(s);
-                    self.hand_out(s, job)
-                }
-                None => Reply::NotFound,
-            },
+            Command::ListTubeUsed => Reply::Using(s.using.clone()),
+            Command::ListTubesWatched => Reply::Ok(yaml::tube_list(s.watching.iter())),
+            // Not a session's own command (see `execute`).
+            _ => Reply::InternalError,
+        })
+    }
+
+    async fn command(&self, s: &mut Session, cmd: Command) -> StoreResult<Reply> {
+        let now = self.clock.now();
+        Ok(match cmd {
             Command::Delete(id) => found(self.store.delete(s.id, id).await?, Reply::Deleted),
             Command::Release { id, pri, delay } => {
                 match self.store.release(s.id, id, pri, delay, now).await? {
@@ -232,8 +272,6 @@ impl Engine {
             },
             Command::Stats => Reply::Ok(self.server_stats(now).await?.to_yaml(self.dialect)),
             Command::ListTubes => Reply::Ok(yaml::tube_list(&self.store.list_tubes().await?)),
-            Command::ListTubeUsed => Reply::Using(s.using.clone()),
-            Command::ListTubesWatched => Reply::Ok(yaml::tube_list(s.watching.iter())),
             Command::PauseTube { tube, delay } => {
                 if self.store.pause(&tube, delay, now).await? {
                     self.timer.hint(now + pause_length(delay));
@@ -243,9 +281,15 @@ impl Engine {
                 }
             }
             // Handled by `execute`.
-            Command::Quit | Command::Reserve | Command::ReserveWithTimeout(_) => {
-                Reply::InternalError
-            }
+            Command::Quit
+            | Command::Reserve
+            | Command::ReserveWithTimeout(_)
+            | Command::ReserveJob(_)
+            | Command::Use(_)
+            | Command::Watch(_)
+            | Command::Ignore(_)
+            | Command::ListTubeUsed
+            | Command::ListTubesWatched => Reply::InternalError,
         })
     }
 }

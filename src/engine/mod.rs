@@ -5,7 +5,9 @@
 //! Module map (each file has one job):
 //! - `mod.rs`: the [`Engine`] itself: its state, start and shutdown, connect and
 //!   disconnect, drain mode, the producer/worker flags and the wait histogram.
-//! - `dispatch.rs`: [`Engine::execute`] and every command except reserve.
+//! - `dispatch.rs`: [`Engine::execute`] and every command except reserve; each reply
+//!   comes back with its acknowledgement ([`Answer`]: now, or once change N is
+//!   durable).
 //! - `reserve.rs`: `reserve` and `reserve-with-timeout`: DEADLINE_SOON, the waiter.
 //! - `serve.rs`: serve passes, run by one task, that hand ready jobs to waiters.
 //! - `waiters.rs`: the registry of waiting connections and the claim protocol.
@@ -16,8 +18,15 @@
 //!   identity, a connection's protocol state.
 //!
 //! Ownership: one [`Engine`] per process, shared (`Arc`) by all connection tasks, the
-//! timer task and the serve task. Sessions are owned by their connection tasks and lent
-//! to [`Engine::execute`]. No lock is held across an `.await`.
+//! timer task and the serve task; the engine keeps both tasks' handles and
+//! [`Engine::shutdown`] awaits them. Sessions are owned by their connection tasks and
+//! lent to [`Engine::execute`]. No lock is held across an `.await`.
+//!
+//! Acknowledgements: with a store that persists its changes in batches (`-b`, leader
+//! mode), a reply that depends on the store's state may be written only once the
+//! changes it saw are durable. The engine decides which change each reply waits for
+//! ([`Ack`]) where it makes the reply; the connection only holds the reply back until
+//! [`Engine::durable`] says so.
 //!
 //! Invariant ("nobody waits while a job is there for them"): after any change that can
 //! make a job reservable (put, release, kick, close, delay or TTR expiry, unpause) and
@@ -39,14 +48,16 @@ pub mod waiters;
 #[cfg(test)]
 mod tests;
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::protocol::{Dialect, Reply};
-use crate::store::{AnyStore, ConnId, Nanos, Reserved, Store, StoreResult};
+use crate::store::{AnyStore, Change, ConnId, JobId, Nanos, Reserved, Store, StoreResult};
+use crate::util::lock;
 
 pub use crate::time::Clock;
 pub use counters::{Counters, WAIT_BUCKETS, WaitSnapshot};
@@ -65,10 +76,55 @@ pub struct EngineConfig {
     pub dialect: Dialect,
 }
 
+/// When a reply may be written: its acknowledgement, decided by the engine with the
+/// reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ack {
+    /// At once: the reply depends on nothing a store has yet to persist (a session's
+    /// own command, a rejected request, or any reply of a store whose changes are
+    /// durable when made).
+    Now,
+    /// Once every change up to this one is durable, and only while this instance may
+    /// still acknowledge (a leader's lease): the store's state the reply saw. A
+    /// RESERVED of a persisting store is checked so even when nothing new changed
+    /// ([`Change::NONE`]), since the lease may have run out.
+    After(Change),
+}
+
+/// A reply and its acknowledgement.
+#[derive(Debug)]
+pub struct Answer {
+    pub reply: Reply,
+    pub ack: Ack,
+}
+
+impl Answer {
+    /// A reply that may be written at once.
+    pub fn now(reply: Reply) -> Answer {
+        Answer {
+            reply,
+            ack: Ack::Now,
+        }
+    }
+
+    /// RESERVED for `job`: acknowledged once the store's changes up to before the
+    /// reservation are durable (the reservation itself need not be, see
+    /// [`Reserved::last_change`]).
+    fn reserved(job: Reserved) -> Answer {
+        Answer {
+            reply: Reply::Reserved {
+                id: job.id,
+                body: job.body,
+            },
+            ack: job.last_change.map_or(Ack::Now, Ack::After),
+        }
+    }
+}
+
 /// What running one request leads to.
 #[derive(Debug)]
 pub enum Outcome {
-    Reply(Reply),
+    Reply(Answer),
     /// A reserve that must wait; the connection drives it (and watches for hang-up).
     Wait(Waiting),
     /// Close the connection without a reply.
@@ -87,14 +143,18 @@ pub struct Engine {
     max_job_size: u32,
     dialect: Dialect,
     draining: AtomicBool,
-    /// Requests for serve passes, to the serve task (see `serve.rs`).
-    serve_requests: mpsc::UnboundedSender<serve::Request>,
+    /// Requests for serve passes, to the serve task (see `serve.rs`). Unbounded, and
+    /// bounded in practice by the connections: each sends at most one request per
+    /// command it runs, and the serve task takes every queued one at each round.
+    serve_requests: mpsc::UnboundedSender<serve::PassRequest>,
     /// How many times a job may have become ready (see `reserve.rs`).
     wakeups: AtomicU64,
     /// The serve task is in a pass that waits on the store (see `serve.rs`).
     pass_in_flight: AtomicBool,
     /// Where the next safety sweep of waited-on tubes starts (see `serve.rs`).
     sweep_from: AtomicUsize,
+    /// The timer and serve tasks, awaited by [`Engine::shutdown`].
+    tasks: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl Engine {
@@ -120,15 +180,22 @@ impl Engine {
             wakeups: AtomicU64::new(0),
             pass_in_flight: AtomicBool::new(false),
             sweep_from: AtomicUsize::new(0),
+            tasks: Mutex::new(Vec::new()),
         });
-        tokio::spawn(timer::run(engine.clone()));
-        tokio::spawn(serve::run(engine.clone(), requests, wake_events));
+        let timer = tokio::spawn(timer::run(engine.clone()));
+        let serve = tokio::spawn(serve::run(engine.clone(), requests, wake_events));
+        lock(&engine.tasks).extend([timer, serve]);
         engine
     }
 
-    /// Stop the timer and serve tasks.
-    pub fn shutdown(&self) {
+    /// Stop the timer and serve tasks, and wait until they have ended (a pass or a tick
+    /// under way finishes first: its store calls are bounded).
+    pub async fn shutdown(&self) {
         self.stop.cancel();
+        let tasks = std::mem::take(&mut *lock(&self.tasks));
+        for task in tasks {
+            let _ = task.await;
+        }
     }
 
     /// After the last connection: tell the store the process is going.
@@ -161,13 +228,13 @@ impl Engine {
     }
 
     /// The store's last change (see [`Store::durable`]).
-    pub fn last_change(&self) -> u64 {
+    pub fn last_change(&self) -> Change {
         self.store.last_change()
     }
 
     /// Jobs reserved for `session` whose RESERVED was replaced by INTERNAL_ERROR go
     /// back to ready (see [`Store::give_back`]), and to whoever waits for them.
-    pub async fn give_back(&self, session: &Session, ids: &[crate::store::JobId]) {
+    pub async fn give_back(&self, session: &Session, ids: &[JobId]) {
         for &id in ids {
             match self.store.give_back(session.id, id, self.clock.now()).await {
                 Ok(Some(tube)) => self.serve([tube]).await,
@@ -182,8 +249,8 @@ impl Engine {
         }
     }
 
-    /// Wait until the store's changes up to `upto` are durable.
-    pub async fn durable(&self, upto: u64) -> StoreResult<()> {
+    /// Wait until the store's changes up to `upto` are durable (an [`Ack::After`]).
+    pub async fn durable(&self, upto: Change) -> StoreResult<()> {
         self.store.durable(upto).await
     }
 
@@ -259,14 +326,20 @@ impl Engine {
 
     /// A job reserved for the connection asking: the timer learns its deadline, the
     /// histogram its wait, and the client gets it.
-    fn hand_out(&self, s: &mut Session, job: Reserved) -> Reply {
+    fn hand_out(&self, job: Reserved) -> Answer {
         self.timer.hint(job.deadline);
         self.observe_wait(job.waited);
-        s.settled_by = job.settled_by;
-        Reply::Reserved {
-            id: job.id,
-            body: job.body,
-        }
+        Answer::reserved(job)
+    }
+
+    /// `reply`, which depends on the store's state as it is now: acknowledged once the
+    /// store's last change is durable (at once when it has none to persist).
+    fn after_latest(&self, reply: Reply) -> Answer {
+        let ack = match self.store.last_change() {
+            Change::NONE => Ack::Now,
+            change => Ack::After(change),
+        };
+        Answer { reply, ack }
     }
 
     /// A reserve handed out a job: count how long it had waited as ready (a job whose

@@ -25,7 +25,9 @@
 //! ([`Outcome::Reply`]), exactly as a reserve that never blocked, so a pipelined reserve
 //! does not make the connection flush; only a reserve still unanswered becomes
 //! [`Outcome::Wait`]. A store failure answers INTERNAL_ERROR, in that first pass too
-//! (it stops there, so this waiter may not have been looked at).
+//! (it stops there, so this waiter may not have been looked at). A RESERVED, however it
+//! was handed over, is acknowledged as its reservation says (`Reserved::last_change`);
+//! every other answer once the store's changes up to it are durable.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -55,7 +57,7 @@ impl Engine {
         // The reference answers DEADLINE_SOON at once only when no watched tube has a
         // ready job (paused or not); otherwise it hands out a job (beanstalkd #646).
         if in_margin && !self.store.has_ready(&watched).await? {
-            return Ok(Outcome::Reply(Reply::DeadlineSoon));
+            return Ok(Outcome::Reply(self.after_latest(Reply::DeadlineSoon)));
         }
         let timeout_at = timeout.map(|t| now + u64::from(t) * NANOS_PER_SEC);
         let wake = wake_at(margin, timeout_at);
@@ -63,12 +65,12 @@ impl Engine {
         let wakeups = self.wakeups.load(Ordering::SeqCst);
         if !owed_elsewhere {
             if let Some(job) = self.store.reserve(s.id, &watched, now).await? {
-                return Ok(Outcome::Reply(self.hand_out(s, job)));
+                return Ok(Outcome::Reply(self.hand_out(job)));
             }
             if let Some((at, why)) = wake
                 && at <= now
             {
-                return Ok(Outcome::Reply(why.reply()));
+                return Ok(Outcome::Reply(self.after_latest(why.reply())));
             }
         }
         let mut waiting = Waiting::register(self.clone(), s.id, watched.clone(), wake);
@@ -82,7 +84,7 @@ impl Engine {
             );
         }
         Ok(match waiting.answer_now(now, store_failed) {
-            Some(reply) => Outcome::Reply(reply),
+            Some(answer) => Outcome::Reply(answer),
             None => Outcome::Wait(waiting),
         })
     }

@@ -42,6 +42,7 @@ use futures_util::future::join_all;
 use tokio::sync::{mpsc, oneshot};
 
 use super::Engine;
+use super::waiters::Claim;
 use crate::protocol::TubeName;
 use crate::store::Store;
 
@@ -61,7 +62,7 @@ pub(super) struct Failed;
 /// Tubes that may have gained a ready job, and the caller to tell when a pass covering
 /// them is done.
 #[derive(Debug)]
-pub(super) struct Request {
+pub(super) struct PassRequest {
     tubes: Vec<TubeName>,
     /// `None` when the caller does not wait.
     done: Option<oneshot::Sender<Result<(), Failed>>>,
@@ -95,7 +96,10 @@ impl Round {
 /// What the serve task receives, and the round it is gathering for the next pass.
 struct Inbox {
     engine: Arc<Engine>,
-    requests: mpsc::UnboundedReceiver<Request>,
+    /// Bounded as the engine's sending side says (one request per command run).
+    requests: mpsc::UnboundedReceiver<PassRequest>,
+    /// A shared store's wake-ups: one per message Redis pushed, all taken at each
+    /// round (see `Store::take_wake_events`).
     wake_events: Option<mpsc::UnboundedReceiver<TubeName>>,
     next: Round,
 }
@@ -165,7 +169,7 @@ impl Inbox {
 /// are released (their reply no longer waits for a pass).
 pub(super) async fn run(
     engine: Arc<Engine>,
-    requests: mpsc::UnboundedReceiver<Request>,
+    requests: mpsc::UnboundedReceiver<PassRequest>,
     wake_events: Option<mpsc::UnboundedReceiver<TubeName>>,
 ) {
     let mut inbox = Inbox {
@@ -271,7 +275,11 @@ impl Engine {
         } else {
             (None, None)
         };
-        if self.serve_requests.send(Request { tubes, done }).is_err() {
+        if self
+            .serve_requests
+            .send(PassRequest { tubes, done })
+            .is_err()
+        {
             // The serve task stopped (shutdown): no pass will come.
             return Ok(());
         }
@@ -321,72 +329,11 @@ impl Engine {
         let mut after = 0;
         let mut budget = wakeups.max(1);
         while !tubes.is_empty() {
-            let mut claims = Vec::new();
-            while claims.len() < budget.min(MAX_SERVE_BATCH) {
-                let Some(claim) = self.waiters.claim_next(&tubes, after) else {
-                    break;
-                };
-                after = claim.seq;
-                claims.push(claim);
-            }
+            let claims = self.claim_batch(&tubes, &mut after, budget.min(MAX_SERVE_BATCH));
             if claims.is_empty() {
                 break;
             }
-            // Only the tubes this pass serves can have gained a job since each waiter
-            // last found none (every change that makes a job ready comes through here
-            // with its tube, and a new waiter sends all of its own), so a waiter's
-            // reserve looks at those of its tubes alone: a worker watching a hundred
-            // tubes costs one.
-            let now = self.clock.now();
-            let searched: Vec<Vec<TubeName>> = claims
-                .iter()
-                .map(|c| {
-                    c.watched
-                        .iter()
-                        .filter(|t| tubes.contains(*t))
-                        .cloned()
-                        .collect()
-                })
-                .collect();
-            let results = join_all(
-                claims
-                    .iter()
-                    .zip(&searched)
-                    .map(|(c, watched)| self.store.reserve(c.conn, watched, now)),
-            )
-            .await;
-            let (mut all_found, mut failed) = (true, false);
-            for (claim, result) in claims.iter().zip(results) {
-                match result {
-                    Ok(Some(job)) => {
-                        self.timer.hint(job.deadline);
-                        let waited = job.waited;
-                        match self.waiters.deliver(claim.seq, job) {
-                            Ok(()) => self.observe_wait(waited),
-                            Err(job) => self.take_back(claim.conn, job.id, inbox).await,
-                        }
-                    }
-                    Ok(None) => {
-                        all_found = false;
-                        self.waiters.unclaim(claim.seq);
-                        // None of this waiter's tubes (of this pass) has a reservable job.
-                        for t in claim.watched.iter() {
-                            tubes.remove(t);
-                        }
-                    }
-                    Err(err) => {
-                        failed = true;
-                        self.waiters.unclaim(claim.seq);
-                        tracing::warn!(
-                            %err,
-                            "serving waiters failed; those already waiting keep waiting"
-                        );
-                    }
-                }
-            }
-            if failed {
-                return Err(Failed);
-            }
+            let all_found = self.serve_batch(&claims, &mut tubes, inbox).await?;
             let more = inbox.collect();
             budget = if all_found {
                 claims.len() * 2 + more
@@ -395,5 +342,84 @@ impl Engine {
             };
         }
         Ok(())
+    }
+
+    /// Claim up to `most` waiters on `tubes` registered after `after` (which moves on
+    /// to the last one claimed), in registration order.
+    fn claim_batch(&self, tubes: &HashSet<TubeName>, after: &mut u64, most: usize) -> Vec<Claim> {
+        let mut claims = Vec::new();
+        while claims.len() < most {
+            let Some(claim) = self.waiters.claim_next(tubes, *after) else {
+                break;
+            };
+            *after = claim.seq;
+            claims.push(claim);
+        }
+        claims
+    }
+
+    /// Reserve for every claimed waiter at once (on Redis their calls share round
+    /// trips), then hand the jobs over in claim order. A waiter that found nothing
+    /// takes its tubes out of the pass; one whose connection went away meanwhile gives
+    /// its job back. Whether every reserve found a job; `Err(Failed)` when the store
+    /// failed for any of them (the others are still handed over or unclaimed).
+    async fn serve_batch(
+        &self,
+        claims: &[Claim],
+        tubes: &mut HashSet<TubeName>,
+        inbox: &mut Inbox,
+    ) -> Result<bool, Failed> {
+        // Only the tubes this pass serves can have gained a job since each waiter last
+        // found none (every change that makes a job ready comes through here with its
+        // tube, and a new waiter sends all of its own), so a waiter's reserve looks at
+        // those of its tubes alone: a worker watching a hundred tubes costs one.
+        let now = self.clock.now();
+        let searched: Vec<Vec<TubeName>> = claims
+            .iter()
+            .map(|c| {
+                c.watched
+                    .iter()
+                    .filter(|t| tubes.contains(*t))
+                    .cloned()
+                    .collect()
+            })
+            .collect();
+        let results = join_all(
+            claims
+                .iter()
+                .zip(&searched)
+                .map(|(c, watched)| self.store.reserve(c.conn, watched, now)),
+        )
+        .await;
+        let (mut all_found, mut failed) = (true, false);
+        for (claim, result) in claims.iter().zip(results) {
+            match result {
+                Ok(Some(job)) => {
+                    self.timer.hint(job.deadline);
+                    let waited = job.waited;
+                    match self.waiters.deliver(claim.seq, job) {
+                        Ok(()) => self.observe_wait(waited),
+                        Err(job) => self.take_back(claim.conn, job.id, inbox).await,
+                    }
+                }
+                Ok(None) => {
+                    all_found = false;
+                    self.waiters.unclaim(claim.seq);
+                    // None of this waiter's tubes (of this pass) has a reservable job.
+                    for t in claim.watched.iter() {
+                        tubes.remove(t);
+                    }
+                }
+                Err(err) => {
+                    failed = true;
+                    self.waiters.unclaim(claim.seq);
+                    tracing::warn!(
+                        %err,
+                        "serving waiters failed; those already waiting keep waiting"
+                    );
+                }
+            }
+        }
+        if failed { Err(Failed) } else { Ok(all_found) }
     }
 }

@@ -23,10 +23,6 @@ pub struct Session {
     /// The watch list as shared slice, rebuilt only after `watch`/`ignore`, so a
     /// reserve does not allocate.
     watched: Option<Arc<[TubeName]>>,
-    /// Set by a reply that depends on less than the store's latest change (a RESERVED:
-    /// see [`crate::store::Reserved::settled_by`]); the connection takes it as that
-    /// reply's ticket.
-    pub settled_by: Option<u64>,
 }
 
 impl Session {
@@ -40,7 +36,6 @@ impl Session {
             producer: false,
             worker: false,
             watched: None,
-            settled_by: None,
         }
     }
 

@@ -29,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 use super::Engine;
 use crate::store::Store;
 use crate::time::{NANOS_PER_SEC, Nanos};
+use crate::util::lock;
 
 #[derive(Debug)]
 pub struct Timer {
@@ -72,7 +73,7 @@ impl Default for Timer {
 
 impl Timer {
     fn plan(&self) -> MutexGuard<'_, Plan> {
-        self.plan.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.plan)
     }
 
     /// Something is due at `at`; wake the task if that is before its plan.

@@ -28,6 +28,7 @@ use tokio::sync::oneshot;
 
 use crate::protocol::{Reply, TubeName};
 use crate::store::{ConnId, Reserved};
+use crate::util::lock;
 
 /// Why a waiter stops waiting without a job.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,7 +100,7 @@ pub struct Waiters {
 
 impl Waiters {
     fn lock(&self) -> MutexGuard<'_, Registry> {
-        self.registry.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.registry)
     }
 
     /// True when nobody waits (a cheap check before a serve pass).

@@ -5,15 +5,17 @@
 //!
 //! Ownership: created by the reserve path, then owned by the connection task that
 //! drives it. Invariants: it is answered exactly once (the claim protocol of
-//! `waiters.rs` decides between a delivery and giving up); dropping it unanswered
-//! withdraws the waiter (and a job a pass reserves for it meanwhile goes back).
+//! `waiters.rs` decides between a delivery and giving up), with its acknowledgement (a
+//! RESERVED as its reservation says, any other answer once the store's changes up to
+//! it are durable); dropping it unanswered withdraws the waiter (and a job a pass
+//! reserves for it meanwhile goes back).
 
 use std::sync::Arc;
 
 use tokio::sync::oneshot;
 use tokio::sync::oneshot::error::TryRecvError;
 
-use super::{Delivery, Engine, GiveUp};
+use super::{Answer, Delivery, Engine, GiveUp};
 use crate::protocol::{Reply, TubeName};
 use crate::store::{ConnId, Nanos};
 
@@ -27,9 +29,6 @@ pub struct Waiting {
     /// The wake time passed and the waiter asked to give up.
     woke: bool,
     done: bool,
-    /// Of the job delivered: the change its RESERVED must wait for
-    /// ([`crate::store::Reserved::settled_by`]).
-    settled_by: Option<u64>,
 }
 
 impl Waiting {
@@ -48,7 +47,6 @@ impl Waiting {
             wake,
             woke: false,
             done: false,
-            settled_by: None,
         }
     }
 
@@ -57,7 +55,7 @@ impl Waiting {
     /// store failed in that pass (as when a reserve asked the store itself); or the
     /// wake time already reached. In the last two cases the waiter is withdrawn here,
     /// unless a pass holds it, which then answers through the channel instead.
-    pub(super) fn answer_now(&mut self, now: Nanos, store_failed: bool) -> Option<Reply> {
+    pub(super) fn answer_now(&mut self, now: Nanos, store_failed: bool) -> Option<Answer> {
         match self.rx.try_recv() {
             Ok(delivery) => return Some(self.answered(Some(delivery))),
             Err(TryRecvError::Closed) => return Some(self.answered(None)),
@@ -71,13 +69,13 @@ impl Waiting {
         self.woke = true;
         if self.engine.waiters.give_up(self.seq, why) {
             self.done = true;
-            return Some(reply);
+            return Some(self.engine.after_latest(reply));
         }
         None
     }
 
     /// Wait for the answer. Cancel-safe: may be polled again after being interrupted.
-    pub async fn wait(&mut self) -> Reply {
+    pub async fn wait(&mut self) -> Answer {
         loop {
             let wake = if self.woke { None } else { self.wake };
             let clock = self.engine.clock;
@@ -97,7 +95,7 @@ impl Waiting {
                     self.woke = true;
                     if self.engine.waiters.give_up(self.seq, why) {
                         self.done = true;
-                        return why.reply();
+                        return self.engine.after_latest(why.reply());
                     }
                 }
             }
@@ -105,38 +103,26 @@ impl Waiting {
     }
 
     /// The client half-closed while waiting: the reference answers TIMED_OUT.
-    pub async fn hang_up(&mut self) -> Reply {
+    pub async fn hang_up(&mut self) -> Answer {
         if !self.woke {
             self.woke = true;
             if self.engine.waiters.give_up(self.seq, GiveUp::TimedOut) {
                 self.done = true;
-                return Reply::TimedOut;
+                return self.engine.after_latest(GiveUp::TimedOut.reply());
             }
         }
         self.wait().await
     }
 
-    /// After a RESERVED: the change it must wait for (as
-    /// [`crate::engine::Session::settled_by`]).
-    pub fn settled_by(&self) -> Option<u64> {
-        self.settled_by
-    }
-
-    /// The registry's answer, as a reply. A closed channel (the entry vanished
-    /// unanswered) cannot happen under the claim protocol; it is answered as a failure
-    /// rather than left waiting forever.
-    fn answered(&mut self, delivery: Option<Delivery>) -> Reply {
+    /// The registry's answer, with its acknowledgement (a RESERVED as its reservation
+    /// says). A closed channel (the entry vanished unanswered) cannot happen under the
+    /// claim protocol; it is answered as a failure rather than left waiting forever.
+    fn answered(&mut self, delivery: Option<Delivery>) -> Answer {
         self.done = true;
         match delivery {
-            Some(Delivery::Job(job)) => {
-                self.settled_by = job.settled_by;
-                Reply::Reserved {
-                    id: job.id,
-                    body: job.body,
-                }
-            }
-            Some(Delivery::GaveUp(why)) => why.reply(),
-            None => Reply::InternalError,
+            Some(Delivery::Job(job)) => Answer::reserved(job),
+            Some(Delivery::GaveUp(why)) => self.engine.after_latest(why.reply()),
+            None => self.engine.after_latest(Reply::InternalError),
         }
     }
 }

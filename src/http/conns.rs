@@ -11,9 +11,10 @@
 //! held across an `.await` (nothing here is async).
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::util::lock;
 use tokio_util::sync::CancellationToken;
 
 /// How often a warning says that connections were shed (each one is logged at debug).
@@ -150,12 +151,6 @@ impl Drop for Ticket {
     fn drop(&mut self) {
         lock(&self.conns.table).open.remove(&self.id);
     }
-}
-
-/// The lock, even if a thread panicked while holding it (every update is one
-/// assignment, so the data is whole).
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(test)]

@@ -28,6 +28,7 @@ use futures_util::future::{BoxFuture, Shared};
 use super::{App, exposition};
 use crate::engine::Engine;
 use crate::store::StoreError;
+use crate::util::lock;
 
 /// How long a built exposition is answered again (at least).
 pub const REUSE: Duration = Duration::from_secs(1);
@@ -142,7 +143,7 @@ impl Scrapes {
     }
 
     fn lock(&self) -> MutexGuard<'_, Slot> {
-        self.slot.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.slot)
     }
 }
 
@@ -202,6 +203,6 @@ mod tests {
         // Within REUSE, the same text again.
         let again = scrapes.get(engine.clone()).await;
         assert_eq!(again.as_ref().map(|b| b.as_ptr()).ok(), first);
-        engine.shutdown();
+        engine.shutdown().await;
     }
 }

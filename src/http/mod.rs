@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Request};
+use axum::extract::{DefaultBodyLimit, Request as HttpRequest};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -174,7 +174,7 @@ fn text(status: StatusCode, body: impl Into<String>) -> Response {
 }
 
 /// Every route is GET only (HEAD included: a HEAD of `/metrics` would cost a scrape).
-async fn only_get(req: Request, next: Next) -> Response {
+async fn only_get(req: HttpRequest, next: Next) -> Response {
     if req.method() == Method::GET {
         return next.run(req).await;
     }

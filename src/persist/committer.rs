@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::{Sink, SinkError};
+use crate::store::Store;
 use crate::store::durable::CommitLink;
 use crate::store::memory::{CutLimit, MemoryStore};
 
@@ -53,7 +54,7 @@ pub async fn run<S: Sink>(
         // that refuses new jobs (a full disk) is let look for space meanwhile: nothing
         // else would tell it when no client changes anything.
         let written = link.progress.borrow().written;
-        if failing_since.is_none() && memory.change_seq() <= written {
+        if failing_since.is_none() && memory.last_change() <= written {
             let probe = sink.probe_every();
             tokio::select! {
                 _ = link.changed.notified() => {}
@@ -69,7 +70,7 @@ pub async fn run<S: Sink>(
         // when nobody else is ready (one client), batches more under load.
         tokio::task::yield_now().await;
         let cut = memory.cut(limit);
-        if cut.is_empty() && cut.upto.is_some_and(|u| u <= written) {
+        if cut.is_empty() && cut.last_change.is_some_and(|c| c <= written) {
             continue;
         }
         let result = tokio::select! {
@@ -88,9 +89,9 @@ pub async fn run<S: Sink>(
                     );
                 }
                 retry = RETRY_FIRST;
-                if let Some(upto) = cut.upto {
+                if let Some(last) = cut.last_change {
                     link.progress.send_modify(|p| {
-                        p.written = p.written.max(upto);
+                        p.written = p.written.max(last);
                         p.failing = None;
                     });
                 }

@@ -4,17 +4,20 @@
 //! - [`committer`]: the one task per persisted store that takes cuts of the store and
 //!   writes them through a [`Sink`], one batch at a time; every change made while a
 //!   batch is in flight goes into the next one (group commit).
+//! - [`engine`]: the one place a persisted engine is built and ended: restored store,
+//!   commit link, committer, durable store, engine, final flush (`-b` and leader mode).
 //! - [`redis`]: the Redis sink of leader mode (one fenced MULTI/EXEC transaction of
 //!   plain commands per batch, in the shared mode's schema), and the loader that reads
 //!   a namespace back.
 //! - [`binlog`]: `-b DIR`'s sink, a local write-ahead log, and its replay at start.
 //!
-//! Layering: this module uses `store` (the cut and snapshot types) and `crate::redis`;
-//! the store knows nothing of it but the [`crate::store::durable::CommitLink`] it is
-//! handed.
+//! Layering: this module uses `store` (the cut and snapshot types), `crate::redis`, and
+//! `engine` (to build a persisted one); neither store nor engine knows anything of it
+//! but the [`crate::store::durable::CommitLink`] the store is handed.
 
 pub mod binlog;
 pub mod committer;
+pub mod engine;
 pub mod redis;
 
 use std::future::Future;

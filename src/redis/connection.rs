@@ -43,6 +43,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
+use crate::util::lock;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::{
     AsyncConnectionConfig, Cmd, Pipeline, PushInfo, PushKind, RedisError, RedisFuture, RedisResult,
@@ -193,7 +194,7 @@ enum State {
 
 impl Inner {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.state)
     }
 
     fn set(&self, state: State) {

@@ -24,6 +24,7 @@ use std::fmt::Write;
 use std::sync::{Arc, Mutex};
 
 use crate::protocol::TubeName;
+use crate::util::lock;
 
 /// How many tubes' key names are kept.
 const CACHED_TUBES: usize = 4096;
@@ -167,7 +168,7 @@ impl Keys {
 
     /// A tube's keys.
     pub fn tube(&self, tube: &str) -> TubeKeys {
-        let mut cache = self.tubes.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cache = lock(&self.tubes);
         if let Some(keys) = cache.get(tube) {
             return keys.clone();
         }
@@ -186,12 +187,7 @@ impl Keys {
     /// a read over 100,000 tubes neither formats every key of each nor empties the
     /// cache of the tubes in use.
     pub fn tube_key(&self, tube: &str, key: TubeKey) -> String {
-        if let Some(keys) = self
-            .tubes
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(tube)
-        {
+        if let Some(keys) = lock(&self.tubes).get(tube) {
             return keys.get(key).to_string();
         }
         self.format_key(tube, key)

@@ -15,6 +15,7 @@ use std::path::PathBuf;
 
 use std::time::{Duration, Instant};
 
+use crate::util::lock;
 use redis::{
     AsyncConnectionConfig, Client, ClientTlsConfig, ConnectionAddr, IntoConnectionInfo,
     ProtocolVersion, RedisConnectionInfo, RedisError, RedisResult, TlsCertificates, Value,
@@ -417,7 +418,7 @@ impl Sentinels {
         replid: Option<String>,
         replid2: Option<String>,
     ) -> RedisResult<()> {
-        let mut h = self.history.lock().unwrap_or_else(|e| e.into_inner());
+        let mut h = lock(&self.history);
         let continues = continues(h.replid.as_deref(), replid.as_deref(), replid2.as_deref());
         if !continues {
             let since = *h.refused_since.get_or_insert_with(Instant::now);

@@ -7,13 +7,13 @@
 //! the reference); meanwhile the socket is still read, up to
 //! [`MAX_BUFFERED_WHILE_WAITING`], only to notice a hang-up (which answers TIMED_OUT).
 //!
-//! Durability: with a persisted store (Redis leader mode, `-b`), a reply that depends
-//! on the store's state is written only once the store says the changes it saw are
-//! durable; the replies of one read wait together, for one batch (group commit). If
-//! that fails, those replies become INTERNAL_ERROR in place (the change may still be
-//! persisted later: at-least-once, as with any timeout), and the others stand; a job
-//! whose RESERVED became INTERNAL_ERROR is given back at once (its client does not know
-//! it holds it).
+//! Durability: with a persisted store (Redis leader mode, `-b`), each reply comes from
+//! the engine with its acknowledgement; one that waits for a change is held back
+//! (`acks.rs`) until the store says that change is durable; the replies of one read
+//! wait together, for one batch (group commit). If that fails, those replies become
+//! INTERNAL_ERROR in place (the change may still be persisted later: at-least-once, as
+//! with any timeout), and the others stand; a job whose RESERVED became INTERNAL_ERROR
+//! is given back at once (its client does not know it holds it).
 //!
 //! Leader mode: the first line of a connection may be a standby's relay greeting
 //! (`super::hello`); it is answered here (this instance leads) and never reaches the
@@ -37,10 +37,10 @@ use tokio::net::{TcpStream, UnixStream};
 use tokio_util::codec::Decoder;
 use tokio_util::sync::CancellationToken;
 
+use super::acks::PendingAcks;
 use super::hello::{self, First};
-use crate::engine::{Engine, Outcome, Session, Waiting};
-use crate::protocol::{Reply, ServerCodec};
-use crate::store::JobId;
+use crate::engine::{Answer, Engine, Outcome, Session, Waiting};
+use crate::protocol::ServerCodec;
 
 const READ_CHUNK: usize = 16 * 1024;
 /// A read in the middle of a body: larger, since each costs a turn of the runtime.
@@ -59,12 +59,12 @@ thread_local! {
 }
 
 /// An empty buffer: a spare one if there is one.
-fn take_buffer() -> BytesMut {
+fn take_spare() -> BytesMut {
     SPARE.with(|s| s.borrow_mut().pop()).unwrap_or_default()
 }
 
 /// Keep an emptied buffer for the next connection that needs one (bounded).
-fn give_back(mut buf: BytesMut) {
+fn keep_spare(mut buf: BytesMut) {
     if buf.capacity() == 0 || buf.capacity() > SPARE_CAPACITY_MAX {
         return;
     }
@@ -89,20 +89,20 @@ enum End {
     Checked,
 }
 
-/// A client socket: the byte stream plus a readiness wait, so that an idle connection
-/// can wait for input without holding a read buffer.
-pub trait Socket: AsyncRead + AsyncWrite + Unpin {
+/// A client's byte stream plus a readiness wait, so that an idle connection can wait
+/// for input without holding a read buffer.
+pub trait ClientStream: AsyncRead + AsyncWrite + Unpin {
     /// Resolves when the socket may be readable (possibly spuriously).
     fn readable(&self) -> impl Future<Output = std::io::Result<()>>;
 }
 
-impl Socket for TcpStream {
+impl ClientStream for TcpStream {
     fn readable(&self) -> impl Future<Output = std::io::Result<()>> {
         TcpStream::readable(self)
     }
 }
 
-impl Socket for UnixStream {
+impl ClientStream for UnixStream {
     fn readable(&self) -> impl Future<Output = std::io::Result<()>> {
         UnixStream::readable(self)
     }
@@ -111,7 +111,7 @@ impl Socket for UnixStream {
 /// Serve one connection until it ends. `peer` names the client in the logs; `first` is
 /// what was already read from it; with `greeting` (this instance's id, in leader mode)
 /// a relay greeting as its first line is answered.
-pub async fn serve<S: Socket>(
+pub async fn serve<S: ClientStream>(
     engine: Arc<Engine>,
     stream: S,
     peer: &str,
@@ -133,9 +133,7 @@ pub async fn serve<S: Socket>(
         wbuf: BytesMut::new(),
         greeting,
         codec: ServerCodec::new(engine.max_job_size()),
-        ticket: 0,
-        unsettled: Vec::new(),
-        abandoned: Vec::new(),
+        acks: PendingAcks::default(),
     };
     let end = match guard.session.as_mut() {
         Some(session) => conn.run(session, &shutdown).await,
@@ -175,15 +173,11 @@ struct Connection<S> {
     /// Until the first bytes tell: this instance's id, to answer a relay greeting.
     greeting: Option<Arc<str>>,
     codec: ServerCodec,
-    /// The store change the replies in `wbuf` depend on (0: none).
-    ticket: u64,
-    /// Where in `wbuf` those replies are, and the job of each that is a RESERVED.
-    unsettled: Vec<(std::ops::Range<usize>, Option<JobId>)>,
-    /// Jobs whose RESERVED was replaced by INTERNAL_ERROR: given back after the flush.
-    abandoned: Vec<JobId>,
+    /// The replies in `wbuf` that wait for their acknowledgement.
+    acks: PendingAcks,
 }
 
-impl<S: Socket> Connection<S> {
+impl<S: ClientStream> Connection<S> {
     async fn run(&mut self, session: &mut Session, shutdown: &CancellationToken) -> End {
         let mut eof = false;
         loop {
@@ -191,99 +185,107 @@ impl<S: Socket> Connection<S> {
                 let _ = self.flush().await;
                 return End::Checked;
             }
-            // Run every complete request already buffered (once the first bytes are
-            // known to be the client's).
-            while self.greeting.is_none() {
-                let req = match self.codec.decode(&mut self.rbuf) {
-                    Ok(Some(req)) => req,
-                    Ok(None) => break,
-                    Err(_) => return End::Closed,
-                };
-                tracing::debug!(conn = session.id.0, ?req, "request");
-                let settles = Engine::settles(&req);
-                let reply = match self.engine.execute(session, req).await {
-                    Outcome::Reply(r) => r,
-                    Outcome::Quit => {
-                        let _ = self.flush_for(session).await;
-                        return End::Closed;
-                    }
-                    Outcome::Wait(mut waiting) => {
-                        if self.flush_for(session).await.is_err() {
-                            return End::Closed;
-                        }
-                        match self.wait(&mut waiting, &mut eof, shutdown).await {
-                            Some(r) => {
-                                session.settled_by = waiting.settled_by();
-                                r
-                            }
-                            None if shutdown.is_cancelled() => return End::Shutdown,
-                            None => return End::Closed,
-                        }
-                    }
-                };
-                tracing::debug!(conn = session.id.0, ?reply, "reply");
-                if self.wbuf.capacity() == 0 {
-                    self.wbuf = take_buffer();
-                }
-                let start = self.wbuf.len();
-                reply.encode(&mut self.wbuf);
-                // A reply waits for the latest change unless it says it depends on less.
-                let settled_by = session.settled_by.take();
-                if settles {
-                    let change = settled_by.unwrap_or_else(|| self.engine.last_change());
-                    // Even a reply that depends on no new change is checked against
-                    // the lease when it is a RESERVED of a persisting store.
-                    if change > 0 || settled_by.is_some() {
-                        self.ticket = self.ticket.max(change);
-                        let reserved = match &reply {
-                            Reply::Reserved { id, .. } => Some(*id),
-                            _ => None,
-                        };
-                        self.unsettled.push((start..self.wbuf.len(), reserved));
-                    }
-                }
-                if self.wbuf.len() >= WRITE_FLUSH_AT && self.flush_for(session).await.is_err() {
-                    return End::Closed;
-                }
+            if let Some(end) = self.run_buffered(session, &mut eof, shutdown).await {
+                return end;
             }
             if self.flush_for(session).await.is_err() || eof {
                 return End::Closed;
             }
-            // An idle connection holds no buffers: they are released here and taken
-            // again only once the client has sent something. Thousands of idle clients
-            // would otherwise pin a read chunk each (and the allocator keeps that memory
-            // after they leave).
-            if self.rbuf.is_empty() {
-                give_back(std::mem::take(&mut self.rbuf));
+            if let Some(end) = self.read_more(shutdown).await {
+                return end;
             }
-            give_back(std::mem::take(&mut self.wbuf));
-            tokio::select! {
-                ready = self.stream.readable() => if ready.is_err() {
-                    return End::Closed;
-                },
-                _ = shutdown.cancelled() => return End::Shutdown,
-            }
-            if self.rbuf.capacity() == 0 {
-                self.rbuf = take_buffer();
-            }
-            // In the middle of a body, one read per turn, as beanstalkd's event loop
-            // reads: a large body arriving chunk after chunk would otherwise keep the one
-            // thread for many reads at a time (tokio lets a task run ~128 ready
-            // operations before it must yield), and every other client's command waits.
-            let chunk = if self.codec.is_between_commands() {
-                READ_CHUNK
-            } else {
-                tokio::task::yield_now().await;
-                BODY_READ_CHUNK
+        }
+    }
+
+    /// Run every complete request already buffered (once the first bytes are known to
+    /// be the client's), encoding each reply into `wbuf`. `Some` when the connection
+    /// must end.
+    async fn run_buffered(
+        &mut self,
+        session: &mut Session,
+        eof: &mut bool,
+        shutdown: &CancellationToken,
+    ) -> Option<End> {
+        while self.greeting.is_none() {
+            let req = match self.codec.decode(&mut self.rbuf) {
+                Ok(Some(req)) => req,
+                Ok(None) => break,
+                Err(_) => return Some(End::Closed),
             };
-            self.rbuf.reserve(chunk);
-            tokio::select! {
-                read = self.stream.read_buf(&mut self.rbuf) => match read {
-                    Ok(0) | Err(_) => return End::Closed,
-                    Ok(_) => {}
-                },
-                _ = shutdown.cancelled() => return End::Shutdown,
+            tracing::debug!(conn = session.id.0, ?req, "request");
+            let answer = match self.engine.execute(session, req).await {
+                Outcome::Reply(answer) => answer,
+                Outcome::Quit => {
+                    let _ = self.flush_for(session).await;
+                    return Some(End::Closed);
+                }
+                Outcome::Wait(mut waiting) => {
+                    if self.flush_for(session).await.is_err() {
+                        return Some(End::Closed);
+                    }
+                    match self.wait(&mut waiting, eof, shutdown).await {
+                        Some(answer) => answer,
+                        None if shutdown.is_cancelled() => return Some(End::Shutdown),
+                        None => return Some(End::Closed),
+                    }
+                }
+            };
+            tracing::debug!(conn = session.id.0, reply = ?answer.reply, ack = ?answer.ack, "reply");
+            self.push(answer);
+            if self.wbuf.len() >= WRITE_FLUSH_AT && self.flush_for(session).await.is_err() {
+                return Some(End::Closed);
             }
+        }
+        None
+    }
+
+    /// Encode a reply into `wbuf`, noting it if it waits for its acknowledgement.
+    fn push(&mut self, answer: Answer) {
+        if self.wbuf.capacity() == 0 {
+            self.wbuf = take_spare();
+        }
+        let start = self.wbuf.len();
+        answer.reply.encode(&mut self.wbuf);
+        self.acks
+            .note(start..self.wbuf.len(), &answer.reply, answer.ack);
+    }
+
+    /// Wait for more input and read it. An idle connection holds no buffers: they are
+    /// released while it waits and taken again only once the client has sent
+    /// something (thousands of idle clients would otherwise pin a read chunk each, and
+    /// the allocator keeps that memory after they leave). `Some` when the connection
+    /// must end.
+    async fn read_more(&mut self, shutdown: &CancellationToken) -> Option<End> {
+        if self.rbuf.is_empty() {
+            keep_spare(std::mem::take(&mut self.rbuf));
+        }
+        keep_spare(std::mem::take(&mut self.wbuf));
+        tokio::select! {
+            ready = self.stream.readable() => if ready.is_err() {
+                return Some(End::Closed);
+            },
+            _ = shutdown.cancelled() => return Some(End::Shutdown),
+        }
+        if self.rbuf.capacity() == 0 {
+            self.rbuf = take_spare();
+        }
+        // In the middle of a body, one read per turn, as beanstalkd's event loop
+        // reads: a large body arriving chunk after chunk would otherwise keep the one
+        // thread for many reads at a time (tokio lets a task run ~128 ready
+        // operations before it must yield), and every other client's command waits.
+        let chunk = if self.codec.is_between_commands() {
+            READ_CHUNK
+        } else {
+            tokio::task::yield_now().await;
+            BODY_READ_CHUNK
+        };
+        self.rbuf.reserve(chunk);
+        tokio::select! {
+            read = self.stream.read_buf(&mut self.rbuf) => match read {
+                Ok(0) | Err(_) => Some(End::Closed),
+                Ok(_) => None,
+            },
+            _ = shutdown.cancelled() => Some(End::Shutdown),
         }
     }
 
@@ -316,14 +318,14 @@ impl<S: Socket> Connection<S> {
         waiting: &mut Waiting,
         eof: &mut bool,
         shutdown: &CancellationToken,
-    ) -> Option<Reply> {
+    ) -> Option<Answer> {
         loop {
             let can_read = !*eof && self.rbuf.len() < MAX_BUFFERED_WHILE_WAITING;
             if can_read {
                 self.rbuf.reserve(READ_CHUNK);
             }
             tokio::select! {
-                reply = waiting.wait() => return Some(reply),
+                answer = waiting.wait() => return Some(answer),
                 read = self.stream.read_buf(&mut self.rbuf), if can_read => match read {
                     Ok(0) => {
                         *eof = true;
@@ -337,45 +339,19 @@ impl<S: Socket> Connection<S> {
         }
     }
 
-    /// Wait until the replies in `wbuf` may be sent; those whose change did not become
-    /// durable in time are replaced by INTERNAL_ERROR.
-    async fn settle(&mut self) {
-        if self.unsettled.is_empty() {
-            return;
-        }
-        let ticket = std::mem::take(&mut self.ticket);
-        let ranges = std::mem::take(&mut self.unsettled);
-        if let Err(err) = self.engine.durable(ticket).await {
-            tracing::warn!(
-                %err,
-                "replies answered INTERNAL_ERROR: their changes were not persisted in time \
-                 (they may still be; clients may retry)"
-            );
-            let mut out = BytesMut::with_capacity(self.wbuf.len());
-            let mut at = 0;
-            for (r, reserved) in ranges {
-                out.extend_from_slice(&self.wbuf[at..r.start]);
-                Reply::InternalError.encode(&mut out);
-                at = r.end;
-                self.abandoned.extend(reserved);
-            }
-            out.extend_from_slice(&self.wbuf[at..]);
-            self.wbuf = out;
-        }
-    }
-
-    /// Flush, then give back the jobs whose RESERVED did not go out (see `settle`).
+    /// Flush, then give back the jobs whose RESERVED did not go out (see `acks.rs`).
     async fn flush_for(&mut self, session: &Session) -> std::io::Result<()> {
         let flushed = self.flush().await;
-        if !self.abandoned.is_empty() {
-            let ids = std::mem::take(&mut self.abandoned);
-            self.engine.give_back(session, &ids).await;
+        let unsent = self.acks.take_unsent();
+        if !unsent.is_empty() {
+            self.engine.give_back(session, &unsent).await;
         }
         flushed
     }
 
+    /// Write `wbuf` once its replies may go out (see `acks.rs`).
     async fn flush(&mut self) -> std::io::Result<()> {
-        self.settle().await;
+        self.acks.settle(&self.engine, &mut self.wbuf).await;
         if !self.wbuf.is_empty() {
             self.stream.write_all(&self.wbuf).await?;
             self.wbuf.clear();

@@ -16,6 +16,7 @@
 //! accepting, tell every connection (each finishes the command it is running and writes
 //! its reply), wait up to the grace period, then return.
 
+mod acks;
 pub mod activation;
 pub mod connection;
 pub mod hello;
@@ -41,6 +42,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::engine::Engine;
+use crate::util::lock;
 
 /// What to do with a new connection.
 pub enum Route {
@@ -98,10 +100,7 @@ async fn end_terms(
             changed = changes.changed() => if changed.is_err() { return },
             _ = stop.cancelled() => return,
         }
-        let old = std::mem::replace(
-            &mut *term.lock().unwrap_or_else(|e| e.into_inner()),
-            stop.child_token(),
-        );
+        let old = std::mem::replace(&mut *lock(&term), stop.child_token());
         tracing::warn!(
             "closing every client connection: the Redis namespace they were served from \
              is gone (Redis lost its data), as a restarted beanstalkd closes them; new \
@@ -113,7 +112,7 @@ async fn end_terms(
 
 impl Router for Direct {
     async fn route(&self) -> Option<Route> {
-        let term = self.term.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let term = lock(&self.term).clone();
         Some(Route::Serve {
             engine: self.engine.clone(),
             term,
@@ -220,7 +219,7 @@ const ROUTE_RETRY: Duration = Duration::from_millis(100);
 /// rather than refused; but not past [`relay::PATIENCE`] after its first bytes, nor at
 /// all once the leader has been out of reach for that long (the client is closed at
 /// once).
-async fn handle<S: connection::Socket + Send>(
+async fn handle<S: connection::ClientStream + Send>(
     router: &impl Router,
     mut stream: S,
     peer: &str,
@@ -326,7 +325,7 @@ impl Refusals {
     }
 
     fn note(&self) {
-        let mut count = self.count.lock().unwrap_or_else(|e| e.into_inner());
+        let mut count = lock(&self.count);
         count.0 += 1;
         if count.1.is_some_and(|at| at.elapsed() < Self::EVERY) {
             return;

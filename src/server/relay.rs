@@ -34,6 +34,7 @@ use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
 use super::hello::{self, Answer, First};
+use crate::util::lock;
 
 /// How long connecting to the leader may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -294,7 +295,7 @@ impl Upstream {
     }
 
     fn health(&self) -> std::sync::MutexGuard<'_, Health> {
-        self.health.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.health)
     }
 
     fn note(&self, outcome: Result<(), RelayError>) {

@@ -63,7 +63,7 @@ impl TestServer {
         let serving = engine.clone();
         let task = tokio::spawn(async move {
             super::run(router, listener, config, stop_all, shutdown).await;
-            serving.shutdown();
+            serving.shutdown().await;
         });
         Ok(TestServer {
             addr,

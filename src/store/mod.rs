@@ -26,6 +26,7 @@ use bytes::Bytes;
 
 use crate::protocol::TubeName;
 pub use crate::time::{Clock, NANOS_PER_SEC, Nanos};
+use crate::util::lock;
 
 pub use durable::DurableStore;
 pub use error::{BoxError, StoreError, StoreResult};
@@ -34,6 +35,26 @@ pub use shared::RedisStore;
 
 /// A job id. Ids start at 1 and are never reused.
 pub type JobId = u64;
+
+/// A position in a store's sequence of changes. A store whose changes are persisted in
+/// batches (the journaled memory store under a committer) numbers each change it makes
+/// (a job or tube touched, an id consumed); a reply that depended on the store's state
+/// may be sent once every change up to the store's last one then is durable
+/// ([`Store::durable`]). The journal, the cuts, the committer's progress, a reservation
+/// and a reply's acknowledgement all speak of this one number.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Change(u64);
+
+impl Change {
+    /// Before any change: the only position of a store that persists nothing in
+    /// batches (its changes are durable when the call that made them returns).
+    pub const NONE: Change = Change(0);
+
+    /// The change after this one.
+    pub fn next(self) -> Change {
+        Change(self.0 + 1)
+    }
+}
 
 /// Ready jobs with a priority below this are "urgent" (`current-jobs-urgent`). The one
 /// definition: the Redis scripts are handed it as an argument.
@@ -92,7 +113,7 @@ impl LogFigures {
     /// The file holding job `id`: the current one for a job whose first write is still
     /// on its way there.
     pub fn job_file(&self, id: JobId) -> u64 {
-        let files = self.job_files.lock().unwrap_or_else(|e| e.into_inner());
+        let files = lock(&self.job_files);
         match files.get(&id) {
             Some(&n) => n,
             None => self.current_index.load(Ordering::Relaxed),
@@ -146,10 +167,11 @@ pub struct Reserved {
     pub waited: Option<Nanos>,
     /// The store's last change before this reservation (`None` for a store that
     /// persists nothing in batches): the RESERVED reply may go out once that change is
-    /// persisted, while this instance still holds its lease. The reservation itself
-    /// need not be: a leader that takes over makes every reserved job ready again,
-    /// persisted reservation or not (docs/LEADER.md).
-    pub settled_by: Option<u64>,
+    /// persisted, while this instance still holds its lease (the engine's
+    /// acknowledgement, `engine::Ack`). The reservation itself need not be: a leader
+    /// that takes over makes every reserved job ready again, persisted reservation or
+    /// not (docs/LEADER.md).
+    pub last_change: Option<Change>,
 }
 
 /// A job's figures for `stats-job` (the engine turns times into ages and time left).
@@ -390,7 +412,8 @@ pub trait Store: Send + Sync {
     }
 
     /// Tubes that gained ready jobs elsewhere (another instance), for a shared store.
-    /// Taken once, by the engine.
+    /// Taken once, by the engine. Unbounded: one entry per wake-up message Redis
+    /// pushes, and the engine's serve task takes every queued one at each round.
     fn take_wake_events(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<TubeName>> {
         None
     }
@@ -430,17 +453,17 @@ pub trait Store: Send + Sync {
         std::future::ready(())
     }
 
-    /// How many changes this store has made so far. A reply that depends on the
-    /// store's state as it is now is written only once [`Store::durable`] of this
-    /// number returned. Always 0 for a store whose changes are durable when the call
+    /// The last change this store made. A reply that depends on the store's state as
+    /// it is now is written only once [`Store::durable`] of this change returned.
+    /// Always [`Change::NONE`] for a store whose changes are durable when the call
     /// that made them returns.
-    fn last_change(&self) -> u64 {
-        0
+    fn last_change(&self) -> Change {
+        Change::NONE
     }
 
     /// Wait until every change up to `upto` is persisted (bounded: an error after about
     /// a second, and the command answers INTERNAL_ERROR).
-    fn durable(&self, upto: u64) -> impl Future<Output = StoreResult<()>> + Send {
+    fn durable(&self, upto: Change) -> impl Future<Output = StoreResult<()>> + Send {
         let _ = upto;
         std::future::ready(Ok(()))
     }
@@ -665,7 +688,7 @@ impl Store for AnyStore {
     async fn ping(&self) -> StoreResult<()> {
         dispatch!(self, s => s.ping())
     }
-    fn last_change(&self) -> u64 {
+    fn last_change(&self) -> Change {
         match self {
             AnyStore::Memory(s) => s.last_change(),
             AnyStore::Durable(s) => s.last_change(),
@@ -674,7 +697,7 @@ impl Store for AnyStore {
             AnyStore::Lagging(l) => l.inner.last_change(),
         }
     }
-    async fn durable(&self, upto: u64) -> StoreResult<()> {
+    async fn durable(&self, upto: Change) -> StoreResult<()> {
         dispatch!(self, s => s.durable(upto))
     }
     async fn shutdown(&self) {

@@ -2,7 +2,9 @@
 //! clock: a job due just before a reserve's timeout still goes to that reserve; a hint
 //! that arrives while the timer reads its next deadline is not lost; a job reserved for
 //! a waiter that went away meanwhile goes back alone, the connection's other
-//! reservations untouched.
+//! reservations untouched, and on to the next waiter; a reply does not wait for the
+//! next pass while one is in flight; a waiter whose timeout comes while the timer
+//! reads waits for a job hinted due before it.
 
 use super::*;
 
@@ -103,4 +105,113 @@ async fn a_waiter_gone_mid_pass_gives_back_only_the_job_it_did_not_get() {
     e.disconnect(session, false).await;
     assert_eq!(p.state(1).await, "reserved");
     assert_eq!(p.stat("stats", "current-jobs-reserved").await, "1");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_job_a_waiter_gone_mid_pass_refused_goes_to_the_next_waiter() {
+    // Each call answers 10 ms late. The put is answered at 10 ms; its pass claims the
+    // older waiter and asks the store (answered at 20 ms); that waiter goes at 15 ms
+    // (its reserve dropped, as at shutdown or a read error). The pass must give the job
+    // it reserved for nobody back, and the next waiter gets it.
+    let e = lagging_engine(ms(10), ms(10));
+    let mut gone = Client::connect(&e).await;
+    let mut next = Client::connect(&e).await;
+    let mut p = Client::connect(&e).await;
+    let older = gone.block("reserve").await;
+    let younger = spawn_timed_wait(next.block("reserve-with-timeout 5").await);
+    let vanish = tokio::spawn(async move {
+        tokio::time::sleep(ms(15)).await;
+        drop(older);
+    });
+    assert_eq!(p.put("refused").await, 1);
+    vanish.await.unwrap();
+    let (reply, took) = younger.await.unwrap();
+    eprintln!(
+        "a job refused by a waiter gone mid-pass: the next waiter got {reply:?} after {took:?}"
+    );
+    assert_eq!(reply, reserved(1, "refused"));
+    assert_eq!(p.state(1).await, "reserved");
+    assert_eq!(p.stat("stats-job 1", "reserves").await, "2");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_put_while_a_pass_waits_on_the_store_does_not_wait_for_the_next_pass() {
+    // Each call answers 20 ms late. The first put is answered at 20 ms and waits for
+    // its pass (the waiter on `a` gets its job at 40 ms), as every put does when no
+    // pass is in flight. The second put, started at 10 ms, is answered by the store at
+    // 30 ms, while that pass waits on the store: it does not wait for the next pass
+    // (which would hold its reply until 60 ms); its job reaches the waiter on `b` just
+    // after (at 60 ms).
+    let e = lagging_engine(ms(20), ms(20));
+    let mut wa = Client::connect(&e).await;
+    let mut wb = Client::connect(&e).await;
+    let mut pa = Client::connect(&e).await;
+    let mut pb = Client::connect(&e).await;
+    for (c, tube) in [(&mut wa, "a"), (&mut wb, "b")] {
+        assert_eq!(c.cmd(&format!("watch {tube}")).await, "WATCHING 2");
+        assert_eq!(c.cmd("ignore default").await, "WATCHING 1");
+    }
+    assert_eq!(pa.cmd("use a").await, "USING a");
+    assert_eq!(pb.cmd("use b").await, "USING b");
+    let started = Instant::now();
+    let on_a = spawn_timed_wait(wa.block("reserve").await);
+    let on_b = spawn_timed_wait(wb.block("reserve").await);
+    settle().await;
+    let registered = started.elapsed();
+    let first = tokio::spawn(async move {
+        let began = Instant::now();
+        let id = pa.put("to a").await;
+        (id, began.elapsed())
+    });
+    tokio::time::sleep(ms(10)).await;
+    let second = tokio::spawn(async move {
+        let began = Instant::now();
+        let id = pb.put("to b").await;
+        (id, began.elapsed())
+    });
+    let (one, first_took) = first.await.unwrap();
+    let (two, second_took) = second.await.unwrap();
+    let (got_a, _) = on_a.await.unwrap();
+    let (got_b, _) = on_b.await.unwrap();
+    eprintln!(
+        "store 20 ms late, waiters registered in {registered:?}: the put with no pass in \
+         flight answered in {first_took:?}, the put during that pass in {second_took:?}"
+    );
+    assert_eq!(first_took, ms(40), "the first put waits for its pass");
+    assert_eq!(
+        second_took,
+        ms(20),
+        "a put during a pass in flight waited for a pass"
+    );
+    assert_eq!(got_a, reserved(one, "to a"));
+    assert_eq!(got_b, reserved(two, "to b"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_job_hinted_during_the_timers_read_and_due_before_a_timeout_goes_to_the_waiter() {
+    // Reads of the next deadline answer 1200 ms late, other calls at once. The timer's
+    // first read begins at 0, before any job; meanwhile a job is released with a delay
+    // of 1 s (due at 1000) and a reserve begins at 5 (times out at 1005). At 1005 the
+    // read is not back: only the hint tells the waiter that a job is due before its
+    // timeout, so it waits for the tick (at 1200, once the read is back) rather than
+    // answer TIMED_OUT.
+    let e = lagging_engine(ms(0), ms(1200));
+    settle().await;
+    let mut h = Client::connect(&e).await;
+    let mut w = Client::connect(&e).await;
+    assert_eq!(h.cmd("use w").await, "USING w");
+    assert_eq!(w.cmd("watch w").await, "WATCHING 2");
+    assert_eq!(w.cmd("ignore default").await, "WATCHING 1");
+    assert_eq!(h.put("held").await, 1);
+    assert_eq!(h.cmd("reserve-job 1").await, reserved(1, "held"));
+    assert_eq!(h.cmd("release 1 0 1").await, "RELEASED");
+    tokio::time::sleep(ms(5)).await;
+    let wait = spawn_timed_wait(w.block("reserve-with-timeout 1").await);
+    let (reply, took) = wait.await.unwrap();
+    eprintln!(
+        "late read: job due at 1000 ms hinted during the timer's read (back at 1200 ms), \
+         reserve timing out at 1005 ms: {reply:?} after {took:?}"
+    );
+    assert_eq!(reply, reserved(1, "held"));
+    assert_eq!(took, ms(1195), "answered once the tick applied the job");
 }

@@ -11,8 +11,10 @@
 //!
 //! Files: `reserve.rs` (immediate answers, timeouts, DEADLINE_SOON), `waiters.rs`
 //! (hand-over order and claim races), `timing.rs` (delays, TTR, pause-tube), `late.rs`
-//! (a store that answers late, as Redis does: the windows a round trip opens).
+//! (a store that answers late, as Redis does: the windows a round trip opens),
+//! `acks.rs` (which change each reply is acknowledged after).
 
+mod acks;
 mod late;
 mod reserve;
 mod timing;
@@ -26,15 +28,15 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::codec::Decoder;
 
-use super::{Engine, EngineConfig, Outcome, Session, Waiting};
+use super::{Answer, Engine, EngineConfig, Outcome, Session, Waiting};
 use crate::protocol::{Reply, ServerCodec};
 use crate::store::lagging::LaggingStore;
 use crate::store::{AnyStore, MemoryStore};
 
-/// A fresh engine on a memory store (its timer and serve tasks running).
-fn engine() -> Arc<Engine> {
+/// A fresh engine on `store` (its timer and serve tasks running).
+fn engine_on(store: AnyStore) -> Arc<Engine> {
     Engine::start(
-        AnyStore::Memory(MemoryStore::new()),
+        store,
         EngineConfig {
             max_job_size: 65_535,
             dialect: Default::default(),
@@ -42,16 +44,24 @@ fn engine() -> Arc<Engine> {
     )
 }
 
+/// A fresh engine on a memory store.
+fn engine() -> Arc<Engine> {
+    engine_on(AnyStore::Memory(MemoryStore::new()))
+}
+
+/// A fresh engine on a journaled memory store (as a persisted store numbers its
+/// changes, with nothing to wait for): its answers show the acknowledgements a
+/// persisted store's replies get.
+fn journaled_engine() -> Arc<Engine> {
+    engine_on(AnyStore::Memory(MemoryStore::journaled()))
+}
+
 /// A fresh engine on a memory store whose answers arrive `lag` late (`read_lag` for the
 /// timer's reads of its next deadline).
 fn lagging_engine(lag: Duration, read_lag: Duration) -> Arc<Engine> {
-    Engine::start(
-        AnyStore::Lagging(LaggingStore::new(lag).with_read_lag(read_lag)),
-        EngineConfig {
-            max_job_size: 65_535,
-            dialect: Default::default(),
-        },
-    )
+    engine_on(AnyStore::Lagging(
+        LaggingStore::new(lag).with_read_lag(read_lag),
+    ))
 }
 
 /// One connection, without a socket.
@@ -84,6 +94,15 @@ impl Client {
         assert!(buf.is_empty(), "more than one request in {request:?}");
         let session = self.session.as_mut().unwrap();
         self.engine.execute(session, req).await
+    }
+
+    /// Run a request that must be answered at once; its answer.
+    async fn answer(&mut self, request: &str) -> Answer {
+        match self.run(request).await {
+            Outcome::Reply(a) => a,
+            Outcome::Wait(_) => panic!("{request:?} blocked"),
+            Outcome::Quit => panic!("{request:?} quit"),
+        }
     }
 
     /// Run a request that must be answered at once; its reply in wire form, without
@@ -135,10 +154,27 @@ impl Client {
     }
 }
 
+/// Something that holds a reply: a reply, or an answer (a reply and its ack).
+trait HasReply {
+    fn reply(&self) -> &Reply;
+}
+
+impl HasReply for Reply {
+    fn reply(&self) -> &Reply {
+        self
+    }
+}
+
+impl HasReply for Answer {
+    fn reply(&self) -> &Reply {
+        &self.reply
+    }
+}
+
 /// A reply in wire form without the final CRLF.
-fn text(reply: &Reply) -> String {
+fn text(reply: &impl HasReply) -> String {
     let mut buf = BytesMut::new();
-    reply.encode(&mut buf);
+    reply.reply().encode(&mut buf);
     let s = String::from_utf8(buf.to_vec()).unwrap();
     s.strip_suffix("\r\n").unwrap().to_string()
 }

@@ -215,6 +215,8 @@ async fn a_hang_up_withdraws_the_waiter_with_timed_out() {
 
 #[tokio::test(start_paused = true)]
 async fn a_dropped_wait_withdraws_the_waiter() {
+    // Dropped while a pass holds it: see `late.rs`, where a store that answers late
+    // lets a waiter vanish while a real pass waits on the store for it.
     let e = engine();
     let mut w = Client::connect(&e).await;
     let mut p = Client::connect(&e).await;
@@ -318,29 +320,6 @@ async fn a_hang_up_during_a_pass_that_finds_nothing_answers_timed_out() {
     finish_pass(&e, seq, conn).await;
     assert_eq!(hang_up.await.unwrap(), "TIMED_OUT");
     assert_eq!(w.stat("stats", "current-waiting").await, "0");
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_waiter_dropped_during_a_pass_refuses_the_job() {
-    let e = engine();
-    let mut w = Client::connect(&e).await;
-    drop(w.block("reserve").await);
-    // Dropped unclaimed: withdrawn at once.
-    assert!(e.waiters.claim_next(&tubes(&["default"]), 0).is_none());
-
-    let waiting = w.block("reserve").await;
-    let (seq, conn) = claim(&e);
-    drop(waiting);
-    put_unseen(&e, "refused").await;
-    let job = e
-        .store
-        .reserve(conn, &[TubeName::default_tube()], e.clock.now())
-        .await
-        .unwrap()
-        .unwrap();
-    // The pass learns the waiter is gone and gets the job back to return it.
-    assert!(e.waiters.deliver(seq, job).is_err());
-    assert!(e.waiters.is_empty());
 }
 
 #[tokio::test(start_paused = true)]

@@ -22,7 +22,12 @@ use std::time::Duration;
 
 pub use sink::BinlogSink;
 
-use crate::store::memory::StoreSnapshot;
+use tokio_util::sync::CancellationToken;
+
+use super::engine::Parts;
+use crate::store::durable::CommitLink;
+use crate::store::memory::{CutLimit, StoreSnapshot};
+use crate::store::{Clock, MemoryStore};
 
 /// beanstalkd's default `-s`: a new file every 10 MB.
 pub const DEFAULT_FILE_SIZE: u64 = 10_485_760;
@@ -108,6 +113,25 @@ pub struct Opened {
     pub records: u64,
     pub files: usize,
     pub bytes: u64,
+}
+
+impl Opened {
+    /// What a persisted engine on this log is made of, as `-b` runs it
+    /// ([`super::engine::Persisted`]): the replayed jobs in a memory store restored at
+    /// `clock`'s time, this sink, and its figures.
+    pub fn into_parts(self, clock: Clock) -> Parts<BinlogSink> {
+        Parts {
+            memory: MemoryStore::restored(self.snapshot, clock.now()),
+            clock,
+            sink: self.sink,
+            limit: CutLimit::default(),
+            name: "binlog",
+            link: CommitLink::new(),
+            stop: CancellationToken::new(),
+            log_figures: Some(self.figures),
+            stager: None,
+        }
+    }
 }
 
 /// Lock `config.dir` (creating it when missing), replay its log, and start a new file

@@ -42,6 +42,7 @@ use crate::persist::{Sink, SinkError};
 use crate::protocol::TubeName;
 use crate::store::memory::{Cut, JobRecord, TubeRecord};
 use crate::store::{JobId, LogFigures, StoreError};
+use crate::util::lock;
 
 /// A compaction rewrites at most this much per batch, so no batch waits long for it.
 const REWRITE_RECORDS: usize = 2_000;
@@ -106,7 +107,7 @@ fn io_err(op: &'static str) -> impl Fn(std::io::Error) -> SinkError {
 }
 
 fn lock_files(figures: &LogFigures) -> MutexGuard<'_, HashMap<JobId, u64>> {
-    figures.job_files.lock().unwrap_or_else(|e| e.into_inner())
+    lock(&figures.job_files)
 }
 
 impl BinlogSink {

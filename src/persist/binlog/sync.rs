@@ -5,6 +5,7 @@
 //! rolled away from; the thread syncs every file it holds when dirty, then keeps only
 //! the current one. Dropping the [`Syncer`] stops the thread after a last sync.
 
+use crate::util::lock;
 use std::fs::File;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -43,11 +44,7 @@ impl Syncer {
 
     /// The sink writes to `current` from now on.
     pub fn rolled(&self, current: Arc<File>) {
-        self.shared
-            .files
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(current);
+        lock(&self.shared.files).push(current);
         self.mark_dirty();
     }
 }
@@ -64,17 +61,13 @@ fn run(shared: &Shared, every: Duration) {
         let stop = shared.stop.load(Ordering::Acquire);
         if shared.dirty.swap(false, Ordering::AcqRel) {
             // Clone the handles out: no lock is held across the (slow) syncs.
-            let files: Vec<Arc<File>> = shared
-                .files
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone();
+            let files: Vec<Arc<File>> = lock(&shared.files).clone();
             for f in &files {
                 if let Err(err) = f.sync_data() {
                     tracing::warn!(%err, "binlog: fsync failed");
                 }
             }
-            let mut held = shared.files.lock().unwrap_or_else(|e| e.into_inner());
+            let mut held = lock(&shared.files);
             let keep = held.len().saturating_sub(1);
             // Only the files synced above may go; one rolled to meanwhile stays.
             let synced = files.len().saturating_sub(1).min(keep);

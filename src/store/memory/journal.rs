@@ -5,9 +5,9 @@
 //! A cut ([`State::cut`]) takes the changed jobs and tubes as they are at that moment,
 //! as records a sink writes in one batch. Changes coalesce: a job changed five times
 //! between two cuts is written once, and a job put and deleted between two cuts never
-//! reaches persistence at all. Each noted change bumps a sequence number; a cut that
-//! holds every change noted so far says so (`upto`), and a reply that depended on
-//! change `n` may be sent once a cut with `upto >= n` was written.
+//! reaches persistence at all. Each noted change takes the next [`Change`]; a cut that
+//! holds every change noted so far says which was the last (`last_change`), and a
+//! reply that depended on change `n` may be sent once a cut holding `n` was written.
 //!
 //! Invariants:
 //! - cuts are taken one at a time: the next one only after the previous one was
@@ -23,7 +23,7 @@ use bytes::Bytes;
 
 use super::state::{Job, State};
 use crate::protocol::TubeName;
-use crate::store::{JobId, JobState, Nanos};
+use crate::store::{Change, JobId, JobState, Nanos};
 
 /// What persistence holds of one job.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -44,7 +44,7 @@ pub enum Stored {
 /// The changes noted since the last written cut.
 #[derive(Debug, Default)]
 pub struct Journal {
-    seq: u64,
+    last: Change,
     jobs: HashSet<JobId>,
     gone: HashMap<JobId, Gone>,
     tubes: HashSet<TubeName>,
@@ -52,7 +52,7 @@ pub struct Journal {
 
 impl Journal {
     pub fn job_changed(&mut self, id: JobId, tube: &TubeName) {
-        self.seq += 1;
+        self.note();
         self.jobs.insert(id);
         if !self.tubes.contains(tube) {
             self.tubes.insert(tube.clone());
@@ -60,7 +60,7 @@ impl Journal {
     }
 
     pub fn job_removed(&mut self, id: JobId, tube: &TubeName, stored: Stored) {
-        self.seq += 1;
+        self.note();
         self.jobs.remove(&id);
         if stored != Stored::Never {
             self.gone.insert(
@@ -76,7 +76,7 @@ impl Journal {
     }
 
     pub fn tube_changed(&mut self, name: &TubeName) {
-        self.seq += 1;
+        self.note();
         if !self.tubes.contains(name) {
             self.tubes.insert(name.clone());
         }
@@ -85,12 +85,17 @@ impl Journal {
     /// The namespace's counters are in every cut; a change to them is still a change a
     /// reply may depend on (a consumed id).
     pub fn counters_changed(&mut self) {
-        self.seq += 1;
+        self.note();
     }
 
     /// The last change noted.
-    pub fn seq(&self) -> u64 {
-        self.seq
+    pub fn last_change(&self) -> Change {
+        self.last
+    }
+
+    /// A change: it takes the next number.
+    fn note(&mut self) {
+        self.last = self.last.next();
     }
 }
 
@@ -192,7 +197,7 @@ pub struct Cut {
     pub counters: StoreCounters,
     /// When the cut holds every change noted so far: the last of them. `None` when
     /// its size bound left changes for the next cut.
-    pub upto: Option<u64>,
+    pub last_change: Option<Change>,
 }
 
 impl Cut {
@@ -229,9 +234,11 @@ pub struct StoreSnapshot {
 }
 
 impl State {
-    /// The last change noted (0 without a journal).
-    pub fn change_seq(&self) -> u64 {
-        self.journal.as_ref().map_or(0, |j| j.seq())
+    /// The last change noted ([`Change::NONE`] without a journal).
+    pub fn last_change(&self) -> Change {
+        self.journal
+            .as_ref()
+            .map_or(Change::NONE, |j| j.last_change())
     }
 
     /// Take the changes since the last written cut (at most `limit`'s worth), as they
@@ -275,7 +282,7 @@ impl State {
         // may a tube record (which says whether the tube still has jobs) be final.
         if journal.jobs.is_empty() && journal.gone.is_empty() {
             let names: Vec<TubeName> = journal.tubes.drain().collect();
-            cut.upto = Some(journal.seq);
+            cut.last_change = Some(journal.last);
             let soonest_deadline = self.reserved.first().map(|&(d, _)| d + 1);
             for name in names {
                 cut.tubes.push(match self.tubes.get(&name) {
@@ -341,7 +348,7 @@ impl State {
         for t in &cut.tubes {
             journal.tubes.insert(t.name.clone());
         }
-        journal.seq += 1;
+        journal.note();
     }
 
     fn counters(&self) -> StoreCounters {
@@ -439,7 +446,7 @@ impl State {
         // The first cut writes only what this start changed (reservations returned to
         // ready), plus every tube, to repair its due entry.
         if let Some(j) = journal.as_deref_mut() {
-            j.seq += 1;
+            j.note();
             j.jobs.extend(changed);
             for name in s.order.as_slice().iter().chain(&dropped) {
                 j.tubes.insert(name.clone());

@@ -16,10 +16,11 @@ use std::sync::{Mutex, MutexGuard};
 use bytes::Bytes;
 
 use super::{
-    ConnId, JobId, JobInfo, JobState, NANOS_PER_SEC, Nanos, NewJob, Reserved, Store, StoreResult,
-    Totals, TubeInfo, pause_length,
+    Change, ConnId, JobId, JobInfo, JobState, NANOS_PER_SEC, Nanos, NewJob, Reserved, Store,
+    StoreResult, Totals, TubeInfo, pause_length,
 };
 use crate::protocol::TubeName;
+use crate::util::lock;
 pub use journal::{
     Cut, CutLimit, Gone, JobRecord, StoreCounters, StoreSnapshot, Stored, TubeRecord,
 };
@@ -28,6 +29,9 @@ use state::{Job, Ref, State};
 #[derive(Debug)]
 pub struct MemoryStore {
     state: Mutex<State>,
+    /// Whether the state keeps a journal (so a store without one answers
+    /// [`Store::last_change`] without taking the lock).
+    journaled: bool,
 }
 
 impl Default for MemoryStore {
@@ -41,6 +45,7 @@ impl MemoryStore {
     pub fn new() -> MemoryStore {
         MemoryStore {
             state: Mutex::new(State::new(false)),
+            journaled: false,
         }
     }
 
@@ -48,6 +53,7 @@ impl MemoryStore {
     pub fn journaled() -> MemoryStore {
         MemoryStore {
             state: Mutex::new(State::new(true)),
+            journaled: true,
         }
     }
 
@@ -56,13 +62,8 @@ impl MemoryStore {
     pub fn restored(snapshot: StoreSnapshot, now: Nanos) -> MemoryStore {
         MemoryStore {
             state: Mutex::new(State::restore(snapshot, now)),
+            journaled: true,
         }
-    }
-
-    /// The last change made (0 for a store without a journal): a reply that depends
-    /// on the store's state as it is now may be sent once that change is persisted.
-    pub fn change_seq(&self) -> u64 {
-        self.lock().change_seq()
     }
 
     /// Take the changes since the last written cut, for a sink to write.
@@ -80,12 +81,12 @@ impl MemoryStore {
     /// tube's keys are kept in persistence until [`MemoryStore::put_staged`] or
     /// [`MemoryStore::abandon_staged`] ends it; a cut taken before that change may
     /// still drop them.
-    pub fn begin_staged(&self, tube: &TubeName) -> (JobId, u64) {
+    pub fn begin_staged(&self, tube: &TubeName) -> (JobId, Change) {
         let mut s = self.lock();
         let id = s.alloc_id();
         s.tube_entry(tube).staging += 1;
         s.note_tube(tube);
-        (id, s.change_seq())
+        (id, s.last_change())
     }
 
     /// Make the job begun as `id`; `landed`: persistence holds its body (else the next
@@ -113,7 +114,7 @@ impl MemoryStore {
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock cannot leave a half-made transition visible to
         // clients any worse than crashing would, so keep serving.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.state)
     }
 }
 
@@ -487,6 +488,15 @@ impl Store for MemoryStore {
 
     fn name(&self) -> &'static str {
         "memory"
+    }
+
+    /// With a journal, the last change it noted: a reply that depends on the store's
+    /// state as it is now may be sent once that change is persisted.
+    fn last_change(&self) -> Change {
+        if !self.journaled {
+            return Change::NONE;
+        }
+        self.lock().last_change()
     }
 }
 

@@ -304,7 +304,7 @@ impl State {
     }
 
     pub fn reserve_id(&mut self, conn: ConnId, id: JobId, now: Nanos) -> Option<Reserved> {
-        let settled_by = self.journal.as_ref().map(|j| j.seq());
+        let last_change = self.journal.as_ref().map(|j| j.last_change());
         let job = self.jobs.get(&id)?;
         let ttr = u64::from(job.ttr_secs);
         // A delayed or buried job taken by reserve-job never waited as ready.
@@ -323,7 +323,7 @@ impl State {
             body: job.body.clone(),
             deadline,
             waited: Some(waited),
-            settled_by,
+            last_change,
         })
     }
 

@@ -32,7 +32,10 @@ fn cut(s: &MemoryStore) -> Cut {
 async fn a_cut_carries_each_changed_job_once_as_it_is_now() {
     let s = MemoryStore::journaled();
     let first = cut(&s);
-    assert!(first.upto.is_some(), "the default tube is the first change");
+    assert!(
+        first.last_change.is_some(),
+        "the default tube is the first change"
+    );
     let id = s.put(job("a", 5, 0), NOW).await.unwrap();
     s.reserve(C1, &[tube("a")], NOW).await.unwrap();
     s.release(C1, id, 7, 0, NOW).await.unwrap();
@@ -45,7 +48,7 @@ async fn a_cut_carries_each_changed_job_once_as_it_is_now() {
     );
     assert_eq!(r.was, Stored::Never);
     assert!(r.needs_body());
-    assert_eq!(c.upto, Some(s.change_seq()));
+    assert_eq!(c.last_change, Some(s.last_change()));
     assert!(c.tubes.iter().any(|t| t.name == tube("a") && t.kept));
     assert_eq!(c.counters.last_id, id);
     // Nothing changed since: the next cut is empty, and the job is stored as ready.
@@ -93,7 +96,7 @@ async fn a_failed_cut_is_rewritten_whole_by_the_next() {
         Stored::Unknown,
         "b may have landed: remove it from every set"
     );
-    assert!(retry.upto.is_some());
+    assert!(retry.last_change.is_some());
 }
 
 #[tokio::test]
@@ -114,7 +117,7 @@ async fn a_cut_is_bounded_and_the_rest_follows() {
         cuts += 1;
         assert!(c.jobs.len() <= 4);
         seen += c.jobs.len();
-        if c.upto.is_some() {
+        if c.last_change.is_some() {
             // Tubes come with the last part only, once no job of theirs is left over.
             assert!(!c.tubes.is_empty());
             break;

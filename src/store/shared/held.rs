@@ -13,6 +13,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use crate::protocol::TubeName;
 use crate::store::{ConnId, JobId, Nanos};
+use crate::util::lock;
 
 #[derive(Clone, Debug)]
 pub struct Held {
@@ -28,7 +29,7 @@ pub struct HeldJobs(Mutex<HashMap<ConnId, HashMap<JobId, Held>>>);
 
 impl HeldJobs {
     fn lock(&self) -> MutexGuard<'_, HashMap<ConnId, HashMap<JobId, Held>>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.0)
     }
 
     /// The reservation `conn` holds on `id`, if any.

@@ -17,6 +17,7 @@ use super::decode::Reaped;
 use crate::redis::US;
 use crate::redis::keys::NsKey;
 use crate::store::{Nanos, StoreError, StoreResult};
+use crate::util::lock;
 
 /// How often an instance says it is alive, and how long until it counts as dead.
 const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
@@ -31,10 +32,7 @@ impl RedisStore {
     /// taken for dead, its references were dropped: it restores them.
     pub(super) async fn heartbeat(&self, now: Nanos) -> StoreResult<()> {
         let first = {
-            let mut next = self
-                .next_heartbeat
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
+            let mut next = lock(&self.next_heartbeat);
             if now < *next {
                 return Ok(());
             }

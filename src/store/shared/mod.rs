@@ -168,7 +168,7 @@ impl RedisStore {
             body,
             deadline,
             waited: r.waited_us.map(|us| us * US),
-            settled_by: None,
+            last_change: None,
         }
     }
 }

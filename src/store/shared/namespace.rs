@@ -37,6 +37,7 @@ use super::RedisStore;
 use crate::protocol::TubeName;
 use crate::redis::US;
 use crate::store::{ConnId, Nanos, StoreError, StoreResult};
+use crate::util::lock;
 
 pub struct Namespace {
     current: Mutex<Arc<str>>,
@@ -63,20 +64,17 @@ impl Namespace {
 
     /// The generation calls are made for now.
     pub fn current(&self) -> Arc<str> {
-        self.current
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        lock(&self.current).clone()
     }
 
     fn adopt(&self, generation: &str) {
-        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = generation.into();
+        *lock(&self.current) = generation.into();
     }
 
     /// A call made for `generation` was refused: it is gone (if it is still ours).
     pub fn lost(&self, generation: &Arc<str>) {
         if *generation == self.current() {
-            *self.lost.lock().unwrap_or_else(|e| e.into_inner()) = Some(generation.clone());
+            *lock(&self.lost) = Some(generation.clone());
             self.found_lost.notify_one();
         }
     }
@@ -98,7 +96,7 @@ impl Namespace {
 
     /// The generation found gone, if it is the one served now (once).
     fn take_lost(&self) -> Option<Arc<str>> {
-        let lost = self.lost.lock().unwrap_or_else(|e| e.into_inner()).take()?;
+        let lost = lock(&self.lost).take()?;
         (lost == self.current()).then_some(lost)
     }
 
@@ -151,7 +149,7 @@ impl RedisStore {
         );
         if let Err(err) = Self::init_namespace(&self.run).await {
             // Tried again at the next tick; the connections already closed stay closed.
-            *ns.lost.lock().unwrap_or_else(|e| e.into_inner()) = Some(lost);
+            *lock(&ns.lost) = Some(lost);
             // Retried at the timer's next tick (after its backoff), not at once.
             return Err(err);
         }

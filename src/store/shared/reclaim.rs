@@ -25,6 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use super::{RedisStore, SCRIPT_CHUNK};
 use crate::protocol::TubeName;
 use crate::store::{ConnId, StoreError, StoreResult};
+use crate::util::lock;
 
 /// The most script calls one tick spends undoing lost attempts.
 const RECLAIM_CALLS: usize = 32;
@@ -61,7 +62,7 @@ impl Attempts {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Lost> {
-        self.lost.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.lost)
     }
 
     /// Every lost attempt forgotten: they were made in a namespace that is gone.

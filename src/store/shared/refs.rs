@@ -31,6 +31,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::scripts::Runner;
 use crate::protocol::TubeName;
 use crate::store::{StoreError, StoreResult};
+use crate::util::lock;
 
 /// How a connection refers to a tube (the field names in Redis).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -88,7 +89,7 @@ struct Shared {
 
 impl Shared {
     fn counts(&self) -> MutexGuard<'_, Counts> {
-        self.counts.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.counts)
     }
 
     fn count(&self, kind: RefKind, tube: &TubeName) -> i64 {

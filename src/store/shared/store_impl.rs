@@ -27,6 +27,7 @@ use crate::store::{
     Totals, TubeInfo, URGENT_PRI, pause_length,
 };
 use crate::time::Clock;
+use crate::util::lock;
 
 /// How often the timer runs a tick even when nothing local is due: deadlines created by
 /// an instance that then died, wake-ups lost while Redis was unreachable.
@@ -556,7 +557,7 @@ impl Store for RedisStore {
 
     /// The wake-up events from the channel (taken once, by the engine).
     fn take_wake_events(&self) -> Option<mpsc::UnboundedReceiver<TubeName>> {
-        self.wake.lock().unwrap_or_else(|e| e.into_inner()).take()
+        lock(&self.wake).take()
     }
 
     fn name(&self) -> &'static str {

@@ -7,171 +7,34 @@
 //! which takes cuts of it and publishes how far it has written on a watch channel
 //! ([`CommitProgress`]). This type only applies transitions and waits on that channel.
 //!
+//! Files: `mod.rs` (the store), `link.rs` (the [`CommitLink`] between the store and its
+//! committer), `staging.rs` (large bodies written ahead of their jobs).
+//!
 //! Invariant: after any call that may have changed the store, the committer is told
-//! (`kick`), so no change waits for a write that is not coming.
+//! (`wake_committer`), so no change waits for a write that is not coming.
+
+mod link;
+mod staging;
+
+pub use link::{CommitLink, CommitProgress, ValidUntil};
+pub use staging::{StageRequest, Stager};
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::sync::{Notify, mpsc, oneshot, watch};
 
 use super::{
-    Clock, ConnId, JobId, JobInfo, LARGE_BODY, LogFigures, MemoryStore, Nanos, NewJob, Reserved,
-    Store, StoreError, StoreResult, Totals, TubeInfo,
+    Change, Clock, ConnId, JobId, JobInfo, LARGE_BODY, LogFigures, MemoryStore, Nanos, NewJob,
+    Reserved, Store, StoreError, StoreResult, Totals, TubeInfo,
 };
 use crate::protocol::TubeName;
 
 /// How long a reply waits for the batch holding its change before the command answers
 /// INTERNAL_ERROR (the change stays, and is written when the store comes back).
 pub const COMMIT_TIMEOUT: Duration = Duration::from_secs(1);
-
-/// How long a put waits for its body's write to start (the batches before it applied,
-/// the writer free); then the job is made anyway and its batch writes the body with it
-/// (as for a small job). A write that started is waited for: it is bounded by the
-/// writer's Redis timeouts.
-const STAGE_TIMEOUT: Duration = Duration::from_millis(500);
-
-/// A request to write one job's body ahead of the job. The writer claims it on `start`
-/// before sending, and skips it when that fails (the asker gave up: its job is written
-/// with its batch instead); an asker whose request was claimed waits for `done`, so no
-/// body lands after its put stopped waiting for it.
-#[derive(Debug)]
-pub struct StageRequest {
-    pub tube: TubeName,
-    pub id: JobId,
-    pub body: Bytes,
-    pub start: oneshot::Sender<()>,
-    pub done: oneshot::Sender<bool>,
-}
-
-/// The asking side of a writer of large bodies (a task of the persistence layer).
-#[derive(Clone, Debug)]
-pub struct Stager {
-    requests: mpsc::Sender<StageRequest>,
-}
-
-impl Stager {
-    /// A stager, and the queue its writer serves.
-    pub fn channel() -> (Stager, mpsc::Receiver<StageRequest>) {
-        let (requests, queue) = mpsc::channel(64);
-        (Stager { requests }, queue)
-    }
-
-    /// Whether the body of job `id` landed ahead of it; given up when its write has
-    /// not started by `deadline`.
-    async fn stage(&self, tube: TubeName, id: JobId, body: Bytes, deadline: Instant) -> bool {
-        let (start, mut started) = oneshot::channel();
-        let (done, landed) = oneshot::channel();
-        let request = StageRequest {
-            tube,
-            id,
-            body,
-            start,
-            done,
-        };
-        let claimed =
-            async { self.requests.send(request).await.is_ok() && (&mut started).await.is_ok() };
-        let claimed = match tokio::time::timeout_at(deadline.into(), claimed).await {
-            Ok(claimed) => claimed,
-            Err(_) => {
-                // Withdrawn, unless the writer claimed it at the last moment.
-                started.close();
-                started.try_recv().is_ok()
-            }
-        };
-        claimed && landed.await == Ok(true)
-    }
-}
-
-/// A put begun with its body written ahead: if the put is dropped before its job is
-/// made, the id stays used and whatever body landed is removed by the next cut.
-struct Begun<'a> {
-    store: &'a DurableStore,
-    id: JobId,
-    tube: Option<TubeName>,
-}
-
-impl Drop for Begun<'_> {
-    fn drop(&mut self) {
-        if let Some(tube) = self.tube.take() {
-            self.store.memory.abandon_staged(self.id, &tube);
-            self.store.kick();
-        }
-    }
-}
-
-/// How far the committer has written, as it publishes it.
-#[derive(Clone, Debug, Default)]
-pub struct CommitProgress {
-    /// Every change up to this one is persisted.
-    pub written: u64,
-    /// The committer stopped for good (leadership lost, or the process shuts down):
-    /// nothing more will be written, and nothing more may be acknowledged.
-    pub stopped: bool,
-    /// The last write failed and no write has succeeded since (for logs and readiness).
-    pub failing: Option<Arc<str>>,
-}
-
-/// Until when this instance may acknowledge anything: a leader's lease, as its holder
-/// last renewed it (on the monotonic clock). Without a lease (`-b`), forever.
-#[derive(Debug)]
-pub struct ValidUntil {
-    base: Instant,
-    /// Nanoseconds after `base`; `u64::MAX`: no end.
-    until: AtomicU64,
-}
-
-impl ValidUntil {
-    pub fn forever() -> ValidUntil {
-        ValidUntil {
-            base: Instant::now(),
-            until: AtomicU64::new(u64::MAX),
-        }
-    }
-
-    pub fn set(&self, until: Instant) {
-        let nanos = until.saturating_duration_since(self.base).as_nanos();
-        self.until
-            .store(u64::try_from(nanos).unwrap_or(u64::MAX), Ordering::SeqCst);
-    }
-
-    /// Nothing may be acknowledged from now on.
-    pub fn end(&self) {
-        self.until.store(0, Ordering::SeqCst);
-    }
-
-    pub fn is_valid(&self) -> bool {
-        let now = self.base.elapsed().as_nanos();
-        u128::from(self.until.load(Ordering::SeqCst)) > now
-    }
-}
-
-/// The committer's side of the link: it publishes progress and is told of changes.
-#[derive(Clone, Debug)]
-pub struct CommitLink {
-    pub progress: watch::Sender<CommitProgress>,
-    pub changed: Arc<Notify>,
-    pub valid: Arc<ValidUntil>,
-}
-
-impl CommitLink {
-    pub fn new() -> CommitLink {
-        CommitLink {
-            progress: watch::Sender::new(CommitProgress::default()),
-            changed: Arc::new(Notify::new()),
-            valid: Arc::new(ValidUntil::forever()),
-        }
-    }
-}
-
-impl Default for CommitLink {
-    fn default() -> Self {
-        Self::new()
-    }
-}
 
 /// A memory store whose changes a committer persists.
 #[derive(Debug)]
@@ -211,57 +74,21 @@ impl DurableStore {
         self
     }
 
-    /// A put whose body is written ahead of its job. The id is taken first, as
-    /// beanstalkd takes it once the body is in; the job is made (visible) once its body
-    /// landed, or once that took too long, and then waits for its batch like any put.
-    async fn put_staged(&self, stager: &Stager, job: NewJob) -> JobId {
-        let (id, begun_at) = self.memory.begin_staged(&job.tube);
-        self.kick();
-        let mut begun = Begun {
-            store: self,
-            id,
-            tube: Some(job.tube.clone()),
-        };
-        let deadline = Instant::now() + STAGE_TIMEOUT;
-        // Every batch taken before the tube was held is applied first: one of them may
-        // drop the tube's keys (it held no job then), and the body with them.
-        let clear = tokio::time::timeout_at(deadline.into(), self.written_upto(begun_at))
-            .await
-            .unwrap_or(false);
-        let landed = clear
-            && stager
-                .stage(job.tube.clone(), id, job.body.clone(), deadline)
-                .await;
-        begun.tube = None;
-        // The put takes effect now, as beanstalkd's does once the body is in.
-        self.memory.put_staged(id, job, self.clock.now(), landed);
-        self.kick();
-        id
-    }
-
-    /// Whether every change up to `upto` was written (false: the committer stopped).
-    async fn written_upto(&self, upto: u64) -> bool {
-        let mut progress = self.link.progress.subscribe();
-        progress
-            .wait_for(|p| p.written >= upto || p.stopped)
-            .await
-            .is_ok_and(|p| p.written >= upto)
-    }
-
     /// A store whose committer writes the local log these figures describe (`-b`).
     pub fn with_log_figures(mut self, figures: Arc<LogFigures>) -> DurableStore {
         self.log = Some(figures);
         self
     }
 
-    fn kick(&self) {
+    /// Tell the committer the store may have changed.
+    fn wake_committer(&self) {
         self.link.changed.notify_one();
     }
 
     /// Run a transition and tell the committer.
     async fn changed<T>(&self, f: impl Future<Output = StoreResult<T>>) -> StoreResult<T> {
         let result = f.await;
-        self.kick();
+        self.wake_committer();
         result
     }
 }
@@ -417,11 +244,11 @@ impl Store for DurableStore {
         self.clock
     }
 
-    fn last_change(&self) -> u64 {
-        self.memory.change_seq()
+    fn last_change(&self) -> Change {
+        self.memory.last_change()
     }
 
-    async fn durable(&self, upto: u64) -> StoreResult<()> {
+    async fn durable(&self, upto: Change) -> StoreResult<()> {
         // Most replies find their change written already (or depend on none new).
         let written = self.link.progress.borrow().written >= upto;
         if written && self.link.valid.is_valid() {
