@@ -52,6 +52,8 @@ pub struct Parts<S> {
 
 /// The tasks that persist a [`DurableStore`]: the committer, and the stager if any.
 pub struct Committing {
+    memory: Arc<MemoryStore>,
+    link: CommitLink,
     stop: CancellationToken,
     committer: Option<JoinHandle<Ended>>,
     stager: Option<JoinHandle<()>>,
@@ -69,7 +71,8 @@ impl Committing {
             parts.limit,
             parts.stop.clone(),
         ));
-        let mut store = DurableStore::new(memory, parts.link, parts.clock, parts.name);
+        let mut store =
+            DurableStore::new(memory.clone(), parts.link.clone(), parts.clock, parts.name);
         if let Some(figures) = parts.log_figures {
             store = store.with_log_figures(figures);
         }
@@ -79,6 +82,8 @@ impl Committing {
             stager_task = Some(task);
         }
         let committing = Committing {
+            memory,
+            link: parts.link,
             stop: parts.stop,
             committer: Some(committer),
             stager: stager_task,
@@ -98,6 +103,13 @@ impl Committing {
             }
             None => std::future::pending().await,
         }
+    }
+
+    /// Have the next batch write the reservations no batch wrote (a clean stop: the
+    /// jobs clients hold stay held in persistence; see the journal's header).
+    pub fn flush_reservations(&self) {
+        self.memory.flush_reservations();
+        self.link.changed.notify_one();
     }
 
     /// Stop the committer and the stager and wait until they have ended.
@@ -138,6 +150,7 @@ impl Persisted {
     /// A clean shutdown, once the connections have finished: write what is left (for
     /// at most [`FINAL_FLUSH`]), then stop the committer and the engine.
     pub async fn finish(self) {
+        self.committing.flush_reservations();
         let last = self.engine.last_change();
         let store = self.engine.store_name();
         match tokio::time::timeout(FINAL_FLUSH, self.engine.durable(last)).await {

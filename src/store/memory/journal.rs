@@ -15,7 +15,14 @@
 //!   `stored` always says what the last *written* cut left in persistence, except
 //!   after a failure, when it is `Unknown` (the write may or may not have landed) until
 //!   a later cut rewrites the job;
-//! - every job or tube changed since the last written cut is in `jobs`/`gone`/`tubes`.
+//! - every job or tube changed since the last written cut is in `jobs`/`gone`/`tubes`,
+//!   except a reservation of a job persistence holds as ready (or reserved): that is in
+//!   `reserved`, takes no change number and is written by no cut until
+//!   [`Journal::flush_reservations`] (a clean stop) or another change of the job. A
+//!   takeover or restart makes every reserved job ready whether or not its reservation
+//!   was written, so writing it would cost Redis three commands a job and buy nothing;
+//!   a clean stop writes them so that a client's jobs stay held (the shared mode
+//!   returns them at their TTR).
 
 use foldhash::{HashMap, HashSet};
 
@@ -48,11 +55,14 @@ pub struct Journal {
     jobs: HashSet<JobId>,
     gone: HashMap<JobId, Gone>,
     tubes: HashSet<TubeName>,
+    /// Reservations not written (see the module header).
+    reserved: HashSet<JobId>,
 }
 
 impl Journal {
     pub fn job_changed(&mut self, id: JobId, tube: &TubeName) {
         self.note();
+        self.reserved.remove(&id);
         self.jobs.insert(id);
         if !self.tubes.contains(tube) {
             self.tubes.insert(tube.clone());
@@ -62,6 +72,7 @@ impl Journal {
     pub fn job_removed(&mut self, id: JobId, tube: &TubeName, stored: Stored) {
         self.note();
         self.jobs.remove(&id);
+        self.reserved.remove(&id);
         if stored != Stored::Never {
             self.gone.insert(
                 id,
@@ -73,6 +84,26 @@ impl Journal {
             );
         }
         self.tube_changed(tube);
+    }
+
+    /// Job `id`, which persistence holds as ready or reserved, was reserved (or
+    /// touched): not a change a reply waits for, and written only by
+    /// [`Journal::flush_reservations`] unless the job changes otherwise meanwhile.
+    pub fn job_reserved(&mut self, id: JobId) {
+        if !self.jobs.contains(&id) {
+            self.reserved.insert(id);
+        }
+    }
+
+    /// Make every reservation not yet written a change the next cut writes (a clean
+    /// stop: the jobs clients hold stay held in persistence).
+    pub fn flush_reservations(&mut self) {
+        if self.reserved.is_empty() {
+            return;
+        }
+        self.note();
+        let ids: Vec<JobId> = self.reserved.drain().collect();
+        self.jobs.extend(ids);
     }
 
     pub fn tube_changed(&mut self, name: &TubeName) {
@@ -160,9 +191,11 @@ pub struct Gone {
     pub was: Stored,
 }
 
-/// One tube as persistence keeps it. A tube is kept while it holds jobs (and
-/// `default` always): references die with their connections, so a tube that only a
-/// connection kept alive does not outlive a restart, as in beanstalkd.
+/// One tube as persistence keeps it. A tube is kept while it exists in memory (it
+/// holds jobs, a connection uses or watches it, or it is `default`), so its keys do
+/// not come and go with its jobs; references die with their connections, so a tube
+/// that only a connection kept alive is dropped when a restart reads it back (see
+/// [`State::restore`]), as in beanstalkd.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TubeRecord {
     pub name: TubeName,
@@ -286,8 +319,12 @@ impl State {
             let soonest_deadline = self.reserved.first().map(|&(d, _)| d + 1);
             for name in names {
                 cut.tubes.push(match self.tubes.get(&name) {
+                    // Kept as long as the tube exists here (it holds jobs, or a
+                    // connection refers to it): a tube going empty between two jobs
+                    // costs persistence nothing. Tubes that only connections kept are
+                    // dropped at the next restart (`State::restore`).
                     Some(t) => TubeRecord {
-                        kept: name.as_str() == "default" || t.holds_data(),
+                        kept: true,
                         total_jobs: t.total_jobs,
                         cmd_delete: t.cmd_delete,
                         cmd_pause: t.cmd_pause,

@@ -71,6 +71,13 @@ impl MemoryStore {
         self.lock().cut(limit)
     }
 
+    /// Make the reservations no cut wrote changes the next cut writes (a clean stop).
+    pub fn flush_reservations(&self) {
+        if let Some(j) = self.lock().journal.as_deref_mut() {
+            j.flush_reservations();
+        }
+    }
+
     /// Writing `cut` failed (it may or may not have landed): the next cut rewrites it.
     pub fn cut_failed(&self, cut: &Cut) {
         self.lock().cut_failed(cut)

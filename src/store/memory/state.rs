@@ -220,6 +220,14 @@ impl State {
         let Some(job) = self.jobs.get_mut(&id) else {
             return;
         };
+        // A reservation of a job persistence holds as ready is not written (see the
+        // journal's header); one taken from the delayed or buried set is.
+        let unwritten_reservation = state == JobState::Reserved
+            && matches!(job.state, JobState::Ready | JobState::Reserved)
+            && matches!(
+                job.stored,
+                Stored::As(JobState::Ready) | Stored::As(JobState::Reserved)
+            );
         job.state = state;
         job.at = if state == JobState::Buried {
             bury_seq
@@ -258,7 +266,11 @@ impl State {
             }
         }
         if let Some(journal) = self.journal.as_deref_mut() {
-            journal.job_changed(id, &job.tube);
+            if unwritten_reservation {
+                journal.job_reserved(id);
+            } else {
+                journal.job_changed(id, &job.tube);
+            }
         }
     }
 

@@ -250,3 +250,59 @@ async fn an_abandoned_put_removes_the_body_it_may_have_left() {
     let next = s.put(job("big", 1, 0), NOW).await.unwrap();
     assert_eq!(next, id + 1);
 }
+
+/// Issue 20: a tube a connection uses stays kept while it goes empty between jobs, so
+/// its keys in Redis are not dropped and made again for every job.
+#[tokio::test]
+async fn a_used_tube_stays_kept_while_it_goes_empty() {
+    let s = MemoryStore::journaled();
+    s.use_tube(&tube("solo")).await.unwrap();
+    cut(&s);
+    let id = s.put(job("solo", 5, 0), NOW).await.unwrap();
+    cut(&s);
+    s.reserve(C1, &[tube("solo")], NOW).await.unwrap();
+    s.delete(C1, id).await.unwrap();
+    let c = cut(&s);
+    assert_eq!(c.gone.len(), 1);
+    assert!(
+        c.tubes.iter().all(|t| t.name != tube("solo") || t.kept),
+        "an empty tube in use was dropped: {:?}",
+        c.tubes
+    );
+    // Once nothing refers to it, it goes.
+    s.unuse_tube(&tube("solo")).await.unwrap();
+    let c = cut(&s);
+    assert!(c.tubes.iter().any(|t| t.name == tube("solo") && !t.kept));
+}
+
+/// Issue 20: the reservation of a job persistence holds as ready is no change a cut
+/// writes (a takeover makes it ready anyway); its delete removes it from the ready set;
+/// a clean stop's flush writes the reservations still held.
+#[tokio::test]
+async fn a_reservation_is_written_only_by_a_flush() {
+    let s = MemoryStore::journaled();
+    cut(&s);
+    let a = s.put(job("a", 5, 0), NOW).await.unwrap();
+    let b = s.put(job("a", 6, 0), NOW).await.unwrap();
+    cut(&s);
+    let before = s.last_change();
+    s.reserve(C1, &[tube("a")], NOW).await.unwrap();
+    s.reserve(C1, &[tube("a")], NOW).await.unwrap();
+    assert_eq!(
+        s.last_change(),
+        before,
+        "a reservation took a change number"
+    );
+    assert!(cut(&s).is_empty(), "a reservation was cut");
+    s.delete(C1, a).await.unwrap();
+    let c = cut(&s);
+    assert_eq!(c.gone.len(), 1);
+    assert_eq!(c.gone[0].was, Stored::As(JobState::Ready));
+    s.flush_reservations();
+    assert!(s.last_change() > before);
+    let c = cut(&s);
+    assert_eq!(c.jobs.len(), 1);
+    assert_eq!((c.jobs[0].id, c.jobs[0].state), (b, JobState::Reserved));
+    assert_eq!(c.jobs[0].was, Stored::As(JobState::Ready));
+    assert!(!c.jobs[0].needs_body());
+}
