@@ -74,13 +74,41 @@ fn load_config(producers: usize, workers: usize) -> LoadConfig {
 
 #[test]
 fn failover_to_a_standby_under_load_loses_no_acknowledged_job() {
+    failover_under_load("KILL");
+}
+
+/// Issue 20: a leader frozen (SIGSTOP) with batches in flight, its lease taken over,
+/// then resumed: nothing it sends applies after its lease (the batch sequence key
+/// keeps the new leader's token), and no acknowledged job is lost.
+#[test]
+fn a_leader_frozen_with_batches_in_flight_applies_nothing_after_its_lease() {
+    failover_under_load("STOP");
+}
+
+/// The leader's token in `<prefix>:leader:commit` (`<token>#<seq>` of the last batch
+/// applied); the token ends with the leader's address.
+fn last_batch_by(redis: &RedisServer, prefix: &str) -> String {
+    let mut c = ::redis::Client::open(redis.url())
+        .and_then(|c| c.get_connection())
+        .expect("connect to Redis");
+    let tag: Option<String> = ::redis::cmd("GET")
+        .arg(format!("{prefix}:leader:commit"))
+        .query(&mut c)
+        .expect("GET the commit key");
+    tag.unwrap_or_default()
+}
+
+/// kill -9 (`KILL`) or freeze (`STOP`, resumed once the standby leads) the leader of a
+/// load relayed through its standby.
+fn failover_under_load(signal: &str) {
     let _serial = serial();
     let Some(redis) = redis_aof_always() else {
         return;
     };
-    let (mut a, log_a) = leader(&redis, "l-fail");
+    let prefix = format!("l-fail-{}", signal.to_lowercase());
+    let (mut a, log_a) = leader(&redis, &prefix);
     wait_served(a.addr, REPLY, &log_a);
-    let (mut b, log_b) = leader(&redis, "l-fail");
+    let (mut b, log_b) = leader(&redis, &prefix);
     // The load goes through the standby, which relays it to the leader.
     let load = Load::start(b.addr, load_config(4, 4));
     load.wait_until(
@@ -90,14 +118,33 @@ fn failover_to_a_standby_under_load_loses_no_acknowledged_job() {
         |l| l.acked.len() > 200 && l.deleted.len() > 100,
     );
     let (acked_up, deleted_up) = load.ledger(|l| (l.acked.len(), l.deleted.len()));
-    a.signal("KILL").expect("kill -9 the leader");
-    assert!(a.wait_exit(REPLY).is_some(), "the leader survived SIGKILL");
+    let tag_before = last_batch_by(&redis, &prefix);
+    assert!(
+        tag_before.contains(&a.addr.to_string()),
+        "the last batch {tag_before:?} is not the leader's"
+    );
+    a.signal(signal).expect("signal the leader");
+    if signal == "KILL" {
+        assert!(a.wait_exit(REPLY).is_some(), "the leader survived SIGKILL");
+    }
     let killed = Instant::now();
     let resumed = load.wait_until(
         "the load resumes once the standby leads",
         Duration::from_secs(10),
         || log_b.tail(),
         |l| l.acked.len() > acked_up + 50 && l.deleted.len() > deleted_up + 50,
+    );
+    if signal == "STOP" {
+        // Resumed with its batches built before the freeze: each is refused.
+        a.signal("CONT").expect("SIGCONT the leader");
+        thread::sleep(Duration::from_millis(1500));
+    }
+    let tag_after = last_batch_by(&redis, &prefix);
+    assert!(
+        tag_after.contains(&b.addr.to_string()),
+        "a batch not of the new leader applied last: {tag_after:?} (new leader at {})\n{}",
+        b.addr,
+        log_a.tail()
     );
     thread::sleep(Duration::from_millis(500));
     let mut c = Client::connect(b.addr, "auditor");
@@ -124,7 +171,10 @@ fn failover_to_a_standby_under_load_loses_no_acknowledged_job() {
     println!("failover: {}", audit.summary());
     println!("failover: {}", ledger.counts());
     let _ = killed;
-    audit.assert_sound("kill -9 of the leader under load, failover to the standby");
+    println!("failover: last batch before {tag_before:?}, after {tag_after:?}");
+    audit.assert_sound(&format!(
+        "SIG{signal} of the leader under load, failover to the standby"
+    ));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -616,4 +666,104 @@ fn a_namespace_lost_with_redis_closes_its_connections_and_starts_fresh() {
          back (new job id {new}, the old job's was {old}); the old connections were closed",
         took.as_millis()
     );
+}
+
+// ---------------------------------------------------------------------------------------
+
+/// Issue 20: each batch in flight is fenced on its own, by the lease token and the batch
+/// sequence: a takeover between two batches lets the first apply and refuses the second;
+/// a batch whose predecessor never arrived is refused; a stale batch that lands after
+/// a newer one is refused; a lease renewal aborts nothing; ten batches in flight at once
+/// on one connection all apply, in order.
+#[test]
+fn batches_in_flight_are_each_fenced_by_the_lease_and_the_sequence() {
+    use redstalk::redis::fenced::FenceError;
+    use redstalk::redis::fenced_script::{BatchFence, push_command};
+    use redstalk::redis::{Code, Connector, TlsFiles};
+
+    let _serial = serial();
+    let Some(redis) = private_redis(&[], "leader-mode tests") else {
+        return;
+    };
+    let url = redis.url();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let connector = Connector::new(&url, &TlsFiles::default(), None).unwrap();
+        let mut c = ::redis::Client::open(url.as_str())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let lease = "fence:leader";
+        let set = |key: &'static str| move |f: &mut BatchFence| {
+            let mut call = f.begin();
+            push_command(&mut call, 3, [&b"SET"[..], key.as_bytes(), b"1"].into_iter());
+            call
+        };
+        let exists = |c: &mut ::redis::aio::MultiplexedConnection, key: &'static str| {
+            let mut c = c.clone();
+            async move {
+                let n: i64 = ::redis::cmd("EXISTS").arg(key).query_async(&mut c).await.unwrap();
+                n == 1
+            }
+        };
+        let _: () = ::redis::cmd("SET").arg(lease).arg("A").query_async(&mut c).await.unwrap();
+        let mut a = BatchFence::new(connector.clone(), lease.into(), "A".into());
+        let conn = a.connection().await.unwrap();
+
+        // Two batches begun; the lease is taken between them.
+        let first = set("a1")(&mut a);
+        let second = set("a2")(&mut a);
+        a.send(conn.clone(), first).await.unwrap();
+        let _: () = ::redis::cmd("SET").arg(lease).arg("B").query_async(&mut c).await.unwrap();
+        let r = a.send(conn.clone(), second).await;
+        assert!(matches!(r, Err(FenceError::Fenced)), "{r:?}");
+        assert!(exists(&mut c, "a1").await && !exists(&mut c, "a2").await);
+
+        // B leads. Its batch 2 is sent without batch 1 (lost on the way): refused.
+        let mut b = BatchFence::new(connector.clone(), lease.into(), "B".into());
+        let conn = b.connection().await.unwrap();
+        let lost = set("b1")(&mut b);
+        let orphan = set("b2")(&mut b);
+        let r = b.send(conn.clone(), orphan).await;
+        let out_of_order =
+            |r: &Result<(), FenceError>| matches!(r, Err(FenceError::Failed(e)) if Code::found_in(e) == Some(Code::OutOfOrder));
+        assert!(out_of_order(&r), "{r:?}");
+        assert!(!exists(&mut c, "b2").await);
+        b.failed(false);
+        let conn = b.connection().await.unwrap();
+        // After the failure the chain is broken: the next batch applies (no later one
+        // of B's did)...
+        let _: () = ::redis::cmd("PEXPIRE").arg(lease).arg(60_000).query_async(&mut c).await.unwrap();
+        let next = set("b3")(&mut b);
+        b.send(conn.clone(), next).await.unwrap();
+        assert!(exists(&mut c, "b3").await, "a renewal aborted a batch");
+        // ...and the lost batch 1, landing late, is refused: a later one applied.
+        let r = b.send(conn.clone(), lost).await;
+        assert!(out_of_order(&r), "{r:?}");
+        assert!(!exists(&mut c, "b1").await, "a stale batch applied over a newer one");
+
+        // Ten batches in flight at once on one connection: all apply, in order.
+        b.failed(false);
+        let conn = b.connection().await.unwrap();
+        let keys = ["p0", "p1", "p2", "p3", "p4", "p5", "p6", "p7", "p8", "p9"];
+        let calls: Vec<_> = keys.map(|k| set(k)(&mut b)).into_iter().collect();
+        let sent: futures_util::stream::FuturesOrdered<_> =
+            calls.into_iter().map(|call| b.send(conn.clone(), call)).collect();
+        let results: Vec<_> = futures_util::StreamExt::collect::<Vec<_>>(sent).await;
+        assert!(results.iter().all(|r| r.is_ok()), "{results:?}");
+        for k in keys {
+            assert!(exists(&mut c, k).await, "{k}");
+        }
+        let tag: String = ::redis::cmd("GET")
+            .arg(format!("{lease}:commit"))
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        println!("fencing: ten batches in flight applied in order; last batch {tag:?}");
+        assert!(tag.starts_with("B#"), "{tag}");
+    });
 }

@@ -49,12 +49,26 @@ impl From<FenceError> for SinkError {
     }
 }
 
-/// Where cuts are written. Writes are sequential: the committer awaits one before it
-/// takes the next cut.
+/// Where cuts are written. A write is started ([`Sink::start`]) and then completes on its
+/// own ([`Sink::Pending`]); at most [`Sink::depth`] are pending at once, and their
+/// outcomes are told back ([`Sink::finished`]) in the order they were started.
 pub trait Sink: Send + 'static {
-    /// Write one cut whole (a sink may split it into several calls; `Ok` means all of
-    /// it is persisted).
-    fn write(&mut self, cut: &Cut) -> impl Future<Output = Result<(), SinkError>> + Send;
+    /// The rest of a started write; it owns what it needs, so the sink may start the
+    /// next meanwhile.
+    type Pending: Future<Output = Result<(), SinkError>> + Send + 'static;
+
+    /// Begin writing one cut whole (`Ok` of the pending write: all of it persisted). A
+    /// sink whose writes cannot overlap (depth 1) may do the whole write here.
+    fn start(&mut self, cut: &Cut)
+    -> impl Future<Output = Result<Self::Pending, SinkError>> + Send;
+
+    /// What a started write came to (or that starting it failed), in start order.
+    fn finished(&mut self, _result: &Result<(), SinkError>) {}
+
+    /// How many started writes may be pending at once.
+    fn depth(&self) -> usize {
+        1
+    }
 
     /// What the logs call this sink ("redis", "binlog").
     fn name(&self) -> &'static str;

@@ -42,6 +42,12 @@ pub enum Code {
     BodyMissing,
     /// The lease's own (`cluster/lease.rs`): instances of the shared mode are alive.
     SharedModeLive,
+    /// The batch script's own (`fenced_script.rs`): the lease holds another token;
+    /// nothing was applied.
+    Fenced,
+    /// The batch script's own: the batch before this one was not applied (or a later
+    /// one was); nothing was applied.
+    OutOfOrder,
     /// Any other error reply: a script that failed as it ran (a Lua error, a key of the
     /// wrong type), a command refused for its arguments or its permissions.
     Other,
@@ -78,6 +84,8 @@ impl Code {
             "DAMAGED" => Code::Damaged,
             "BODY_MISSING" => Code::BodyMissing,
             "SHARED" => Code::SharedModeLive,
+            "FENCED" => Code::Fenced,
+            "OUT_OF_ORDER" => Code::OutOfOrder,
             _ => Code::Other,
         }
     }

@@ -1,5 +1,6 @@
 //! A connection whose transactions apply only while a key holds this instance's token:
-//! leader mode's lease (the batch sink, the writer of large bodies), and the shared
+//! leader mode's lease (the writer of large bodies, the takeover's clean-up; batches
+//! are fenced by `fenced_script`), and the shared
 //! mode's namespace generation (large bodies, written ahead of their put script).
 //!
 //! The connection WATCHes the key and reads it; a transaction is sent only while the

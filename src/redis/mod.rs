@@ -13,6 +13,8 @@
 //!   write it).
 //! - [`fenced`]: transactions that apply only while a key holds a token (leader mode's
 //!   lease, the shared mode's namespace generation).
+//! - [`fenced_script`]: leader mode's batches, each one script call fenced by the lease
+//!   token and a batch sequence number, several in flight on one connection.
 //! - [`policy`]: refusing (or warning of) a Redis that may evict keys.
 //!
 //! Layering: this module uses only `protocol` (tube names); the stores and the cluster
@@ -22,6 +24,7 @@ pub mod config;
 pub mod connection;
 pub mod error;
 pub mod fenced;
+pub mod fenced_script;
 pub mod keys;
 pub mod meta;
 pub mod policy;

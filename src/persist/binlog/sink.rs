@@ -487,8 +487,9 @@ fn remove_unstarted(path: &Path) {
     }
 }
 
-impl Sink for BinlogSink {
-    async fn write(&mut self, cut: &Cut) -> Result<(), SinkError> {
+impl BinlogSink {
+    /// Write one cut whole: append it, sync as the policy says, compact.
+    pub(crate) async fn write(&mut self, cut: &Cut) -> Result<(), SinkError> {
         if self.roll_next {
             // Nothing may follow the torn write at the current file's end.
             self.roll(false)
@@ -546,6 +547,15 @@ impl Sink for BinlogSink {
         self.compact().await;
         self.publish();
         Ok(())
+    }
+}
+
+impl Sink for BinlogSink {
+    /// Writes cannot overlap (one file, in order): the whole write is done here.
+    type Pending = std::future::Ready<Result<(), SinkError>>;
+
+    async fn start(&mut self, cut: &Cut) -> Result<Self::Pending, SinkError> {
+        Ok(std::future::ready(self.write(cut).await))
     }
 
     fn name(&self) -> &'static str {

@@ -8,7 +8,6 @@ use std::path::Path;
 use bytes::Bytes;
 
 use super::{BinlogConfig, Fsync, open};
-use crate::persist::Sink;
 use crate::protocol::TubeName;
 use crate::store::memory::CutLimit;
 use crate::store::{ConnId, JobState, MemoryStore, NANOS_PER_SEC, NewJob, Store};

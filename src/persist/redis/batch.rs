@@ -20,6 +20,7 @@ use foldhash::HashMap;
 
 use super::record::meta_of;
 use crate::protocol::TubeName;
+use crate::redis::fenced_script::push_command;
 use crate::redis::keys::{Keys, NsKey, TubeKey};
 use crate::redis::{US, meta};
 use crate::store::JobState;
@@ -90,12 +91,6 @@ impl Args {
     fn get(&self, i: usize) -> &[u8] {
         let start = if i == 0 { 0 } else { self.ends[i - 1] };
         &self.data[start..self.ends[i]]
-    }
-
-    /// Bytes of arguments `i..end`.
-    fn span(&self, i: usize, end: usize) -> usize {
-        let start = if i == 0 { 0 } else { self.ends[i - 1] };
-        self.ends[end - 1] - start
     }
 
     fn clear(&mut self) {
@@ -183,19 +178,14 @@ pub struct Builder {
     fields: Args,
 }
 
-/// The commands of one transaction, in a pipeline after its MULTI.
+/// The commands of one batch, appended to its script call (see
+/// `crate::redis::fenced_script`).
 pub struct Batch {
-    pub pipe: redis::Pipeline,
+    pub call: redis::Cmd,
     pub commands: usize,
 }
 
 impl Batch {
-    fn new() -> Batch {
-        let mut pipe = redis::pipe();
-        pipe.cmd("MULTI");
-        Batch { pipe, commands: 0 }
-    }
-
     /// One command on `key`, its arguments split over several commands of at most
     /// [`MAX_ARGS`], in groups of `group` (a field and its value stay together).
     /// Nothing is sent for no arguments.
@@ -204,16 +194,10 @@ impl Batch {
         let mut i = 0;
         while i < args.len() {
             let end = (i + per).min(args.len());
-            // Sized up front: a large job body is copied into the command once, into
-            // memory allocated once (growing by doubling copied it again and again,
-            // each time into freshly mapped pages).
-            let bytes = args.span(i, end) + name.len() + key.len();
-            let mut c = redis::Cmd::with_capacity(end - i + 2, bytes);
-            c.arg(name).arg(key);
-            for j in i..end {
-                c.arg(args.get(j));
-            }
-            self.pipe.add_command(c);
+            let words = [name.as_bytes(), key.as_bytes()]
+                .into_iter()
+                .chain((i..end).map(|j| args.get(j)));
+            push_command(&mut self.call, end - i + 2, words);
             self.commands += 1;
             i = end;
         }
@@ -221,7 +205,11 @@ impl Batch {
 
     /// A command with no arguments but its key.
     fn bare(&mut self, name: &'static str, key: &str) {
-        self.pipe.cmd(name).arg(key);
+        push_command(
+            &mut self.call,
+            2,
+            [name.as_bytes(), key.as_bytes()].into_iter(),
+        );
         self.commands += 1;
     }
 
@@ -231,12 +219,19 @@ impl Batch {
 }
 
 impl Builder {
-    /// The transaction writing `cut`; `written` is updated as if it lands (the caller
+    /// The batch writing `cut`, its commands appended to `call`; `written` is updated as if it lands (the caller
     /// forgets it when it does not). Jobs first (their sets, metadata, bodies and index
     /// entries, a tube at a time), then the tubes' figures and the tube list, then the
     /// namespace counters.
-    pub fn build(&mut self, keys: &Keys, owner: &str, cut: &Cut, written: &mut Written) -> Batch {
-        let mut b = Batch::new();
+    pub fn build(
+        &mut self,
+        call: redis::Cmd,
+        keys: &Keys,
+        owner: &str,
+        cut: &Cut,
+        written: &mut Written,
+    ) -> Batch {
+        let mut b = Batch { call, commands: 0 };
         self.group_jobs(owner, &cut.jobs, &cut.gone);
         self.job_commands(&mut b, keys);
         self.tube_commands(&mut b, keys, &cut.tubes, written);
@@ -440,19 +435,24 @@ mod tests {
     use crate::store::memory::{CutLimit, MemoryStore};
     use crate::store::{NANOS_PER_SEC, NewJob};
 
-    /// Each command of `b` as its words.
+    /// Each command of `b` as its words (after the call's eight words of fence).
     fn commands(b: &Batch) -> Vec<Vec<Vec<u8>>> {
-        b.pipe
-            .cmd_iter()
-            .map(|c| {
-                c.args_iter()
-                    .map(|a| match a {
-                        Arg::Simple(v) => v.to_vec(),
-                        _ => Vec::new(),
-                    })
-                    .collect()
+        let words: Vec<Vec<u8>> = b
+            .call
+            .args_iter()
+            .map(|a| match a {
+                Arg::Simple(v) => v.to_vec(),
+                _ => Vec::new(),
             })
-            .collect()
+            .collect();
+        let mut out = Vec::new();
+        let mut i = 8;
+        while i < words.len() {
+            let n: usize = std::str::from_utf8(&words[i]).unwrap().parse().unwrap();
+            out.push(words[i + 1..i + 1 + n].to_vec());
+            i += n + 1;
+        }
+        out
     }
 
     /// A job whose body was written ahead gets its metadata, sets and index entry from
@@ -474,7 +474,11 @@ mod tests {
         s.put_staged(id, job, 1_700_000_000 * NANOS_PER_SEC, true);
         let cut = s.cut(CutLimit::default());
         let keys = Keys::new("p");
-        let b = Builder::default().build(&keys, "owner", &cut, &mut Written::default());
+        let mut call = redis::cmd("EVALSHA");
+        for w in ["sha", "2", "p:leader", "p:leader:commit", "token", "1", ""] {
+            call.arg(w);
+        }
+        let b = Builder::default().build(call, &keys, "owner", &cut, &mut Written::default());
         let cmds = commands(&b);
         let id_text = id.to_string().into_bytes();
         let index = keys.ns(NsKey::Index).as_bytes().to_vec();

@@ -1,8 +1,8 @@
-//! The Redis sink of leader mode: each cut becomes one MULTI/EXEC transaction of plain
-//! commands (no Lua), fenced by the leader's lease. The keys and values are the shared
-//! mode's schema (docs/REDIS.md), so a namespace reopens in either mode.
-//!
-//! Fencing: see `crate::redis::fenced`; the sink has a fenced connection of its own.
+//! The Redis sink of leader mode: each cut becomes one call of the batch script, fenced
+//! by the leader's lease and the batch sequence (`crate::redis::fenced_script`); up to
+//! [`DEPTH`] batches are in flight at once on the sink's own connection. The keys and
+//! values are the shared mode's schema (docs/REDIS.md), so a namespace reopens in
+//! either mode.
 //!
 //! Ownership: the committer task owns the sink. The sink keeps two facts about what
 //! Redis holds, so that a batch writes only what changed: the tube list (`P:tubes`, in
@@ -14,12 +14,14 @@
 //! jobs in it, not with a fixed cost per job; ZREMs come before ZADDs (a job of unknown
 //! standing is removed from every state's set, then added to its own).
 
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use super::super::{Sink, SinkError};
 use super::batch::{Builder, Written};
 use crate::protocol::TubeName;
-use crate::redis::fenced::Fenced;
+use crate::redis::fenced_script::BatchFence;
 use crate::redis::keys::{Keys, NsKey};
 use crate::redis::{Connector, RedisConn};
 use crate::store::StoreError;
@@ -30,8 +32,8 @@ use crate::util::SwapList;
 pub struct RedisSink {
     /// For reading the tube list back (any connection will do).
     shared: RedisConn,
-    /// The sink's own connection, fenced by the lease.
-    fenced: Fenced,
+    /// The sink's own connection, its batches fenced by the lease and their sequence.
+    fence: BatchFence,
     keys: Keys,
     /// Owner string of reserved jobs: the shared mode compares it with its own tokens,
     /// which never match.
@@ -57,7 +59,7 @@ impl RedisSink {
     ) -> RedisSink {
         RedisSink {
             shared,
-            fenced: Fenced::new("commit batch", connector, lease_key, token),
+            fence: BatchFence::new(connector, lease_key, token),
             keys,
             owner: format!("{instance}:leader"),
             written: Written::loaded(tubes, counters),
@@ -67,7 +69,7 @@ impl RedisSink {
 
     /// Acknowledge a batch only once `replicas` replicas have it (Redis `WAIT`).
     pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> RedisSink {
-        self.fenced = self.fenced.wait_for_replicas(replicas, timeout);
+        self.fence = self.fence.wait_for_replicas(replicas, timeout);
         self
     }
 
@@ -89,26 +91,41 @@ impl RedisSink {
     }
 }
 
+/// How many batches may be in flight at once: enough that the committer never idles
+/// while Redis works, few enough that a failure wastes little.
+pub const DEPTH: usize = 4;
+
 impl Sink for RedisSink {
-    async fn write(&mut self, cut: &Cut) -> Result<(), SinkError> {
+    type Pending = Pin<Box<dyn Future<Output = Result<(), SinkError>> + Send>>;
+
+    async fn start(&mut self, cut: &Cut) -> Result<Self::Pending, SinkError> {
         if self.written.tubes.is_none() {
             self.written.tubes = Some(self.read_tube_list().await?);
         }
+        let conn = self.fence.connection().await?;
+        let chained = self.fence.chained();
+        let call = self.fence.begin();
         let batch = self
             .builder
-            .build(&self.keys, &self.owner, cut, &mut self.written);
+            .build(call, &self.keys, &self.owner, cut, &mut self.written);
         if batch.is_empty() {
-            return Ok(());
+            self.fence.unbegin(chained);
+            return Ok(Box::pin(std::future::ready(Ok(()))));
         }
-        self.fenced
-            .send(batch.pipe, batch.commands)
-            .await
-            .map(|_| ())
-            .map_err(SinkError::from)
-            .inspect_err(|_| {
-                // The batch may or may not have landed: what Redis holds is unknown.
-                self.written.forget();
-            })
+        let send = self.fence.send(conn, batch.call);
+        Ok(Box::pin(async move { send.await.map_err(SinkError::from) }))
+    }
+
+    fn finished(&mut self, result: &Result<(), SinkError>) {
+        if let Err(e) = result {
+            // The batch may or may not have landed: what Redis holds is unknown.
+            self.written.forget();
+            self.fence.failed(matches!(e, SinkError::Fenced));
+        }
+    }
+
+    fn depth(&self) -> usize {
+        DEPTH
     }
 
     fn name(&self) -> &'static str {

@@ -10,11 +10,13 @@
 //! reply that depended on change `n` may be sent once a cut holding `n` was written.
 //!
 //! Invariants:
-//! - cuts are taken one at a time: the next one only after the previous one was
-//!   written or failed ([`State::cut_failed`]); so a job's
-//!   `stored` always says what the last *written* cut left in persistence, except
-//!   after a failure, when it is `Unknown` (the write may or may not have landed) until
-//!   a later cut rewrites the job;
+//! - a job's `stored` says what persistence holds once every cut taken so far has
+//!   been written: several cuts may be in flight at once, each written only after the
+//!   one before it (leader mode's batch sequence), so each is built on what the one
+//!   before leaves. A failed cut ([`State::cut_failed`], told in the order the cuts
+//!   were taken, and for every cut in flight after it, which cannot apply either)
+//!   makes its jobs `Unknown` (the write may or may not have landed) until a later cut
+//!   rewrites them whole; no new cut is taken until every cut in flight has answered;
 //! - every job or tube changed since the last written cut is in `jobs`/`gone`/`tubes`,
 //!   except a reservation of a job persistence holds as ready (or reserved): that is in
 //!   `reserved`, takes no change number and is written by no cut until

@@ -1,0 +1,246 @@
+//! Leader mode's batches as script calls: each batch is one call of one small Lua script
+//! ([`SCRIPT`]) that checks, before it writes anything, that the lease key holds this
+//! leader's token and that the batch is the next of this leader's sequence, then runs
+//! the batch's commands. Several batches may be in flight on one connection: Redis runs
+//! them in the order they were sent, each whole (a script is atomic), and each checks
+//! its own fence, so a lease renewal (a `PEXPIRE` on the lease key) no longer aborts
+//! anything, and no batch waits for the answer of the one before.
+//!
+//! The sequence: `<commit key>` holds `<token>#<seq>` of the last batch applied. While
+//! the chain is unbroken a batch names the one it follows and applies only if that one
+//! was the last applied, so a batch that failed (refused, or its connection lost) stops
+//! every batch sent after it: none of them was built for what Redis holds then. After a
+//! failure the chain is broken: the owner sends nothing until every batch in flight has
+//! answered, and the next batch asks only that no batch of this token with a higher
+//! number was applied; so a batch of unknown fate that lands late (a frozen Redis that
+//! resumes) never applies over a newer one. The argument in full: docs/LEADER.md,
+//! *Fencing*.
+//!
+//! Error replies are told apart by their code (`FENCED`, `OUT_OF_ORDER`,
+//! `crate::redis::error`), never by their text.
+//!
+//! Ownership: the committer's sink owns the [`BatchFence`]; the calls it hands out own
+//! a clone of its connection and their command, so they run without it.
+
+use std::future::Future;
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+
+use super::error::{CallError, Code, Outcome};
+use super::fenced::FenceError;
+use super::{Connector, RESPONSE_TIMEOUT};
+
+/// The batch script. KEYS: the lease key, the commit key. ARGV: the token, this batch's
+/// number, the number it must follow (empty: any lower one, or none), then the
+/// commands, each as its word count followed by its words.
+pub const SCRIPT: &str = r#"
+local held = redis.call('MGET', KEYS[1], KEYS[2])
+if held[1] ~= ARGV[1] then
+  return redis.error_reply('FENCED the lease is not held by this leader')
+end
+local tag = ARGV[1] .. '#'
+local seq = tonumber(ARGV[2])
+local last = 0
+if held[2] and string.sub(held[2], 1, #tag) == tag then
+  last = tonumber(string.sub(held[2], #tag + 1))
+end
+if ARGV[3] ~= '' then
+  if last ~= tonumber(ARGV[3]) then
+    return redis.error_reply('OUT_OF_ORDER the batch before this one was not applied')
+  end
+elseif last >= seq then
+  return redis.error_reply('OUT_OF_ORDER a later batch was applied')
+end
+redis.call('SET', KEYS[2], tag .. ARGV[2])
+local i = 4
+local n = #ARGV
+while i <= n do
+  local count = tonumber(ARGV[i])
+  redis.call(unpack(ARGV, i + 1, i + count))
+  i = i + count + 1
+end
+return 1
+"#;
+
+/// The commit key of the namespace whose lease key is `lease_key`: the same prefix (and
+/// so, on a Redis Cluster, the same slot when the prefix carries a hash tag).
+pub fn commit_key(lease_key: &str) -> String {
+    format!("{lease_key}:commit")
+}
+
+/// The fence of one leadership's batches: its connection, token and sequence.
+pub struct BatchFence {
+    connector: Connector,
+    /// `None` after an error: made anew (and the script loaded on it) first.
+    conn: Option<MultiplexedConnection>,
+    sha: String,
+    lease_key: String,
+    commit_key: String,
+    token: String,
+    /// The number of the last batch begun.
+    seq: u64,
+    /// Whether every batch begun so far was applied or is still in flight: the next
+    /// names the last as the one it follows.
+    chained: bool,
+    wait_replicas: u32,
+    wait_timeout: Duration,
+}
+
+impl BatchFence {
+    pub fn new(connector: Connector, lease_key: String, token: String) -> BatchFence {
+        BatchFence {
+            connector,
+            conn: None,
+            sha: redis::Script::new(SCRIPT).get_hash().to_string(),
+            commit_key: commit_key(&lease_key),
+            lease_key,
+            token,
+            seq: 0,
+            chained: false,
+            wait_replicas: 0,
+            wait_timeout: Duration::from_secs(1),
+        }
+    }
+
+    /// Acknowledge a batch only once `replicas` replicas have it (Redis `WAIT`).
+    pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> BatchFence {
+        self.wait_replicas = replicas;
+        self.wait_timeout = timeout;
+        self
+    }
+
+    /// The connection, made anew with the script loaded on it after an error.
+    pub async fn connection(&mut self) -> Result<MultiplexedConnection, FenceError> {
+        if let Some(c) = &self.conn {
+            return Ok(c.clone());
+        }
+        // A WAIT answers after its timeout at the latest: the reply may take that long.
+        let wait = if self.wait_replicas > 0 {
+            self.wait_timeout
+        } else {
+            Duration::ZERO
+        };
+        let mut c = self
+            .connector
+            .single(RESPONSE_TIMEOUT + wait)
+            .await
+            .map_err(CallError::connect)?;
+        let _: String = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(SCRIPT)
+            .query_async(&mut c)
+            .await
+            .map_err(|e| CallError::new("load the batch script", e))?;
+        self.conn = Some(c.clone());
+        Ok(c)
+    }
+
+    /// The call of the next batch, its fence set; the caller appends the batch's
+    /// commands with [`push_command`].
+    pub fn begin(&mut self) -> redis::Cmd {
+        let after = if self.chained { self.seq } else { 0 };
+        self.seq += 1;
+        self.chained = true;
+        let mut c = redis::cmd("EVALSHA");
+        c.arg(&self.sha)
+            .arg(2)
+            .arg(&self.lease_key)
+            .arg(&self.commit_key)
+            .arg(&self.token)
+            .arg(self.seq);
+        if after > 0 {
+            c.arg(after);
+        } else {
+            c.arg("");
+        }
+        c
+    }
+
+    /// Send `call` (made by [`BatchFence::begin`]) on `conn`; the future owns both.
+    pub fn send(
+        &self,
+        mut conn: MultiplexedConnection,
+        call: redis::Cmd,
+    ) -> impl Future<Output = Result<(), FenceError>> + Send + 'static {
+        let replicas = self.wait_replicas;
+        let timeout_ms = self.wait_timeout.as_millis() as u64;
+        async move {
+            if replicas == 0 {
+                let r: Result<redis::Value, _> = call.query_async(&mut conn).await;
+                return r.map(|_| ()).map_err(classify);
+            }
+            let mut pipe = redis::pipe();
+            pipe.add_command(call)
+                .cmd("WAIT")
+                .arg(replicas)
+                .arg(timeout_ms);
+            let (_, confirmed): (redis::Value, i64) =
+                pipe.query_async(&mut conn).await.map_err(classify)?;
+            if confirmed < i64::from(replicas) {
+                return Err(FenceError::Failed(CallError {
+                    op: "WAIT",
+                    outcome: Outcome::MayHaveApplied,
+                    source: format!(
+                        "{confirmed} of {replicas} replicas confirmed the batch in time"
+                    )
+                    .into(),
+                }));
+            }
+            Ok(())
+        }
+    }
+
+    /// The call [`BatchFence::begin`] made last will not be sent (it had no commands):
+    /// its number is free again. `chained` is what [`BatchFence::begin`] found.
+    pub fn unbegin(&mut self, chained: bool) {
+        self.seq -= 1;
+        self.chained = chained;
+    }
+
+    /// Whether the next batch follows the last one begun (see [`BatchFence::unbegin`]).
+    pub fn chained(&self) -> bool {
+        self.chained
+    }
+
+    /// A batch failed (told in the order they were begun): the chain is broken, and
+    /// after anything but the fence's own refusal the connection is made anew.
+    pub fn failed(&mut self, fenced: bool) {
+        self.chained = false;
+        if !fenced {
+            self.conn = None;
+        }
+    }
+}
+
+/// Add one command of `count` words to a batch's call: its word count, then the words.
+pub fn push_command<'a>(
+    call: &mut redis::Cmd,
+    count: usize,
+    words: impl Iterator<Item = &'a [u8]>,
+) {
+    call.arg(count);
+    for w in words {
+        call.arg(w);
+    }
+}
+
+/// What a failed batch call means, by the reply's code.
+fn classify(e: redis::RedisError) -> FenceError {
+    match Code::of(&e) {
+        Some(Code::Fenced) => FenceError::Fenced,
+        Some(Code::OutOfOrder) => FenceError::Failed(CallError {
+            op: "commit batch",
+            outcome: Outcome::NotApplied,
+            source: Box::new(e),
+        }),
+        // A command of the batch failed as the script ran it (a key of the wrong type):
+        // what ran before it stays applied.
+        Some(Code::Other) => FenceError::Failed(CallError {
+            op: "commit batch",
+            outcome: Outcome::MayHaveApplied,
+            source: Box::new(e),
+        }),
+        _ => FenceError::Failed(CallError::new("commit batch", e)),
+    }
+}
