@@ -699,7 +699,7 @@ fn batches_in_flight_are_each_fenced_by_the_lease_and_the_sequence() {
             .unwrap();
         let lease = "fence:leader";
         let set = |key: &'static str| move |f: &mut BatchFence| {
-            let mut call = f.begin();
+            let mut call = f.begin(4, 64);
             push_command(&mut call, 3, [&b"SET"[..], key.as_bytes(), b"1"].into_iter());
             call
         };

@@ -137,13 +137,15 @@ impl BatchFence {
     }
 
     /// The call of the next batch, its fence set; the caller appends the batch's
-    /// commands with [`push_command`].
-    pub fn begin(&mut self) -> redis::Cmd {
+    /// commands with [`push_command`]. `words` and `bytes` size it up front (what the
+    /// commands will add, roughly), so that no body is copied again as it grows.
+    pub fn begin(&mut self, words: usize, bytes: usize) -> redis::Cmd {
         let after = if self.chained { self.seq } else { 0 };
         self.seq += 1;
         self.chained = true;
-        let mut c = redis::cmd("EVALSHA");
-        c.arg(&self.sha)
+        let mut c = redis::Cmd::with_capacity(words + 8, bytes + 256);
+        c.arg("EVALSHA")
+            .arg(&self.sha)
             .arg(2)
             .arg(&self.lease_key)
             .arg(&self.commit_key)

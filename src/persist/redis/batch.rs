@@ -14,7 +14,9 @@
 //! ([`Written::forget`]) and is written again whole.
 //!
 //! Allocation: arguments are written into a few reused buffers, numbers formatted on the
-//! stack; a batch allocates little beyond the pipeline itself.
+//! stack, and the call is sized up front; a body is copied once, from its job record
+//! straight into the call (redis-rs then packs the call for the socket: the one copy
+//! that is not ours).
 
 use foldhash::HashMap;
 
@@ -103,7 +105,10 @@ impl Args {
 #[derive(Debug, Default)]
 struct TubeOps {
     metas: Args,
-    bodies: Args,
+    /// The ids of the bodies to write, and the index of each one's job in the cut:
+    /// a body is copied once, from its job straight into the batch's call.
+    body_ids: Args,
+    body_of: Vec<usize>,
     unmeta: Args,
     unbody: Args,
     zadd: [Args; 4],
@@ -112,9 +117,10 @@ struct TubeOps {
 
 impl TubeOps {
     fn clear(&mut self) {
+        self.body_of.clear();
         for a in [
             &mut self.metas,
-            &mut self.bodies,
+            &mut self.body_ids,
             &mut self.unmeta,
             &mut self.unbody,
         ] {
@@ -203,6 +209,21 @@ impl Batch {
         }
     }
 
+    /// `HSET key id body ...`: the bodies of `jobs[of[..]]` (their ids in `ids`), each
+    /// copied once, from its job record straight into the call.
+    fn bodies(&mut self, key: &str, ids: &Args, of: &[usize], jobs: &[JobRecord]) {
+        let per = MAX_ARGS / 2;
+        for (n, chunk) in of.chunks(per).enumerate() {
+            let pairs = chunk
+                .iter()
+                .enumerate()
+                .flat_map(|(k, &j)| [ids.get(n * per + k), &jobs[j].body[..]]);
+            let words = [&b"HSET"[..], key.as_bytes()].into_iter().chain(pairs);
+            push_command(&mut self.call, 2 + 2 * chunk.len(), words);
+            self.commands += 1;
+        }
+    }
+
     /// A command with no arguments but its key.
     fn bare(&mut self, name: &'static str, key: &str) {
         push_command(
@@ -233,7 +254,7 @@ impl Builder {
     ) -> Batch {
         let mut b = Batch { call, commands: 0 };
         self.group_jobs(owner, &cut.jobs, &cut.gone);
-        self.job_commands(&mut b, keys);
+        self.job_commands(&mut b, keys, &cut.jobs);
         self.tube_commands(&mut b, keys, &cut.tubes, written);
         self.counter_commands(&mut b, keys, cut.counters, written);
         b
@@ -251,15 +272,15 @@ impl Builder {
         }
         self.index_set.clear();
         self.index_del.clear();
-        for r in jobs {
+        for (i, r) in jobs.iter().enumerate() {
             let ops = self.tubes.entry(r.tube.clone()).or_default();
             self.meta_buf.clear();
             meta::encode(&meta_of(r), owner, &mut self.meta_buf);
             ops.metas.num(r.id);
             ops.metas.push(&self.meta_buf);
             if r.needs_body() {
-                ops.bodies.num(r.id);
-                ops.bodies.push(&r.body);
+                ops.body_ids.num(r.id);
+                ops.body_of.push(i);
             }
             // A body written ahead (`BodyOnly`) still needs its job's index entry.
             if !matches!(r.was, Stored::As(_)) {
@@ -287,7 +308,7 @@ impl Builder {
 
     /// The commands of the grouped job changes: per tube, its sets (ZREMs before
     /// ZADDs), metadata and bodies; then the id index.
-    fn job_commands(&self, b: &mut Batch, keys: &Keys) {
+    fn job_commands(&self, b: &mut Batch, keys: &Keys, jobs: &[JobRecord]) {
         for (tube, ops) in &self.tubes {
             if ops.metas.len() + ops.unmeta.len() == 0 {
                 continue;
@@ -300,7 +321,7 @@ impl Builder {
                 b.cmd("ZADD", k.get(*set), pairs, 2);
             }
             b.cmd("HSET", k.get(TubeKey::Jobs), &ops.metas, 2);
-            b.cmd("HSET", k.get(TubeKey::Bodies), &ops.bodies, 2);
+            b.bodies(k.get(TubeKey::Bodies), &ops.body_ids, &ops.body_of, jobs);
             b.cmd("HDEL", k.get(TubeKey::Jobs), &ops.unmeta, 1);
             b.cmd("HDEL", k.get(TubeKey::Bodies), &ops.unbody, 1);
         }
@@ -493,5 +514,52 @@ mod tests {
             cmds.iter().all(|c| !c.contains(&body.to_vec())),
             "the body was written again"
         );
+    }
+
+    /// Issue 20 item 3: the bodies go into the call straight from their jobs, each once,
+    /// next to its id, in one HSET per tube.
+    #[test]
+    fn each_body_is_in_the_call_once_next_to_its_id() {
+        let s = MemoryStore::journaled();
+        let tube = TubeName::new(b"t").unwrap();
+        s.cut(CutLimit::default());
+        let mut ids = Vec::new();
+        for n in 0..3u8 {
+            let job = NewJob {
+                tube: tube.clone(),
+                pri: 1,
+                delay_secs: 0,
+                ttr_secs: 60,
+                body: Bytes::from(vec![b'a' + n; 100]),
+            };
+            let (id, _) = s.begin_staged(&tube);
+            s.put_staged(id, job, 1_700_000_000 * NANOS_PER_SEC, false);
+            ids.push(id);
+        }
+        let cut = s.cut(CutLimit::default());
+        let keys = Keys::new("p");
+        let mut call = redis::cmd("EVALSHA");
+        for w in ["sha", "2", "p:leader", "p:leader:commit", "token", "1", ""] {
+            call.arg(w);
+        }
+        let b = Builder::default().build(call, &keys, "owner", &cut, &mut Written::default());
+        let cmds = commands(&b);
+        let bodies = keys.tube_key("t", TubeKey::Bodies).into_bytes();
+        let hset: Vec<_> = cmds
+            .iter()
+            .filter(|c| c[0] == b"HSET" && c[1] == bodies)
+            .collect();
+        assert_eq!(hset.len(), 1, "{cmds:?}");
+        let mut pairs: Vec<(Vec<u8>, Vec<u8>)> = hset[0][2..]
+            .chunks(2)
+            .map(|p| (p[0].clone(), p[1].clone()))
+            .collect();
+        pairs.sort();
+        let want: Vec<(Vec<u8>, Vec<u8>)> = ids
+            .iter()
+            .zip(0u8..)
+            .map(|(id, n)| (id.to_string().into_bytes(), vec![b'a' + n; 100]))
+            .collect();
+        assert_eq!(pairs, want);
     }
 }

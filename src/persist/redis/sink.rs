@@ -91,6 +91,20 @@ impl RedisSink {
     }
 }
 
+/// About how many words and bytes the batch of `cut` takes (an overestimate for the
+/// usual jobs; a call that needs more grows).
+fn call_size(cut: &Cut) -> (usize, usize) {
+    let bodies: usize = cut
+        .jobs
+        .iter()
+        .filter(|r| r.needs_body())
+        .map(|r| r.body.len())
+        .sum();
+    let words = cut.jobs.len() * 10 + cut.gone.len() * 8 + cut.tubes.len() * 16 + 64;
+    let bytes = bodies + cut.jobs.len() * 160 + cut.gone.len() * 96 + cut.tubes.len() * 256;
+    (words, bytes)
+}
+
 /// How many batches may be in flight at once: enough that the committer never idles
 /// while Redis works, few enough that a failure wastes little.
 pub const DEPTH: usize = 4;
@@ -104,7 +118,8 @@ impl Sink for RedisSink {
         }
         let conn = self.fence.connection().await?;
         let chained = self.fence.chained();
-        let call = self.fence.begin();
+        let (words, bytes) = call_size(cut);
+        let call = self.fence.begin(words, bytes);
         let batch = self
             .builder
             .build(call, &self.keys, &self.owner, cut, &mut self.written);
