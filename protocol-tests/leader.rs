@@ -767,3 +767,45 @@ fn batches_in_flight_are_each_fenced_by_the_lease_and_the_sequence() {
         assert!(tag.starts_with("B#"), "{tag}");
     });
 }
+
+/// Issue 20: a tube's counters are written at most once a second, but they are written
+/// (by the sink's own timer) when no later change comes to carry them.
+#[test]
+fn held_back_tube_figures_reach_redis_within_a_second_or_so() {
+    let _serial = serial();
+    let Some(redis) = private_redis(&[], "leader-mode tests") else {
+        return;
+    };
+    let prefix = "l-figures";
+    let (a, log) = leader(&redis, prefix);
+    wait_served(a.addr, REPLY, &log);
+    let mut c = Client::connect(a.addr, "producer");
+    c.use_tube("figs");
+    for _ in 0..5 {
+        let id = c.put(1, 0, 60, b"x");
+        assert_eq!(c.cmd(&format!("delete {id}")).line, "DELETED");
+    }
+    let mut r = ::redis::Client::open(redis.url())
+        .and_then(|c| c.get_connection())
+        .expect("connect to Redis");
+    let key = format!("{{{prefix}:t:figs}}:meta");
+    let started = Instant::now();
+    let figures = loop {
+        let f: Vec<Option<u64>> = ::redis::cmd("HMGET")
+            .arg(&key)
+            .arg("total_jobs")
+            .arg("cmd_delete")
+            .query(&mut r)
+            .unwrap();
+        if f == [Some(5), Some(5)] || started.elapsed() > Duration::from_secs(5) {
+            break f;
+        }
+        thread::sleep(Duration::from_millis(50));
+    };
+    println!(
+        "figures: total_jobs and cmd_delete of the tube in Redis {figures:?} after {} ms",
+        started.elapsed().as_millis()
+    );
+    assert_eq!(figures, [Some(5), Some(5)], "{}", log.tail());
+    assert!(started.elapsed() < Duration::from_secs(3));
+}

@@ -82,15 +82,23 @@ pub async fn run<S: Sink>(
     let ended = 'run: loop {
         let room = in_flight.len() < sink.depth() && !draining;
         let paused = failing.retry_at.is_some_and(|at| Instant::now() < at);
-        if room && !paused && (memory.last_change() > taken || failing.retry_at.is_some()) {
+        let due = sink.due();
+        let sink_due = due.is_some_and(|d| d <= Instant::now());
+        if room
+            && !paused
+            && (memory.last_change() > taken || failing.retry_at.is_some() || sink_due)
+        {
             // Let the connections that are ready to run (their requests already read)
             // run first: their changes join this batch rather than the next. Costs
             // nothing when nobody else is ready (one client), batches more under load.
             tokio::task::yield_now().await;
             failing.retry_at = None;
             let cut = memory.cut(limit);
-            if cut.is_empty() && cut.last_change.is_some_and(|c| c <= taken) {
+            if cut.is_empty() && cut.last_change.is_some_and(|c| c <= taken) && !sink_due {
                 continue;
+            }
+            if link.finishing.load(std::sync::atomic::Ordering::SeqCst) {
+                sink.finishing();
             }
             if let Some(c) = cut.last_change {
                 taken = taken.max(c);
@@ -129,6 +137,9 @@ pub async fn run<S: Sink>(
             _ = link.changed.notified(), if room && !paused => {}
             _ = tokio::time::sleep_until(retry_at.unwrap_or_else(tokio::time::Instant::now)),
                 if room && paused => {}
+            _ = tokio::time::sleep_until(
+                    due.map_or_else(tokio::time::Instant::now, tokio::time::Instant::from_std)
+                ), if room && !paused && due.is_some() => {}
             _ = tokio::time::sleep(probe.unwrap_or(RETRY_MAX)), if probe.is_some() => {
                 sink.probe();
             }

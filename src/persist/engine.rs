@@ -105,9 +105,14 @@ impl Committing {
         }
     }
 
-    /// Have the next batch write the reservations no batch wrote (a clean stop: the
-    /// jobs clients hold stay held in persistence; see the journal's header).
-    pub fn flush_reservations(&self) {
+    /// A clean stop: have the next batch write what was held back, the reservations
+    /// no batch wrote (the jobs clients hold stay held in persistence; see the
+    /// journal's header) and what the sink holds back (`Sink::finishing`). The flag is
+    /// set before the change is noted, so the batch holding that change sees it.
+    pub fn finishing(&self) {
+        self.link
+            .finishing
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         self.memory.flush_reservations();
         self.link.changed.notify_one();
     }
@@ -150,7 +155,7 @@ impl Persisted {
     /// A clean shutdown, once the connections have finished: write what is left (for
     /// at most [`FINAL_FLUSH`]), then stop the committer and the engine.
     pub async fn finish(self) {
-        self.committing.flush_reservations();
+        self.committing.finishing();
         let last = self.engine.last_change();
         let store = self.engine.store_name();
         match tokio::time::timeout(FINAL_FLUSH, self.engine.durable(last)).await {

@@ -65,6 +65,15 @@ pub trait Sink: Send + 'static {
     /// What a started write came to (or that starting it failed), in start order.
     fn finished(&mut self, _result: &Result<(), SinkError>) {}
 
+    /// When the sink must write what it holds back of its own accord (figures it
+    /// writes lazily), even if the store has no change by then; `None`: nothing held.
+    fn due(&self) -> Option<std::time::Instant> {
+        None
+    }
+
+    /// A clean stop is under way: from now on hold nothing back.
+    fn finishing(&mut self) {}
+
     /// How many started writes may be pending at once.
     fn depth(&self) -> usize {
         1

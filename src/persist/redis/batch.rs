@@ -18,7 +18,11 @@
 //! straight into the call (redis-rs then packs the call for the socket: the one copy
 //! that is not ours).
 
+use std::time::Instant;
+
 use foldhash::HashMap;
+
+use super::figures::Figures;
 
 use super::record::meta_of;
 use crate::protocol::TubeName;
@@ -154,8 +158,8 @@ pub struct Written {
     counters: Option<StoreCounters>,
     /// Each tube's due-index entry as last written.
     due: HashMap<TubeName, u64>,
-    /// Each tube's meta figures as last written.
-    meta: HashMap<TubeName, [u64; 5]>,
+    /// Each tube's figures: as last written, and those held back.
+    pub figures: Figures,
 }
 
 impl Written {
@@ -168,9 +172,14 @@ impl Written {
         }
     }
 
-    /// A write failed: it may or may not have landed.
+    /// A write failed: it may or may not have landed. Figures held back stay held.
     pub fn forget(&mut self) {
-        *self = Written::default();
+        let mut figures = std::mem::take(&mut self.figures);
+        figures.forget();
+        *self = Written {
+            figures,
+            ..Written::default()
+        };
     }
 }
 
@@ -182,6 +191,17 @@ pub struct Builder {
     index_del: Args,
     meta_buf: Vec<u8>,
     fields: Args,
+    changed_fields: Vec<(usize, u64)>,
+}
+
+/// `HSET` of a tube's meta hash: the `changed` fields (nothing when none).
+fn meta_command(b: &mut Batch, key: &str, f: &mut Args, changed: &[(usize, u64)]) {
+    f.clear();
+    for &(i, v) in changed {
+        f.push(TUBE_FIELDS[i].as_bytes());
+        f.num(v);
+    }
+    b.cmd("HSET", key, f, 2);
 }
 
 /// The commands of one batch, appended to its script call (see
@@ -339,6 +359,7 @@ impl Builder {
         written: &mut Written,
     ) {
         let ns = |k: NsKey| keys.ns(k);
+        let now = Instant::now();
         let mut tubes = written.tubes.take().unwrap_or_default();
         for t in cut_tubes {
             let k = keys.tube(t.name.as_str());
@@ -352,16 +373,9 @@ impl Builder {
                     t.pause / US,
                     t.pause_until / US,
                 ];
-                let old = written.meta.get(&t.name).copied();
-                f.clear();
-                for (i, v) in figures.iter().enumerate() {
-                    if old.map(|o| o[i]) != Some(*v) {
-                        f.push(TUBE_FIELDS[i].as_bytes());
-                        f.num(*v);
-                    }
-                }
-                b.cmd("HSET", k.get(TubeKey::Meta), f, 2);
-                written.meta.insert(t.name.clone(), figures);
+                let fields = &mut self.changed_fields;
+                written.figures.take(&t.name, figures, now, fields);
+                meta_command(b, k.get(TubeKey::Meta), f, fields);
                 if let Some(due) = t.next_due.map(|d| d / US)
                     && written.due.get(&t.name).is_none_or(|&w| due < w)
                 {
@@ -382,7 +396,7 @@ impl Builder {
                     b.cmd("HSET", ns(NsKey::Tubepos), f, 2);
                 }
             } else {
-                written.meta.remove(&t.name);
+                written.figures.dropped(&t.name);
                 written.due.remove(&t.name);
                 for key in TubeKey::ALL {
                     b.bare("DEL", k.get(*key));
@@ -410,6 +424,19 @@ impl Builder {
                     b.cmd("HDEL", ns(NsKey::Tubepos), f, 1);
                 }
             }
+        }
+        // Figures held back whose time came, of tubes this cut did not carry.
+        for (name, figures) in written.figures.due_now(now) {
+            written
+                .figures
+                .take(&name, figures, now, &mut self.changed_fields);
+            let k = keys.tube(name.as_str());
+            meta_command(
+                b,
+                k.get(TubeKey::Meta),
+                &mut self.fields,
+                &self.changed_fields,
+            );
         }
         written.tubes = Some(tubes);
     }

@@ -6,10 +6,12 @@
 //! - `batch`: a cut turned into the commands of one MULTI/EXEC transaction.
 //! - `sink`: the [`Sink`](crate::persist::Sink) sending each batch, fenced.
 //! - `stager`: large bodies written ahead of their jobs, on a connection of their own.
+//! - `figures`: tube figures written lazily (the counters at most once a second).
 //! - `load`: a namespace read back into a memory store's snapshot.
 //! - `record`: a job record mapped to and from the metadata format.
 
 pub mod batch;
+mod figures;
 pub mod load;
 mod record;
 pub mod sink;

@@ -143,6 +143,14 @@ impl Sink for RedisSink {
         DEPTH
     }
 
+    fn due(&self) -> Option<std::time::Instant> {
+        self.written.figures.due()
+    }
+
+    fn finishing(&mut self) {
+        self.written.figures.finishing();
+    }
+
     fn name(&self) -> &'static str {
         "redis"
     }

@@ -70,6 +70,9 @@ pub struct CommitLink {
     /// when the committer is busy, so no change is missed).
     pub changed: Arc<Notify>,
     pub valid: Arc<ValidUntil>,
+    /// Set by a clean stop before its last change: the sink writes everything it
+    /// holds back (see `persist::Sink::finishing`) with the batches that follow.
+    pub finishing: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl CommitLink {
@@ -78,6 +81,7 @@ impl CommitLink {
             progress: watch::Sender::new(CommitProgress::default()),
             changed: Arc::new(Notify::new()),
             valid: Arc::new(ValidUntil::forever()),
+            finishing: Arc::default(),
         }
     }
 

@@ -99,10 +99,8 @@ impl Journal {
 
     /// Make every reservation not yet written a change the next cut writes (a clean
     /// stop: the jobs clients hold stay held in persistence).
+    /// Always a change, so that a clean stop waits for a batch taken after it.
     pub fn flush_reservations(&mut self) {
-        if self.reserved.is_empty() {
-            return;
-        }
         self.note();
         let ids: Vec<JobId> = self.reserved.drain().collect();
         self.jobs.extend(ids);
