@@ -4,8 +4,8 @@
 //! (the address is where standbys relay their clients), with an expiry of the lease's
 //! length. Taking it is set-if-absent with a fresh epoch from `P:epoch`; renewing and
 //! releasing check the token first, so an instance can never extend or drop a lease
-//! another one took. Every batch the leader writes is fenced by the same token (a
-//! MULTI/EXEC under a WATCH of this key: `crate::redis::fenced`). [`keep`] is the
+//! another one took. Every batch the leader writes is fenced by the same token (its
+//! script checks this key first: `crate::redis::fenced_script`). [`keep`] is the
 //! leader's lease keeper: it renews, and ends the leadership when the lease's validity
 //! runs out.
 //!

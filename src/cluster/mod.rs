@@ -50,7 +50,7 @@ pub use standby::{NotReady, Readiness};
 /// How long a new connection waits for a role (a leader to relay to, or this instance's
 /// own leadership) before it is closed.
 const ROUTE_WAIT: Duration = Duration::from_secs(5);
-/// A batch carries at most this much (one MULTI/EXEC transaction; Redis runs it whole).
+/// A batch carries at most this much (one script call; Redis runs it whole).
 const BATCH_LIMIT: CutLimit = CutLimit {
     records: 5_000,
     body_bytes: 8 << 20,

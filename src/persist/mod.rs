@@ -6,9 +6,9 @@
 //!   batch is in flight goes into the next one (group commit).
 //! - [`engine`]: the one place a persisted engine is built and ended: restored store,
 //!   commit link, committer, durable store, engine, final flush (`-b` and leader mode).
-//! - [`redis`]: the Redis sink of leader mode (one fenced MULTI/EXEC transaction of
-//!   plain commands per batch, in the shared mode's schema), and the loader that reads
-//!   a namespace back.
+//! - [`redis`]: the Redis sink of leader mode (one script call per batch, fenced by the
+//!   lease and the batch sequence, several in flight; the shared mode's schema), and
+//!   the loader that reads a namespace back.
 //! - [`binlog`]: `-b DIR`'s sink, a local write-ahead log, and its replay at start.
 //!
 //! Layering: this module uses `store` (the cut and snapshot types), `crate::redis`, and

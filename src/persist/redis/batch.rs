@@ -1,5 +1,5 @@
-//! Turning a cut into the commands of one Redis transaction, in the shared mode's
-//! schema (docs/REDIS.md).
+//! Turning a cut into the commands of one batch (appended to its fenced script call,
+//! `crate::redis::fenced_script`), in the shared mode's schema (docs/REDIS.md).
 //!
 //! A tube's changes are grouped into one variadic command per key and operation
 //! (`HSET jobs id meta id meta ...`), so Redis' cost per batch grows with the jobs in
@@ -8,7 +8,7 @@
 //!
 //! What Redis already holds ([`Written`]) spares commands: the tube list is changed
 //! entry by entry, a tube's figures and the namespace counters are written only when
-//! they changed, and a tube's due-index entry only when it must come earlier (an entry
+//! they changed (a tube's counters at most once a second: `figures.rs`), and a tube's due-index entry only when it must come earlier (an entry
 //! may be early, never late: the shared mode's timer sets an early one right, and the
 //! leader does not read it). After a failed write all of it is unknown
 //! ([`Written::forget`]) and is written again whole.
@@ -183,7 +183,7 @@ impl Written {
     }
 }
 
-/// Builds the transaction of one cut; reuses its buffers from batch to batch.
+/// Builds the batch of one cut; reuses its buffers from batch to batch.
 #[derive(Debug, Default)]
 pub struct Builder {
     tubes: HashMap<TubeName, TubeOps>,

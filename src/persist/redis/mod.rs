@@ -3,7 +3,7 @@
 //! reads a namespace back at takeover. The schema, the metadata format and the fenced
 //! transactions are `crate::redis`'s, shared with the shared mode.
 //!
-//! - `batch`: a cut turned into the commands of one MULTI/EXEC transaction.
+//! - `batch`: a cut turned into the commands of one fenced script call.
 //! - `sink`: the [`Sink`](crate::persist::Sink) sending each batch, fenced.
 //! - `stager`: large bodies written ahead of their jobs, on a connection of their own.
 //! - `figures`: tube figures written lazily (the counters at most once a second).

@@ -4,10 +4,11 @@
 //! values are the shared mode's schema (docs/REDIS.md), so a namespace reopens in
 //! either mode.
 //!
-//! Ownership: the committer task owns the sink. The sink keeps two facts about what
-//! Redis holds, so that a batch writes only what changed: the tube list (`P:tubes`, in
-//! the reference's swap-remove order) and the namespace counters last written. After a
-//! failed write both are unknown: the list is read back and the counters rewritten.
+//! Ownership: the committer task owns the sink. The sink keeps what Redis holds, as far
+//! as it knows ([`Written`]), so that a batch writes only what changed: the tube list
+//! (`P:tubes`, in the reference's swap-remove order), the namespace counters and each
+//! tube's figures last written. After a failed write all of it is unknown: the list is
+//! read back and the rest rewritten.
 //!
 //! Batching: a tube's changes are grouped into one variadic command per key and
 //! operation (`HSET jobs id meta id meta ...`), so Redis' cost per batch grows with the
