@@ -236,7 +236,7 @@ pub fn move_jobs(ctx: &Ctx, a: &MoveArgs) -> Result<u8> {
             total.changed, total.matched, total.scanned
         );
     }
-    Ok(if total.changed < total.matched {
+    Ok(if !a.dry_run && total.changed < total.matched {
         EXIT_PARTIAL
     } else {
         EXIT_OK
@@ -267,8 +267,10 @@ impl Tally {
 fn bulk_steps(limit: u64, mut step: impl FnMut(u64) -> Result<Tally>) -> Result<Tally> {
     let tty = std::io::stderr().is_terminal();
     let mut total = Tally::default();
-    while total.changed < limit {
-        let n = (limit - total.changed).min(BULK_STEP);
+    // Counted by matches, not changes: a matched job that could not change (it was
+    // reserved meanwhile) left the filter's state, and the limit bounds the jobs touched.
+    while total.matched < limit {
+        let n = (limit - total.matched).min(BULK_STEP);
         let t = step(n)?;
         total.matched += t.matched;
         total.changed += t.changed;

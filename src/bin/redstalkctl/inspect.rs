@@ -142,7 +142,10 @@ fn job_api(api: &Api, a: &JobArgs) -> Result<(Figures, Figures)> {
     ];
     let all = figures_of(api.get(&format!("/jobs/{}", a.id), &q)?)?;
     let is_body = |k: &str| matches!(k, "body" | "body_base64" | "body_truncated");
-    let (body, figures): (Vec<_>, Vec<_>) = all.0.into_iter().partition(|(k, _)| is_body(k));
+    let (body, mut figures): (Vec<_>, Vec<_>) = all.0.into_iter().partition(|(k, _)| is_body(k));
+    // JSON objects come sorted by key; people read stats-job's order.
+    let rank = |k: &str| render::JOB_ORDER.iter().position(|o| *o == k);
+    figures.sort_by_key(|(k, _)| rank(k).unwrap_or(usize::MAX));
     Ok((Figures(figures), Figures(body)))
 }
 

@@ -31,12 +31,19 @@ impl Table {
     pub fn render(&self) -> String {
         let cols = self.headers.len();
         let mut width: Vec<usize> = self.headers.iter().map(|h| h.chars().count()).collect();
+        // A column is numeric when its cells are numbers or `-`, at least one a number.
         let mut numeric = vec![true; cols];
+        let mut some_number = vec![false; cols];
         for row in &self.rows {
             for (i, cell) in row.iter().enumerate().take(cols) {
                 width[i] = width[i].max(cell.chars().count());
-                numeric[i] &= cell == "-" || cell.parse::<f64>().is_ok();
+                let number = cell.parse::<f64>().is_ok();
+                some_number[i] |= number;
+                numeric[i] &= number || cell == "-";
             }
+        }
+        for (n, some) in numeric.iter_mut().zip(&some_number) {
+            *n &= *some;
         }
         let line = |cells: &[String]| {
             let mut out = String::new();
@@ -104,6 +111,26 @@ pub fn tubes_table(tubes: &[Figures]) -> String {
     }
     t.render()
 }
+
+/// The order of a job's figures for people: `stats-job`'s, then the API's own.
+pub const JOB_ORDER: &[&str] = &[
+    "id",
+    "tube",
+    "state",
+    "pri",
+    "age",
+    "delay",
+    "ttr",
+    "time-left",
+    "file",
+    "reserves",
+    "timeouts",
+    "releases",
+    "buries",
+    "kicks",
+    "body_size",
+    "holder",
+];
 
 /// The columns of the jobs table: header and JOB key.
 const JOB_COLUMNS: &[(&str, &str)] = &[
@@ -183,6 +210,14 @@ mod tests {
             t.render(),
             "TUBE     READY\ndefault      3\na          120\n"
         );
+    }
+
+    #[test]
+    fn a_column_of_dashes_is_text() {
+        let mut t = Table::new(&["ID", "HOLDER"]);
+        t.row(vec!["7".into(), "-".into()]);
+        t.row(vec!["10".into(), "-".into()]);
+        assert_eq!(t.render(), "ID  HOLDER\n 7  -\n10  -\n");
     }
 
     #[test]
