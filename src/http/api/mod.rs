@@ -4,8 +4,8 @@
 //! jobs, pause tubes, and change many jobs by filter.
 //!
 //! Files: `mod.rs` (router, errors, cursors, a job's JSON), `access.rs` (token, origin,
-//! read-only), `reads.rs`, `changes.rs`, `forward.rs` (a leader-mode standby passes
-//! requests to the leader).
+//! read-only), `reads.rs`, `changes.rs`. A leader-mode standby does not forward yet: it
+//! answers `unavailable` (see [`engine_of`]).
 //!
 //! Invariants: every error is `{"error": {"code", "message"}}` with the status its code
 //! names; cursors are opaque to clients (base64 of a sort key), so their format may
@@ -13,7 +13,6 @@
 
 pub mod access;
 mod changes;
-mod forward;
 mod reads;
 
 use std::sync::Arc;
@@ -32,7 +31,6 @@ use crate::engine::admin::{AdminError, AdminJob};
 use crate::store::JobState;
 
 pub use access::{Access, Secret};
-pub use forward::LeaderApi;
 
 /// The largest request body an API route reads (a job body in base64 fits).
 pub const MAX_API_BODY: usize = 256 * 1024;
