@@ -16,9 +16,7 @@
 //!   tables; both exit 0, on beanstalkd and redstalk.
 //! - `api_*` — the admin API commands (jobs with paging, job, pri, delay, bury, move,
 //!   search, a bulk move with --dry-run, refused without the token, conflict, not
-//!   found) against redstalk's API, in `cli/api.rs`. They need the server side of the
-//!   API; until it is in this tree they are skipped by `api::has_api` (the one guard,
-//!   to remove then).
+//!   found) against redstalk's API, in `cli/api.rs`.
 //!
 //! Without beanstalkd the beanstalkd cases are skipped with a notice, unless
 //! `REDSTALK_REQUIRE_ORACLE=1`.

@@ -193,8 +193,30 @@ pub struct Cli {
 
     /// Serve Prometheus metrics (GET /metrics) and health checks (GET /healthz,
     /// /readyz) over HTTP on ADDR (HOST:PORT, e.g. 127.0.0.1:9100). Off by default.
-    #[arg(long, env = "REDSTALK_METRICS", value_name = "ADDR")]
+    #[arg(long, alias = "http", env = "REDSTALK_METRICS", value_name = "ADDR")]
     pub metrics: Option<String>,
+
+    /// The operator API's token (docs/API.md): changes need it, sent as
+    /// `Authorization: Bearer TOKEN`. Without one, the API only reads.
+    #[arg(
+        long,
+        env = "REDSTALK_ADMIN_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
+    pub admin_token: Option<String>,
+
+    /// Read the operator API's token from this file (its first line).
+    #[arg(long, env = "REDSTALK_ADMIN_TOKEN_FILE", value_name = "PATH")]
+    pub admin_token_file: Option<PathBuf>,
+
+    /// The operator API's reads need the token too.
+    #[arg(long, env = "REDSTALK_ADMIN_READ_AUTH")]
+    pub admin_read_auth: bool,
+
+    /// The operator API refuses every change.
+    #[arg(long, env = "REDSTALK_ADMIN_READ_ONLY")]
+    pub admin_read_only: bool,
 
     /// In /metrics, give per-tube series (redstalk_tube_*) to at most N tubes, the
     /// first by name; redstalk_tubes_omitted counts the others. 0: none.
@@ -256,6 +278,8 @@ pub enum CliError {
     BinlogAndRedis,
     #[error("cannot resolve listen address {0:?}")]
     Resolve(String),
+    #[error("--admin-token-file {0}: cannot read it: {1}")]
+    TokenFile(String, String),
     #[error("--metrics {0:?} is not HOST:PORT that resolves (for example 127.0.0.1:9100)")]
     Metrics(String),
     #[error("--redis-lease {0} is too short: give at least 300 (milliseconds)")]
@@ -288,6 +312,8 @@ pub struct Settings {
     pub metrics: Option<SocketAddr>,
     /// Tubes with per-tube series in /metrics.
     pub metrics_tubes: usize,
+    /// Who may use the operator API.
+    pub access: crate::http::api::Access,
     pub warnings: Vec<String>,
 }
 
@@ -327,6 +353,7 @@ impl Cli {
             dialect: self.compat,
             metrics: self.metrics_addr()?,
             metrics_tubes: self.metrics_tubes,
+            access: self.access()?,
             warnings,
         })
     }
@@ -398,6 +425,26 @@ impl Cli {
             wait_replicas: self.redis_wait_replicas,
             wait_timeout: Duration::from_millis(self.redis_wait_timeout),
             allow_eviction: self.redis_allow_eviction,
+        })
+    }
+
+    /// The API's access settings; the token from the flag, its variable or its file.
+    fn access(&self) -> Result<crate::http::api::Access, CliError> {
+        let token = match (&self.admin_token, &self.admin_token_file) {
+            (Some(t), _) => Some(t.clone()),
+            (None, Some(path)) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| CliError::TokenFile(path.display().to_string(), e.to_string()))?;
+                Some(text.lines().next().unwrap_or_default().trim().to_string())
+            }
+            (None, None) => None,
+        };
+        Ok(crate::http::api::Access {
+            token: token
+                .filter(|t| !t.is_empty())
+                .map(crate::http::api::Secret::new),
+            reads_need_token: self.admin_read_auth,
+            read_only: self.admin_read_only,
         })
     }
 

@@ -270,6 +270,7 @@ fn run(settings: Settings) -> anyhow::Result<()> {
             let source = serving.source();
             let config = HttpConfig {
                 metrics_tubes: settings.metrics_tubes,
+                access: settings.access.clone(),
             };
             tokio::spawn(http::serve(source, m, config, stop_metrics.clone()))
         });

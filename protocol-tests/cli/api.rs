@@ -1,8 +1,6 @@
 //! The admin API commands of redstalkctl (jobs with paging, job, pri, delay, bury, move,
 //! search, put/delete, a bulk move with --dry-run, tail/top with --api) against
-//! redstalk's API, each change checked over the beanstalk protocol. Until the API's
-//! server side is in this tree they are skipped by [`has_api`], the one guard (remove
-//! it then).
+//! redstalk's API, each change checked over the beanstalk protocol.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -14,17 +12,6 @@ use super::support::{self, ServerKind, ServerProc};
 use super::{Out, run, tail_sees_a_new_tube, top_draws_count_tables};
 
 const TOKEN: &str = "cli-test-token";
-
-/// A GET's status code.
-fn http_status(addr: SocketAddr, path: &str) -> u16 {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .timeout_global(Some(Duration::from_secs(10)))
-        .http_status_as_error(false)
-        .build()
-        .into();
-    let resp = agent.get(&format!("http://{addr}{path}")).call().unwrap();
-    resp.status().as_u16()
-}
 
 /// redstalk (memory) with its HTTP listener on a free port.
 fn start_http(extra: &[&str]) -> (ServerProc, SocketAddr) {
@@ -48,23 +35,9 @@ fn start_http(extra: &[&str]) -> (ServerProc, SocketAddr) {
     panic!("could not start redstalk with --metrics");
 }
 
-/// THE GUARD, to remove when the admin API's server side is merged: false (and a SKIP
-/// notice) while redstalk answers 404 to `GET /api/v1/whoami`.
-fn has_api() -> bool {
-    let (_srv, http) = start_http(&[]);
-    if http_status(http, "/api/v1/whoami") == 404 {
-        println!("SKIP: server has no admin API yet");
-        return false;
-    }
-    true
-}
-
-/// redstalk with the admin API and a token; `None` when skipped.
-fn api_server() -> Option<(ServerProc, SocketAddr)> {
-    if !has_api() {
-        return None;
-    }
-    Some(start_http(&["--admin-token", TOKEN]))
+/// redstalk (memory) with the admin API and a token.
+fn api_server() -> (ServerProc, SocketAddr) {
+    start_http(&["--admin-token", TOKEN])
 }
 
 /// The tool with `--api` (and the token when `token`).
@@ -89,9 +62,7 @@ fn ids(v: &Value) -> Vec<u64> {
 
 #[test]
 fn api_jobs_pages_and_job_details() {
-    let Some((srv, http)) = api_server() else {
-        return;
-    };
+    let (srv, http) = api_server();
     let mut c = Client::connect(srv.addr, "producer");
     c.use_tube("emails");
     let a = c.put(10, 0, 60, b"ten");
@@ -170,9 +141,7 @@ fn api_jobs_pages_and_job_details() {
 
 #[test]
 fn api_changes_of_one_job() {
-    let Some((srv, http)) = api_server() else {
-        return;
-    };
+    let (srv, http) = api_server();
     let mut c = Client::connect(srv.addr, "checker");
     c.use_tube("emails");
     let id = c.put(100, 0, 60, b"needle in a job");
@@ -228,9 +197,7 @@ fn api_changes_of_one_job() {
 
 #[test]
 fn api_bulk_move_and_live_commands() {
-    let Some((srv, http)) = api_server() else {
-        return;
-    };
+    let (srv, http) = api_server();
     let mut c = Client::connect(srv.addr, "producer");
     c.use_tube("src");
     for i in 0..30 {

@@ -204,28 +204,8 @@ impl JobStats {
 impl Engine {
     /// The `stats-job` figures; `None` when the job does not exist.
     pub(super) async fn job_stats(&self, id: u64, now: Nanos) -> StoreResult<Option<JobStats>> {
-        let Some(j) = self.store.job_info(id, now).await? else {
-            return Ok(None);
-        };
-        let now = j.now;
-        Ok(Some(JobStats {
-            id: j.id,
-            tube: j.tube.to_string(),
-            state: j.state.name(),
-            pri: j.pri,
-            age: now.saturating_sub(j.created) / NANOS_PER_SEC,
-            delay: u64::from(j.delay_secs),
-            ttr: u64::from(j.ttr_secs),
-            time_left: j
-                .deadline
-                .map_or(0, |d| d.saturating_sub(now) / NANOS_PER_SEC),
-            file: j.file,
-            reserves: j.reserves,
-            timeouts: j.timeouts,
-            releases: j.releases,
-            buries: j.buries,
-            kicks: j.kicks,
-        }))
+        let info = self.store.job_info(id, now).await?;
+        Ok(info.as_ref().map(super::admin::job_stats_of))
     }
 
     /// The `stats-tube` document's figures; `None` when the tube does not exist.

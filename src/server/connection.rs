@@ -120,6 +120,7 @@ pub async fn serve<S: ClientStream>(
     first: BytesMut,
 ) {
     let session = engine.connect().await;
+    engine.note_peer(session.id, peer);
     let conn_id = session.id.0;
     tracing::info!(conn = conn_id, peer, "connection opened");
     let mut guard = SessionGuard {

@@ -11,6 +11,7 @@
 //! it either happens entirely or not at all (but for a Redis store's `close` of many
 //! jobs and references, done in bounded steps: see [`Store::close`]).
 
+pub mod admin;
 pub mod durable;
 mod error;
 #[cfg(test)]
@@ -28,6 +29,7 @@ use crate::protocol::TubeName;
 pub use crate::time::{Clock, NANOS_PER_SEC, Nanos};
 use crate::util::lock;
 
+pub use admin::{Edit, Edited, Holder, JobEntry, ListKey, ListPage, ListQuery};
 pub use durable::DurableStore;
 pub use error::{BoxError, StoreError, StoreResult};
 pub use memory::MemoryStore;
@@ -400,6 +402,40 @@ pub trait Store: Send + Sync {
     /// A connection stopped watching `tube` (which may be destroyed).
     fn unwatch_tube(&self, tube: &TubeName) -> impl Future<Output = StoreResult<()>> + Send;
 
+    // The operator API's (see `admin.rs`). A store without them says so.
+
+    /// A page of `query.tube`'s jobs in `query.state`, in the order the server takes
+    /// them, after `query.after`.
+    fn list_jobs(
+        &self,
+        query: &ListQuery,
+        now: Nanos,
+    ) -> impl Future<Output = StoreResult<ListPage>> + Send {
+        let _ = (query, now);
+        std::future::ready(Err(StoreError::Unsupported { op: "list jobs" }))
+    }
+
+    /// One job's figures, body size and holder.
+    fn job_entry(
+        &self,
+        id: JobId,
+        now: Nanos,
+    ) -> impl Future<Output = StoreResult<Option<JobEntry>>> + Send {
+        let _ = (id, now);
+        std::future::ready(Err(StoreError::Unsupported { op: "job entry" }))
+    }
+
+    /// Change job `id` in place, in one atomic step (see [`Edit`]).
+    fn edit(
+        &self,
+        id: JobId,
+        edit: &Edit,
+        now: Nanos,
+    ) -> impl Future<Output = StoreResult<Edited>> + Send {
+        let _ = (id, edit, now);
+        std::future::ready(Err(StoreError::Unsupported { op: "edit job" }))
+    }
+
     // What the engine asks of a store besides transitions. The defaults fit a store that
     // is local to this process (the memory store).
 
@@ -627,6 +663,15 @@ impl Store for AnyStore {
     }
     async fn unwatch_tube(&self, tube: &TubeName) -> StoreResult<()> {
         dispatch!(self, s => s.unwatch_tube(tube))
+    }
+    async fn list_jobs(&self, query: &ListQuery, now: Nanos) -> StoreResult<ListPage> {
+        dispatch!(self, s => s.list_jobs(query, now))
+    }
+    async fn job_entry(&self, id: JobId, now: Nanos) -> StoreResult<Option<JobEntry>> {
+        dispatch!(self, s => s.job_entry(id, now))
+    }
+    async fn edit(&self, id: JobId, edit: &Edit, now: Nanos) -> StoreResult<Edited> {
+        dispatch!(self, s => s.edit(id, edit, now))
     }
     fn name(&self) -> &'static str {
         match self {
