@@ -1,5 +1,6 @@
 //! The operator API (`/api/v1`, docs/API.md) against the real binary, on every mode
-//! that serves it (memory, `-b DIR`, Redis leader mode with a private `redis-server`),
+//! that serves it (memory, `-b DIR`, Redis leader and shared mode, each with a private
+//! `redis-server`),
 //! with a real HTTP client (ureq) beside a beanstalk client. Every wait is bounded.
 //!
 //! What the tests prove:
@@ -11,10 +12,12 @@
 //! - `edits_keep_id_and_counters_and_survive_kill_9` — move (ready, delayed, buried), pri,
 //!   delay and bury answer the job with the same id and counters; a reserved job is
 //!   refused (409); after `kill -9` and a restart (`-b`: same directory; leader: a new
-//!   leader on the same Redis) every change is there (tube, state, pri, counters), the
+//!   leader on the same Redis; shared: a new instance on the same Redis) every change is there (tube, state, pri, counters), the
 //!   old tube lists nothing, and `reserve` on the new tube hands out the moved job.
 //! - `bulk_dry_run_counts_what_the_real_run_changes` — a dry run's `matched` equals the
 //!   real run's `changed`, with and without a body filter and a limit.
+//! - `a_deep_page_costs_what_the_first_does` — page 20 of 20,000 tied jobs costs about
+//!   what page 1 does (figures printed); a reserved job names its holder.
 //! - `refusals` — on every mode: no token / wrong token 401 (`WWW-Authenticate`), no
 //!   token configured 401 for changes but reads served, read-only 403 `read_only`,
 //!   cross-origin (`Origin`, `Sec-Fetch-Site`) 403 `forbidden`, `--admin-read-auth`
@@ -43,6 +46,8 @@ enum Home {
     Memory,
     Binlog(PathBuf),
     Leader(RedisServer),
+    /// Redis shared mode (a script per command).
+    Shared(RedisServer),
 }
 
 impl Home {
@@ -51,14 +56,18 @@ impl Home {
             Home::Memory => "memory",
             Home::Binlog(_) => "binlog",
             Home::Leader(_) => "leader",
+            Home::Shared(_) => "shared",
         }
     }
 
-    /// Every mode this run can serve (leader only with redis-server).
+    /// Every mode this run can serve (leader and shared only with redis-server).
     fn all() -> Vec<Home> {
         let mut homes = vec![Home::Memory, Home::Binlog(fresh_dir())];
         if let Some(r) = private_redis(&[], "leader-mode admin API tests") {
             homes.push(Home::Leader(r));
+        }
+        if let Some(r) = private_redis(&[], "shared-mode admin API tests") {
+            homes.push(Home::Shared(r));
         }
         homes
     }
@@ -78,6 +87,9 @@ impl Home {
                 Home::Leader(redis) => {
                     args.extend(["--redis-lease".to_string(), TEST_LEASE_MS.to_string()]);
                     ServerProc::start_on_redis_as(ServerKind::Leader, &redis.url(), "adm", &args)
+                }
+                Home::Shared(redis) => {
+                    ServerProc::start_on_redis_as(ServerKind::Redis, &redis.url(), "adm", &args)
                 }
             };
             match started {
@@ -286,6 +298,61 @@ fn listing_order_is_the_order_jobs_are_taken() {
                 home.name()
             );
         }
+        drop(srv);
+    }
+}
+
+/// Page 20 of a 20,000-job tube whose jobs all share one priority (the worst case for
+/// finding a cursor's place) costs about what page 1 costs; a reserved job names its
+/// holder.
+#[test]
+fn a_deep_page_costs_what_the_first_does() {
+    let _serial = serial();
+    const JOBS: usize = 20_000;
+    for home in Home::all() {
+        let (srv, api) = home.launch(&["--admin-token", TOKEN]);
+        let mut c = Client::connect(srv.addr, "c");
+        c.use_tube("deep");
+        c.watch_only("deep");
+        for _ in 0..JOBS / 500 {
+            for _ in 0..500 {
+                c.send_put(1024, 0, 60, b"same priority");
+            }
+            for _ in 0..500 {
+                assert_eq!(c.reply().word(), "INSERTED");
+            }
+        }
+        let (mut cursor, mut times) = (String::new(), Vec::new());
+        for _ in 0..JOBS / 1000 {
+            let t = Instant::now();
+            let (s, v) = api.get(&format!(
+                "/tubes/deep/jobs?state=ready&limit=1000&cursor={cursor}"
+            ));
+            times.push(t.elapsed());
+            assert_eq!((s, v["jobs"].as_array().map(Vec::len)), (200, Some(1000)));
+            cursor = v["next_cursor"].as_str().unwrap_or_default().to_string();
+        }
+        assert!(cursor.is_empty(), "the last page says there is no more");
+        let (first, deep) = (times[0], times[times.len() - 1]);
+        println!(
+            "{}: page 1 of {JOBS} jobs {first:?}, page {} {deep:?}",
+            home.name(),
+            times.len()
+        );
+        assert!(
+            deep < first * 4 + Duration::from_millis(200),
+            "{}: page 1 {first:?}, deep page {deep:?}",
+            home.name()
+        );
+        let (id, _) = c.reserve_timeout(0).expect("a job");
+        let (s, v) = api.get("/tubes/deep/jobs?state=reserved");
+        let held = &v["jobs"][0];
+        assert_eq!((s, held["id"].as_u64()), (200, Some(id)), "{v}");
+        assert!(
+            held["holder"]["conn"].as_u64().is_some() && held["holder"]["instance"].is_string(),
+            "{}: holder {held}",
+            home.name()
+        );
         drop(srv);
     }
 }
