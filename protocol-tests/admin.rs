@@ -18,6 +18,9 @@
 //!   real run's `changed`, with and without a body filter and a limit.
 //! - `a_deep_page_costs_what_the_first_does` — page 20 of 20,000 tied jobs costs about
 //!   what page 1 does (figures printed); a reserved job names its holder.
+//! - `a_standby_forwards_the_api_to_the_leader` — leader mode: a listing and changes
+//!   through a standby's HTTP port act on the leader, which decides access; a standby of
+//!   a leader without HTTP answers 503 `unavailable` with the reason.
 //! - `refusals` — on every mode: no token / wrong token 401 (`WWW-Authenticate`), no
 //!   token configured 401 for changes but reads served, read-only 403 `read_only`,
 //!   cross-origin (`Origin`, `Sec-Fetch-Site`) 403 `forbidden`, `--admin-read-auth`
@@ -72,8 +75,14 @@ impl Home {
         homes
     }
 
-    /// A redstalk on this home with the API on a free port and `extra` flags.
+    /// A redstalk on this home with the API on a free port and `extra` flags (in
+    /// leader mode, once it leads).
     fn launch(&self, extra: &[&str]) -> (ServerProc, Api) {
+        self.launch_as(extra, "leader")
+    }
+
+    /// [`Home::launch`], waiting (in leader mode) until `/whoami` says `role`.
+    fn launch_as(&self, extra: &[&str], role: &str) -> (ServerProc, Api) {
         for _ in 0..5 {
             let http: SocketAddr = ([127, 0, 0, 1], support::free_port()).into();
             let mut args = vec!["--metrics".to_string(), http.to_string()];
@@ -98,7 +107,7 @@ impl Home {
                     support::wait_served(srv.addr, Duration::from_secs(20), &log);
                     let api = Api { http };
                     let deadline = Instant::now() + Duration::from_secs(20);
-                    while api.whoami().0 != 200 || self.standby(&api) {
+                    while api.whoami().0 != 200 || !self.has_role(&api, role) {
                         assert!(Instant::now() < deadline, "API not served\n{}", log.tail());
                         std::thread::sleep(Duration::from_millis(50));
                     }
@@ -110,8 +119,10 @@ impl Home {
         panic!("could not start redstalk ({})", self.name());
     }
 
-    fn standby(&self, api: &Api) -> bool {
-        matches!(self, Home::Leader(_)) && api.whoami().1["role"] != "leader"
+    /// Whether the instance has `role` (`any`: either leader or standby).
+    fn has_role(&self, api: &Api, role: &str) -> bool {
+        let now = api.whoami().1["role"].clone();
+        !matches!(self, Home::Leader(_)) || now == role || (role == "any" && now.is_string())
     }
 }
 
@@ -355,6 +366,94 @@ fn a_deep_page_costs_what_the_first_does() {
         );
         drop(srv);
     }
+}
+
+/// A standby forwards `/api/v1` to the leader's HTTP listener (published in Redis with
+/// the lease): a listing and a change through the standby's port act on the leader,
+/// the leader decides access; a standby whose leader serves no HTTP answers 503.
+#[test]
+fn a_standby_forwards_the_api_to_the_leader() {
+    let _serial = serial();
+    let Some(redis) = private_redis(&[], "standby API forwarding") else {
+        return;
+    };
+    let home = Home::Leader(redis);
+    let (leader, _leader_api) = home.launch(&["--admin-token", TOKEN]);
+    let (_standby, api) = home.launch_as(&["--admin-token", TOKEN], "standby");
+    let mut c = Client::connect(leader.addr, "c");
+    c.use_tube("fwd");
+    let ids: Vec<u64> = (0..5).map(|i| c.put(100 + i, 0, 60, b"fwd")).collect();
+    let t = Instant::now();
+    let listed = api.list_all("fwd", "ready", || 2);
+    println!(
+        "standby: {} jobs listed through it in pages of 2 in {:?}",
+        listed.len(),
+        t.elapsed()
+    );
+    assert_eq!(
+        self::ids(&listed),
+        ids,
+        "the leader's jobs, through the standby"
+    );
+    let (s, j) = api.post(&format!("/jobs/{}/pri", ids[4]), json!({"pri": 1}));
+    assert_eq!((s, j["pri"].as_u64()), (200, Some(1)), "{j}");
+    assert_eq!(
+        stats_job(&mut c, ids[4])["pri"],
+        "1",
+        "changed on the leader"
+    );
+    let (s, j) = api.post(&format!("/jobs/{}/move", ids[0]), json!({"tube": "fwd2"}));
+    assert_eq!((s, j["tube"].as_str()), (200, Some("fwd2")), "{j}");
+    assert_eq!(stats_job(&mut c, ids[0])["tube"], "fwd2");
+    // The leader decides access: no token, 401 from it.
+    let (s, v, www) = api.post_with(&format!("/jobs/{}/pri", ids[1]), json!({"pri": 2}), &[]);
+    assert_eq!(
+        (s, v["error"]["code"].as_str(), www.as_str()),
+        (401, Some("unauthorized"), "Bearer")
+    );
+    assert_eq!(api.get("/jobs/999999").0, 404);
+    assert_eq!(
+        api.whoami().1["role"],
+        "standby",
+        "whoami is the standby's own"
+    );
+    drop(c);
+    drop(_standby);
+    drop(leader);
+
+    // A leader without an HTTP listener publishes no API address.
+    let Home::Leader(redis) = &home else {
+        unreachable!()
+    };
+    let lease = TEST_LEASE_MS.to_string();
+    let bare = ServerProc::start_on_redis_as(
+        ServerKind::Leader,
+        &redis.url(),
+        "adm",
+        &["--redis-lease".to_string(), lease],
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let _standby = loop {
+        let (srv, api) = home.launch_as(&["--admin-token", TOKEN], "any");
+        let (s, v) = api.get("/tubes");
+        if api.whoami().1["role"] == "standby" && s == 503 {
+            let msg = v["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            assert_eq!(v["error"]["code"], "unavailable");
+            assert!(msg.contains("publishes no API address"), "{msg}");
+            println!("standby of a leader without HTTP: 503 {msg}");
+            break srv;
+        }
+        // This one led (the killed leader's lease lapsed before the bare one took it):
+        // kill it; the bare one takes over once its lease lapses.
+        assert!(Instant::now() < deadline, "no 503: {s} {v}");
+        drop(srv);
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    drop(bare);
 }
 
 fn stats_job(c: &mut Client, id: u64) -> std::collections::HashMap<String, String> {
