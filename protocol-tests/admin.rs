@@ -21,6 +21,8 @@
 //! - `a_standby_forwards_the_api_to_the_leader` — leader mode: a listing and changes
 //!   through a standby's HTTP port act on the leader, which decides access; a standby of
 //!   a leader without HTTP answers 503 `unavailable` with the reason.
+//! - `stats_json_has_the_yaml_figures` — `/stats` and `/tubes/{tube}` have the keys and
+//!   values of `stats` and `stats-tube`.
 //! - `refusals` — on every mode: no token / wrong token 401 (`WWW-Authenticate`), no
 //!   token configured 401 for changes but reads served, read-only 403 `read_only`,
 //!   cross-origin (`Origin`, `Sec-Fetch-Site`) 403 `forbidden`, `--admin-read-auth`
@@ -454,6 +456,59 @@ fn a_standby_forwards_the_api_to_the_leader() {
         std::thread::sleep(Duration::from_millis(200));
     };
     drop(bare);
+}
+
+/// `/stats` and `/tubes/{tube}` carry exactly the keys of `stats` and `stats-tube`,
+/// with the same values (numbers as numbers, `draining` a boolean).
+#[test]
+fn stats_json_has_the_yaml_figures() {
+    let _serial = serial();
+    for home in Home::all() {
+        let (srv, api) = home.launch(&["--admin-token", TOKEN]);
+        let mut c = Client::connect(srv.addr, "c");
+        c.use_tube("figs");
+        c.put(1, 0, 60, b"x");
+        c.put(2000, 30, 60, b"y");
+        for (yaml_cmd, path) in [("stats", "/stats"), ("stats-tube figs", "/tubes/figs")] {
+            let yaml: std::collections::BTreeMap<String, String> =
+                c.dict(yaml_cmd).into_iter().collect();
+            let (s, v) = api.get(path);
+            assert_eq!(s, 200, "{v}");
+            let json = v.as_object().unwrap();
+            let keys = |m: Vec<&String>| {
+                let mut k: Vec<String> = m.into_iter().cloned().collect();
+                k.sort();
+                k
+            };
+            assert_eq!(
+                keys(json.keys().collect()),
+                keys(yaml.keys().collect()),
+                "{path}"
+            );
+            for (k, want) in &yaml {
+                // Figures that move between the two reads.
+                if k.starts_with("cmd-")
+                    || k.starts_with("rusage")
+                    || k.contains("connections")
+                    || k == "uptime"
+                {
+                    continue;
+                }
+                let got = match &json[k] {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                assert_eq!(&got, want.trim_matches('"'), "{} {path} {k}", home.name());
+            }
+            assert!(json.values().filter(|v| v.is_number()).count() >= 10);
+        }
+        assert!(api.get("/stats").1["draining"].is_boolean());
+        println!(
+            "{}: /stats and /tubes/figs match stats and stats-tube",
+            home.name()
+        );
+        drop(srv);
+    }
 }
 
 fn stats_job(c: &mut Client, id: u64) -> std::collections::HashMap<String, String> {
