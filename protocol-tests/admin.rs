@@ -20,7 +20,8 @@
 //!   what page 1 does (figures printed); a reserved job names its holder.
 //! - `a_standby_forwards_the_api_to_the_leader` — leader mode: a listing and changes
 //!   through a standby's HTTP port act on the leader, which decides access; a standby of
-//!   a leader without HTTP answers 503 `unavailable` with the reason.
+//!   a leader without HTTP, or whose published API address does not answer, answers
+//!   503 `unavailable` with the reason.
 //! - `stats_json_has_the_yaml_figures` — `/stats` and `/tubes/{tube}` have the keys and
 //!   values of `stats` and `stats-tube`.
 //! - `refusals` — on every mode: no token / wrong token 401 (`WWW-Authenticate`), no
@@ -423,39 +424,45 @@ fn a_standby_forwards_the_api_to_the_leader() {
     drop(_standby);
     drop(leader);
 
-    // A leader without an HTTP listener publishes no API address.
+    // A leader without an HTTP listener publishes no API address; one whose published
+    // address does not answer cannot be reached. Either way: 503 with the reason.
     let Home::Leader(redis) = &home else {
         unreachable!()
     };
-    let lease = TEST_LEASE_MS.to_string();
-    let bare = ServerProc::start_on_redis_as(
-        ServerKind::Leader,
-        &redis.url(),
-        "adm",
-        &["--redis-lease".to_string(), lease],
-    )
-    .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let _standby = loop {
+    let dead = format!("127.0.0.1:{}", support::free_port());
+    for (flags, reason) in [
+        (vec![], "publishes no API address"),
+        (vec!["--http-advertise", dead.as_str()], "cannot connect"),
+    ] {
+        let mut args = vec!["--redis-lease".to_string(), TEST_LEASE_MS.to_string()];
+        args.extend(flags.iter().map(|f| f.to_string()));
+        let bare =
+            ServerProc::start_on_redis_as(ServerKind::Leader, &redis.url(), "adm", &args).unwrap();
+        let msg = standby_refusal(&home, reason);
+        println!("standby of a leader {flags:?}: 503 {msg}");
+        drop(bare);
+    }
+}
+
+/// The 503 message of a new standby's `/tubes` once it says `reason` (an instance that
+/// took the lead instead, before the bare leader did, is killed and another started).
+fn standby_refusal(home: &Home, reason: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
         let (srv, api) = home.launch_as(&["--admin-token", TOKEN], "any");
-        let (s, v) = api.get("/tubes");
-        if api.whoami().1["role"] == "standby" && s == 503 {
-            let msg = v["error"]["message"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string();
-            assert_eq!(v["error"]["code"], "unavailable");
-            assert!(msg.contains("publishes no API address"), "{msg}");
-            println!("standby of a leader without HTTP: 503 {msg}");
-            break srv;
+        while api.whoami().1["role"] == "standby" && Instant::now() < deadline {
+            let (s, v) = api.get("/tubes");
+            let msg = v["error"]["message"].as_str().unwrap_or_default();
+            if s == 503 && msg.contains(reason) {
+                assert_eq!(v["error"]["code"], "unavailable");
+                return msg.to_string();
+            }
+            std::thread::sleep(Duration::from_millis(100));
         }
-        // This one led (the killed leader's lease lapsed before the bare one took it):
-        // kill it; the bare one takes over once its lease lapses.
-        assert!(Instant::now() < deadline, "no 503: {s} {v}");
+        assert!(Instant::now() < deadline, "no 503 saying {reason:?}");
         drop(srv);
         std::thread::sleep(Duration::from_millis(200));
-    };
-    drop(bare);
+    }
 }
 
 /// `/stats` and `/tubes/{tube}` carry exactly the keys of `stats` and `stats-tube`,
