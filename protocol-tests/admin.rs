@@ -1,5 +1,6 @@
 //! The operator API (`/api/v1`, docs/API.md) against the real binary, on every mode
-//! that serves it (memory, `-b DIR`, Redis leader mode with a private `redis-server`),
+//! that serves it (memory, `-b DIR`, Redis leader and shared mode, each with a private
+//! `redis-server`),
 //! with a real HTTP client (ureq) beside a beanstalk client. Every wait is bounded.
 //!
 //! What the tests prove:
@@ -11,10 +12,18 @@
 //! - `edits_keep_id_and_counters_and_survive_kill_9` — move (ready, delayed, buried), pri,
 //!   delay and bury answer the job with the same id and counters; a reserved job is
 //!   refused (409); after `kill -9` and a restart (`-b`: same directory; leader: a new
-//!   leader on the same Redis) every change is there (tube, state, pri, counters), the
+//!   leader on the same Redis; shared: a new instance on the same Redis) every change is there (tube, state, pri, counters), the
 //!   old tube lists nothing, and `reserve` on the new tube hands out the moved job.
 //! - `bulk_dry_run_counts_what_the_real_run_changes` — a dry run's `matched` equals the
 //!   real run's `changed`, with and without a body filter and a limit.
+//! - `a_deep_page_costs_what_the_first_does` — page 20 of 20,000 tied jobs costs about
+//!   what page 1 does (figures printed); a reserved job names its holder.
+//! - `a_standby_forwards_the_api_to_the_leader` — leader mode: a listing and changes
+//!   through a standby's HTTP port act on the leader, which decides access; a standby of
+//!   a leader without HTTP, or whose published API address does not answer, answers
+//!   503 `unavailable` with the reason.
+//! - `stats_json_has_the_yaml_figures` — `/stats` and `/tubes/{tube}` have the keys and
+//!   values of `stats` and `stats-tube`.
 //! - `refusals` — on every mode: no token / wrong token 401 (`WWW-Authenticate`), no
 //!   token configured 401 for changes but reads served, read-only 403 `read_only`,
 //!   cross-origin (`Origin`, `Sec-Fetch-Site`) 403 `forbidden`, `--admin-read-auth`
@@ -43,6 +52,8 @@ enum Home {
     Memory,
     Binlog(PathBuf),
     Leader(RedisServer),
+    /// Redis shared mode (a script per command).
+    Shared(RedisServer),
 }
 
 impl Home {
@@ -51,20 +62,30 @@ impl Home {
             Home::Memory => "memory",
             Home::Binlog(_) => "binlog",
             Home::Leader(_) => "leader",
+            Home::Shared(_) => "shared",
         }
     }
 
-    /// Every mode this run can serve (leader only with redis-server).
+    /// Every mode this run can serve (leader and shared only with redis-server).
     fn all() -> Vec<Home> {
         let mut homes = vec![Home::Memory, Home::Binlog(fresh_dir())];
         if let Some(r) = private_redis(&[], "leader-mode admin API tests") {
             homes.push(Home::Leader(r));
         }
+        if let Some(r) = private_redis(&[], "shared-mode admin API tests") {
+            homes.push(Home::Shared(r));
+        }
         homes
     }
 
-    /// A redstalk on this home with the API on a free port and `extra` flags.
+    /// A redstalk on this home with the API on a free port and `extra` flags (in
+    /// leader mode, once it leads).
     fn launch(&self, extra: &[&str]) -> (ServerProc, Api) {
+        self.launch_as(extra, "leader")
+    }
+
+    /// [`Home::launch`], waiting (in leader mode) until `/whoami` says `role`.
+    fn launch_as(&self, extra: &[&str], role: &str) -> (ServerProc, Api) {
         for _ in 0..5 {
             let http: SocketAddr = ([127, 0, 0, 1], support::free_port()).into();
             let mut args = vec!["--metrics".to_string(), http.to_string()];
@@ -79,6 +100,9 @@ impl Home {
                     args.extend(["--redis-lease".to_string(), TEST_LEASE_MS.to_string()]);
                     ServerProc::start_on_redis_as(ServerKind::Leader, &redis.url(), "adm", &args)
                 }
+                Home::Shared(redis) => {
+                    ServerProc::start_on_redis_as(ServerKind::Redis, &redis.url(), "adm", &args)
+                }
             };
             match started {
                 Ok(mut srv) => {
@@ -86,7 +110,7 @@ impl Home {
                     support::wait_served(srv.addr, Duration::from_secs(20), &log);
                     let api = Api { http };
                     let deadline = Instant::now() + Duration::from_secs(20);
-                    while api.whoami().0 != 200 || self.standby(&api) {
+                    while api.whoami().0 != 200 || !self.has_role(&api, role) {
                         assert!(Instant::now() < deadline, "API not served\n{}", log.tail());
                         std::thread::sleep(Duration::from_millis(50));
                     }
@@ -98,8 +122,10 @@ impl Home {
         panic!("could not start redstalk ({})", self.name());
     }
 
-    fn standby(&self, api: &Api) -> bool {
-        matches!(self, Home::Leader(_)) && api.whoami().1["role"] != "leader"
+    /// Whether the instance has `role` (`any`: either leader or standby).
+    fn has_role(&self, api: &Api, role: &str) -> bool {
+        let now = api.whoami().1["role"].clone();
+        !matches!(self, Home::Leader(_)) || now == role || (role == "any" && now.is_string())
     }
 }
 
@@ -286,6 +312,208 @@ fn listing_order_is_the_order_jobs_are_taken() {
                 home.name()
             );
         }
+        drop(srv);
+    }
+}
+
+/// Page 20 of a 20,000-job tube whose jobs all share one priority (the worst case for
+/// finding a cursor's place) costs about what page 1 costs; a reserved job names its
+/// holder.
+#[test]
+fn a_deep_page_costs_what_the_first_does() {
+    let _serial = serial();
+    const JOBS: usize = 20_000;
+    for home in Home::all() {
+        let (srv, api) = home.launch(&["--admin-token", TOKEN]);
+        let mut c = Client::connect(srv.addr, "c");
+        c.use_tube("deep");
+        c.watch_only("deep");
+        for _ in 0..JOBS / 500 {
+            for _ in 0..500 {
+                c.send_put(1024, 0, 60, b"same priority");
+            }
+            for _ in 0..500 {
+                assert_eq!(c.reply().word(), "INSERTED");
+            }
+        }
+        let (mut cursor, mut times) = (String::new(), Vec::new());
+        for _ in 0..JOBS / 1000 {
+            let t = Instant::now();
+            let (s, v) = api.get(&format!(
+                "/tubes/deep/jobs?state=ready&limit=1000&cursor={cursor}"
+            ));
+            times.push(t.elapsed());
+            assert_eq!((s, v["jobs"].as_array().map(Vec::len)), (200, Some(1000)));
+            cursor = v["next_cursor"].as_str().unwrap_or_default().to_string();
+        }
+        assert!(cursor.is_empty(), "the last page says there is no more");
+        let (first, deep) = (times[0], times[times.len() - 1]);
+        println!(
+            "{}: page 1 of {JOBS} jobs {first:?}, page {} {deep:?}",
+            home.name(),
+            times.len()
+        );
+        assert!(
+            deep < first * 4 + Duration::from_millis(200),
+            "{}: page 1 {first:?}, deep page {deep:?}",
+            home.name()
+        );
+        let (id, _) = c.reserve_timeout(0).expect("a job");
+        let (s, v) = api.get("/tubes/deep/jobs?state=reserved");
+        let held = &v["jobs"][0];
+        assert_eq!((s, held["id"].as_u64()), (200, Some(id)), "{v}");
+        assert!(
+            held["holder"]["conn"].as_u64().is_some() && held["holder"]["instance"].is_string(),
+            "{}: holder {held}",
+            home.name()
+        );
+        drop(srv);
+    }
+}
+
+/// A standby forwards `/api/v1` to the leader's HTTP listener (published in Redis with
+/// the lease): a listing and a change through the standby's port act on the leader,
+/// the leader decides access; a standby whose leader serves no HTTP answers 503.
+#[test]
+fn a_standby_forwards_the_api_to_the_leader() {
+    let _serial = serial();
+    let Some(redis) = private_redis(&[], "standby API forwarding") else {
+        return;
+    };
+    let home = Home::Leader(redis);
+    let (leader, _leader_api) = home.launch(&["--admin-token", TOKEN]);
+    let (_standby, api) = home.launch_as(&["--admin-token", TOKEN], "standby");
+    let mut c = Client::connect(leader.addr, "c");
+    c.use_tube("fwd");
+    let ids: Vec<u64> = (0..5).map(|i| c.put(100 + i, 0, 60, b"fwd")).collect();
+    let t = Instant::now();
+    let listed = api.list_all("fwd", "ready", || 2);
+    println!(
+        "standby: {} jobs listed through it in pages of 2 in {:?}",
+        listed.len(),
+        t.elapsed()
+    );
+    assert_eq!(
+        self::ids(&listed),
+        ids,
+        "the leader's jobs, through the standby"
+    );
+    let (s, j) = api.post(&format!("/jobs/{}/pri", ids[4]), json!({"pri": 1}));
+    assert_eq!((s, j["pri"].as_u64()), (200, Some(1)), "{j}");
+    assert_eq!(
+        stats_job(&mut c, ids[4])["pri"],
+        "1",
+        "changed on the leader"
+    );
+    let (s, j) = api.post(&format!("/jobs/{}/move", ids[0]), json!({"tube": "fwd2"}));
+    assert_eq!((s, j["tube"].as_str()), (200, Some("fwd2")), "{j}");
+    assert_eq!(stats_job(&mut c, ids[0])["tube"], "fwd2");
+    // The leader decides access: no token, 401 from it.
+    let (s, v, www) = api.post_with(&format!("/jobs/{}/pri", ids[1]), json!({"pri": 2}), &[]);
+    assert_eq!(
+        (s, v["error"]["code"].as_str(), www.as_str()),
+        (401, Some("unauthorized"), "Bearer")
+    );
+    assert_eq!(api.get("/jobs/999999").0, 404);
+    assert_eq!(
+        api.whoami().1["role"],
+        "standby",
+        "whoami is the standby's own"
+    );
+    drop(c);
+    drop(_standby);
+    drop(leader);
+
+    // A leader without an HTTP listener publishes no API address; one whose published
+    // address does not answer cannot be reached. Either way: 503 with the reason.
+    let Home::Leader(redis) = &home else {
+        unreachable!()
+    };
+    let dead = format!("127.0.0.1:{}", support::free_port());
+    for (flags, reason) in [
+        (vec![], "publishes no API address"),
+        (vec!["--http-advertise", dead.as_str()], "cannot connect"),
+    ] {
+        let mut args = vec!["--redis-lease".to_string(), TEST_LEASE_MS.to_string()];
+        args.extend(flags.iter().map(|f| f.to_string()));
+        let bare =
+            ServerProc::start_on_redis_as(ServerKind::Leader, &redis.url(), "adm", &args).unwrap();
+        let msg = standby_refusal(&home, reason);
+        println!("standby of a leader {flags:?}: 503 {msg}");
+        drop(bare);
+    }
+}
+
+/// The 503 message of a new standby's `/tubes` once it says `reason` (an instance that
+/// took the lead instead, before the bare leader did, is killed and another started).
+fn standby_refusal(home: &Home, reason: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        let (srv, api) = home.launch_as(&["--admin-token", TOKEN], "any");
+        while api.whoami().1["role"] == "standby" && Instant::now() < deadline {
+            let (s, v) = api.get("/tubes");
+            let msg = v["error"]["message"].as_str().unwrap_or_default();
+            if s == 503 && msg.contains(reason) {
+                assert_eq!(v["error"]["code"], "unavailable");
+                return msg.to_string();
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert!(Instant::now() < deadline, "no 503 saying {reason:?}");
+        drop(srv);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// `/stats` and `/tubes/{tube}` carry exactly the keys of `stats` and `stats-tube`,
+/// with the same values (numbers as numbers, `draining` a boolean).
+#[test]
+fn stats_json_has_the_yaml_figures() {
+    let _serial = serial();
+    for home in Home::all() {
+        let (srv, api) = home.launch(&["--admin-token", TOKEN]);
+        let mut c = Client::connect(srv.addr, "c");
+        c.use_tube("figs");
+        c.put(1, 0, 60, b"x");
+        c.put(2000, 30, 60, b"y");
+        for (yaml_cmd, path) in [("stats", "/stats"), ("stats-tube figs", "/tubes/figs")] {
+            let yaml: std::collections::BTreeMap<String, String> =
+                c.dict(yaml_cmd).into_iter().collect();
+            let (s, v) = api.get(path);
+            assert_eq!(s, 200, "{v}");
+            let json = v.as_object().unwrap();
+            let keys = |m: Vec<&String>| {
+                let mut k: Vec<String> = m.into_iter().cloned().collect();
+                k.sort();
+                k
+            };
+            assert_eq!(
+                keys(json.keys().collect()),
+                keys(yaml.keys().collect()),
+                "{path}"
+            );
+            for (k, want) in &yaml {
+                // Figures that move between the two reads.
+                if k.starts_with("cmd-")
+                    || k.starts_with("rusage")
+                    || k.contains("connections")
+                    || k == "uptime"
+                {
+                    continue;
+                }
+                let got = match &json[k] {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                assert_eq!(&got, want.trim_matches('"'), "{} {path} {k}", home.name());
+            }
+            assert!(json.values().filter(|v| v.is_number()).count() >= 10);
+        }
+        assert!(api.get("/stats").1["draining"].is_boolean());
+        println!(
+            "{}: /stats and /tubes/figs match stats and stats-tube",
+            home.name()
+        );
         drop(srv);
     }
 }

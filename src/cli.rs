@@ -159,6 +159,13 @@ pub struct Cli {
     #[arg(long, env = "REDSTALK_ADVERTISE", value_name = "HOST:PORT")]
     pub advertise: Option<String>,
 
+    /// Leader mode: the HOST:PORT at which other instances reach this one's HTTP
+    /// listener to forward operator API requests while it leads (default: the
+    /// --metrics/--http address, or --advertise's host with that port when it listens
+    /// on all addresses; none without an HTTP listener).
+    #[arg(long, env = "REDSTALK_HTTP_ADVERTISE", value_name = "HOST:PORT")]
+    pub http_advertise: Option<String>,
+
     /// Acknowledge a change only once this many Redis replicas have it (Redis WAIT):
     /// in leader mode one WAIT per batch, in shared mode one pipelined behind each
     /// script. Not confirmed in time: INTERNAL_ERROR (the change may exist).
@@ -265,6 +272,9 @@ pub struct RedisSettings {
     /// Leader mode: where other instances reach this one (empty: nowhere; listening on
     /// a unix socket only).
     pub advertise: String,
+    /// Leader mode: where other instances forward operator API requests (empty:
+    /// nowhere; no HTTP listener).
+    pub http_advertise: String,
     pub wait_replicas: u32,
     pub wait_timeout: Duration,
     /// Run on a Redis that may evict keys, warning instead of refusing.
@@ -421,6 +431,7 @@ impl Cli {
             },
             mode: self.redis_mode,
             lease: Duration::from_millis(self.redis_lease),
+            http_advertise: self.http_advertise_addr(&advertise)?,
             advertise,
             wait_replicas: self.redis_wait_replicas,
             wait_timeout: Duration::from_millis(self.redis_wait_timeout),
@@ -446,6 +457,27 @@ impl Cli {
             reads_need_token: self.admin_read_auth,
             read_only: self.admin_read_only,
         })
+    }
+
+    /// `--http-advertise`, or what the HTTP listener's address says: itself when it
+    /// names one address, else `advertise`'s host (this host's name without one) with
+    /// its port.
+    fn http_advertise_addr(&self, advertise: &str) -> Result<String, CliError> {
+        if let Some(a) = &self.http_advertise {
+            return Ok(a.clone());
+        }
+        let Some(http) = self.metrics_addr()? else {
+            return Ok(String::new());
+        };
+        if !http.ip().is_unspecified() {
+            return Ok(http.to_string());
+        }
+        let host = advertise
+            .rsplit_once(':')
+            .map(|(h, _)| h.to_string())
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(hostname);
+        Ok(format!("{host}:{}", http.port()))
     }
 
     fn metrics_addr(&self) -> Result<Option<SocketAddr>, CliError> {
@@ -530,6 +562,35 @@ mod tests {
         assert_eq!(s.max_job_size, 10);
         let c = parse(&["-Vp", "99"]);
         assert_eq!((c.verbose, c.port), (1, 99));
+    }
+
+    #[test]
+    fn the_api_is_advertised_where_the_http_listener_is_reached() {
+        let http = |args: &[&str]| {
+            let mut all = vec!["--redis", "redis://127.0.0.1:1/0"];
+            all.extend_from_slice(args);
+            parse(&all)
+                .validate()
+                .unwrap()
+                .redis
+                .unwrap()
+                .http_advertise
+        };
+        assert_eq!(http(&[]), "");
+        assert_eq!(http(&["--metrics", "127.0.0.1:9100"]), "127.0.0.1:9100");
+        assert_eq!(
+            http(&["--metrics", "0.0.0.0:9100", "--advertise", "10.0.0.5:11300"]),
+            "10.0.0.5:9100"
+        );
+        assert_eq!(
+            http(&[
+                "--http",
+                "0.0.0.0:9100",
+                "--http-advertise",
+                "api.example:80"
+            ]),
+            "api.example:80"
+        );
     }
 
     #[test]

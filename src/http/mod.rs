@@ -136,9 +136,14 @@ fn router(source: Source, config: &HttpConfig) -> Router {
             app.clone(),
             api::access::guard,
         ))
+        // Outside the access checks: a standby's leader makes them.
+        .layer(middleware::from_fn_with_state(
+            app.clone(),
+            api::forward::standby,
+        ))
         .layer(DefaultBodyLimit::max(api::MAX_API_BODY));
     Router::new()
-        .nest("/api/v1", api)
+        .nest(api::API_PREFIX, api)
         .merge(plain)
         .with_state(app)
 }

@@ -4,8 +4,8 @@
 //! jobs, pause tubes, and change many jobs by filter.
 //!
 //! Files: `mod.rs` (router, errors, cursors, a job's JSON), `access.rs` (token, origin,
-//! read-only), `reads.rs`, `changes.rs`. A leader-mode standby does not forward yet: it
-//! answers `unavailable` (see [`engine_of`]).
+//! read-only), `reads.rs`, `changes.rs`, `forward.rs` (a leader-mode standby forwards
+//! each request to the leader's API).
 //!
 //! Invariants: every error is `{"error": {"code", "message"}}` with the status its code
 //! names; cursors are opaque to clients (base64 of a sort key), so their format may
@@ -13,6 +13,7 @@
 
 pub mod access;
 mod changes;
+pub mod forward;
 mod reads;
 
 use std::sync::Arc;
@@ -31,6 +32,9 @@ use crate::engine::admin::{AdminError, AdminJob};
 use crate::store::JobState;
 
 pub use access::{Access, Secret};
+
+/// Where the API's routes are (nested there: a route sees its path without it).
+pub const API_PREFIX: &str = "/api/v1";
 
 /// The largest request body an API route reads (a job body in base64 fits).
 pub const MAX_API_BODY: usize = 256 * 1024;
@@ -113,7 +117,8 @@ pub fn ok(status: StatusCode, body: Value) -> ApiResult {
 }
 
 /// The engine that serves this instance's API, or why there is none here (a standby
-/// forwards instead: see `forward.rs`).
+/// forwards before this is asked, see `forward.rs`: only one that lost or took the lead
+/// since gets here).
 pub(super) fn engine_of(app: &App) -> Result<Arc<Engine>, ApiError> {
     match &app.source {
         Source::Engine(e) => Ok(e.clone()),

@@ -15,6 +15,7 @@ use super::{
     ApiError, ApiResult, decode_cursor, encode_cursor, engine_of, job_json, ok, parse_state,
 };
 use crate::engine::admin_bulk::{MAX_SCAN, Search, SearchCursor};
+use crate::engine::stats::Figures;
 use crate::http::{App, Source};
 use crate::protocol::TubeName;
 use crate::store::admin::MAX_LIST;
@@ -48,32 +49,32 @@ pub fn job_id(s: &str) -> Result<JobId, ApiError> {
         .map_err(|_| ApiError::bad_request(format!("{s:?} is not a job id")))
 }
 
-/// A `stats`-style YAML document as a JSON object: numbers as numbers, `draining` as a
-/// boolean, the named string figures as strings.
-fn yaml_object(yaml: &[u8], strings: &[&str]) -> Value {
-    let text = String::from_utf8_lossy(yaml);
-    let mut map = Map::new();
-    for line in text.lines().skip(1) {
-        let Some((k, v)) = line.split_once(": ") else {
-            continue;
-        };
-        let unquoted = v.strip_prefix('"').and_then(|v| v.strip_suffix('"'));
-        let value = match unquoted {
-            Some(s) => json!(s),
-            None if strings.contains(&k) => json!(v),
-            None if v == "true" || v == "false" => json!(v == "true"),
-            None => match (v.parse::<u64>(), v.parse::<f64>()) {
-                (Ok(n), _) => json!(n),
-                (_, Ok(f)) => json!(f),
-                _ => json!(v),
-            },
-        };
-        map.insert(k.to_string(), value);
-    }
-    Value::Object(map)
-}
+/// A stats document's figures as a JSON object (keys as the YAML names them, numbers
+/// as numbers, `draining` a boolean, `rusage-*` seconds as a fraction).
+#[derive(Default)]
+struct JsonFigures(Map<String, Value>);
 
-const STRING_FIGURES: [&str; 6] = ["name", "version", "id", "hostname", "os", "platform"];
+impl Figures for JsonFigures {
+    fn num(&mut self, key: &str, v: u64) {
+        self.0.insert(key.to_string(), json!(v));
+    }
+    fn flag(&mut self, key: &str, v: bool) {
+        self.0.insert(key.to_string(), json!(v));
+    }
+    fn bare(&mut self, key: &str, v: &str) {
+        self.0.insert(key.to_string(), json!(v));
+    }
+    fn quoted(&mut self, key: &str, v: &str) {
+        self.0.insert(key.to_string(), json!(v));
+    }
+    fn string(&mut self, key: &str, v: &str) {
+        self.0.insert(key.to_string(), json!(v));
+    }
+    fn secs(&mut self, key: &str, (s, us): (u64, u32)) {
+        self.0
+            .insert(key.to_string(), json!(s as f64 + f64::from(us) / 1e6));
+    }
+}
 
 pub(super) async fn whoami(State(app): State<Arc<App>>) -> ApiResult {
     let (mode, role, instance) = match &app.source {
@@ -111,8 +112,9 @@ pub(super) async fn stats(State(app): State<Arc<App>>) -> ApiResult {
         .server_stats(engine.clock.now())
         .await
         .map_err(|e| ApiError::unavailable(e.chain()))?;
-    let yaml = s.to_yaml(crate::protocol::Dialect::default());
-    ok(StatusCode::OK, yaml_object(&yaml, &STRING_FIGURES))
+    let mut figures = JsonFigures::default();
+    s.emit(&mut figures);
+    ok(StatusCode::OK, Value::Object(figures.0))
 }
 
 async fn tube_json(
@@ -124,12 +126,9 @@ async fn tube_json(
         .await
         .map_err(|e| ApiError::unavailable(e.chain()))?;
     Ok(t.map(|t| {
-        let mut v = yaml_object(
-            &t.to_yaml(crate::protocol::Dialect::default()),
-            &STRING_FIGURES,
-        );
-        v["name"] = json!(t.name);
-        v
+        let mut figures = JsonFigures::default();
+        t.emit(&mut figures);
+        Value::Object(figures.0)
     }))
 }
 
