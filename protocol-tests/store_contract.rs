@@ -26,7 +26,9 @@
 //!    last became ready: put, release, kick, `close` without references, the end of its delay or its
 //!    lapsed deadline). Only [`timed_tick`] (one real 2.1 s sleep) and
 //!    [`waits_since_ready`] (300 ms sleeps) wait on the clock (both stores read wall or
-//!    Redis time); the checks run concurrently.
+//!    Redis time); the checks run concurrently. The operator API's store methods
+//!    (listing from a cursor, search, job entry, edits in place) are checked in
+//!    `contract_admin.rs`.
 //!
 //! 2. A seeded randomized differential (`memory_vs_redis_differential`): one random
 //!    sequence of store operations (four fake connections, five tube names, ids mostly
@@ -71,6 +73,7 @@
 // A test reports failure by panicking: unwrap and expect are how it says so.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod contract_admin;
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -82,6 +85,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
+use contract_admin::{admin_edits, admin_listing};
 use redstalk::persist::binlog::{self, BinlogConfig, Fsync};
 use redstalk::persist::engine::Committing;
 use redstalk::protocol::TubeName;
@@ -974,6 +978,8 @@ const CHECKS: &[Check] = checks![
     burn_id_consumes,
     timed_tick,
     waits_since_ready,
+    admin_listing,
+    admin_edits,
 ];
 
 static PREFIXES: AtomicU64 = AtomicU64::new(0);

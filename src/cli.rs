@@ -159,6 +159,13 @@ pub struct Cli {
     #[arg(long, env = "REDSTALK_ADVERTISE", value_name = "HOST:PORT")]
     pub advertise: Option<String>,
 
+    /// Leader mode: the HOST:PORT at which other instances reach this one's HTTP
+    /// listener to forward operator API requests while it leads (default: the
+    /// --metrics/--http address, or --advertise's host with that port when it listens
+    /// on all addresses; none without an HTTP listener).
+    #[arg(long, env = "REDSTALK_HTTP_ADVERTISE", value_name = "HOST:PORT")]
+    pub http_advertise: Option<String>,
+
     /// Acknowledge a change only once this many Redis replicas have it (Redis WAIT):
     /// in leader mode one WAIT per batch, in shared mode one pipelined behind each
     /// script. Not confirmed in time: INTERNAL_ERROR (the change may exist).
@@ -193,8 +200,30 @@ pub struct Cli {
 
     /// Serve Prometheus metrics (GET /metrics) and health checks (GET /healthz,
     /// /readyz) over HTTP on ADDR (HOST:PORT, e.g. 127.0.0.1:9100). Off by default.
-    #[arg(long, env = "REDSTALK_METRICS", value_name = "ADDR")]
+    #[arg(long, alias = "http", env = "REDSTALK_METRICS", value_name = "ADDR")]
     pub metrics: Option<String>,
+
+    /// The operator API's token (docs/API.md): changes need it, sent as
+    /// `Authorization: Bearer TOKEN`. Without one, the API only reads.
+    #[arg(
+        long,
+        env = "REDSTALK_ADMIN_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
+    pub admin_token: Option<String>,
+
+    /// Read the operator API's token from this file (its first line).
+    #[arg(long, env = "REDSTALK_ADMIN_TOKEN_FILE", value_name = "PATH")]
+    pub admin_token_file: Option<PathBuf>,
+
+    /// The operator API's reads need the token too.
+    #[arg(long, env = "REDSTALK_ADMIN_READ_AUTH")]
+    pub admin_read_auth: bool,
+
+    /// The operator API refuses every change.
+    #[arg(long, env = "REDSTALK_ADMIN_READ_ONLY")]
+    pub admin_read_only: bool,
 
     /// In /metrics, give per-tube series (redstalk_tube_*) to at most N tubes, the
     /// first by name; redstalk_tubes_omitted counts the others. 0: none.
@@ -243,6 +272,9 @@ pub struct RedisSettings {
     /// Leader mode: where other instances reach this one (empty: nowhere; listening on
     /// a unix socket only).
     pub advertise: String,
+    /// Leader mode: where other instances forward operator API requests (empty:
+    /// nowhere; no HTTP listener).
+    pub http_advertise: String,
     pub wait_replicas: u32,
     pub wait_timeout: Duration,
     /// Run on a Redis that may evict keys, warning instead of refusing.
@@ -256,6 +288,8 @@ pub enum CliError {
     BinlogAndRedis,
     #[error("cannot resolve listen address {0:?}")]
     Resolve(String),
+    #[error("--admin-token-file {0}: cannot read it: {1}")]
+    TokenFile(String, String),
     #[error("--metrics {0:?} is not HOST:PORT that resolves (for example 127.0.0.1:9100)")]
     Metrics(String),
     #[error("--redis-lease {0} is too short: give at least 300 (milliseconds)")]
@@ -288,6 +322,8 @@ pub struct Settings {
     pub metrics: Option<SocketAddr>,
     /// Tubes with per-tube series in /metrics.
     pub metrics_tubes: usize,
+    /// Who may use the operator API.
+    pub access: crate::http::api::Access,
     pub warnings: Vec<String>,
 }
 
@@ -327,6 +363,7 @@ impl Cli {
             dialect: self.compat,
             metrics: self.metrics_addr()?,
             metrics_tubes: self.metrics_tubes,
+            access: self.access()?,
             warnings,
         })
     }
@@ -394,11 +431,53 @@ impl Cli {
             },
             mode: self.redis_mode,
             lease: Duration::from_millis(self.redis_lease),
+            http_advertise: self.http_advertise_addr(&advertise)?,
             advertise,
             wait_replicas: self.redis_wait_replicas,
             wait_timeout: Duration::from_millis(self.redis_wait_timeout),
             allow_eviction: self.redis_allow_eviction,
         })
+    }
+
+    /// The API's access settings; the token from the flag, its variable or its file.
+    fn access(&self) -> Result<crate::http::api::Access, CliError> {
+        let token = match (&self.admin_token, &self.admin_token_file) {
+            (Some(t), _) => Some(t.clone()),
+            (None, Some(path)) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| CliError::TokenFile(path.display().to_string(), e.to_string()))?;
+                Some(text.lines().next().unwrap_or_default().trim().to_string())
+            }
+            (None, None) => None,
+        };
+        Ok(crate::http::api::Access {
+            token: token
+                .filter(|t| !t.is_empty())
+                .map(crate::http::api::Secret::new),
+            reads_need_token: self.admin_read_auth,
+            read_only: self.admin_read_only,
+        })
+    }
+
+    /// `--http-advertise`, or what the HTTP listener's address says: itself when it
+    /// names one address, else `advertise`'s host (this host's name without one) with
+    /// its port.
+    fn http_advertise_addr(&self, advertise: &str) -> Result<String, CliError> {
+        if let Some(a) = &self.http_advertise {
+            return Ok(a.clone());
+        }
+        let Some(http) = self.metrics_addr()? else {
+            return Ok(String::new());
+        };
+        if !http.ip().is_unspecified() {
+            return Ok(http.to_string());
+        }
+        let host = advertise
+            .rsplit_once(':')
+            .map(|(h, _)| h.to_string())
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(hostname);
+        Ok(format!("{host}:{}", http.port()))
     }
 
     fn metrics_addr(&self) -> Result<Option<SocketAddr>, CliError> {
@@ -483,6 +562,35 @@ mod tests {
         assert_eq!(s.max_job_size, 10);
         let c = parse(&["-Vp", "99"]);
         assert_eq!((c.verbose, c.port), (1, 99));
+    }
+
+    #[test]
+    fn the_api_is_advertised_where_the_http_listener_is_reached() {
+        let http = |args: &[&str]| {
+            let mut all = vec!["--redis", "redis://127.0.0.1:1/0"];
+            all.extend_from_slice(args);
+            parse(&all)
+                .validate()
+                .unwrap()
+                .redis
+                .unwrap()
+                .http_advertise
+        };
+        assert_eq!(http(&[]), "");
+        assert_eq!(http(&["--metrics", "127.0.0.1:9100"]), "127.0.0.1:9100");
+        assert_eq!(
+            http(&["--metrics", "0.0.0.0:9100", "--advertise", "10.0.0.5:11300"]),
+            "10.0.0.5:9100"
+        );
+        assert_eq!(
+            http(&[
+                "--http",
+                "0.0.0.0:9100",
+                "--http-advertise",
+                "api.example:80"
+            ]),
+            "api.example:80"
+        );
     }
 
     #[test]

@@ -171,6 +171,7 @@ async fn start_serving(settings: &Settings) -> anyhow::Result<Serving> {
             let cluster = Cluster::connect(ClusterConfig {
                 redis: redis.config.clone(),
                 advertise: redis.advertise.clone(),
+                http_advertise: redis.http_advertise.clone(),
                 lease: redis.lease,
                 engine: engine_config,
                 wait_replicas: redis.wait_replicas,
@@ -270,6 +271,7 @@ fn run(settings: Settings) -> anyhow::Result<()> {
             let source = serving.source();
             let config = HttpConfig {
                 metrics_tubes: settings.metrics_tubes,
+                access: settings.access.clone(),
             };
             tokio::spawn(http::serve(source, m, config, stop_metrics.clone()))
         });

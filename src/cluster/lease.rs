@@ -2,7 +2,9 @@
 //!
 //! `P:leader` holds the token of the instance that leads, `<epoch>|<instance>|<address>`
 //! (the address is where standbys relay their clients), with an expiry of the lease's
-//! length. Taking it is set-if-absent with a fresh epoch from `P:epoch`; renewing and
+//! length. `P:leader-api` holds `<token>\n<HOST:PORT>`, where the leader serves its
+//! operator API (a standby forwards `/api/v1` requests there), written with the lease
+//! by the same script, and believed only while its token is the lease's. Taking it is set-if-absent with a fresh epoch from `P:epoch`; renewing and
 //! releasing check the token first, so an instance can never extend or drop a lease
 //! another one took. Every batch the leader writes is fenced by the same token (its
 //! script checks this key first: `crate::redis::fenced_script`). [`keep`] is the
@@ -33,6 +35,9 @@ pub struct Holder {
     pub instance: String,
     /// Where the leader serves clients (HOST:PORT).
     pub address: String,
+    /// Where the leader serves its operator API (HOST:PORT), when it published one
+    /// (`P:leader-api`, read with the lease; `None` from the token alone).
+    pub api: Option<String>,
 }
 
 impl Holder {
@@ -46,6 +51,7 @@ impl Holder {
             epoch,
             instance,
             address,
+            api: None,
         })
     }
 }
@@ -78,8 +84,11 @@ pub enum LeaseError {
 }
 
 const ACQUIRE: &str = r#"
--- KEYS[1] lease, KEYS[2] epoch counter, KEYS[3] the shared mode's instance registry.
--- ARGV[1] "<instance>|<address>", ARGV[2] lease (ms).
+-- KEYS[1] lease, KEYS[2] epoch counter, KEYS[3] the shared mode's instance registry,
+-- KEYS[4] the leader's API address. ARGV[1] "<instance>|<address>", ARGV[2] lease (ms),
+-- ARGV[3] this instance's API address ('' when it serves none).
+-- The API address is kept as "<token>\n<address>", so it is believed only for the
+-- lease it was written with (a stale one, or none, is written over at each take).
 -- -> the new token, nil when another instance holds the lease, or an error SHARED when
 --    shared-mode instances are alive.
 local t = redis.call('TIME')
@@ -90,6 +99,11 @@ end
 if redis.call('EXISTS', KEYS[1]) == 1 then return nil end
 local token = redis.call('INCR', KEYS[2]) .. '|' .. ARGV[1]
 redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
+if ARGV[3] ~= '' then
+  redis.call('SET', KEYS[4], token .. '\n' .. ARGV[3])
+else
+  redis.call('DEL', KEYS[4])
+end
 return token
 "#;
 
@@ -117,7 +131,10 @@ pub struct Lease {
     key: String,
     epoch_key: String,
     registry_key: String,
+    api_key: String,
     me: String,
+    /// This instance's API address, published with its lease ('' for none).
+    api: String,
     length: Duration,
     acquire: redis::Script,
     renew: redis::Script,
@@ -138,12 +155,21 @@ impl Lease {
             key: format!("{prefix}:leader"),
             epoch_key: format!("{prefix}:epoch"),
             registry_key: format!("{prefix}:instances"),
+            api_key: format!("{prefix}:leader-api"),
             me: format!("{instance}|{address}"),
+            api: String::new(),
             length,
             acquire: redis::Script::new(ACQUIRE),
             renew: redis::Script::new(RENEW),
             release: redis::Script::new(RELEASE),
         }
+    }
+
+    /// Publish `api` (HOST:PORT) as this instance's API address whenever it takes
+    /// the lease.
+    pub fn publishing_api(mut self, api: &str) -> Lease {
+        self.api = api.to_string();
+        self
     }
 
     /// The key batches are fenced by.
@@ -186,14 +212,25 @@ impl Lease {
         Ok(!live.is_empty())
     }
 
-    /// Who holds the lease now, if anyone.
+    /// Who holds the lease now, if anyone, with the API address it published. (Two
+    /// GETs, not one MGET: on a Redis Cluster the keys may be in two slots.)
     pub async fn holder(&self) -> Result<Option<Holder>, StoreError> {
-        let token: Option<String> = redis::cmd("GET")
+        let (token, api): (Option<String>, Option<String>) = redis::pipe()
+            .cmd("GET")
             .arg(&self.key)
+            .cmd("GET")
+            .arg(&self.api_key)
             .query_async(&mut self.conn.clone())
             .await
             .map_err(|e| StoreError::redis("GET lease", e))?;
-        Ok(token.as_deref().and_then(Holder::parse))
+        let Some(mut holder) = token.as_deref().and_then(Holder::parse) else {
+            return Ok(None);
+        };
+        holder.api = api.and_then(|a| {
+            let (token, address) = a.split_once('\n')?;
+            (token == holder.token && !address.is_empty()).then(|| address.to_string())
+        });
+        Ok(Some(holder))
     }
 
     /// Take the lease if nobody holds it; `None` when someone does.
@@ -204,8 +241,10 @@ impl Lease {
             .key(&self.key)
             .key(&self.epoch_key)
             .key(&self.registry_key)
+            .key(&self.api_key)
             .arg(&self.me)
             .arg(self.length.as_millis() as u64)
+            .arg(&self.api)
             .invoke_async(&mut self.conn.clone())
             .await;
         match token {

@@ -62,6 +62,9 @@ pub struct ClusterConfig {
     pub redis: RedisConfig,
     /// Where standbys reach this instance (HOST:PORT).
     pub advertise: String,
+    /// Where standbys forward operator API requests while this instance leads
+    /// (HOST:PORT of its HTTP listener; empty: it serves none).
+    pub http_advertise: String,
     pub lease: Duration,
     pub engine: EngineConfig,
     /// Start (and keep running, with a warning) on a Redis whose eviction policy may
@@ -86,6 +89,8 @@ enum Role {
     Standby {
         epoch: u64,
         upstream: Arc<Upstream>,
+        /// The leader's operator API address, when it published one.
+        api: Option<String>,
         term: CancellationToken,
     },
 }
@@ -171,7 +176,8 @@ impl Cluster {
             &instance,
             &config.advertise,
             config.lease,
-        );
+        )
+        .publishing_api(&config.http_advertise);
         let cluster = Arc::new(Cluster {
             keys: Keys::new(&config.redis.prefix),
             config,

@@ -116,6 +116,7 @@ impl Cluster {
         self.set_role(Role::Standby {
             epoch: holder.epoch,
             upstream: upstream.clone(),
+            api: holder.api,
             term: term.clone(),
         });
         let cluster = self.clone();
@@ -155,6 +156,30 @@ impl Cluster {
             }
         };
         *lock(&self.advertise_problem) = problem;
+    }
+
+    /// Where a standby forwards operator API requests: the leader's published API
+    /// address, or why there is none (this instance leads, waits for a leader, or the
+    /// leader serves no API).
+    pub fn leader_api(&self) -> Result<String, String> {
+        match &*self.role.borrow() {
+            Role::Standby { api: Some(api), .. } => Ok(api.clone()),
+            Role::Standby { upstream, .. } => Err(format!(
+                "the leader (instance {} at {}) publishes no API address: it runs without \
+                 --metrics/--http, or is a version that does not publish it",
+                upstream.leader(),
+                upstream.address()
+            )),
+            Role::Leader { .. } => Err("this instance leads: it serves the API itself".into()),
+            Role::Stopped => Err("shutting down".into()),
+            Role::Unknown => Err(format!(
+                "no leader to forward to: {}",
+                match lock(&self.lease_error).clone() {
+                    Some(err) => NotReady::Redis(err),
+                    None => lock(&self.aside).clone(),
+                }
+            )),
+        }
     }
 
     /// Whether this instance can serve clients now, and why not. A standby whose last

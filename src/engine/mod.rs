@@ -33,6 +33,8 @@
 //! after a waiter registers, a serve pass runs for the affected tubes before the
 //! command's reply is written.
 
+pub mod admin;
+pub mod admin_bulk;
 mod dispatch;
 mod reserve;
 mod serve;
@@ -155,6 +157,9 @@ pub struct Engine {
     sweep_from: AtomicUsize,
     /// The timer and serve tasks, awaited by [`Engine::shutdown`].
     tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// Each open client connection's address (the holder of a reserved job in the
+    /// operator API); bounded by the open connections.
+    peers: Mutex<foldhash::HashMap<ConnId, Arc<str>>>,
 }
 
 impl Engine {
@@ -181,6 +186,7 @@ impl Engine {
             pass_in_flight: AtomicBool::new(false),
             sweep_from: AtomicUsize::new(0),
             tasks: Mutex::new(Vec::new()),
+            peers: Mutex::default(),
         });
         let timer = tokio::spawn(timer::run(engine.clone()));
         let serve = tokio::spawn(serve::run(engine.clone(), requests, wake_events));
@@ -287,6 +293,7 @@ impl Engine {
     /// once (a close or quit); without, they stay until their TTR (a shutdown hands
     /// nothing back that a client still holds).
     pub async fn disconnect(&self, mut session: Session, release_jobs: bool) {
+        self.forget_peer(session.id);
         // The reference clears the watch list by deleting its first element until empty
         // (which fixes the order in which tubes die), then drops the used tube.
         let mut watching = Vec::with_capacity(session.watching.len());

@@ -1,7 +1,8 @@
 //! The figures of `stats`, `stats-tube` and `stats-job` and the metrics snapshot: how
 //! the engine assembles them from the store's figures and its own (connections,
 //! waiters, counters, host), and their YAML documents in the reference's emitted key
-//! order (which is not the order of its protocol document). `/metrics` reads the same
+//! order (which is not the order of its protocol document), and the same figures for
+//! the operator API's JSON (one list of keys for both: [`Figures`]). `/metrics` reads the same
 //! structs, through the same functions, so the two never disagree.
 //!
 //! Invariant: ages and times left are computed against the time the store read its
@@ -117,10 +118,54 @@ pub struct BinlogStats {
     pub records_written: u64,
 }
 
+/// Where a stats document's figures go, key by key in the reference's order: the
+/// protocol's YAML ([`Doc`]) or the operator API's JSON. One list of keys per document
+/// ([`ServerStats::emit`], [`TubeStats::emit`]) feeds both, so they never disagree.
+pub trait Figures {
+    fn num(&mut self, key: &str, v: u64);
+    /// A flag (`draining`), `true` or `false`.
+    fn flag(&mut self, key: &str, v: bool);
+    /// A string every release prints bare (`id`).
+    fn bare(&mut self, key: &str, v: &str);
+    /// A string every release quotes (`version`).
+    fn quoted(&mut self, key: &str, v: &str);
+    /// A string 1.13 quotes and 1.12 prints bare (`name`, `hostname`, `os`, `platform`).
+    fn string(&mut self, key: &str, v: &str);
+    /// Seconds and microseconds (`rusage-*`).
+    fn secs(&mut self, key: &str, v: (u64, u32));
+}
+
+impl Figures for Doc {
+    fn num(&mut self, key: &str, v: u64) {
+        Doc::num(self, key, v);
+    }
+    fn flag(&mut self, key: &str, v: bool) {
+        Doc::num(self, key, v);
+    }
+    fn bare(&mut self, key: &str, v: &str) {
+        Doc::num(self, key, v);
+    }
+    fn quoted(&mut self, key: &str, v: &str) {
+        Doc::quoted(self, key, v);
+    }
+    fn string(&mut self, key: &str, v: &str) {
+        Doc::string(self, key, v);
+    }
+    fn secs(&mut self, key: &str, v: (u64, u32)) {
+        Doc::secs(self, key, v);
+    }
+}
+
 impl ServerStats {
     pub fn to_yaml(&self, dialect: Dialect) -> Bytes {
-        let s = self;
         let mut d = Doc::new(dialect);
+        self.emit(&mut d);
+        d.done()
+    }
+
+    /// Every figure of `stats`, in the reference's order.
+    pub fn emit(&self, d: &mut impl Figures) {
+        let s = self;
         d.num("current-jobs-urgent", s.current_jobs_urgent);
         d.num("current-jobs-ready", s.current_jobs_ready);
         d.num("current-jobs-reserved", s.current_jobs_reserved);
@@ -138,7 +183,7 @@ impl ServerStats {
         d.num("current-workers", s.current_workers);
         d.num("current-waiting", s.current_waiting);
         d.num("total-connections", s.total_connections);
-        d.num("pid", s.pid);
+        d.num("pid", u64::from(s.pid));
         d.quoted("version", &s.version);
         d.secs("rusage-utime", s.rusage_utime);
         d.secs("rusage-stime", s.rusage_stime);
@@ -148,19 +193,24 @@ impl ServerStats {
         d.num("binlog-records-migrated", s.binlog.records_migrated);
         d.num("binlog-records-written", s.binlog.records_written);
         d.num("binlog-max-size", s.binlog_max_size);
-        d.num("draining", s.draining);
-        d.num("id", &s.id);
+        d.flag("draining", s.draining);
+        d.bare("id", &s.id);
         d.string("hostname", &s.hostname);
         d.string("os", &s.os);
         d.string("platform", &s.platform);
-        d.done()
     }
 }
 
 impl TubeStats {
     pub fn to_yaml(&self, dialect: Dialect) -> Bytes {
-        let t = self;
         let mut d = Doc::new(dialect);
+        self.emit(&mut d);
+        d.done()
+    }
+
+    /// Every figure of `stats-tube`, in the reference's order.
+    pub fn emit(&self, d: &mut impl Figures) {
+        let t = self;
         d.string("name", &t.name);
         d.num("current-jobs-urgent", t.current_jobs_urgent);
         d.num("current-jobs-ready", t.current_jobs_ready);
@@ -175,7 +225,6 @@ impl TubeStats {
         d.num("cmd-pause-tube", t.cmd_pause_tube);
         d.num("pause", t.pause);
         d.num("pause-time-left", t.pause_time_left);
-        d.done()
     }
 }
 
@@ -204,28 +253,8 @@ impl JobStats {
 impl Engine {
     /// The `stats-job` figures; `None` when the job does not exist.
     pub(super) async fn job_stats(&self, id: u64, now: Nanos) -> StoreResult<Option<JobStats>> {
-        let Some(j) = self.store.job_info(id, now).await? else {
-            return Ok(None);
-        };
-        let now = j.now;
-        Ok(Some(JobStats {
-            id: j.id,
-            tube: j.tube.to_string(),
-            state: j.state.name(),
-            pri: j.pri,
-            age: now.saturating_sub(j.created) / NANOS_PER_SEC,
-            delay: u64::from(j.delay_secs),
-            ttr: u64::from(j.ttr_secs),
-            time_left: j
-                .deadline
-                .map_or(0, |d| d.saturating_sub(now) / NANOS_PER_SEC),
-            file: j.file,
-            reserves: j.reserves,
-            timeouts: j.timeouts,
-            releases: j.releases,
-            buries: j.buries,
-            kicks: j.kicks,
-        }))
+        let info = self.store.job_info(id, now).await?;
+        Ok(info.as_ref().map(super::admin::job_stats_of))
     }
 
     /// The `stats-tube` document's figures; `None` when the tube does not exist.

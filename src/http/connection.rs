@@ -8,8 +8,8 @@
 //!   keep-alive connection lasts [`HEAD_TIMEOUT`] too;
 //! - a response must be produced within [`RESPONSE_TIMEOUT`] (else 503) and written
 //!   within [`WRITE_TIMEOUT`] more (else the connection is dropped);
-//! - a request body is never read by the routes of today; hyper's read buffer is at
-//!   most [`MAX_BUF`];
+//! - a request body is read only by the API's change routes (bounded there);
+//!   hyper's read buffer is at most [`MAX_BUF`];
 //! - the connection ends when it is shed (see [`super::conns`]), and on shutdown after
 //!   its response in progress, within [`STOP_GRACE`];
 //! - before closing, input still arriving is read and dropped for at most [`LINGER`]
@@ -144,7 +144,8 @@ fn respond(
     let guard = RequestGuard(state);
     Box::pin(async move {
         let (method, path) = (req.method().clone(), req.uri().path().to_owned());
-        let req = req.map(Body::new);
+        let mut req = req.map(Body::new);
+        req.extensions_mut().insert(super::Peer(peer));
         let response = match tokio::time::timeout(RESPONSE_TIMEOUT, router.oneshot(req)).await {
             Ok(Ok(response)) => response,
             Ok(Err(never)) => match never {},

@@ -1,7 +1,7 @@
 //! The HTTP listener (`--metrics ADDR`): axum's router over hyper's HTTP/1.1. Routes:
 //! `GET /metrics` (the Prometheus exposition of [`Engine::snapshot`], see [`metrics`]),
-//! `GET /healthz` and `GET /readyz` (see [`probes`]). Other paths are 404, other
-//! methods 405. New routes (a JSON API, a console) go in [`router`].
+//! `GET /healthz` and `GET /readyz` (see [`probes`]), and the operator API under
+//! `/api/v1` (see [`api`], docs/API.md). Other paths are 404, other methods 405.
 //!
 //! Invariants (it shares the one-thread runtime with the beanstalk listener, so it must
 //! never hold the thread or grow without bound):
@@ -11,11 +11,12 @@
 //!   shedding the oldest one not in a request (see [`conns`]), so probes are answered
 //!   whatever other connections do;
 //! - every connection has deadlines: request head, response, write (see
-//!   [`connection`]); a request body is never read (and at most [`MAX_BODY`] bytes
-//!   would be by a route that reads one);
+//!   [`connection`]); a request body is read only by the API's change routes, at most
+//!   [`api::MAX_API_BODY`] bytes;
 //! - on shutdown the listener stops accepting, and connections end after their
 //!   response in progress (within a second).
 
+pub mod api;
 pub mod connection;
 mod conns;
 pub mod exposition;
@@ -68,7 +69,14 @@ impl Source {
 pub struct HttpConfig {
     /// Tubes with per-tube series in `/metrics` (`--metrics-tubes`): the first by name.
     pub metrics_tubes: usize,
+    /// Who may use the operator API.
+    pub access: api::Access,
 }
+
+/// The address of the client of an HTTP request (set by [`connection`]), for the log
+/// of each change.
+#[derive(Clone, Copy, Debug)]
+pub struct Peer(pub SocketAddr);
 
 /// The HTTP listener could not start; the message says what to change.
 #[derive(Debug, thiserror::Error)]
@@ -105,21 +113,38 @@ impl HttpListener {
 struct App {
     source: Source,
     scrapes: Arc<metrics::Scrapes>,
+    access: api::Access,
 }
 
-/// Every route.
+/// Every route: `/metrics` and the probes (GET only), and the API under `/api/v1`
+/// (its own methods, behind its access checks).
 fn router(source: Source, config: &HttpConfig) -> Router {
     let app = Arc::new(App {
         source,
         scrapes: metrics::Scrapes::new(config.metrics_tubes),
+        access: config.access.clone(),
     });
-    Router::new()
+    let plain = Router::new()
         .route("/metrics", get(metrics::scrape))
         .route("/healthz", get(probes::healthz))
         .route("/readyz", get(probes::readyz))
         .fallback(not_found)
         .layer(middleware::from_fn(only_get))
-        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(DefaultBodyLimit::max(MAX_BODY));
+    let api = api::router()
+        .layer(middleware::from_fn_with_state(
+            app.clone(),
+            api::access::guard,
+        ))
+        // Outside the access checks: a standby's leader makes them.
+        .layer(middleware::from_fn_with_state(
+            app.clone(),
+            api::forward::standby,
+        ))
+        .layer(DefaultBodyLimit::max(api::MAX_API_BODY));
+    Router::new()
+        .nest(api::API_PREFIX, api)
+        .merge(plain)
         .with_state(app)
 }
 

@@ -4,7 +4,8 @@
 //! A tube's changes are grouped into one variadic command per key and operation
 //! (`HSET jobs id meta id meta ...`), so Redis' cost per batch grows with the jobs in
 //! it, not with a fixed cost per job. ZREMs come before ZADDs: a job of unknown standing
-//! is removed from every state's set, then added to its own.
+//! is removed from every state's set, then added to its own. A job moved to another
+//! tube (same id) is removed from the old tube's keys and written whole in the new one.
 //!
 //! What Redis already holds ([`Written`]) spares commands: the tube list is changed
 //! entry by entry, a tube's figures and the namespace counters are written only when
@@ -273,7 +274,7 @@ impl Builder {
         written: &mut Written,
     ) -> Batch {
         let mut b = Batch { call, commands: 0 };
-        self.group_jobs(owner, &cut.jobs, &cut.gone);
+        self.group_jobs(owner, &cut.jobs, &cut.gone, &cut.moved);
         self.job_commands(&mut b, keys, &cut.jobs);
         self.tube_commands(&mut b, keys, &cut.tubes, written);
         self.counter_commands(&mut b, keys, cut.counters, written);
@@ -282,7 +283,7 @@ impl Builder {
 
     /// The cut's job changes, grouped by tube, key and operation (into the reused
     /// buffers, emptied first).
-    fn group_jobs(&mut self, owner: &str, jobs: &[JobRecord], gone: &[Gone]) {
+    fn group_jobs(&mut self, owner: &str, jobs: &[JobRecord], gone: &[Gone], moved: &[Gone]) {
         for ops in self.tubes.values_mut() {
             ops.clear();
         }
@@ -323,6 +324,14 @@ impl Builder {
             ops.unmeta.num(g.id);
             ops.unbody.num(g.id);
             self.index_del.num(g.id);
+        }
+        // A moved job leaves its old tube's keys; its new tube's record (written whole,
+        // with its index entry) is in `jobs`, in this same transaction.
+        for g in moved {
+            let ops = self.tubes.entry(g.tube.clone()).or_default();
+            ops.unset(g.id, g.was, None);
+            ops.unmeta.num(g.id);
+            ops.unbody.num(g.id);
         }
     }
 

@@ -27,8 +27,9 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::{
-    Change, Clock, ConnId, JobId, JobInfo, LARGE_BODY, LogFigures, MemoryStore, Nanos, NewJob,
-    Reserved, Store, StoreError, StoreResult, Totals, TubeInfo,
+    Change, Clock, ConnId, Edit, Edited, JobEntry, JobId, JobInfo, LARGE_BODY, ListPage, ListQuery,
+    LogFigures, MemoryStore, Nanos, NewJob, Reserved, Store, StoreError, StoreResult, Totals,
+    TubeInfo,
 };
 use crate::protocol::TubeName;
 
@@ -175,6 +176,23 @@ impl Store for DurableStore {
             }),
             None => info,
         })
+    }
+    async fn list_jobs(&self, query: &ListQuery, now: Nanos) -> StoreResult<ListPage> {
+        let mut page = self.memory.list_jobs(query, now).await?;
+        for e in &mut page.jobs {
+            e.info.file = self.log.as_ref().map_or(0, |l| l.job_file(e.info.id));
+        }
+        Ok(page)
+    }
+    async fn job_entry(&self, id: JobId, now: Nanos) -> StoreResult<Option<JobEntry>> {
+        let entry = self.memory.job_entry(id, now).await?;
+        Ok(entry.map(|mut e| {
+            e.info.file = self.log.as_ref().map_or(0, |l| l.job_file(id));
+            e
+        }))
+    }
+    async fn edit(&self, id: JobId, edit: &Edit, now: Nanos) -> StoreResult<Edited> {
+        self.changed(self.memory.edit(id, edit, now)).await
     }
     async fn tube_info(&self, tube: &TubeName, now: Nanos) -> StoreResult<Option<TubeInfo>> {
         self.memory.tube_info(tube, now).await

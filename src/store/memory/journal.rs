@@ -55,7 +55,12 @@ pub enum Stored {
 pub struct Journal {
     last: Change,
     jobs: HashSet<JobId>,
-    gone: HashMap<JobId, Gone>,
+    /// Keyed by job and tube: a job moved to another tube and then deleted is gone
+    /// from each tube persistence may hold it in.
+    gone: HashMap<(JobId, TubeName), Gone>,
+    /// Jobs moved to another tube since the last written cut: the tubes persistence
+    /// may still hold them in (and as what). Written in the same cut as the job.
+    moved: HashMap<JobId, Vec<Gone>>,
     tubes: HashSet<TubeName>,
     /// Reservations not written (see the module header).
     reserved: HashSet<JobId>,
@@ -76,14 +81,14 @@ impl Journal {
         self.jobs.remove(&id);
         self.reserved.remove(&id);
         if stored != Stored::Never {
-            self.gone.insert(
+            self.gone_from(Gone {
                 id,
-                Gone {
-                    id,
-                    tube: tube.clone(),
-                    was: stored,
-                },
-            );
+                tube: tube.clone(),
+                was: stored,
+            });
+        }
+        for g in self.moved.remove(&id).unwrap_or_default() {
+            self.gone_from(g);
         }
         self.tube_changed(tube);
     }
@@ -104,6 +109,33 @@ impl Journal {
         self.note();
         let ids: Vec<JobId> = self.reserved.drain().collect();
         self.jobs.extend(ids);
+    }
+
+    /// Job `id` left tube `from`, where persistence holds it as `stored`, for another
+    /// tube (a move keeps the id): its keys in `from` go in the cut that writes it.
+    pub fn job_moved(&mut self, id: JobId, from: &TubeName, stored: Stored) {
+        self.note();
+        if stored != Stored::Never {
+            let entries = self.moved.entry(id).or_default();
+            match entries.iter_mut().find(|g| g.tube == *from) {
+                Some(g) => g.was = merge(g.was, stored),
+                None => entries.push(Gone {
+                    id,
+                    tube: from.clone(),
+                    was: stored,
+                }),
+            }
+        }
+        self.tube_changed(from);
+    }
+
+    fn gone_from(&mut self, g: Gone) {
+        let key = (g.id, g.tube.clone());
+        let was = match self.gone.get(&key) {
+            Some(old) => merge(old.was, g.was),
+            None => g.was,
+        };
+        self.gone.insert(key, Gone { was, ..g });
     }
 
     pub fn tube_changed(&mut self, name: &TubeName) {
@@ -127,6 +159,15 @@ impl Journal {
     /// A change: it takes the next number.
     fn note(&mut self) {
         self.last = self.last.next();
+    }
+}
+
+/// What persistence holds of a job in one tube, told twice: the same, or unknown.
+fn merge(a: Stored, b: Stored) -> Stored {
+    match (a, b) {
+        (Stored::Never, x) | (x, Stored::Never) => x,
+        (x, y) if x == y => x,
+        _ => Stored::Unknown,
     }
 }
 
@@ -226,6 +267,9 @@ pub struct StoreCounters {
 pub struct Cut {
     pub jobs: Vec<JobRecord>,
     pub gone: Vec<Gone>,
+    /// Jobs of `jobs` that moved to another tube: the tubes they left (a sink that
+    /// keeps a job's keys per tube removes them there; the job itself lives on).
+    pub moved: Vec<Gone>,
     pub tubes: Vec<TubeRecord>,
     pub counters: StoreCounters,
     /// When the cut holds every change noted so far: the last of them. `None` when
@@ -235,7 +279,10 @@ pub struct Cut {
 
 impl Cut {
     pub fn is_empty(&self) -> bool {
-        self.jobs.is_empty() && self.gone.is_empty() && self.tubes.is_empty()
+        self.jobs.is_empty()
+            && self.gone.is_empty()
+            && self.tubes.is_empty()
+            && self.moved.is_empty()
     }
 }
 
@@ -294,6 +341,14 @@ impl State {
             }
             journal.jobs.remove(&id);
             if let Some(job) = self.jobs.get_mut(&id) {
+                for g in journal.moved.remove(&id).unwrap_or_default() {
+                    if g.tube == job.tube {
+                        // Moved back where persistence holds it.
+                        job.stored = merge(job.stored, g.was);
+                    } else {
+                        cut.moved.push(g);
+                    }
+                }
                 let record = JobRecord::of(id, job);
                 if record.needs_body() {
                     body_bytes += record.body.len();
@@ -302,12 +357,12 @@ impl State {
                 cut.jobs.push(record);
             }
         }
-        let gone: Vec<JobId> = journal.gone.keys().copied().collect();
-        for id in gone {
+        let gone: Vec<(JobId, TubeName)> = journal.gone.keys().cloned().collect();
+        for key in gone {
             if cut.jobs.len() + cut.gone.len() >= limit.records {
                 break;
             }
-            if let Some(g) = journal.gone.remove(&id) {
+            if let Some(g) = journal.gone.remove(&key) {
                 cut.gone.push(g);
             }
         }
@@ -316,7 +371,6 @@ impl State {
         if journal.jobs.is_empty() && journal.gone.is_empty() {
             let names: Vec<TubeName> = journal.tubes.drain().collect();
             cut.last_change = Some(journal.last);
-            let soonest_deadline = self.reserved.first().map(|&(d, _)| d + 1);
             for name in names {
                 cut.tubes.push(match self.tubes.get(&name) {
                     // Kept as long as the tube exists here (it holds jobs, or a
@@ -330,11 +384,9 @@ impl State {
                         cmd_pause: t.cmd_pause,
                         pause: t.pause,
                         pause_until: t.pause_until,
-                        // The earliest deadline of all reservations stands in for this
-                        // tube's: the entry may be early, never late.
                         next_due: [
                             t.delayed.first().map(|&(d, _)| d),
-                            (t.reserved > 0).then_some(soonest_deadline).flatten(),
+                            t.reserved.first().map(|&(d, _)| d + 1),
                             (t.pause > 0).then_some(t.pause_until),
                         ]
                         .into_iter()
@@ -368,19 +420,21 @@ impl State {
             if let Some(job) = self.jobs.get_mut(&r.id) {
                 job.stored = Stored::Unknown;
                 journal.jobs.insert(r.id);
-            } else if let Some(g) = journal.gone.get_mut(&r.id) {
+            } else if let Some(g) = journal.gone.get_mut(&(r.id, r.tube.clone())) {
                 // Deleted after the cut was taken: its removal must clear every set.
                 g.was = Stored::Unknown;
             }
         }
-        for g in &cut.gone {
-            journal.gone.insert(
-                g.id,
-                Gone {
-                    was: Stored::Unknown,
-                    ..g.clone()
-                },
-            );
+        for g in cut.gone.iter().chain(&cut.moved) {
+            let unknown = Gone {
+                was: Stored::Unknown,
+                ..g.clone()
+            };
+            match self.jobs.get(&g.id) {
+                // A move not known to have landed: the job may still be in that tube.
+                Some(_) => journal.moved.entry(g.id).or_default().push(unknown),
+                None => journal.gone_from(unknown),
+            }
         }
         for t in &cut.tubes {
             journal.tubes.insert(t.name.clone());

@@ -6,6 +6,9 @@
 //! a std `Mutex`. Every method takes the lock once, makes one complete transition and
 //! releases it; no lock is held across an `.await` (the async methods contain none).
 
+mod admin;
+#[cfg(test)]
+mod admin_tests;
 mod journal;
 mod state;
 #[cfg(test)]
@@ -16,8 +19,8 @@ use std::sync::{Mutex, MutexGuard};
 use bytes::Bytes;
 
 use super::{
-    Change, ConnId, JobId, JobInfo, JobState, NANOS_PER_SEC, Nanos, NewJob, Reserved, Store,
-    StoreResult, Totals, TubeInfo, pause_length,
+    Change, ConnId, Edit, Edited, JobEntry, JobId, JobInfo, JobState, ListPage, ListQuery,
+    NANOS_PER_SEC, Nanos, NewJob, Reserved, Store, StoreResult, Totals, TubeInfo, pause_length,
 };
 use crate::protocol::TubeName;
 use crate::util::lock;
@@ -304,24 +307,19 @@ impl Store for MemoryStore {
     }
 
     async fn job_info(&self, id: JobId, now: Nanos) -> StoreResult<Option<JobInfo>> {
-        let s = self.lock();
-        Ok(s.jobs.get(&id).map(|j| JobInfo {
-            id,
-            tube: j.tube.clone(),
-            state: j.state,
-            pri: j.pri,
-            created: j.created,
-            delay_secs: j.delay_secs,
-            ttr_secs: j.ttr_secs,
-            deadline: matches!(j.state, JobState::Delayed | JobState::Reserved).then_some(j.at),
-            reserves: j.reserves.into(),
-            timeouts: j.timeouts.into(),
-            releases: j.releases.into(),
-            buries: j.buries.into(),
-            kicks: j.kicks.into(),
-            file: 0,
-            now,
-        }))
+        Ok(self.lock().entry(id, now).map(|e| e.info))
+    }
+
+    async fn list_jobs(&self, query: &ListQuery, now: Nanos) -> StoreResult<ListPage> {
+        Ok(self.lock().list(query, now))
+    }
+
+    async fn job_entry(&self, id: JobId, now: Nanos) -> StoreResult<Option<JobEntry>> {
+        Ok(self.lock().entry(id, now))
+    }
+
+    async fn edit(&self, id: JobId, edit: &Edit, now: Nanos) -> StoreResult<Edited> {
+        Ok(self.lock().edit(id, edit, now))
     }
 
     async fn tube_info(&self, tube: &TubeName, now: Nanos) -> StoreResult<Option<TubeInfo>> {
@@ -329,7 +327,7 @@ impl Store for MemoryStore {
         Ok(s.tubes.get(tube).map(|t| TubeInfo {
             urgent: t.urgent,
             ready: t.ready.len() as u64,
-            reserved: t.reserved,
+            reserved: t.reserved.len() as u64,
             delayed: t.delayed.len() as u64,
             buried: t.buried.len() as u64,
             total_jobs: t.total_jobs,

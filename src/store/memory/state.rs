@@ -6,8 +6,9 @@
 //!
 //! Invariants:
 //! - a job is in exactly one place matching its state: its tube's `ready` set
-//!   (pri, id), its tube's and the global `delayed` sets (due, id), the global
-//!   `reserved` set and its owner's set (deadline, id), or its tube's `buried` FIFO;
+//!   (pri, id), its tube's and the global `delayed` sets (due, id), its tube's and the
+//!   global `reserved` sets and its owner's set (deadline, id), or its tube's `buried`
+//!   FIFO;
 //! - `totals` and each tube's counts equal the sizes of those places;
 //! - a tube is in `tubes` (and `order`) while it has jobs, users or watchers, or is
 //!   `default`;
@@ -73,7 +74,8 @@ pub(super) struct Tube {
     pub ready: BTreeSet<(u32, JobId)>,
     pub delayed: BTreeSet<(Nanos, JobId)>,
     pub buried: BTreeMap<u64, JobId>,
-    pub reserved: u64,
+    /// Its reserved jobs by (deadline, id): the order their TTRs run out.
+    pub reserved: BTreeSet<(Nanos, JobId)>,
     pub urgent: u64,
     pub total_jobs: u64,
     pub using: u64,
@@ -92,7 +94,7 @@ impl Tube {
         self.ready.len() as u64
             + self.delayed.len() as u64
             + self.buried.len() as u64
-            + self.reserved
+            + self.reserved.len() as u64
     }
 
     /// Whether persistence must keep this tube's keys: it has jobs, or bodies are being
@@ -190,7 +192,7 @@ impl State {
                 self.totals.delayed -= 1;
             }
             JobState::Reserved => {
-                tube.reserved -= 1;
+                tube.reserved.remove(&(job.at, id));
                 self.reserved.remove(&(job.at, id));
                 let owner = ConnId(job.owner);
                 if let Some(set) = self.by_conn.get_mut(&owner) {
@@ -253,7 +255,7 @@ impl State {
                 self.totals.delayed += 1;
             }
             JobState::Reserved => {
-                tube.reserved += 1;
+                tube.reserved.insert((due, id));
                 self.reserved.insert((due, id));
                 if let Some(owner) = owner {
                     self.by_conn.entry(owner).or_default().insert((due, id));
@@ -384,6 +386,14 @@ impl State {
 
     pub fn peek_body(&self, id: JobId) -> Option<(JobId, Bytes)> {
         self.jobs.get(&id).map(|j| (id, j.body.clone()))
+    }
+
+    /// Job `id` changed in a way its place does not show (a field of a delayed or
+    /// buried job): persistence must write it again.
+    pub fn note_job(&mut self, id: JobId) {
+        if let (Some(journal), Some(job)) = (self.journal.as_deref_mut(), self.jobs.get(&id)) {
+            journal.job_changed(id, &job.tube);
+        }
     }
 
     /// A tube's persisted figures changed (its counters, its pause, its existence).

@@ -34,7 +34,7 @@ fn int(v: &Value) -> Result<i64, String> {
 }
 
 /// A count, an id or a time: a non-negative integer.
-fn count(v: &Value) -> Result<u64, String> {
+pub(super) fn count(v: &Value) -> Result<u64, String> {
     let i = int(v)?;
     u64::try_from(i).map_err(|_| format!("expected a non-negative integer, got {i}"))
 }
@@ -48,12 +48,12 @@ pub fn text(v: &Value) -> Result<&[u8], String> {
 }
 
 /// A string reply that must be text (`what` says which, in the error).
-fn string(v: &Value, what: &str) -> Result<String, String> {
+pub(super) fn string(v: &Value, what: &str) -> Result<String, String> {
     String::from_utf8(text(v)?.to_vec()).map_err(|_| format!("{what} that is not text"))
 }
 
 /// The `N` fields of an array reply.
-fn fields<const N: usize>(v: Value) -> Result<[Value; N], String> {
+pub(super) fn fields<const N: usize>(v: Value) -> Result<[Value; N], String> {
     match v {
         Value::Array(items) | Value::Set(items) => {
             let len = items.len();
@@ -81,7 +81,7 @@ fn body(v: Value) -> Result<BodyReply, String> {
     }
 }
 
-fn u32_of(v: &Value) -> Result<u32, String> {
+pub(super) fn u32_of(v: &Value) -> Result<u32, String> {
     let n = count(v)?;
     u32::try_from(n).map_err(|_| format!("expected a 32-bit value, got {n}"))
 }

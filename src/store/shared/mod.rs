@@ -20,6 +20,7 @@
 //! - `connect`: connecting (commands and the wake-up subscription on connections of
 //!   their own), loading the scripts.
 //! - `store_impl`: [`Store`](crate::store::Store) for [`RedisStore`], the transitions.
+//! - `admin`: the operator API's listing, job entry and changes in place.
 //! - `large`: puts of large bodies, whose bodies stay out of Lua.
 //! - `held`: the reservations this instance's connections hold.
 //! - `reclaim`: owner tokens of reserve attempts, and undoing those whose answer was lost.
@@ -34,6 +35,7 @@
 //! reservations (`held`), its reference counts (`refs`), and the tokens of reserve
 //! attempts whose answer was lost (`reclaim`).
 
+mod admin;
 mod connect;
 mod decode;
 mod eviction;
@@ -110,6 +112,17 @@ impl RedisStore {
         Ok(name.as_deref().and_then(TubeName::new))
     }
 
+    /// The tube of job `id`, for a script to act on: the lookup may have read a fresh
+    /// namespace, and an id of the old one must not act there (see namespace.rs).
+    async fn job_tube(&self, id: JobId) -> StoreResult<Option<TubeName>> {
+        let generation = self.run.namespace().current();
+        let tube = self.tube_of(id).await?;
+        if self.run.namespace().current() != generation {
+            return Err(StoreError::NamespaceLost { op: "job lookup" });
+        }
+        Ok(tube)
+    }
+
     /// A call of the single-tube script `pick` on the tube of job `id` (found in the id
     /// index), with the id as its first argument; `None` when there is no such job.
     async fn job_call<R: Decode + 'static>(
@@ -117,15 +130,9 @@ impl RedisStore {
         pick: impl FnOnce(&Scripts) -> &Lua<R>,
         id: JobId,
     ) -> StoreResult<Option<(TubeName, Call<'_, R>)>> {
-        let generation = self.run.namespace().current();
-        let Some(tube) = self.tube_of(id).await? else {
+        let Some(tube) = self.job_tube(id).await? else {
             return Ok(None);
         };
-        // The lookup may have read a fresh namespace: an id of the old one must not
-        // act there (see namespace.rs).
-        if self.run.namespace().current() != generation {
-            return Err(StoreError::NamespaceLost { op: "job lookup" });
-        }
         let mut call = self.run.on_tube(pick, &[], tube.as_str());
         call.arg(id);
         Ok(Some((tube, call)))

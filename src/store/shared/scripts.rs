@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use redis::{Cmd, ToRedisArgs, Value};
 use std::time::Duration;
 
+use super::admin::{EditReply, Entry, Listed};
 use super::decode::{
     Decode, JobFigures, Joined, Kicked, Peeked, Reaped, Reclaimed, Reservation, Ticked, Touched,
 };
@@ -97,6 +98,9 @@ scripts! {
     reclaim: Reclaimed,
     close: Vec<u64>,
     init: Joined,
+    list: Listed,
+    job_entry: Option<Entry>,
+    edit: EditReply,
 }
 
 /// Runs scripts on the shared connection: the one place a call's KEYS are laid out.
@@ -131,6 +135,7 @@ const ACKNOWLEDGED: &[&str] = &[
     "kick",
     "kick_job",
     "pause",
+    "edit",
 ];
 
 impl Runner {

@@ -23,8 +23,8 @@ use crate::redis::error::redis_error_in;
 use crate::redis::keys::{NsKey, RESERVE_KEYS, TubeKey};
 use crate::redis::{Code, US};
 use crate::store::{
-    ConnId, JobId, JobInfo, LARGE_BODY, Nanos, NewJob, Reserved, Store, StoreError, StoreResult,
-    Totals, TubeInfo, URGENT_PRI, pause_length,
+    ConnId, Edit, Edited, JobEntry, JobId, JobInfo, LARGE_BODY, ListPage, ListQuery, Nanos, NewJob,
+    Reserved, Store, StoreError, StoreResult, Totals, TubeInfo, URGENT_PRI, pause_length,
 };
 use crate::time::Clock;
 use crate::util::lock;
@@ -504,6 +504,18 @@ impl Store for RedisStore {
             .await
             .map_err(|e| StoreError::redis("ZRANGE due", e))?;
         Ok(head.first().map(|(_, score)| (*score as u64) * US))
+    }
+
+    async fn list_jobs(&self, query: &ListQuery, _now: Nanos) -> StoreResult<ListPage> {
+        self.admin_list(query).await
+    }
+
+    async fn job_entry(&self, id: JobId, _now: Nanos) -> StoreResult<Option<JobEntry>> {
+        self.admin_job_entry(id).await
+    }
+
+    async fn edit(&self, id: JobId, edit: &Edit, _now: Nanos) -> StoreResult<Edited> {
+        self.admin_edit(id, edit).await
     }
 
     async fn use_tube(&self, tube: &TubeName) -> StoreResult<()> {

@@ -1,0 +1,231 @@
+//! The admin API commands of redstalkctl (jobs with paging, job, pri, delay, bury, move,
+//! search, put/delete, a bulk move with --dry-run, tail/top with --api) against
+//! redstalk's API, each change checked over the beanstalk protocol.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::support::client::Client;
+use super::support::{self, ServerKind, ServerProc};
+use super::{Out, run, tail_sees_a_new_tube, top_draws_count_tables};
+
+const TOKEN: &str = "cli-test-token";
+
+/// redstalk (memory) with its HTTP listener on a free port.
+fn start_http(extra: &[&str]) -> (ServerProc, SocketAddr) {
+    for _ in 0..5 {
+        let http: SocketAddr = ([127, 0, 0, 1], support::free_port()).into();
+        let mut args = vec!["--metrics".to_string(), http.to_string()];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        match ServerProc::start(ServerKind::Memory, &args) {
+            Ok(Some(srv)) => {
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while !support::is_listening(http.port()) {
+                    assert!(Instant::now() < deadline, "the HTTP port does not listen");
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                return (srv, http);
+            }
+            Ok(None) => unreachable!("redstalk is always there"),
+            Err(e) => eprintln!("start redstalk: {e}; retrying"),
+        }
+    }
+    panic!("could not start redstalk with --metrics");
+}
+
+/// redstalk (memory) with the admin API and a token.
+fn api_server() -> (ServerProc, SocketAddr) {
+    start_http(&["--admin-token", TOKEN])
+}
+
+/// The tool with `--api` (and the token when `token`).
+fn api(srv: &ServerProc, http: SocketAddr, token: bool, args: &[&str]) -> Out {
+    let (server, url) = (srv.addr.to_string(), format!("http://{http}"));
+    let mut all = vec!["--server", server.as_str(), "--api", url.as_str()];
+    if token {
+        all.extend(["--token", TOKEN]);
+    }
+    all.extend_from_slice(args);
+    run(&all, b"")
+}
+
+fn ids(v: &Value) -> Vec<u64> {
+    v["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_u64().unwrap())
+        .collect()
+}
+
+#[test]
+fn api_jobs_pages_and_job_details() {
+    let (srv, http) = api_server();
+    let mut c = Client::connect(srv.addr, "producer");
+    c.use_tube("emails");
+    let a = c.put(10, 0, 60, b"ten");
+    let b = c.put(5, 0, 60, b"five");
+    let d = c.put(10, 0, 60, b"ten again");
+    let page1 = api(
+        &srv,
+        http,
+        false,
+        &[
+            "--json", "jobs", "emails", "--state", "ready", "--limit", "2",
+        ],
+    )
+    .ok()
+    .json();
+    assert_eq!(ids(&page1), [b, a], "(pri, id) order");
+    let cursor = page1["next_cursor"]
+        .as_str()
+        .expect("a next page")
+        .to_string();
+    let page2 = api(
+        &srv,
+        http,
+        false,
+        &[
+            "--json", "jobs", "emails", "--limit", "2", "--cursor", &cursor,
+        ],
+    )
+    .ok()
+    .json();
+    assert_eq!(ids(&page2), [d]);
+    assert!(page2["next_cursor"].is_null());
+    let all = api(
+        &srv,
+        http,
+        false,
+        &["--json", "jobs", "emails", "--all", "--limit", "1"],
+    )
+    .ok()
+    .json();
+    assert_eq!(ids(&all), [b, a, d]);
+    let table = api(&srv, http, false, &["jobs", "emails"]).ok().stdout;
+    assert_eq!(table.lines().count(), 4, "header and three jobs: {table}");
+    let job = api(&srv, http, false, &["--json", "job", &b.to_string()])
+        .ok()
+        .json();
+    assert_eq!(
+        (job["body"].as_str(), job["pri"].as_u64()),
+        (Some("five"), Some(5))
+    );
+    assert!(job["holder"].is_null());
+    c.watch_only("emails");
+    let (held, _) = c.reserve();
+    let reserved = api(
+        &srv,
+        http,
+        false,
+        &["--json", "jobs", "emails", "--state", "reserved"],
+    )
+    .ok()
+    .json();
+    assert_eq!(ids(&reserved), [held]);
+    assert!(reserved["jobs"][0]["holder"].is_object(), "{reserved}");
+    assert_eq!(api(&srv, http, false, &["job", "987654"]).code, 5);
+    let stats = api(&srv, http, false, &["--json", "stats"]).ok().json();
+    assert_eq!(stats["current-jobs-reserved"], 1);
+    let tubes = api(&srv, http, false, &["--json", "tubes"]).ok().json();
+    assert!(
+        tubes["tubes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["name"] == "emails")
+    );
+}
+
+#[test]
+fn api_changes_of_one_job() {
+    let (srv, http) = api_server();
+    let mut c = Client::connect(srv.addr, "checker");
+    c.use_tube("emails");
+    let id = c.put(100, 0, 60, b"needle in a job");
+    let s = id.to_string();
+    let refused = api(&srv, http, false, &["pri", &s, "1"]);
+    assert_eq!(refused.code, 4, "no token: {}", refused.stderr);
+    let job = api(&srv, http, true, &["--json", "pri", &s, "1"])
+        .ok()
+        .json();
+    assert_eq!(job["pri"], 1);
+    assert_eq!(c.dict_value(&format!("stats-job {id}"), "pri"), "1");
+    api(&srv, http, true, &["delay", &s, "100"]).ok();
+    assert_eq!(c.dict_value(&format!("stats-job {id}"), "state"), "delayed");
+    api(&srv, http, true, &["delay", &s, "0"]).ok();
+    assert_eq!(c.dict_value(&format!("stats-job {id}"), "state"), "ready");
+    api(&srv, http, true, &["bury", &s]).ok();
+    assert_eq!(c.dict_value(&format!("stats-job {id}"), "state"), "buried");
+    assert_eq!(
+        api(&srv, http, true, &["bury", &s]).code,
+        6,
+        "a buried job: conflict"
+    );
+    let moved = api(&srv, http, true, &["--json", "move", &s, "other"])
+        .ok()
+        .json();
+    assert_eq!(
+        (moved["id"].as_u64(), moved["tube"].as_str()),
+        (Some(id), Some("other"))
+    );
+    assert_eq!(c.dict_value(&format!("stats-job {id}"), "tube"), "other");
+    let found = api(&srv, http, false, &["--json", "search", "needle"])
+        .ok()
+        .json();
+    assert_eq!(ids(&found), [id]);
+    api(&srv, http, true, &["kick", "--job", &s]).ok();
+    c.watch_only("other");
+    let (held, _) = c.reserve();
+    assert_eq!(held, id);
+    assert_eq!(
+        api(&srv, http, true, &["move", &s, "emails"]).code,
+        6,
+        "reserved: conflict"
+    );
+    assert_eq!(api(&srv, http, true, &["pri", "987654", "1"]).code, 5);
+    let put = api(&srv, http, true, &["--json", "put", "emails", "via api"])
+        .ok()
+        .json();
+    let new = put["id"].as_u64().unwrap();
+    assert_eq!(c.cmd(&format!("peek {new}")).text(), "via api");
+    api(&srv, http, true, &["delete", &new.to_string()]).ok();
+    assert_eq!(c.line(&format!("peek {new}")), "NOT_FOUND");
+}
+
+#[test]
+fn api_bulk_move_and_live_commands() {
+    let (srv, http) = api_server();
+    let mut c = Client::connect(srv.addr, "producer");
+    c.use_tube("src");
+    for i in 0..30 {
+        c.put(1024, 0, 60, format!("bulk-{i}").as_bytes());
+    }
+    let args = [
+        "--json", "move", "--from", "src", "--to", "dst", "--limit", "100",
+    ];
+    let mut dry: Vec<&str> = args.to_vec();
+    dry.push("--dry-run");
+    let counted = api(&srv, http, true, &dry).ok().json();
+    assert_eq!(
+        (counted["matched"].as_u64(), counted["changed"].as_u64()),
+        (Some(30), Some(0))
+    );
+    assert_eq!(counted["dry_run"], true);
+    assert_eq!(
+        c.dict_value("stats-tube src", "current-jobs-ready"),
+        "30",
+        "a dry run moves nothing"
+    );
+    let moved = api(&srv, http, true, &args).ok().json();
+    assert_eq!(
+        (moved["matched"].as_u64(), moved["changed"].as_u64()),
+        (Some(30), Some(30))
+    );
+    assert_eq!(c.dict_value("stats-tube dst", "current-jobs-ready"), "30");
+    let url = format!("http://{http}");
+    tail_sees_a_new_tube(srv.addr, &["--api", &url]);
+    top_draws_count_tables(srv.addr, &["--api", &url]);
+}

@@ -1,0 +1,229 @@
+//! What redstalkctl prints: aligned tables and `key: value` lists for people, JSON for
+//! scripts, and the table shapes of tubes and jobs that several commands share.
+//!
+//! Invariants: data goes to stdout, progress and errors to stderr, so `--json` stdout is
+//! always one parseable JSON document (or, for `tail`/`top`, one per line); a column
+//! whose cells are all numbers is right-aligned, others left-aligned.
+
+use serde_json::Value;
+
+use crate::figures::{Figures, display};
+
+/// A table of text cells under a header row.
+pub struct Table {
+    headers: Vec<String>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    pub fn new(headers: &[&str]) -> Table {
+        Table {
+            headers: headers.iter().map(|h| h.to_string()).collect(),
+            rows: Vec::new(),
+        }
+    }
+
+    pub fn row(&mut self, cells: Vec<String>) {
+        self.rows.push(cells);
+    }
+
+    /// The table as text, one line per row, columns two spaces apart.
+    pub fn render(&self) -> String {
+        let cols = self.headers.len();
+        let mut width: Vec<usize> = self.headers.iter().map(|h| h.chars().count()).collect();
+        // A column is numeric when its cells are numbers or `-`, at least one a number.
+        let mut numeric = vec![true; cols];
+        let mut some_number = vec![false; cols];
+        for row in &self.rows {
+            for (i, cell) in row.iter().enumerate().take(cols) {
+                width[i] = width[i].max(cell.chars().count());
+                let number = cell.parse::<f64>().is_ok();
+                some_number[i] |= number;
+                numeric[i] &= number || cell == "-";
+            }
+        }
+        for (n, some) in numeric.iter_mut().zip(&some_number) {
+            *n &= *some;
+        }
+        let line = |cells: &[String]| {
+            let mut out = String::new();
+            for (i, cell) in cells.iter().enumerate().take(cols) {
+                let pad = width[i].saturating_sub(cell.chars().count());
+                if i > 0 {
+                    out.push_str("  ");
+                }
+                if numeric[i] {
+                    out.push_str(&" ".repeat(pad));
+                    out.push_str(cell);
+                } else {
+                    out.push_str(cell);
+                    if i + 1 < cols {
+                        out.push_str(&" ".repeat(pad));
+                    }
+                }
+            }
+            out.trim_end().to_string() + "\n"
+        };
+        let mut out = line(&self.headers);
+        for row in &self.rows {
+            out.push_str(&line(row));
+        }
+        out
+    }
+}
+
+/// Print `v` as pretty JSON on stdout.
+pub fn print_json(v: &Value) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())
+    );
+}
+
+/// `key: value` lines, keys padded to one width.
+pub fn key_values(f: &Figures) -> String {
+    let w = f.0.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    f.0.iter()
+        .map(|(k, v)| format!("{k:<w$}  {}\n", display(v)))
+        .collect()
+}
+
+/// The columns of the tubes table: header and stats-tube key.
+pub const TUBE_COLUMNS: &[(&str, &str)] = &[
+    ("TUBE", "name"),
+    ("READY", "current-jobs-ready"),
+    ("URGENT", "current-jobs-urgent"),
+    ("RESERVED", "current-jobs-reserved"),
+    ("DELAYED", "current-jobs-delayed"),
+    ("BURIED", "current-jobs-buried"),
+    ("TOTAL", "total-jobs"),
+    ("USING", "current-using"),
+    ("WATCHING", "current-watching"),
+    ("WAITING", "current-waiting"),
+    ("PAUSE-LEFT", "pause-time-left"),
+];
+
+pub fn tubes_table(tubes: &[Figures]) -> String {
+    let headers: Vec<&str> = TUBE_COLUMNS.iter().map(|(h, _)| *h).collect();
+    let mut t = Table::new(&headers);
+    for f in tubes {
+        t.row(TUBE_COLUMNS.iter().map(|(_, k)| f.text(k)).collect());
+    }
+    t.render()
+}
+
+/// The order of a job's figures for people: `stats-job`'s, then the API's own.
+pub const JOB_ORDER: &[&str] = &[
+    "id",
+    "tube",
+    "state",
+    "pri",
+    "age",
+    "delay",
+    "ttr",
+    "time-left",
+    "file",
+    "reserves",
+    "timeouts",
+    "releases",
+    "buries",
+    "kicks",
+    "body_size",
+    "holder",
+];
+
+/// The columns of the jobs table: header and JOB key.
+const JOB_COLUMNS: &[(&str, &str)] = &[
+    ("ID", "id"),
+    ("STATE", "state"),
+    ("PRI", "pri"),
+    ("AGE", "age"),
+    ("DELAY", "delay"),
+    ("TTR", "ttr"),
+    ("TIME-LEFT", "time-left"),
+    ("RESERVES", "reserves"),
+    ("BURIES", "buries"),
+    ("KICKS", "kicks"),
+    ("SIZE", "body_size"),
+];
+
+/// A jobs table (the API's JOB objects); with `with_tube` a TUBE column, and a HOLDER
+/// column (`addr#conn@instance`) for reserved jobs.
+pub fn jobs_table(jobs: &[Value], with_tube: bool) -> String {
+    let mut headers: Vec<&str> = JOB_COLUMNS.iter().map(|(h, _)| *h).collect();
+    if with_tube {
+        headers.insert(1, "TUBE");
+    }
+    headers.push("HOLDER");
+    let mut t = Table::new(&headers);
+    for job in jobs {
+        let cell = |k: &str| job.get(k).map(display).unwrap_or_default();
+        let mut row: Vec<String> = JOB_COLUMNS.iter().map(|(_, k)| cell(k)).collect();
+        if with_tube {
+            row.insert(1, cell("tube"));
+        }
+        row.push(holder(job.get("holder")));
+        t.row(row);
+    }
+    t.render()
+}
+
+fn holder(h: Option<&Value>) -> String {
+    let Some(h) = h.filter(|h| h.is_object()) else {
+        return "-".to_string();
+    };
+    let part = |k: &str| h.get(k).map(display).unwrap_or_default();
+    format!("{}#{}@{}", part("addr"), part("conn"), part("instance"))
+}
+
+/// At most `limit` bytes of `body` as text for a terminal: invalid UTF-8 replaced,
+/// control characters but newline and tab escaped.
+pub fn body_text(body: &[u8], limit: usize) -> String {
+    let shown = &body[..body.len().min(limit)];
+    let text: String = String::from_utf8_lossy(shown)
+        .chars()
+        .map(|c| {
+            if c.is_control() && c != '\n' && c != '\t' {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect();
+    if body.len() > limit {
+        format!("{text}… ({} more bytes)", body.len() - limit)
+    } else {
+        text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_right_text_left() {
+        let mut t = Table::new(&["TUBE", "READY"]);
+        t.row(vec!["default".into(), "3".into()]);
+        t.row(vec!["a".into(), "120".into()]);
+        assert_eq!(
+            t.render(),
+            "TUBE     READY\ndefault      3\na          120\n"
+        );
+    }
+
+    #[test]
+    fn a_column_of_dashes_is_text() {
+        let mut t = Table::new(&["ID", "HOLDER"]);
+        t.row(vec!["7".into(), "-".into()]);
+        t.row(vec!["10".into(), "-".into()]);
+        assert_eq!(t.render(), "ID  HOLDER\n 7  -\n10  -\n");
+    }
+
+    #[test]
+    fn holder_cell() {
+        let j = serde_json::json!({"holder": {"instance": "i1", "addr": "10.0.0.1:5", "conn": 7}});
+        assert_eq!(holder(j.get("holder")), "10.0.0.1:5#7@i1");
+        assert_eq!(holder(Some(&Value::Null)), "-");
+    }
+}

@@ -1,0 +1,158 @@
+//! Who may use the operator API: the admin token (compared in constant time, never
+//! logged), whether reads need it, the read-only switch, and the refusal of changes
+//! made cross-origin (a browser page of another site must not drive them with an
+//! operator's credentials).
+//!
+//! Invariants: a request that changes something (any method but GET and HEAD) passes
+//! every check — not read-only, same origin, the right token — before its handler
+//! runs; the token's value appears in no log, error or `Debug` output.
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, Method, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use super::ApiError;
+use crate::http::App;
+
+/// A secret that `Debug` does not show.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(s: impl Into<String>) -> Secret {
+        Secret(s.into())
+    }
+
+    /// Whether `given` is this secret, in time independent of where they differ.
+    fn matches(&self, given: &[u8]) -> bool {
+        let want = self.0.as_bytes();
+        let mut diff = want.len() ^ given.len();
+        for (i, &w) in want.iter().enumerate() {
+            diff |= usize::from(w ^ given.get(i).copied().unwrap_or(!w));
+        }
+        diff == 0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+/// The API's access settings (`--admin-token`, `--admin-read-auth`, `--admin-read-only`).
+#[derive(Clone, Debug, Default)]
+pub struct Access {
+    /// `None`: no token configured, so every change is refused.
+    pub token: Option<Secret>,
+    pub reads_need_token: bool,
+    pub read_only: bool,
+}
+
+impl Access {
+    /// Whether a change may be made at all (a token configured, not read-only).
+    pub fn changes_allowed(&self) -> bool {
+        self.token.is_some() && !self.read_only
+    }
+
+    fn authorized(&self, headers: &HeaderMap) -> Result<(), ApiError> {
+        let Some(token) = &self.token else {
+            return Err(ApiError::unauthorized(
+                "no admin token is configured: start redstalk with --admin-token, \
+                 REDSTALK_ADMIN_TOKEN or --admin-token-file to allow changes",
+            ));
+        };
+        let given = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "));
+        match given {
+            Some(g) if token.matches(g) => Ok(()),
+            Some(_) => Err(ApiError::unauthorized("wrong token")),
+            None => Err(ApiError::unauthorized(
+                "send the admin token as Authorization: Bearer TOKEN",
+            )),
+        }
+    }
+}
+
+/// Whether a request came from a page of another origin: its `Sec-Fetch-Site` says
+/// so, or its `Origin` is not this listener's own host.
+fn cross_origin(headers: &HeaderMap) -> bool {
+    let site = headers
+        .get("sec-fetch-site")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if matches!(site, "cross-site" | "same-site") {
+        return true;
+    }
+    let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let origin_host = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"));
+    origin_host.is_none_or(|o| !o.eq_ignore_ascii_case(host))
+}
+
+/// The checks before every API handler.
+pub(in crate::http) async fn guard(
+    State(app): State<Arc<App>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let access = &app.access;
+    let change = !matches!(*req.method(), Method::GET | Method::HEAD);
+    let refused = if change {
+        if access.read_only {
+            Err(ApiError::read_only())
+        } else if cross_origin(req.headers()) {
+            Err(ApiError::forbidden(
+                "a change from another origin is refused (Origin / Sec-Fetch-Site)",
+            ))
+        } else {
+            access.authorized(req.headers())
+        }
+    } else if access.reads_need_token {
+        access.authorized(req.headers())
+    } else {
+        Ok(())
+    };
+    match refused {
+        Ok(()) => next.run(req).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_secret_matches_only_itself_and_does_not_show() {
+        let s = Secret::new("abc");
+        assert!(s.matches(b"abc"));
+        assert!(!s.matches(b"abd") && !s.matches(b"ab") && !s.matches(b"abcd"));
+        assert!(!format!("{s:?}").contains("abc"));
+    }
+
+    #[test]
+    fn origins_are_compared_with_the_host() {
+        let mut h = HeaderMap::new();
+        h.insert(header::HOST, "127.0.0.1:9100".parse().unwrap());
+        assert!(!cross_origin(&h));
+        h.insert(header::ORIGIN, "http://127.0.0.1:9100".parse().unwrap());
+        assert!(!cross_origin(&h));
+        h.insert(header::ORIGIN, "http://evil.example".parse().unwrap());
+        assert!(cross_origin(&h));
+        h.remove(header::ORIGIN);
+        h.insert("sec-fetch-site", "cross-site".parse().unwrap());
+        assert!(cross_origin(&h));
+    }
+}

@@ -1,0 +1,139 @@
+//! A leader-mode standby's operator API: every `/api/v1` request but `/whoami` (which
+//! says what this instance is) is forwarded to the leader's HTTP listener, whose
+//! address the leader publishes in Redis beside its lease (`crate::cluster::lease`):
+//! method, path, query, headers (`Authorization` and `Origin` included: the leader
+//! decides access, comparing `Origin` with the `Host` the client sent, which is kept)
+//! and body, over a plain TCP connection with hyper's HTTP/1 client, one per request.
+//!
+//! Invariants: a forwarded request body is at most [`MAX_API_BODY`] bytes (read before
+//! connecting); connecting takes at most [`CONNECT_TIMEOUT`] and the exchange (the
+//! leader's whole answer) at most [`FORWARD_TIMEOUT`], below the listener's own
+//! response deadline; when the standby cannot forward it answers `503 unavailable`
+//! with the reason, never hangs.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{HeaderName, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+
+use super::{API_PREFIX, ApiError, MAX_API_BODY};
+use crate::http::{App, Source};
+
+/// The longest a connection to the leader's API may take to open.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// The longest the leader may take to answer a forwarded request (under the listener's
+/// own response deadline, so the client gets this instance's 503, not a timeout).
+pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(9);
+
+/// Why a request could not be forwarded.
+#[derive(Debug, thiserror::Error)]
+enum ForwardError {
+    #[error("cannot connect within {CONNECT_TIMEOUT:?}")]
+    ConnectTimeout,
+    #[error("cannot connect: {0}")]
+    Connect(std::io::Error),
+    #[error("no answer within {FORWARD_TIMEOUT:?}")]
+    Timeout,
+    #[error("{0}")]
+    Http(#[from] hyper::Error),
+    #[error("cannot build the request: {0}")]
+    Request(#[from] axum::http::Error),
+}
+
+/// Headers that belong to one connection, not to the request or response.
+const HOP_BY_HOP: [HeaderName; 5] = [
+    header::CONNECTION,
+    header::TRANSFER_ENCODING,
+    header::TE,
+    header::UPGRADE,
+    header::PROXY_AUTHORIZATION,
+];
+
+/// Before every API route (and its access checks): a standby forwards the request.
+pub(in crate::http) async fn standby(
+    State(app): State<Arc<App>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let Source::Cluster(cluster) = &app.source else {
+        return next.run(req).await;
+    };
+    if cluster.engine().is_some() || req.uri().path() == "/whoami" {
+        return next.run(req).await;
+    }
+    let addr = match cluster.leader_api() {
+        Ok(addr) => addr,
+        Err(why) => {
+            return ApiError::unavailable(format!(
+                "this instance is a standby and cannot forward to the leader: {why}"
+            ))
+            .into_response();
+        }
+    };
+    let (parts, body) = req.into_parts();
+    let Ok(body) = axum::body::to_bytes(body, MAX_API_BODY).await else {
+        return ApiError::bad_request(format!(
+            "the request body is larger than {MAX_API_BODY} bytes, or was cut short"
+        ))
+        .into_response();
+    };
+    let req = Request::from_parts(parts, body);
+    match forward(&addr, req).await {
+        Ok(response) => response,
+        Err(err) => ApiError::unavailable(format!(
+            "this instance is a standby and cannot reach the leader's API at {addr}: {err}"
+        ))
+        .into_response(),
+    }
+}
+
+/// Send `req` to `addr` and bring back its answer whole.
+async fn forward(addr: &str, req: Request<Bytes>) -> Result<Response, ForwardError> {
+    let (parts, body) = req.into_parts();
+    // Nested under /api/v1, the request's own URI lost its prefix.
+    let target = format!(
+        "{API_PREFIX}{}",
+        parts.uri.path_and_query().map_or("/", |p| p.as_str())
+    );
+    let mut out = hyper::Request::builder()
+        .method(parts.method)
+        .uri(target)
+        .body(Full::new(body))?;
+    for (name, value) in &parts.headers {
+        if !HOP_BY_HOP.contains(name) {
+            out.headers_mut().append(name.clone(), value.clone());
+        }
+    }
+    let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
+        .await
+        .map_err(|_| ForwardError::ConnectTimeout)?
+        .map_err(ForwardError::Connect)?;
+    let _ = stream.set_nodelay(true);
+    let exchange = async {
+        let (mut sender, conn) =
+            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+        // The sender is dropped once the answer is read, which ends the connection.
+        let ask = async move {
+            let answer = sender.send_request(out).await?;
+            let (head, body) = answer.into_parts();
+            Ok::<_, hyper::Error>((head, body.collect().await?.to_bytes()))
+        };
+        let (answer, _) = tokio::join!(ask, conn);
+        answer
+    };
+    let (mut head, body) = tokio::time::timeout(FORWARD_TIMEOUT, exchange)
+        .await
+        .map_err(|_| ForwardError::Timeout)??;
+    for name in &HOP_BY_HOP {
+        head.headers.remove(name);
+    }
+    head.headers.remove(header::CONTENT_LENGTH);
+    Ok(Response::from_parts(head, Body::from(body)))
+}

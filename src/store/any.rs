@@ -1,0 +1,256 @@
+//! [`AnyStore`]: the storage engines behind one type, each [`Store`] method forwarded
+//! to whichever engine this is by a `match` (static dispatch: no `dyn`, no boxing).
+//!
+//! Invariant: this file only forwards; every behaviour is the engine's own (the
+//! test-only lagging store adds its delay after the call, see `lagging.rs`).
+
+use bytes::Bytes;
+
+#[cfg(test)]
+use super::lagging;
+use super::{
+    Change, ConnId, DurableStore, Edit, Edited, JobEntry, JobId, JobInfo, ListPage, ListQuery,
+    LogFigures, MemoryStore, Nanos, NewJob, RedisStore, Reserved, Store, StoreResult, Totals,
+    TubeInfo,
+};
+use crate::protocol::TubeName;
+use crate::time::Clock;
+
+/// The storage engines, dispatched statically.
+// One value per process, so the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
+pub enum AnyStore {
+    Memory(MemoryStore),
+    Durable(DurableStore),
+    Redis(RedisStore),
+    /// The memory store answering late (the engine's in-process tests).
+    #[cfg(test)]
+    Lagging(lagging::LaggingStore),
+}
+
+/// Forward a [`Store`] method to whichever engine this is.
+macro_rules! dispatch {
+    ($self:ident, $s:ident => $call:expr) => {
+        match $self {
+            AnyStore::Memory($s) => $call.await,
+            AnyStore::Durable($s) => $call.await,
+            AnyStore::Redis($s) => $call.await,
+            #[cfg(test)]
+            AnyStore::Lagging(lagging) => {
+                let $s = &lagging.inner;
+                let answer = $call.await;
+                lagging.lag().await;
+                answer
+            }
+        }
+    };
+}
+
+impl Store for AnyStore {
+    async fn put(&self, job: NewJob, now: Nanos) -> StoreResult<JobId> {
+        dispatch!(self, s => s.put(job, now))
+    }
+    async fn burn_id(&self) -> StoreResult<JobId> {
+        dispatch!(self, s => s.burn_id())
+    }
+    async fn reserve(
+        &self,
+        conn: ConnId,
+        watched: &[TubeName],
+        now: Nanos,
+    ) -> StoreResult<Option<Reserved>> {
+        dispatch!(self, s => s.reserve(conn, watched, now))
+    }
+    async fn reserve_job(
+        &self,
+        conn: ConnId,
+        id: JobId,
+        now: Nanos,
+    ) -> StoreResult<Option<Reserved>> {
+        dispatch!(self, s => s.reserve_job(conn, id, now))
+    }
+    async fn delete(&self, conn: ConnId, id: JobId) -> StoreResult<bool> {
+        dispatch!(self, s => s.delete(conn, id))
+    }
+    async fn release(
+        &self,
+        conn: ConnId,
+        id: JobId,
+        pri: u32,
+        delay_secs: u32,
+        now: Nanos,
+    ) -> StoreResult<Option<TubeName>> {
+        dispatch!(self, s => s.release(conn, id, pri, delay_secs, now))
+    }
+    async fn bury(&self, conn: ConnId, id: JobId, pri: u32) -> StoreResult<bool> {
+        dispatch!(self, s => s.bury(conn, id, pri))
+    }
+    async fn touch(&self, conn: ConnId, id: JobId, now: Nanos) -> StoreResult<Option<Nanos>> {
+        dispatch!(self, s => s.touch(conn, id, now))
+    }
+    async fn kick(&self, tube: &TubeName, bound: u32, now: Nanos) -> StoreResult<u32> {
+        dispatch!(self, s => s.kick(tube, bound, now))
+    }
+    async fn kick_job(&self, id: JobId, now: Nanos) -> StoreResult<Option<TubeName>> {
+        dispatch!(self, s => s.kick_job(id, now))
+    }
+    async fn peek(&self, id: JobId) -> StoreResult<Option<(JobId, Bytes)>> {
+        dispatch!(self, s => s.peek(id))
+    }
+    async fn peek_ready(&self, tube: &TubeName) -> StoreResult<Option<(JobId, Bytes)>> {
+        dispatch!(self, s => s.peek_ready(tube))
+    }
+    async fn peek_delayed(&self, tube: &TubeName) -> StoreResult<Option<(JobId, Bytes)>> {
+        dispatch!(self, s => s.peek_delayed(tube))
+    }
+    async fn peek_buried(&self, tube: &TubeName) -> StoreResult<Option<(JobId, Bytes)>> {
+        dispatch!(self, s => s.peek_buried(tube))
+    }
+    async fn job_info(&self, id: JobId, now: Nanos) -> StoreResult<Option<JobInfo>> {
+        dispatch!(self, s => s.job_info(id, now))
+    }
+    async fn tube_info(&self, tube: &TubeName, now: Nanos) -> StoreResult<Option<TubeInfo>> {
+        dispatch!(self, s => s.tube_info(tube, now))
+    }
+    async fn totals(&self) -> StoreResult<Totals> {
+        dispatch!(self, s => s.totals())
+    }
+    async fn list_tubes(&self) -> StoreResult<Vec<TubeName>> {
+        dispatch!(self, s => s.list_tubes())
+    }
+    async fn pause(&self, tube: &TubeName, delay_secs: u32, now: Nanos) -> StoreResult<bool> {
+        dispatch!(self, s => s.pause(tube, delay_secs, now))
+    }
+    async fn has_ready(&self, watched: &[TubeName]) -> StoreResult<bool> {
+        dispatch!(self, s => s.has_ready(watched))
+    }
+    async fn soonest_deadline(&self, conn: ConnId) -> StoreResult<Option<Nanos>> {
+        dispatch!(self, s => s.soonest_deadline(conn))
+    }
+    async fn close(
+        &self,
+        conn: ConnId,
+        watching: &[TubeName],
+        using: Option<&TubeName>,
+        release_jobs: bool,
+        now: Nanos,
+    ) -> StoreResult<Vec<TubeName>> {
+        dispatch!(self, s => s.close(conn, watching, using, release_jobs, now))
+    }
+    async fn give_back(
+        &self,
+        conn: ConnId,
+        id: JobId,
+        now: Nanos,
+    ) -> StoreResult<Option<TubeName>> {
+        dispatch!(self, s => s.give_back(conn, id, now))
+    }
+    async fn tick(&self, now: Nanos) -> StoreResult<Vec<TubeName>> {
+        dispatch!(self, s => s.tick(now))
+    }
+    async fn next_deadline(&self) -> StoreResult<Option<Nanos>> {
+        #[cfg(test)]
+        if let AnyStore::Lagging(lagging) = self {
+            let answer = lagging.inner.next_deadline().await;
+            lagging.read_lag().await;
+            return answer;
+        }
+        dispatch!(self, s => s.next_deadline())
+    }
+    async fn use_tube(&self, tube: &TubeName) -> StoreResult<()> {
+        dispatch!(self, s => s.use_tube(tube))
+    }
+    async fn unuse_tube(&self, tube: &TubeName) -> StoreResult<()> {
+        dispatch!(self, s => s.unuse_tube(tube))
+    }
+    async fn watch_tube(&self, tube: &TubeName) -> StoreResult<()> {
+        dispatch!(self, s => s.watch_tube(tube))
+    }
+    async fn unwatch_tube(&self, tube: &TubeName) -> StoreResult<()> {
+        dispatch!(self, s => s.unwatch_tube(tube))
+    }
+    async fn list_jobs(&self, query: &ListQuery, now: Nanos) -> StoreResult<ListPage> {
+        dispatch!(self, s => s.list_jobs(query, now))
+    }
+    async fn job_entry(&self, id: JobId, now: Nanos) -> StoreResult<Option<JobEntry>> {
+        dispatch!(self, s => s.job_entry(id, now))
+    }
+    async fn edit(&self, id: JobId, edit: &Edit, now: Nanos) -> StoreResult<Edited> {
+        dispatch!(self, s => s.edit(id, edit, now))
+    }
+    fn name(&self) -> &'static str {
+        match self {
+            AnyStore::Memory(s) => s.name(),
+            AnyStore::Durable(s) => s.name(),
+            AnyStore::Redis(s) => s.name(),
+            #[cfg(test)]
+            AnyStore::Lagging(l) => l.inner.name(),
+        }
+    }
+    fn clock(&self) -> Clock {
+        match self {
+            AnyStore::Memory(s) => s.clock(),
+            AnyStore::Durable(s) => s.clock(),
+            AnyStore::Redis(s) => s.clock(),
+            #[cfg(test)]
+            AnyStore::Lagging(l) => l.inner.clock(),
+        }
+    }
+    fn take_wake_events(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<TubeName>> {
+        match self {
+            AnyStore::Memory(s) => s.take_wake_events(),
+            AnyStore::Durable(s) => s.take_wake_events(),
+            AnyStore::Redis(s) => s.take_wake_events(),
+            #[cfg(test)]
+            AnyStore::Lagging(l) => l.inner.take_wake_events(),
+        }
+    }
+    fn sweep_interval(&self) -> Option<std::time::Duration> {
+        match self {
+            AnyStore::Memory(s) => s.sweep_interval(),
+            AnyStore::Durable(s) => s.sweep_interval(),
+            AnyStore::Redis(s) => s.sweep_interval(),
+            #[cfg(test)]
+            AnyStore::Lagging(l) => l.inner.sweep_interval(),
+        }
+    }
+    fn log_figures(&self) -> Option<&LogFigures> {
+        match self {
+            AnyStore::Memory(s) => s.log_figures(),
+            AnyStore::Durable(s) => s.log_figures(),
+            AnyStore::Redis(s) => s.log_figures(),
+            #[cfg(test)]
+            AnyStore::Lagging(l) => l.inner.log_figures(),
+        }
+    }
+    fn namespace_changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        match self {
+            AnyStore::Memory(s) => s.namespace_changes(),
+            AnyStore::Durable(s) => s.namespace_changes(),
+            AnyStore::Redis(s) => s.namespace_changes(),
+            #[cfg(test)]
+            AnyStore::Lagging(l) => l.inner.namespace_changes(),
+        }
+    }
+    async fn namespace_lost(&self) {
+        dispatch!(self, s => s.namespace_lost())
+    }
+    async fn ping(&self) -> StoreResult<()> {
+        dispatch!(self, s => s.ping())
+    }
+    fn last_change(&self) -> Change {
+        match self {
+            AnyStore::Memory(s) => s.last_change(),
+            AnyStore::Durable(s) => s.last_change(),
+            AnyStore::Redis(s) => s.last_change(),
+            #[cfg(test)]
+            AnyStore::Lagging(l) => l.inner.last_change(),
+        }
+    }
+    async fn durable(&self, upto: Change) -> StoreResult<()> {
+        dispatch!(self, s => s.durable(upto))
+    }
+    async fn shutdown(&self) {
+        dispatch!(self, s => s.shutdown())
+    }
+}

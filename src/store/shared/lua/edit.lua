@@ -1,0 +1,64 @@
+-- The operator API's change in place of one job, keeping its id and counters.
+-- KEYS: the job's tube, then (a move) the tube it goes to. ARGV[1] the wake-up origin,
+-- ARGV[2] the job's tube, ARGV[3] id, ARGV[4] the change (move, pri, delay, bury),
+-- ARGV[5] its value (the tube, the priority, the delay in s), ARGV[6] the states that
+-- take it (",ready,delayed," -- the caller's one definition).
+-- -> {'not_found'} | {'conflict', state} | {'done', ready (1: ready now), entry}
+local T, origin, tube, id, op, v = tube_keys(0, 1), ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local j = get_job(T, id)
+if not j then return { 'not_found' } end
+if not string.find(ARGV[6], ',' .. j[STATE] .. ',', 1, true) then return { 'conflict', j[STATE] } end
+local now = now_us()
+if op == 'pri' then
+  -- A ready job takes its new place (its ready time kept); the others' place does not
+  -- depend on it.
+  j[PRI] = tonumber(v)
+  if j[STATE] == 'ready' then redis.call('ZADD', T.ready, j[PRI], id20(id)) end
+  put_job(T, id, j)
+elseif op == 'delay' then
+  local secs = tonumber(v)
+  j[DELAY] = secs
+  if secs > 0 then
+    detach(T, id, j)
+    local due = now + secs * 1000000
+    attach(T, G, id, j, 'delayed', due)
+    put_job(T, id, j)
+    due_by(G, tube, due)
+  elseif j[STATE] == 'delayed' then
+    to_ready(T, G, id, j)
+  else
+    put_job(T, id, j)
+  end
+elseif op == 'bury' then
+  detach(T, id, j)
+  j[BURIES] = j[BURIES] + 1
+  attach(T, G, id, j, 'buried')
+  put_job(T, id, j)
+elseif op == 'move' and v ~= tube then
+  -- Same state in the other tube: a ready job keeps its ready time, a delayed one its
+  -- due time, a buried one goes to the end of the other tube's buried FIFO. The body
+  -- is copied inside Redis (at most the largest job size).
+  local D = tube_keys(0, 2)
+  local body = redis.call('HGET', T.bodies, id)
+  if not body then
+    return redis.error_reply('DAMAGED job ' .. id .. ' in tube ' .. tube .. ' lost its body in Redis')
+  end
+  detach(T, id, j)
+  redis.call('HDEL', T.jobs, id)
+  redis.call('HDEL', T.bodies, id)
+  ensure_tube(G, v)
+  redis.call('HSET', D.bodies, id, body)
+  redis.call('HSET', G.index, id, v)
+  local state, due = j[STATE], j[DUE]
+  attach(D, G, id, j, state, due)
+  put_job(D, id, j)
+  if state == 'delayed' then due_by(G, v, due) end
+  maybe_gc(T, G, tube)
+  T, tube = D, v
+end
+local ready = 0
+if j[STATE] == 'ready' then
+  ready = 1
+  wake(origin, tube)
+end
+return { 'done', ready, admin_entry(T, id, j, now) }
