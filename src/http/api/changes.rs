@@ -15,7 +15,7 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 
 use super::reads::{job_id, tube_name};
-use super::{ApiError, ApiResult, MAX_API_BODY, engine_of, job_json, ok, parse_state};
+use super::{ApiError, ApiResult, JobJson, MAX_API_BODY, engine_of, ok, parse_state};
 use crate::engine::admin::AdminPut;
 use crate::engine::admin_bulk::{Bulk, BulkAction};
 use crate::http::{App, Peer};
@@ -86,7 +86,7 @@ async fn edit(app: &App, peer: Peer, id: &str, edit: Edit) -> ApiResult {
     let id = job_id(id)?;
     let job = engine.admin_edit(id, &edit).await?;
     tracing::info!(action = edit.name(), id, ?edit, tube = %job.stats.tube, peer = %peer.0, "api: job changed");
-    ok(StatusCode::OK, job_json(&job))
+    ok(StatusCode::OK, JobJson::of(&job))
 }
 
 #[derive(Deserialize)]
@@ -151,7 +151,7 @@ pub(super) async fn kick_job(
     let id = job_id(&id)?;
     let job = engine.admin_kick_job(id).await?;
     tracing::info!(action = "kick", id, peer = %peer.0, "api: job kicked");
-    ok(StatusCode::OK, job_json(&job))
+    ok(StatusCode::OK, JobJson::of(&job))
 }
 
 #[derive(Deserialize)]

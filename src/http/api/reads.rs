@@ -9,10 +9,11 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::IntoResponse;
 use base64::Engine as _;
+use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use super::{
-    ApiError, ApiResult, decode_cursor, encode_cursor, engine_of, job_json, ok, parse_state,
+    ApiError, ApiResult, JobJson, decode_cursor, encode_cursor, engine_of, ok, parse_state,
 };
 use crate::engine::admin_bulk::{MAX_SCAN, Search, SearchCursor};
 use crate::engine::stats::Figures;
@@ -199,13 +200,21 @@ pub(super) async fn jobs(
         contains: None,
     };
     let (jobs, page) = engine.admin_list(&query).await?;
+    #[derive(Serialize)]
+    struct Page<'a> {
+        tube: &'a str,
+        state: &'a str,
+        jobs: Vec<JobJson<'a>>,
+        next_cursor: Option<String>,
+    }
     ok(
         StatusCode::OK,
-        json!({
-            "tube": tube, "state": state.name(),
-            "jobs": jobs.iter().map(job_json).collect::<Vec<_>>(),
-            "next_cursor": page.next.map(key_cursor),
-        }),
+        Page {
+            tube: &tube,
+            state: state.name(),
+            jobs: jobs.iter().map(JobJson::of).collect(),
+            next_cursor: page.next.map(key_cursor),
+        },
     )
 }
 
@@ -216,7 +225,6 @@ pub(super) async fn job(
 ) -> ApiResult {
     let engine = engine_of(&app)?;
     let (job, body) = engine.admin_job_with_body(job_id(&id)?).await?;
-    let mut v = job_json(&job);
     let cap = match p.get("body").map_or("preview", String::as_str) {
         "none" => Some(0),
         "preview" => Some(number(&p, "preview", 1024, 65_536)?),
@@ -228,16 +236,32 @@ pub(super) async fn job(
         }
     };
     let shown = &body[..cap.unwrap_or(body.len()).min(body.len())];
-    v["body_truncated"] = json!(shown.len() < body.len());
+    let (mut text, mut base64) = (None, None);
     if cap != Some(0) {
         match std::str::from_utf8(shown) {
-            Ok(s) => v["body"] = json!(s),
-            Err(_) => {
-                v["body_base64"] = json!(base64::engine::general_purpose::STANDARD.encode(shown))
-            }
+            Ok(s) => text = Some(s),
+            Err(_) => base64 = Some(base64::engine::general_purpose::STANDARD.encode(shown)),
         }
     }
-    ok(StatusCode::OK, v)
+    #[derive(Serialize)]
+    struct WithBody<'a> {
+        #[serde(flatten)]
+        job: JobJson<'a>,
+        body_truncated: bool,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        body: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        body_base64: Option<String>,
+    }
+    ok(
+        StatusCode::OK,
+        WithBody {
+            job: JobJson::of(&job),
+            body_truncated: shown.len() < body.len(),
+            body: text,
+            body_base64: base64,
+        },
+    )
 }
 
 pub(super) async fn body(State(app): State<Arc<App>>, Path(id): Path<String>) -> ApiResult {
@@ -298,13 +322,20 @@ pub(super) async fn search(State(app): State<Arc<App>>, Query(p): Params) -> Api
             .transpose()?,
     };
     let found = engine.admin_search(&req).await?;
+    #[derive(Serialize)]
+    struct Found<'a> {
+        jobs: Vec<JobJson<'a>>,
+        scanned: u64,
+        next_cursor: Option<String>,
+        done: bool,
+    }
     ok(
         StatusCode::OK,
-        json!({
-            "jobs": found.jobs.iter().map(job_json).collect::<Vec<_>>(),
-            "scanned": found.scanned,
-            "next_cursor": found.next.as_ref().map(search_cursor_text),
-            "done": found.next.is_none(),
-        }),
+        Found {
+            jobs: found.jobs.iter().map(JobJson::of).collect(),
+            scanned: found.scanned,
+            next_cursor: found.next.as_ref().map(search_cursor_text),
+            done: found.next.is_none(),
+        },
     )
 }
