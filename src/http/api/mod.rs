@@ -13,7 +13,7 @@
 
 pub mod access;
 mod changes;
-mod reads;
+pub(in crate::http) mod reads;
 
 use std::sync::Arc;
 
@@ -72,6 +72,9 @@ impl ApiError {
     }
     pub fn unavailable(m: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", m)
+    }
+    pub fn message(&self) -> &str {
+        &self.message
     }
 }
 
