@@ -218,6 +218,6 @@ async fn only_get(req: HttpRequest, next: Next) -> Response {
 async fn not_found() -> Response {
     text(
         StatusCode::NOT_FOUND,
-        "not found: try /metrics, /healthz or /readyz\n",
+        "not found: try /metrics, /healthz, /readyz, /api/v1 or /console/\n",
     )
 }

@@ -94,7 +94,6 @@ fn cookie_value(headers: &HeaderMap) -> Option<&[u8]> {
 /// The console's routes: its pages and assets, login and logout.
 pub(super) fn router() -> Router<Arc<App>> {
     Router::new()
-        .route("/", get(|| async { Redirect::to("/console/") }))
         .route("/console", get(|| async { Redirect::to("/console/") }))
         .route("/console/", get(|| async { asset(INDEX) }))
         .route("/console/app.css", get(|| async { asset(CSS) }))
