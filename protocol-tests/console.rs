@@ -12,7 +12,8 @@
 //!   text: `window.__pwned` stays undefined and the body holds no element;
 //! - the login sets an HttpOnly cookie that is not the token; a change from another
 //!   origin (`Origin: http://evil.example`) is refused 403, with the token or the cookie;
-//! - with `--admin-read-only` an action is refused and the page shows the error;
+//! - with `--admin-read-only` an action is refused and the page shows the error; with
+//!   `--admin-read-auth` the console opens on its login page and reads after the login;
 //! - screenshots of each page, light and dark, go to docs/console/*.png.
 //!
 //! Needs `chromium` and `chromedriver` (Debian: `chromium chromium-driver`; .ci/test
@@ -59,7 +60,8 @@ impl Server {
             let log = proc.capture_stderr();
             support::wait_served(proc.addr, WAIT, &log);
             let deadline = Instant::now() + WAIT;
-            while http_get(http, "/api/v1/whoami").0 != 200 {
+            // 401 with --admin-read-auth: served all the same.
+            while !matches!(http_get(http, "/api/v1/whoami").0, 200 | 401) {
                 assert!(Instant::now() < deadline, "API not served\n{}", log.tail());
                 std::thread::sleep(Duration::from_millis(50));
             }
@@ -486,11 +488,24 @@ async fn screenshots(b: &Browser, s: &Server, job: u64, scheme: &str) {
 }
 
 async fn read_only(driver: &Driver) {
-    let server = Server::start(&["--admin-read-only"]);
+    let server = Server::start(&["--admin-read-only", "--admin-read-auth"]);
     let mut c = server.client();
     let id = c.put(1024, 0, 60, b"keep me");
     let b = driver.browser(false).await;
+    // Reads need the token too: the console opens on its login page.
+    go(&b, &server.url("")).await;
+    until(
+        &b,
+        "location.hash === '#/login' && document.getElementById('token')",
+    )
+    .await;
     login(&b, &server).await;
+    until(
+        &b,
+        "document.querySelector('#tubes-body tr[data-tube=\"default\"]')",
+    )
+    .await;
+    until(&b, "document.getElementById('live').textContent === 'live'").await;
     go(&b, &server.url("#/tube/default")).await;
     let row = format!("#jobs-body tr[data-id=\"{id}\"] input.sel");
     until(&b, &format!("document.querySelector('{row}')")).await;

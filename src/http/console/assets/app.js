@@ -161,8 +161,9 @@ async function refreshSession() {
     who.logged_in = s.logged_in;
     who.token_configured = s.token_configured;
   } catch (e) {
-    who = { logged_in: false };
-    showError("cannot reach the API: " + e.message);
+    // With --admin-read-auth even reads need the token: the login page says so.
+    who = { logged_in: false, needs_login: e.status === 401 };
+    if (!who.needs_login) showError("cannot reach the API: " + e.message);
   }
   const mode = $("mode");
   mode.textContent = who.read_only ? "read-only" : (who.mode || "");
@@ -193,6 +194,8 @@ Pages.login = async function (main) {
       return;
     }
     await refreshSession();
+    // A stream refused before the login (read auth) is not retried by the browser.
+    if (!live.source || live.source.readyState === EventSource.CLOSED) connectLive();
     location.hash = "#/";
   });
   main.append(el("h1", {}, "Log in"), form);
@@ -285,6 +288,11 @@ window.addEventListener("DOMContentLoaded", async () => {
     notify("logged out");
   });
   await refreshSession();
-  connectLive();
+  if (who.needs_login) {
+    notify("this server needs the admin token to show anything: log in");
+    if (!location.hash.startsWith("#/login")) { location.hash = "#/login"; return; }
+  } else {
+    connectLive();
+  }
   route();
 });
