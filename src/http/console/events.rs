@@ -13,7 +13,7 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::body::{Body, Bytes};
@@ -44,6 +44,8 @@ pub struct Events {
     /// Wakes the producer when a first subscriber arrives.
     wake: Notify,
     open: AtomicUsize,
+    /// Snapshots computed since the start (for tests and figures).
+    computed: AtomicU64,
 }
 
 impl Events {
@@ -53,9 +55,15 @@ impl Events {
             tx: watch::channel(None).0,
             wake: Notify::new(),
             open: AtomicUsize::new(0),
+            computed: AtomicU64::new(0),
         });
         tokio::spawn(produce(events.clone(), source, stop));
         events
+    }
+
+    /// How many snapshots have been computed.
+    pub fn computed(&self) -> u64 {
+        self.computed.load(Ordering::Relaxed)
     }
 
     /// A new subscriber, or `None` when [`MAX_SUBSCRIBERS`] are open.
@@ -102,6 +110,7 @@ async fn produce(events: Arc<Events>, source: Source, stop: CancellationToken) {
             }
         }
         let snap = snapshot(&source).await;
+        events.computed.fetch_add(1, Ordering::Relaxed);
         events.tx.send_replace(Some(snap.to_string().into()));
         tokio::select! {
             _ = stop.cancelled() => return,
@@ -181,4 +190,52 @@ pub(in crate::http) async fn stream(State(app): State<Arc<App>>) -> Response {
 
 fn frame(snapshot: Arc<str>) -> Vec<u8> {
     format!("data: {snapshot}\n\n").into_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{Engine, EngineConfig};
+    use crate::store::{AnyStore, MemoryStore};
+
+    fn events() -> Arc<Events> {
+        let engine = Engine::start(
+            AnyStore::Memory(MemoryStore::new()),
+            EngineConfig {
+                max_job_size: 65_535,
+                dialect: Default::default(),
+            },
+        );
+        Events::start(Source::Engine(engine), CancellationToken::new())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn many_subscribers_share_one_snapshot_a_second_and_are_bounded() {
+        let events = events();
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(events.computed(), 0, "no subscriber, no work");
+
+        let mut subs: Vec<Subscriber> = (0..MAX_SUBSCRIBERS)
+            .map(|_| events.subscribe().unwrap())
+            .collect();
+        assert!(events.subscribe().is_none(), "bounded");
+        tokio::time::sleep(Duration::from_millis(10_500)).await;
+        let computed = events.computed();
+        println!("{MAX_SUBSCRIBERS} subscribers for 10.5 s: {computed} snapshots");
+        assert!((10..=12).contains(&computed), "{computed} snapshots");
+        let first = subs[0].rx.borrow_and_update().clone().unwrap();
+        for s in &mut subs {
+            let now = s.rx.borrow_and_update().clone().unwrap();
+            assert!(Arc::ptr_eq(&first, &now), "one value for all");
+        }
+        assert!(first.contains("\"tube_count\":1"), "{first}");
+
+        subs.pop();
+        assert!(events.subscribe().is_some(), "a slot frees when one leaves");
+        subs.clear();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let idle = events.computed();
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(events.computed(), idle, "no work once everyone left");
+    }
 }
