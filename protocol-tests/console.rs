@@ -328,6 +328,29 @@ async fn cookie_and_origin(b: &Browser, s: &Server) {
     assert_eq!(head.headers()["x-content-type-options"], "nosniff");
     assert!(!page.contains("<script>"), "no inline script");
     println!("cross-origin changes refused (token and cookie): 403; CSP {csp:?}");
+    event_stream(s);
+}
+
+/// `GET /api/v1/events` answers an event stream whose first event is a snapshot.
+fn event_stream(s: &Server) {
+    use std::io::Read;
+    let start = Instant::now();
+    let mut r = agent()
+        .get(format!("http://{}/api/v1/events", s.http))
+        .call()
+        .unwrap();
+    assert_eq!(r.headers()["content-type"], "text/event-stream");
+    let mut reader = r.body_mut().as_reader();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&got).contains("\"tube_count\"") {
+        let n = reader.read(&mut buf).unwrap();
+        assert!(n > 0, "the stream ended before a snapshot");
+        got.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("retry: 1000\n\ndata: {"), "{text}");
+    println!("event stream: first snapshot after {:?}", start.elapsed());
 }
 
 async fn paging(b: &Browser, s: &Server, c: &mut Client) {
