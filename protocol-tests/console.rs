@@ -3,7 +3,7 @@
 //! `--metrics` and `--admin-token`. Every wait is bounded; figures are printed.
 //!
 //! What the test proves (`console_in_a_browser`):
-//! - the overview lists a tube; a job put by a beanstalk client shows up within 2 s
+//! - the overview lists a tube (61 tubes: in pages of 50); a job put by a beanstalk client shows up within 2 s
 //!   without reload (the Server-Sent Events stream);
 //! - the tube page pages through 10,000 jobs with the API's cursors: each next page
 //!   shows later ids, and the pages hold every job once;
@@ -510,6 +510,20 @@ async fn screenshots(b: &Browser, s: &Server, job: u64, scheme: &str) {
     }
 }
 
+/// 60 more tubes: the overview shows 50, the next page the rest (from the API's cursor).
+async fn tube_paging(b: &Browser, c: &mut Client) {
+    for i in 0..60 {
+        c.use_tube(&format!("t-{i:03}"));
+        c.put(1024, 0, 60, b"x");
+    }
+    c.use_tube("default");
+    until(b, "document.querySelectorAll('#tubes-body tr').length === 50 && !document.getElementById('tubes-next').disabled").await;
+    click(b, "tubes-next").await;
+    let (last, _) = until(b, "document.querySelectorAll('#tubes-body tr').length === 11 && document.querySelector('#tubes-body tr:last-child').dataset.tube").await;
+    assert_eq!(last, json!("t-059"));
+    println!("overview: 61 tubes in pages of 50");
+}
+
 async fn read_only(driver: &Driver) {
     let server = Server::start(&["--admin-read-only", "--admin-read-auth"]);
     let mut c = server.client();
@@ -529,6 +543,7 @@ async fn read_only(driver: &Driver) {
     )
     .await;
     until(&b, "document.getElementById('live').textContent === 'live'").await;
+    tube_paging(&b, &mut c).await;
     go(&b, &server.url("#/tube/default")).await;
     let row = format!("#jobs-body tr[data-id=\"{id}\"] input.sel");
     until(&b, &format!("document.querySelector('{row}')")).await;
