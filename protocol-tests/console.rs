@@ -52,7 +52,7 @@ impl Server {
                 .iter()
                 .map(|s| s.to_string())
                 .collect();
-            args.extend(["-z".to_string(), "2000000".to_string()]);
+            args.extend(["-z".to_string(), "6000000".to_string()]);
             args.extend(extra.iter().map(|s| s.to_string()));
             let Ok(Some(mut proc)) = ServerProc::start(ServerKind::Memory, &args) else {
                 continue;
@@ -487,6 +487,12 @@ async fn hostile_bodies(b: &Browser, s: &Server, c: &mut Client) -> u64 {
         "document.getElementById('job-body').textContent.startsWith('00000000  78 78')",
     )
     .await;
+    // Beyond 4 MiB the page fetches a 64 KiB preview, not the whole body.
+    let huge = c.put(1024, 0, 60, &vec![b'y'; 5 * 1024 * 1024]);
+    go(b, &s.url(&format!("#/job/{huge}"))).await;
+    let (note, t) = until(b, "document.getElementById('body-note')?.textContent").await;
+    assert_eq!(note, json!("first 64.0 KiB of 5.0 MiB"));
+    println!("5 MiB body previewed in {t:?}");
     println!("hostile bodies inert: window.__pwned undefined, no element in the body view");
     id
 }

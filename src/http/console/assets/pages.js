@@ -168,11 +168,25 @@ function hexDump(bytes, max) {
 }
 
 const SHOWN_TEXT = 256 * 1024;
+// Bodies up to this size are fetched whole; of larger ones the page shows a preview.
+const FETCHED_WHOLE = 4 * 1024 * 1024;
+
+// A job's body (or its first 64 KiB when it is large) as bytes.
+async function bodyBytes(id, size) {
+  if (size <= FETCHED_WHOLE) {
+    const r = await fetch(API + "/jobs/" + id + "/body", { credentials: "same-origin" });
+    if (!r.ok) throw new ApiError(r.status, "", "body: " + r.status);
+    return new Uint8Array(await r.arrayBuffer());
+  }
+  const p = await api("GET", "/jobs/" + id + "?body=preview&preview=65536");
+  if (p.body !== undefined) return new TextEncoder().encode(p.body);
+  return Uint8Array.from(atob(p.body_base64), (c) => c.charCodeAt(0));
+}
 
 Pages.job = async function (main, parts) {
   const id = Number(parts[0]);
   const j = await api("GET", "/jobs/" + id + "?body=none");
-  const raw = new Uint8Array(await (await fetch(API + "/jobs/" + id + "/body", { credentials: "same-origin" })).arrayBuffer());
+  const raw = await bodyBytes(id, j.body_size);
   let valid = true;
   try { new TextDecoder("utf-8", { fatal: true }).decode(raw); } catch (_) { valid = false; }
   const text = new TextDecoder("utf-8").decode(raw.subarray(0, SHOWN_TEXT));
@@ -180,12 +194,13 @@ Pages.job = async function (main, parts) {
   const note = el("p", { class: "muted", id: "body-note" });
   function view(kind) {
     let shown = text;
-    let msg = raw.length > SHOWN_TEXT ? "first " + fmt.bytes(SHOWN_TEXT) + " of " + fmt.bytes(raw.length) : "";
+    const shownOf = Math.min(raw.length, SHOWN_TEXT);
+    let msg = j.body_size > shownOf ? "first " + fmt.bytes(shownOf) + " of " + fmt.bytes(j.body_size) : "";
     if (kind === "json") {
       try { shown = JSON.stringify(JSON.parse(new TextDecoder().decode(raw)), null, 2); msg = ""; } catch (e) { msg = "not JSON: " + e.message; }
     } else if (kind === "hex") {
       shown = hexDump(raw, 64 * 1024);
-      msg = raw.length > 64 * 1024 ? "first 64 KiB" : "";
+      msg = j.body_size > 64 * 1024 ? "first 64 KiB of " + fmt.bytes(j.body_size) : "";
     }
     if (!valid && kind !== "json") {
       msg = (msg ? msg + "; " : "") + "not valid UTF-8" + (kind === "text" ? " (shown with replacement characters)" : "");
@@ -196,7 +211,7 @@ Pages.job = async function (main, parts) {
   }
   const views = el("div", { class: "bar", id: "body-views" }, ...["text", "json", "hex"].map((k) =>
     el("button", { type: "button", "data-kind": k, id: "view-" + k, onclick: () => view(k) }, k === "json" ? "Pretty JSON" : k === "hex" ? "Hex" : "Text")),
-  el("a", { href: API + "/jobs/" + id + "/body", download: "job-" + id + ".bin", id: "download" }, "Download (" + fmt.bytes(raw.length) + ")"));
+  el("a", { href: API + "/jobs/" + id + "/body", download: "job-" + id + ".bin", id: "download" }, "Download (" + fmt.bytes(j.body_size) + ")"));
   const rows = [["Id", j.id], ["Tube", tubeLink(j.tube)], ["State", j.state], ["Priority", fmt.num(j.pri)],
     ["Put", fmt.ago(j.age)], ["Delay", fmt.secs(j.delay)], ["TTR", fmt.secs(j.ttr)],
     ["Time left", j.state === "delayed" || j.state === "reserved" ? fmt.secs(j["time-left"]) : "–"],
