@@ -46,6 +46,8 @@ pub struct Events {
     open: AtomicUsize,
     /// Snapshots computed since the start (for tests and figures).
     computed: AtomicU64,
+    /// Shutdown: the producer and every stream end.
+    stop: CancellationToken,
 }
 
 impl Events {
@@ -56,6 +58,7 @@ impl Events {
             wake: Notify::new(),
             open: AtomicUsize::new(0),
             computed: AtomicU64::new(0),
+            stop: stop.clone(),
         });
         tokio::spawn(produce(events.clone(), source, stop));
         events
@@ -164,15 +167,20 @@ pub(in crate::http) async fn stream(State(app): State<Arc<App>>) -> Response {
             out.extend_from_slice(&now.map(frame).unwrap_or_default());
             return Some((Ok::<_, Infallible>(Bytes::from(out)), Some((sub, None))));
         }
+        let stop = sub.events.stop.clone();
         loop {
-            match tokio::time::timeout_at(end, sub.rx.changed()).await {
+            let changed = tokio::select! {
+                _ = stop.cancelled() => return None,
+                c = tokio::time::timeout_at(end, sub.rx.changed()) => c,
+            };
+            match changed {
                 Ok(Ok(())) => {
                     let now = sub.rx.borrow_and_update().clone();
                     if let Some(s) = now {
                         return Some((Ok(Bytes::from(frame(s))), Some((sub, None))));
                     }
                 }
-                // The time is up, or the producer stopped (shutdown).
+                // The time is up.
                 _ => return None,
             }
         }
