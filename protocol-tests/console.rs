@@ -560,6 +560,8 @@ async fn read_only(driver: &Driver) {
         .await
         .unwrap();
     click(&b, "act-delete").await;
+    // The page asks before deleting.
+    b.accept_alert().await.unwrap();
     let (err, _) = until(
         &b,
         "!document.getElementById('error').hidden && document.getElementById('error').textContent",

@@ -22,7 +22,10 @@ function jobActions(ids, after) {
   }
   const b = (id, label, f, cls) => el("button", { type: "button", id: id, class: cls, onclick: f }, label);
   return el("div", { class: "bar", id: "job-actions" },
-    b("act-delete", "Delete", () => run("delete", (id) => api("DELETE", "/jobs/" + id)), "danger"),
+    b("act-delete", "Delete", () => {
+      const n = ids().length;
+      if (n && confirm("Delete " + n + " job(s)? This cannot be undone.")) run("delete", (id) => api("DELETE", "/jobs/" + id));
+    }, "danger"),
     b("act-kick", "Kick", () => run("kick", (id) => api("POST", "/jobs/" + id + "/kick"))),
     b("act-bury", "Bury", () => run("bury", (id) => api("POST", "/jobs/" + id + "/bury"))),
     moveTo, b("act-move", "Move", () => run("move", (id) => api("POST", "/jobs/" + id + "/move", { tube: moveTo.value }))),
