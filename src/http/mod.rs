@@ -1,7 +1,9 @@
 //! The HTTP listener (`--metrics ADDR`): axum's router over hyper's HTTP/1.1. Routes:
 //! `GET /metrics` (the Prometheus exposition of [`Engine::snapshot`], see [`metrics`]),
 //! `GET /healthz` and `GET /readyz` (see [`probes`]), and the operator API under
-//! `/api/v1` (see [`api`], docs/API.md). Other paths are 404, other methods 405.
+//! `/api/v1` (see [`api`], docs/API.md), with its live events, and the web console under
+//! `/console/` (see [`console`], docs/CONSOLE.md). Other paths are 404, other methods 405.
+//! Every response carries the console's security headers (CSP, nosniff).
 //!
 //! Invariants (it shares the one-thread runtime with the beanstalk listener, so it must
 //! never hold the thread or grow without bound):
@@ -19,6 +21,7 @@
 pub mod api;
 pub mod connection;
 mod conns;
+pub mod console;
 pub mod exposition;
 pub mod metrics;
 pub mod probes;
@@ -114,14 +117,18 @@ struct App {
     source: Source,
     scrapes: Arc<metrics::Scrapes>,
     access: api::Access,
+    session: console::Session,
+    events: Arc<console::events::Events>,
 }
 
 /// Every route: `/metrics` and the probes (GET only), and the API under `/api/v1`
 /// (its own methods, behind its access checks).
-fn router(source: Source, config: &HttpConfig) -> Router {
+fn router(source: Source, config: &HttpConfig, stop: &CancellationToken) -> Router {
     let app = Arc::new(App {
+        events: console::events::Events::start(source.clone(), stop.clone()),
         source,
         scrapes: metrics::Scrapes::new(config.metrics_tubes),
+        session: console::Session::new(config.access.token.as_ref()),
         access: config.access.clone(),
     });
     let plain = Router::new()
@@ -132,6 +139,7 @@ fn router(source: Source, config: &HttpConfig) -> Router {
         .layer(middleware::from_fn(only_get))
         .layer(DefaultBodyLimit::max(MAX_BODY));
     let api = api::router()
+        .route("/events", get(console::events::stream))
         .layer(middleware::from_fn_with_state(
             app.clone(),
             api::access::guard,
@@ -144,7 +152,9 @@ fn router(source: Source, config: &HttpConfig) -> Router {
         .layer(DefaultBodyLimit::max(api::MAX_API_BODY));
     Router::new()
         .nest(api::API_PREFIX, api)
+        .merge(console::router().layer(DefaultBodyLimit::max(MAX_BODY)))
         .merge(plain)
+        .layer(middleware::map_response(console::security_headers))
         .with_state(app)
 }
 
@@ -155,7 +165,7 @@ pub async fn serve(
     config: HttpConfig,
     stop: CancellationToken,
 ) {
-    let router = router(source, &config);
+    let router = router(source, &config, &stop);
     let conns = conns::Conns::new(MAX_CONNECTIONS);
     let mut tasks = JoinSet::new();
     loop {
@@ -213,6 +223,6 @@ async fn only_get(req: HttpRequest, next: Next) -> Response {
 async fn not_found() -> Response {
     text(
         StatusCode::NOT_FOUND,
-        "not found: try /metrics, /healthz or /readyz\n",
+        "not found: try /metrics, /healthz, /readyz, /api/v1 or /console/\n",
     )
 }

@@ -5,7 +5,9 @@
 //!
 //! Invariants: a request that changes something (any method but GET and HEAD) passes
 //! every check — not read-only, same origin, the right token — before its handler
-//! runs; the token's value appears in no log, error or `Debug` output.
+//! runs; the token's value appears in no log, error or `Debug` output. The console's
+//! session cookie (see `http::console`) stands for the token only in a same-origin
+//! request.
 
 use std::sync::Arc;
 
@@ -16,6 +18,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::ApiError;
 use crate::http::App;
+use crate::http::console::Session;
 
 /// A secret that `Debug` does not show.
 #[derive(Clone, Default, PartialEq, Eq)]
@@ -26,8 +29,17 @@ impl Secret {
         Secret(s.into())
     }
 
+    /// The secret itself, to derive the console's session cookie from it.
+    pub(in crate::http) fn expose(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+
+    pub(in crate::http) fn expose_str(&self) -> &str {
+        &self.0
+    }
+
     /// Whether `given` is this secret, in time independent of where they differ.
-    fn matches(&self, given: &[u8]) -> bool {
+    pub(in crate::http) fn matches(&self, given: &[u8]) -> bool {
         let want = self.0.as_bytes();
         let mut diff = want.len() ^ given.len();
         for (i, &w) in want.iter().enumerate() {
@@ -58,7 +70,9 @@ impl Access {
         self.token.is_some() && !self.read_only
     }
 
-    fn authorized(&self, headers: &HeaderMap) -> Result<(), ApiError> {
+    /// The token is in `Authorization: Bearer`, or in the console's session cookie of
+    /// a same-origin request.
+    fn authorized(&self, headers: &HeaderMap, session: &Session) -> Result<(), ApiError> {
         let Some(token) = &self.token else {
             return Err(ApiError::unauthorized(
                 "no admin token is configured: start redstalk with --admin-token, \
@@ -71,6 +85,7 @@ impl Access {
         match given {
             Some(g) if token.matches(g) => Ok(()),
             Some(_) => Err(ApiError::unauthorized("wrong token")),
+            None if session.accepts(headers) => Ok(()),
             None => Err(ApiError::unauthorized(
                 "send the admin token as Authorization: Bearer TOKEN",
             )),
@@ -80,7 +95,7 @@ impl Access {
 
 /// Whether a request came from a page of another origin: its `Sec-Fetch-Site` says
 /// so, or its `Origin` is not this listener's own host.
-fn cross_origin(headers: &HeaderMap) -> bool {
+pub(in crate::http) fn cross_origin(headers: &HeaderMap) -> bool {
     let site = headers
         .get("sec-fetch-site")
         .and_then(|v| v.to_str().ok())
@@ -117,10 +132,10 @@ pub(in crate::http) async fn guard(
                 "a change from another origin is refused (Origin / Sec-Fetch-Site)",
             ))
         } else {
-            access.authorized(req.headers())
+            access.authorized(req.headers(), &app.session)
         }
     } else if access.reads_need_token {
-        access.authorized(req.headers())
+        access.authorized(req.headers(), &app.session)
     } else {
         Ok(())
     };

@@ -14,7 +14,7 @@
 pub mod access;
 mod changes;
 pub mod forward;
-mod reads;
+pub(in crate::http) mod reads;
 
 use std::sync::Arc;
 
@@ -77,6 +77,9 @@ impl ApiError {
     }
     pub fn unavailable(m: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", m)
+    }
+    pub fn message(&self) -> &str {
+        &self.message
     }
 }
 

@@ -109,16 +109,22 @@ pub(super) async fn whoami(State(app): State<Arc<App>>) -> ApiResult {
 
 pub(super) async fn stats(State(app): State<Arc<App>>) -> ApiResult {
     let engine = engine_of(&app)?;
+    ok(StatusCode::OK, stats_json(&engine).await?)
+}
+
+/// The `stats` figures as JSON (also the console's live snapshot).
+pub(in crate::http) async fn stats_json(engine: &crate::engine::Engine) -> Result<Value, ApiError> {
     let s = engine
         .server_stats(engine.clock.now())
         .await
         .map_err(|e| ApiError::unavailable(e.chain()))?;
     let mut figures = JsonFigures::default();
     s.emit(&mut figures);
-    ok(StatusCode::OK, Value::Object(figures.0))
+    Ok(Value::Object(figures.0))
 }
 
-async fn tube_json(
+/// One tube's `stats-tube` figures as JSON (also the console's live snapshot).
+pub(in crate::http) async fn tube_json(
     engine: &crate::engine::Engine,
     tube: &TubeName,
 ) -> Result<Option<Value>, ApiError> {

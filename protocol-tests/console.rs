@@ -1,0 +1,574 @@
+//! The web console (`/console/`, docs/CONSOLE.md) in headless Debian chromium, driven
+//! through chromedriver with fantoccini, against the real binary in memory mode with
+//! `--metrics` and `--admin-token`. Every wait is bounded; figures are printed.
+//!
+//! What the test proves (`console_in_a_browser`):
+//! - the overview lists a tube (61 tubes: in pages of 50); a job put by a beanstalk client shows up within 2 s
+//!   without reload (the Server-Sent Events stream);
+//! - the tube page pages through 10,000 jobs with the API's cursors: each next page
+//!   shows later ids, and the pages hold every job once;
+//! - moving a job from the tube page shows it in the other tube with the same id;
+//! - hostile bodies (`<script>`, an `onerror` attribute, invalid UTF-8, 1 MiB) render as
+//!   text: `window.__pwned` stays undefined and the body holds no element;
+//! - the login sets an HttpOnly cookie that is not the token; a change from another
+//!   origin (`Origin: http://evil.example`) is refused 403, with the token or the cookie;
+//! - with `--admin-read-only` an action is refused and the page shows the error; with
+//!   `--admin-read-auth` the console opens on its login page and reads after the login;
+//! - screenshots of each page, light and dark, go to docs/console/*.png.
+//!
+//! Needs `chromium` and `chromedriver` (Debian: `chromium chromium-driver`; .ci/test
+//! installs them); without them the test fails, saying so.
+
+// A test reports failure by panicking: unwrap and expect are how it says so.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fantoccini::{Client as Browser, ClientBuilder, Locator};
+use serde_json::{Value, json};
+use support::client::Client;
+use support::{ServerKind, ServerProc};
+
+const TOKEN: &str = "console-t0ken";
+const WAIT: Duration = Duration::from_secs(20);
+const HOSTILE: &str = r#"<script>window.__pwned=1</script><img src=x onerror="window.__pwned=1">"#;
+
+/// A redstalk with its HTTP listener.
+struct Server {
+    proc: ServerProc,
+    http: SocketAddr,
+}
+
+impl Server {
+    fn start(extra: &[&str]) -> Server {
+        for _ in 0..5 {
+            let http: SocketAddr = ([127, 0, 0, 1], support::free_port()).into();
+            let mut args: Vec<String> = ["--metrics", &http.to_string(), "--admin-token", TOKEN]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+            args.extend(["-z".to_string(), "6000000".to_string()]);
+            args.extend(extra.iter().map(|s| s.to_string()));
+            let Ok(Some(mut proc)) = ServerProc::start(ServerKind::Memory, &args) else {
+                continue;
+            };
+            let log = proc.capture_stderr();
+            support::wait_served(proc.addr, WAIT, &log);
+            let deadline = Instant::now() + WAIT;
+            // 401 with --admin-read-auth: served all the same.
+            while !matches!(http_get(http, "/api/v1/whoami").0, 200 | 401) {
+                assert!(Instant::now() < deadline, "API not served\n{}", log.tail());
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            return Server { proc, http };
+        }
+        panic!("could not start redstalk");
+    }
+
+    fn url(&self, page: &str) -> String {
+        format!("http://{}/console/{page}", self.http)
+    }
+
+    fn client(&self) -> Client {
+        Client::connect(self.proc.addr, "console-test")
+    }
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .timeout_global(Some(WAIT))
+        .http_status_as_error(false)
+        .build()
+        .into()
+}
+
+fn http_get(http: SocketAddr, path: &str) -> (u16, String) {
+    match agent().get(format!("http://{http}{path}")).call() {
+        Ok(mut r) => (r.status().as_u16(), r.body_mut().read_to_string().unwrap()),
+        Err(_) => (0, String::new()),
+    }
+}
+
+/// chromedriver on a free port, killed on drop.
+struct Driver {
+    child: Child,
+    url: String,
+}
+
+impl Driver {
+    fn start() -> Driver {
+        let path = support::find_program("CHROMEDRIVER", "chromedriver")
+            .expect("chromedriver is required (Debian: apt-get install chromium chromium-driver)");
+        let port = support::free_port();
+        let child = Command::new(path)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start chromedriver");
+        let deadline = Instant::now() + WAIT;
+        while !support::is_listening(port) {
+            assert!(Instant::now() < deadline, "chromedriver did not listen");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Driver {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+        }
+    }
+
+    /// A headless chromium session, light or dark.
+    async fn browser(&self, dark: bool) -> Browser {
+        let scheme = if dark { 0 } else { 1 };
+        let mut args = vec![
+            "--headless=new".to_string(),
+            "--no-sandbox".into(),
+            "--disable-gpu".into(),
+            "--disable-dev-shm-usage".into(),
+            "--window-size=1280,900".into(),
+            format!("--blink-settings=preferredColorScheme={scheme}"),
+        ];
+        if dark {
+            args.push("--force-dark-mode".into());
+        }
+        let mut opts = json!({"args": args});
+        if let Some(bin) = support::find_program("CHROMIUM", "chromium") {
+            opts["binary"] = json!(bin.display().to_string());
+        }
+        let mut caps = serde_json::Map::new();
+        caps.insert("goog:chromeOptions".into(), opts);
+        ClientBuilder::rustls()
+            .unwrap()
+            .capabilities(caps)
+            .connect(&self.url)
+            .await
+            .expect("a chromium session")
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Poll `script` (a JS expression) until it is truthy; its value and how long it took.
+async fn until(b: &Browser, script: &str) -> (Value, Duration) {
+    let start = Instant::now();
+    loop {
+        let v = b.execute(&format!("return ({script});"), vec![]).await;
+        if let Ok(v) = v
+            && !(v.is_null() || v == json!(false) || v == json!("") || v == json!(0))
+        {
+            return (v, start.elapsed());
+        }
+        assert!(start.elapsed() < WAIT, "timed out waiting for {script}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+async fn js(b: &Browser, script: &str) -> Value {
+    b.execute(&format!("return ({script});"), vec![])
+        .await
+        .unwrap()
+}
+
+async fn go(b: &Browser, url: &str) {
+    b.goto(url).await.unwrap();
+    until(
+        b,
+        "document.readyState === 'complete' && document.getElementById('main')",
+    )
+    .await;
+}
+
+fn screens_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/console")
+}
+
+async fn screenshot(b: &Browser, name: &str) {
+    // Let the live figures arrive and the page settle.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let png = b.screenshot().await.unwrap();
+    std::fs::create_dir_all(screens_dir()).unwrap();
+    std::fs::write(screens_dir().join(format!("{name}.png")), &png).unwrap();
+    println!("screenshot docs/console/{name}.png: {} bytes", png.len());
+}
+
+async fn login(b: &Browser, s: &Server) {
+    go(b, &s.url("#/login")).await;
+    let input = b.wait().for_element(Locator::Id("token")).await.unwrap();
+    input.send_keys(TOKEN).await.unwrap();
+    b.find(Locator::Id("login-submit"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    until(b, "!document.getElementById('logout').hidden").await;
+}
+
+/// Click `id` (an element of the page).
+async fn click(b: &Browser, id: &str) {
+    b.find(Locator::Id(id))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+}
+
+/// The ids of the job rows shown on the tube page.
+async fn shown_ids(b: &Browser) -> Vec<u64> {
+    let v = js(
+        b,
+        "[...document.querySelectorAll('#jobs-body tr[data-id]')].map(t => Number(t.dataset.id))",
+    )
+    .await;
+    serde_json::from_value(v).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_in_a_browser() {
+    // fantoccini's rustls needs a provider: redstalk's own (ring).
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let server = Server::start(&[]);
+    let driver = Driver::start();
+    let b = driver.browser(false).await;
+    let mut c = server.client();
+    c.use_tube("emails");
+    let first = c.put(1024, 0, 60, b"hello");
+
+    overview_and_live(&b, &server, &mut c).await;
+    login(&b, &server).await;
+    cookie_and_origin(&b, &server).await;
+    paging(&b, &server, &mut c).await;
+    moving(&b, &server, first).await;
+    let hostile = hostile_bodies(&b, &server, &mut c).await;
+    search(&b, &server).await;
+    screenshots(&b, &server, hostile, "light").await;
+    b.close().await.unwrap();
+
+    let dark = driver.browser(true).await;
+    go(&dark, &server.url("")).await;
+    let is_dark = js(&dark, "matchMedia('(prefers-color-scheme: dark)').matches").await;
+    assert_eq!(is_dark, json!(true), "the dark session prefers dark");
+    login(&dark, &server).await;
+    screenshots(&dark, &server, hostile, "dark").await;
+    dark.close().await.unwrap();
+
+    read_only(&driver).await;
+}
+
+async fn overview_and_live(b: &Browser, s: &Server, c: &mut Client) {
+    go(b, &s.url("")).await;
+    let (_, t) = until(
+        b,
+        "document.querySelector('#tubes-body tr[data-tube=\"emails\"]')",
+    )
+    .await;
+    println!("overview shows tube emails after {t:?}");
+    // A job put now reaches the open page through the event stream.
+    c.use_tube("live-1");
+    c.put(1024, 0, 60, b"live");
+    let start = Instant::now();
+    until(
+        b,
+        "document.querySelector('#tubes-body tr[data-tube=\"live-1\"] td[data-k=\"current-jobs-ready\"]')?.textContent === '1'",
+    )
+    .await;
+    let took = start.elapsed();
+    println!("a job put by a beanstalk client shown on the overview after {took:?} (no reload)");
+    assert!(took < Duration::from_secs(2), "live update took {took:?}");
+    c.use_tube("emails");
+}
+
+async fn cookie_and_origin(b: &Browser, s: &Server) {
+    let cookie = b.get_named_cookie("redstalk_session").await.unwrap();
+    let value = cookie.value().to_string();
+    assert_eq!(cookie.http_only(), Some(true));
+    assert!(
+        !value.contains(TOKEN) && value.len() == 64,
+        "an HMAC, not the token"
+    );
+    let evil = |auth: (&str, String)| {
+        let r = agent()
+            .post(format!("http://{}/api/v1/tubes/emails/pause", s.http))
+            .header("Origin", "http://evil.example")
+            .header(auth.0, &auth.1)
+            .send_json(json!({"delay": 1}))
+            .unwrap();
+        r.status().as_u16()
+    };
+    assert_eq!(evil(("Authorization", format!("Bearer {TOKEN}"))), 403);
+    assert_eq!(evil(("Cookie", format!("redstalk_session={value}"))), 403);
+    // The same cookie from the same origin (a plain client sends no Origin) is the token.
+    let r = agent()
+        .get(format!("http://{}/console/session", s.http))
+        .header("Cookie", &format!("redstalk_session={value}"))
+        .call()
+        .unwrap()
+        .body_mut()
+        .read_to_string()
+        .unwrap();
+    assert!(r.contains("\"logged_in\":true"), "{r}");
+    let (_, page) = http_get(s.http, "/console/");
+    let head = agent()
+        .get(format!("http://{}/console/", s.http))
+        .call()
+        .unwrap();
+    let csp = head.headers()["content-security-policy"].to_str().unwrap();
+    assert!(csp.contains("default-src 'self'") && csp.contains("frame-ancestors 'none'"));
+    assert_eq!(head.headers()["x-content-type-options"], "nosniff");
+    assert!(!page.contains("<script>"), "no inline script");
+    println!("cross-origin changes refused (token and cookie): 403; CSP {csp:?}");
+    event_stream(s);
+}
+
+/// `GET /api/v1/events` answers an event stream whose first event is a snapshot.
+fn event_stream(s: &Server) {
+    use std::io::Read;
+    let start = Instant::now();
+    let mut r = agent()
+        .get(format!("http://{}/api/v1/events", s.http))
+        .call()
+        .unwrap();
+    assert_eq!(r.headers()["content-type"], "text/event-stream");
+    let mut reader = r.body_mut().as_reader();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&got).contains("\"tube_count\"") {
+        let n = reader.read(&mut buf).unwrap();
+        assert!(n > 0, "the stream ended before a snapshot");
+        got.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("retry: 1000\n\ndata: {"), "{text}");
+    println!("event stream: first snapshot after {:?}", start.elapsed());
+}
+
+async fn paging(b: &Browser, s: &Server, c: &mut Client) {
+    c.use_tube("bulk");
+    let start = Instant::now();
+    let ids: Vec<u64> = (0..10_000)
+        .map(|i| c.put(1024, 0, 60, format!("job {i}").as_bytes()))
+        .collect();
+    println!("put 10,000 jobs in {:?}", start.elapsed());
+    go(b, &s.url("#/tube/bulk")).await;
+    until(
+        b,
+        "document.querySelectorAll('#jobs-body tr[data-id]').length === 50",
+    )
+    .await;
+    let page1 = shown_ids(b).await;
+    assert_eq!(page1, ids[..50]);
+    click(b, "jobs-next").await;
+    until(
+        b,
+        &format!(
+            "document.querySelector('#jobs-body tr[data-id]')?.dataset.id != '{}'",
+            page1[0]
+        ),
+    )
+    .await;
+    let page2 = shown_ids(b).await;
+    assert!(page2[0] > page1[49], "the next page shows later ids");
+    // All 10,000 by pages of 1,000.
+    b.find(Locator::Id("page-size"))
+        .await
+        .unwrap()
+        .select_by_value("1000")
+        .await
+        .unwrap();
+    until(
+        b,
+        "document.querySelectorAll('#jobs-body tr[data-id]').length === 1000",
+    )
+    .await;
+    let mut seen: Vec<u64> = Vec::new();
+    let start = Instant::now();
+    loop {
+        let after = seen.last().copied().unwrap_or(0);
+        until(
+            b,
+            &format!(
+                "Number(document.querySelector('#jobs-body tr[data-id]')?.dataset.id) > {after}"
+            ),
+        )
+        .await;
+        seen.extend(shown_ids(b).await);
+        if js(b, "document.getElementById('jobs-next').disabled").await == json!(true) {
+            break;
+        }
+        click(b, "jobs-next").await;
+    }
+    println!(
+        "paged through {} jobs by 1,000 in {:?}",
+        seen.len(),
+        start.elapsed()
+    );
+    assert!(
+        seen == ids,
+        "every job once, in order: {} shown",
+        seen.len()
+    );
+    c.use_tube("emails");
+}
+
+async fn moving(b: &Browser, s: &Server, id: u64) {
+    go(b, &s.url("#/tube/emails")).await;
+    let row = format!("#jobs-body tr[data-id=\"{id}\"] input.sel");
+    until(b, &format!("document.querySelector('{row}')")).await;
+    b.find(Locator::Css(&row))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    b.find(Locator::Id("move-tube"))
+        .await
+        .unwrap()
+        .send_keys("other")
+        .await
+        .unwrap();
+    click(b, "act-move").await;
+    until(
+        b,
+        &format!("!document.querySelector('#jobs-body tr[data-id=\"{id}\"]')"),
+    )
+    .await;
+    go(b, &s.url("#/tube/other")).await;
+    let (_, t) = until(
+        b,
+        &format!("document.querySelector('#jobs-body tr[data-id=\"{id}\"]')"),
+    )
+    .await;
+    println!("job {id} moved to tube other, shown there after {t:?}");
+}
+
+/// Hostile bodies render as text; returns the id of the `<script>` one.
+async fn hostile_bodies(b: &Browser, s: &Server, c: &mut Client) -> u64 {
+    let id = c.put(1024, 0, 60, HOSTILE.as_bytes());
+    go(b, &s.url(&format!("#/job/{id}"))).await;
+    let (text, _) = until(b, "document.getElementById('job-body')?.textContent").await;
+    assert_eq!(text, json!(HOSTILE));
+    assert_eq!(js(b, "typeof window.__pwned").await, json!("undefined"));
+    assert_eq!(
+        js(b, "document.querySelectorAll('#job-body *').length").await,
+        json!(0)
+    );
+    assert_eq!(
+        js(b, "document.querySelectorAll('img').length").await,
+        json!(0)
+    );
+    let bad = c.put(1024, 0, 60, b"\xff\xfe<b>not utf-8</b>\"'><svg onload=x>");
+    go(b, &s.url(&format!("#/job/{bad}"))).await;
+    let (note, _) = until(b, "document.getElementById('body-note')?.textContent").await;
+    assert!(note.as_str().unwrap().contains("not valid UTF-8"), "{note}");
+    assert_eq!(
+        js(b, "document.querySelectorAll('#job-body *').length").await,
+        json!(0)
+    );
+    let big = format!("{}{HOSTILE}", "x".repeat(1024 * 1024 - HOSTILE.len()));
+    let big_id = c.put(1024, 0, 60, big.as_bytes());
+    go(b, &s.url(&format!("#/job/{big_id}"))).await;
+    let (note, t) = until(b, "document.getElementById('body-note')?.textContent").await;
+    println!("1 MiB body shown in {t:?}: {note}");
+    assert_eq!(js(b, "typeof window.__pwned").await, json!("undefined"));
+    click(b, "view-hex").await;
+    until(
+        b,
+        "document.getElementById('job-body').textContent.startsWith('00000000  78 78')",
+    )
+    .await;
+    // Beyond 4 MiB the page fetches a 64 KiB preview, not the whole body.
+    let huge = c.put(1024, 0, 60, &vec![b'y'; 5 * 1024 * 1024]);
+    go(b, &s.url(&format!("#/job/{huge}"))).await;
+    let (note, t) = until(b, "document.getElementById('body-note')?.textContent").await;
+    assert_eq!(note, json!("first 64.0 KiB of 5.0 MiB"));
+    println!("5 MiB body previewed in {t:?}");
+    println!("hostile bodies inert: window.__pwned undefined, no element in the body view");
+    id
+}
+
+async fn search(b: &Browser, s: &Server) {
+    go(b, &s.url("#/search?q=__pwned")).await;
+    let (n, t) = until(b, "document.querySelectorAll('#search-body tr').length").await;
+    println!("search for __pwned found {n} jobs in {t:?}");
+}
+
+async fn screenshots(b: &Browser, s: &Server, job: u64, scheme: &str) {
+    for (page, hash) in [
+        ("overview", String::new()),
+        ("tube", "#/tube/emails".to_string()),
+        ("job", format!("#/job/{job}")),
+        ("search", "#/search?q=job%209".to_string()),
+        ("login", "#/login".to_string()),
+    ] {
+        go(b, &s.url(&hash)).await;
+        screenshot(b, &format!("{page}-{scheme}")).await;
+    }
+}
+
+/// 60 more tubes: the overview shows 50, the next page the rest (from the API's cursor).
+async fn tube_paging(b: &Browser, c: &mut Client) {
+    for i in 0..60 {
+        c.use_tube(&format!("t-{i:03}"));
+        c.put(1024, 0, 60, b"x");
+    }
+    c.use_tube("default");
+    until(b, "document.querySelectorAll('#tubes-body tr').length === 50 && !document.getElementById('tubes-next').disabled").await;
+    click(b, "tubes-next").await;
+    let (last, _) = until(b, "document.querySelectorAll('#tubes-body tr').length === 11 && document.querySelector('#tubes-body tr:last-child').dataset.tube").await;
+    assert_eq!(last, json!("t-059"));
+    println!("overview: 61 tubes in pages of 50");
+}
+
+async fn read_only(driver: &Driver) {
+    let server = Server::start(&["--admin-read-only", "--admin-read-auth"]);
+    let mut c = server.client();
+    let id = c.put(1024, 0, 60, b"keep me");
+    let b = driver.browser(false).await;
+    // Reads need the token too: the console opens on its login page.
+    go(&b, &server.url("")).await;
+    until(
+        &b,
+        "location.hash === '#/login' && document.getElementById('token')",
+    )
+    .await;
+    login(&b, &server).await;
+    until(
+        &b,
+        "document.querySelector('#tubes-body tr[data-tube=\"default\"]')",
+    )
+    .await;
+    until(&b, "document.getElementById('live').textContent === 'live'").await;
+    tube_paging(&b, &mut c).await;
+    go(&b, &server.url("#/tube/default")).await;
+    let row = format!("#jobs-body tr[data-id=\"{id}\"] input.sel");
+    until(&b, &format!("document.querySelector('{row}')")).await;
+    b.find(Locator::Css(&row))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    click(&b, "act-delete").await;
+    // The page asks before deleting.
+    b.accept_alert().await.unwrap();
+    let (err, _) = until(
+        &b,
+        "!document.getElementById('error').hidden && document.getElementById('error').textContent",
+    )
+    .await;
+    assert!(err.as_str().unwrap().contains("read_only"), "{err}");
+    assert!(c.cmd(&format!("peek {id}")).line.starts_with("FOUND"));
+    println!("read-only: the delete is refused and the page says {err}");
+    b.close().await.unwrap();
+}
