@@ -32,7 +32,8 @@
 //! cluster/    leader mode: the lease, who leads, loading at takeover, fail-stop; it
 //!             is a server Router (serve as leader, relay as standby)
 //! http/       the optional HTTP listener (axum on hyper): Prometheus metrics (shared,
-//!             capped per tube), /healthz, /readyz; every connection bounded
+//!             capped per tube), /healthz, /readyz, the operator API (/api/v1) and
+//!             the web console; every connection bounded
 //! cli         beanstalkd's flags and redstalk's own
 //! ```
 //!
