@@ -1049,7 +1049,7 @@ async fn check_persisted(name: &str, store: &AnyStore, committing: Committing, d
         .unwrap_or_else(|e| panic!("{name}: the committer did not persist every change: {e}"));
     let t = totals(store).await;
     committing.stop().await;
-    let replayed = binlog::open(log_config(dir)).expect("reopen the binlog");
+    let replayed = reopen(name, dir).await;
     let held = t.ready + t.reserved + t.delayed + t.buried;
     assert_eq!(
         replayed.snapshot.jobs.len() as u64,
@@ -1058,6 +1058,32 @@ async fn check_persisted(name: &str, store: &AnyStore, committing: Committing, d
     );
     drop(replayed);
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Open the log again once the stopped committer's sink has let its lock go. The lock
+/// is an flock on the open file: a redis-server another test of this process starts
+/// meanwhile inherits the descriptor between its fork and its exec, and holds the lock
+/// that long, so a `Locked` answer is waited out (up to 10 s, printed when it happens).
+async fn reopen(name: &str, dir: &Path) -> binlog::Opened {
+    let started = Instant::now();
+    for attempt in 0.. {
+        match binlog::open(log_config(dir)) {
+            Ok(opened) => {
+                if attempt > 0 {
+                    println!(
+                        "{name}: the log was locked for {:?} after the stop",
+                        started.elapsed()
+                    );
+                }
+                return opened;
+            }
+            Err(binlog::BinlogError::Locked(_)) if started.elapsed() < Duration::from_secs(10) => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("{name}: reopen the binlog: {e}"),
+        }
+    }
+    unreachable!("the loop returns or panics")
 }
 
 /// Run every check concurrently, each on a fresh store, and fail naming the checks
