@@ -24,6 +24,11 @@ use redstalk::server::{self, Direct, Listener, ServerConfig, activation, limits,
 use redstalk::store::{AnyStore, Clock, MemoryStore, RedisStore};
 
 fn main() -> ExitCode {
+    // The TLS provider for Redis connections, chosen here rather than left to rustls'
+    // features: when a build enables both of its providers (the console test's WebDriver
+    // client brings aws-lc-rs into `cargo test` builds), rustls picks none and every TLS
+    // connection panics. Err: one is installed already.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) => {
