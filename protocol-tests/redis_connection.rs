@@ -26,6 +26,12 @@
 //! - `a_change_no_replica_confirms_answers_internal_error` — with
 //!   `--redis-wait-replicas 1` and no replica, a put answers INTERNAL_ERROR once the
 //!   WAIT timeout has passed, in both Redis modes.
+//! - `a_refused_wait_leaves_the_change_counted_as_maybe_applied` — shared mode, a Redis
+//!   user that may not run WAIT (as a primary just demoted to replica refuses it): a
+//!   reserve's script ran, its WAIT failed; the attempt counts as "may have been
+//!   applied", so the job is given back at once instead of staying reserved, by an owner
+//!   no client is, until its TTR. Before, the whole pipeline's error was the WAIT's and
+//!   read as "nothing was applied". Prints how soon the job was ready again.
 
 // A test reports failure by panicking: unwrap and expect are how it says so.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -37,7 +43,7 @@ use std::time::{Duration, Instant};
 use support::client::Client;
 use support::redis::private_redis;
 use support::sentinel::cli;
-use support::{ServerKind, redstalk_on_as, serial, signal_pid};
+use support::{ServerKind, ServerProc, redstalk_on_as, serial, signal_pid};
 
 const REPLY: Duration = Duration::from_secs(10);
 
@@ -340,4 +346,76 @@ fn a_change_no_replica_confirms_answers_internal_error() {
             "the WAIT was not waited for"
         );
     }
+}
+
+#[test]
+fn a_refused_wait_leaves_the_change_counted_as_maybe_applied() {
+    let _serial = serial();
+    let Some(redis) = private_redis(&[], "Redis connection tests") else {
+        return;
+    };
+    let acl = [
+        "ACL", "SETUSER", "nowait", "on", ">pw", "~*", "&*", "+@all", "-wait",
+    ];
+    cli(redis.port, &acl).expect("ACL SETUSER");
+    let (plain, plain_log) = redstalk_on_as(ServerKind::Redis, &redis, "nowait", &[]);
+    let mut producer = Client::connect(plain.addr, "producer");
+    let id = producer.put(1, 0, 120, b"held by nobody?");
+
+    let url = format!("redis://nowait:pw@127.0.0.1:{}/0", redis.port);
+    let args = [
+        "--redis-wait-replicas",
+        "1",
+        "--redis-wait-timeout",
+        "200",
+        "-z",
+        "2000000",
+    ]
+    .map(String::from);
+    let mut srv = ServerProc::start_on_redis_as(ServerKind::Redis, &url, "nowait", &args)
+        .unwrap_or_else(|e| panic!("start redstalk as a user without WAIT: {e}"));
+    let log = srv.capture_stderr();
+    let mut worker = Client::connect(srv.addr, "worker");
+    let r = worker
+        .try_call(b"reserve-with-timeout 0\r\n", REPLY)
+        .unwrap_or_else(|e| panic!("reserve: {e}\n{}", log.tail()));
+    assert_eq!(r.word(), "INTERNAL_ERROR", "{}", log.tail());
+
+    // The attempt is undone by the instance that made it; the TTR (120 s) is far away.
+    let t = Instant::now();
+    let line = format!("stats-job {id}");
+    loop {
+        let state = producer.dict_value(&line, "state");
+        if state == "ready" {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "job {id} still {state} {:?} after the refused WAIT\n{}\n{}",
+            t.elapsed(),
+            log.tail(),
+            plain_log.tail()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    println!(
+        "a reserve whose WAIT Redis refused: job ready again after {} ms (TTR 120 s)",
+        t.elapsed().as_millis()
+    );
+
+    // A large put (its body written first, then the script): the script ran, the WAIT
+    // was refused. The job exists with its body; before, the body was removed as if
+    // the script had not run, leaving a job without one.
+    producer.cmd(&format!("delete {id}"));
+    let body = vec![b'x'; (1 << 20) + 10];
+    let r = worker.try_put(1, 0, 60, &body, REPLY).unwrap();
+    assert_eq!(r.word(), "INTERNAL_ERROR", "{}", log.tail());
+    let r = producer.try_call(b"peek-ready\r\n", REPLY).unwrap();
+    assert_eq!(r.word(), "FOUND", "the large job exists: {}", r.line);
+    assert_eq!(
+        r.body.map(|b| b.len()),
+        Some(body.len()),
+        "the large job has its body"
+    );
+    println!("a large put whose WAIT Redis refused: the job is there with its body");
 }

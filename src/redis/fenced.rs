@@ -155,6 +155,9 @@ impl Fenced {
         }
         pipe.cmd("WATCH").arg(&self.lease_key);
         pipe.cmd("GET").arg(&self.lease_key);
+        // Each reply on its own: an error after EXEC (a WAIT refused by a primary just
+        // demoted to replica) must not make a transaction that ran look not applied.
+        pipe.ignore_errors();
         for _ in 0..EXEC_ATTEMPTS {
             let mut conn = self.connection().await?;
             if !self.watching {
@@ -172,6 +175,12 @@ impl Fenced {
                     return Err(CallError::new(self.op, e).into());
                 }
             };
+            // An error up to EXEC's own reply (EXECABORT, a refused MULTI): EXEC did not
+            // run, nothing was applied.
+            if let Some(e) = replies.iter().take(commands + 2).find_map(server_error) {
+                self.drop_connection();
+                return Err(CallError::new(self.op, e).into());
+            }
             let mut tail = replies.into_iter().skip(commands + 1);
             let exec = tail.next();
             let confirmed = if self.wait_replicas > 0 {
@@ -203,6 +212,13 @@ impl Fenced {
             if let Some(v) = confirmed {
                 let n = match v {
                     Value::Int(n) => n,
+                    Value::ServerError(e) => {
+                        return Err(FenceError::Failed(CallError {
+                            op: "WAIT",
+                            outcome: Outcome::MayHaveApplied,
+                            source: Box::new(redis::RedisError::from(e)),
+                        }));
+                    }
                     _ => 0,
                 };
                 if n < i64::from(self.wait_replicas) {
@@ -224,5 +240,13 @@ impl Fenced {
             outcome: Outcome::NotApplied,
             source: "the key kept changing under the transaction".into(),
         }))
+    }
+}
+
+/// The error a reply is, if it is one.
+fn server_error(v: &Value) -> Option<redis::RedisError> {
+    match v {
+        Value::ServerError(e) => Some(redis::RedisError::from(e.clone())),
+        _ => None,
     }
 }

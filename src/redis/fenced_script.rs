@@ -177,8 +177,21 @@ impl BatchFence {
                 .cmd("WAIT")
                 .arg(replicas)
                 .arg(timeout_ms);
-            let (_, confirmed): (redis::Value, i64) =
-                pipe.query_async(&mut conn).await.map_err(classify)?;
+            // Each reply on its own: a WAIT that fails (a node just demoted to replica
+            // refuses WAIT) must not make the batch, which ran, look not applied.
+            let (ran, confirmed): (redis::RedisResult<redis::Value>, redis::RedisResult<i64>) =
+                pipe.ignore_errors()
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(classify)?;
+            ran.map_err(classify)?;
+            let confirmed = confirmed.map_err(|e| {
+                FenceError::Failed(CallError {
+                    op: "WAIT",
+                    outcome: Outcome::MayHaveApplied,
+                    source: Box::new(e),
+                })
+            })?;
             if confirmed < i64::from(replicas) {
                 return Err(FenceError::Failed(CallError {
                     op: "WAIT",

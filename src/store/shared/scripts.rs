@@ -297,13 +297,25 @@ impl<R: Decode> Call<'_, R> {
         let Some((replicas, timeout)) = wait else {
             return self.cmd.query_async(&mut conn).await;
         };
-        let (reply, confirmed): (Value, i64) = redis::pipe()
-            .add_command(self.cmd.clone())
-            .cmd("WAIT")
-            .arg(replicas)
-            .arg(timeout.as_millis() as u64)
-            .query_async(&mut conn)
-            .await?;
+        // Each reply on its own: the script's error is the call's (NOSCRIPT reloads it),
+        // but a WAIT refused after the script ran (a primary just demoted to replica,
+        // an ACL without WAIT) leaves the change applied and unconfirmed, not undone.
+        let (reply, confirmed): (redis::RedisResult<Value>, redis::RedisResult<i64>) =
+            redis::pipe()
+                .add_command(self.cmd.clone())
+                .cmd("WAIT")
+                .arg(replicas)
+                .arg(timeout.as_millis() as u64)
+                .ignore_errors()
+                .query_async(&mut conn)
+                .await?;
+        let reply = reply?;
+        let confirmed = confirmed.map_err(|e| {
+            redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("WAIT refused after the change ran: {e}"),
+            ))
+        })?;
         if confirmed < i64::from(replicas) {
             // Applied on the primary, not confirmed by the replicas: may be lost.
             return Err(std::io::Error::new(
