@@ -467,6 +467,13 @@ async fn cookie_and_origin(b: &Browser, s: &Server) {
     assert!(!page.contains("<script>"), "no inline script");
     println!("cross-origin changes refused (token and cookie): 403; CSP {csp:?}");
     event_stream(s, 1);
+    let (_, metrics) = http_get(s.http, "/metrics");
+    let computed = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("redstalk_console_snapshots_total "))
+        .and_then(|v| v.parse::<u64>().ok());
+    assert!(computed.is_some_and(|n| n > 0), "{computed:?}");
+    println!("/metrics: {computed:?} console snapshots computed so far");
 }
 
 /// `GET /api/v1/events` answers an event stream whose first event is a snapshot; reads
