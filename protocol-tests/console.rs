@@ -360,26 +360,8 @@ async fn through_a_standby(b: &Browser, leader: &Server, c: &mut Client) {
         return;
     }
     let standby = Server::standby_of(leader);
-    go(b, &standby.url("")).await;
-    let (_, t) = until(
-        b,
-        "document.querySelector('#tubes-body tr[data-tube=\"emails\"]')",
-    )
-    .await;
-    println!("standby: the overview shows tube emails after {t:?}");
+    live_put(b, &standby, c, "live-standby").await;
     until(b, "document.getElementById('live').textContent === 'live'").await;
-    c.use_tube("live-standby");
-    c.put(1024, 0, 60, b"live");
-    let start = Instant::now();
-    until(
-        b,
-        "document.querySelector('#tubes-body tr[data-tube=\"live-standby\"] td[data-k=\"current-jobs-ready\"]')?.textContent === '1'",
-    )
-    .await;
-    let took = start.elapsed();
-    println!("standby: a job put on the leader shown live through the standby after {took:?}");
-    assert!(took < Duration::from_secs(2), "live update took {took:?}");
-    c.use_tube("emails");
     let gaps = event_stream(&standby, 3);
     assert!(
         gaps.iter().all(|g| *g < Duration::from_secs(3)),
@@ -405,24 +387,32 @@ async fn through_a_standby(b: &Browser, leader: &Server, c: &mut Client) {
 }
 
 async fn overview_and_live(b: &Browser, s: &Server, c: &mut Client) {
+    live_put(b, s, c, "live-1").await;
+}
+
+/// `s`'s overview (opened in `b`) shows tube emails; a job put now in `tube` (by `c`,
+/// on the leader) reaches the open page through the event stream within 2 s.
+async fn live_put(b: &Browser, s: &Server, c: &mut Client, tube: &str) {
     go(b, &s.url("")).await;
     let (_, t) = until(
         b,
         "document.querySelector('#tubes-body tr[data-tube=\"emails\"]')",
     )
     .await;
-    println!("overview shows tube emails after {t:?}");
-    // A job put now reaches the open page through the event stream.
-    c.use_tube("live-1");
+    println!("{}: the overview shows tube emails after {t:?}", s.http);
+    c.use_tube(tube);
     c.put(1024, 0, 60, b"live");
     let start = Instant::now();
     until(
         b,
-        "document.querySelector('#tubes-body tr[data-tube=\"live-1\"] td[data-k=\"current-jobs-ready\"]')?.textContent === '1'",
+        &format!("document.querySelector('#tubes-body tr[data-tube=\"{tube}\"] td[data-k=\"current-jobs-ready\"]')?.textContent === '1'"),
     )
     .await;
     let took = start.elapsed();
-    println!("a job put by a beanstalk client shown on the overview after {took:?} (no reload)");
+    println!(
+        "{}: a job put by a beanstalk client shown on the overview after {took:?} (no reload)",
+        s.http
+    );
     assert!(took < Duration::from_secs(2), "live update took {took:?}");
     c.use_tube("emails");
 }
