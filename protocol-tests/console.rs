@@ -1,8 +1,10 @@
 //! The web console (`/console/`, docs/CONSOLE.md) in headless Debian chromium, driven
-//! through chromedriver with fantoccini, against the real binary in memory mode with
-//! `--metrics` and `--admin-token`. Every wait is bounded; figures are printed.
+//! through chromedriver with fantoccini, against the real binary with `--metrics` and
+//! `--admin-token`, in memory mode and in Redis leader mode (a private redis-server from
+//! the test support; skipped loudly without one): one chromedriver, a browser session
+//! per server. Every wait is bounded; figures are printed.
 //!
-//! What the test proves (`console_in_a_browser`):
+//! What the test proves (`console_in_a_browser`), in each mode:
 //! - the overview lists a tube (61 tubes: in pages of 50); a job put by a beanstalk client shows up within 2 s
 //!   without reload (the Server-Sent Events stream);
 //! - the tube page pages through 10,000 jobs with the API's cursors: each next page
@@ -14,7 +16,15 @@
 //!   origin (`Origin: http://evil.example`) is refused 403, with the token or the cookie;
 //! - with `--admin-read-only` an action is refused and the page shows the error; with
 //!   `--admin-read-auth` the console opens on its login page and reads after the login;
-//! - screenshots of each page, light and dark, go to docs/console/*.png.
+//! - leader mode, through a standby (a second instance on the namespace, whose API
+//!   forwards to the leader's): the overview loads, a job put shows up within 2 s, the
+//!   event stream's snapshots arrive one by one (not buffered by the forwarder), and a
+//!   session made on the standby changes things on the leader;
+//! - screenshots of each page, light and dark, go to docs/console/*.png (memory mode).
+//!
+//! `login_guessing_is_bounded`: after `--admin-login-limit` wrong tokens the login
+//! answers 429 with `Retry-After`, the right token included, and takes the token again
+//! once the (shortened) window has passed.
 //!
 //! Needs `chromium` and `chromedriver` (Debian: `chromium chromium-driver`; .ci/test
 //! installs them); without them the test fails, saying so.
