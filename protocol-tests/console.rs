@@ -1,8 +1,10 @@
 //! The web console (`/console/`, docs/CONSOLE.md) in headless Debian chromium, driven
-//! through chromedriver with fantoccini, against the real binary in memory mode with
-//! `--metrics` and `--admin-token`. Every wait is bounded; figures are printed.
+//! through chromedriver with fantoccini, against the real binary with `--metrics` and
+//! `--admin-token`, in memory mode and in Redis leader mode (a private redis-server from
+//! the test support; skipped loudly without one): one chromedriver, a browser session
+//! per server. Every wait is bounded; figures are printed.
 //!
-//! What the test proves (`console_in_a_browser`):
+//! What the test proves (`console_in_a_browser`), in each mode:
 //! - the overview lists a tube (61 tubes: in pages of 50); a job put by a beanstalk client shows up within 2 s
 //!   without reload (the Server-Sent Events stream);
 //! - the tube page pages through 10,000 jobs with the API's cursors: each next page
@@ -14,7 +16,15 @@
 //!   origin (`Origin: http://evil.example`) is refused 403, with the token or the cookie;
 //! - with `--admin-read-only` an action is refused and the page shows the error; with
 //!   `--admin-read-auth` the console opens on its login page and reads after the login;
-//! - screenshots of each page, light and dark, go to docs/console/*.png.
+//! - leader mode, through a standby (a second instance on the namespace, whose API
+//!   forwards to the leader's): the overview loads, a job put shows up within 2 s, the
+//!   event stream's snapshots arrive one by one (not buffered by the forwarder), and a
+//!   session made on the standby changes things on the leader;
+//! - screenshots of each page, light and dark, go to docs/console/*.png (memory mode).
+//!
+//! `login_guessing_is_bounded`: after `--admin-login-limit` wrong tokens the login
+//! answers 429 with `Retry-After`, the right token included, and takes the token again
+//! once the (shortened) window has passed.
 //!
 //! Needs `chromium` and `chromedriver` (Debian: `chromium chromium-driver`; .ci/test
 //! installs them); without them the test fails, saying so.
@@ -38,14 +48,58 @@ const TOKEN: &str = "console-t0ken";
 const WAIT: Duration = Duration::from_secs(20);
 const HOSTILE: &str = r#"<script>window.__pwned=1</script><img src=x onerror="window.__pwned=1">"#;
 
+/// Where the console's server keeps its jobs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Memory,
+    /// Redis leader mode on a private redis-server (spawned by the test support).
+    Leader,
+}
+
+impl Mode {
+    /// Memory mode, and leader mode when redis-server is installed (a loud skip else,
+    /// a failure under `REDSTALK_REQUIRE_ORACLE=1`).
+    fn all() -> Vec<Mode> {
+        let mut modes = vec![Mode::Memory];
+        if support::redis::redis_server_path().is_some() {
+            modes.push(Mode::Leader);
+        } else {
+            assert!(
+                !support::oracle_required(),
+                "redis-server is required (REDSTALK_REQUIRE_ORACLE=1) but not installed"
+            );
+            eprintln!("!!! redis-server is not installed: the console in leader mode is SKIPPED.");
+        }
+        modes
+    }
+}
+
 /// A redstalk with its HTTP listener.
 struct Server {
     proc: ServerProc,
     http: SocketAddr,
+    mode: Mode,
 }
 
 impl Server {
     fn start(extra: &[&str]) -> Server {
+        Server::start_as(Mode::Memory, extra)
+    }
+
+    /// A server of `mode` with the console's flags and `extra`; in leader mode, once it
+    /// leads (on a redis-server of its own).
+    fn start_as(mode: Mode, extra: &[&str]) -> Server {
+        Server::launch(mode, extra, None, "leader")
+    }
+
+    /// A second leader-mode instance on `leader`'s Redis namespace, once it says it is
+    /// a standby: its API forwards to the leader's.
+    fn standby_of(leader: &Server) -> Server {
+        let redis = leader.proc.redis.as_ref().expect("a leader-mode server");
+        Server::launch(Mode::Leader, &[], Some(redis.url()), "standby")
+    }
+
+    fn launch(mode: Mode, extra: &[&str], on_redis: Option<String>, role: &str) -> Server {
         for _ in 0..5 {
             let http: SocketAddr = ([127, 0, 0, 1], support::free_port()).into();
             let mut args: Vec<String> = ["--metrics", &http.to_string(), "--admin-token", TOKEN]
@@ -54,20 +108,37 @@ impl Server {
                 .collect();
             args.extend(["-z".to_string(), "6000000".to_string()]);
             args.extend(extra.iter().map(|s| s.to_string()));
-            let Ok(Some(mut proc)) = ServerProc::start(ServerKind::Memory, &args) else {
+            let started = match (mode, &on_redis) {
+                (Mode::Memory, _) => ServerProc::start(ServerKind::Memory, &args),
+                (Mode::Leader, None) => ServerProc::start(ServerKind::Leader, &args),
+                // The namespace ServerProc::start gives a leader-mode server.
+                (Mode::Leader, Some(url)) => {
+                    ServerProc::start_on_redis_as(ServerKind::Leader, url, "t", &args).map(Some)
+                }
+            };
+            let Ok(Some(mut proc)) = started else {
                 continue;
             };
             let log = proc.capture_stderr();
             support::wait_served(proc.addr, WAIT, &log);
             let deadline = Instant::now() + WAIT;
             // 401 with --admin-read-auth: served all the same.
-            while !matches!(http_get(http, "/api/v1/whoami").0, 200 | 401) {
-                assert!(Instant::now() < deadline, "API not served\n{}", log.tail());
+            loop {
+                let (status, body) = http_get_auth(http, "/api/v1/whoami");
+                let has_role = mode == Mode::Memory || body.contains(&format!("\"{role}\""));
+                if (status == 200 && has_role) || status == 401 {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "API not served as {role}\n{}",
+                    log.tail()
+                );
                 std::thread::sleep(Duration::from_millis(50));
             }
-            return Server { proc, http };
+            return Server { proc, http, mode };
         }
-        panic!("could not start redstalk");
+        panic!("could not start redstalk ({mode:?})");
     }
 
     fn url(&self, page: &str) -> String {
@@ -89,6 +160,18 @@ fn agent() -> ureq::Agent {
 
 fn http_get(http: SocketAddr, path: &str) -> (u16, String) {
     match agent().get(format!("http://{http}{path}")).call() {
+        Ok(mut r) => (r.status().as_u16(), r.body_mut().read_to_string().unwrap()),
+        Err(_) => (0, String::new()),
+    }
+}
+
+/// [`http_get`] with the token.
+fn http_get_auth(http: SocketAddr, path: &str) -> (u16, String) {
+    let r = agent()
+        .get(format!("http://{http}{path}"))
+        .header("Authorization", &format!("Bearer {TOKEN}"))
+        .call();
+    match r {
         Ok(mut r) => (r.status().as_u16(), r.body_mut().read_to_string().unwrap()),
         Err(_) => (0, String::new()),
     }
@@ -238,53 +321,108 @@ async fn shown_ids(b: &Browser) -> Vec<u64> {
 async fn console_in_a_browser() {
     // fantoccini's rustls needs a provider: redstalk's own (ring).
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let server = Server::start(&[]);
+    // One chromedriver for every mode; a fresh browser session per server.
     let driver = Driver::start();
-    let b = driver.browser(false).await;
-    let mut c = server.client();
-    c.use_tube("emails");
-    let first = c.put(1024, 0, 60, b"hello");
+    for mode in Mode::all() {
+        println!("== {mode:?} mode");
+        let server = Server::start_as(mode, &[]);
+        let b = driver.browser(false).await;
+        let mut c = server.client();
+        c.use_tube("emails");
+        let first = c.put(1024, 0, 60, b"hello");
 
-    overview_and_live(&b, &server, &mut c).await;
-    login(&b, &server).await;
-    cookie_and_origin(&b, &server).await;
-    paging(&b, &server, &mut c).await;
-    moving(&b, &server, first).await;
-    let hostile = hostile_bodies(&b, &server, &mut c).await;
-    search(&b, &server).await;
-    screenshots(&b, &server, hostile, "light").await;
-    b.close().await.unwrap();
+        overview_and_live(&b, &server, &mut c).await;
+        login(&b, &server).await;
+        cookie_and_origin(&b, &server).await;
+        paging(&b, &server, &mut c).await;
+        moving(&b, &server, first).await;
+        let hostile = hostile_bodies(&b, &server, &mut c).await;
+        search(&b, &server).await;
+        through_a_standby(&b, &server, &mut c).await;
+        if mode == Mode::Memory {
+            screenshots(&b, &server, hostile, "light").await;
+        }
+        b.close().await.unwrap();
+        if mode == Mode::Memory {
+            dark_screenshots(&driver, &server, hostile).await;
+        }
+        read_only(&driver, mode).await;
+    }
+}
 
+/// The pages in dark mode, screenshotted (once: from memory mode).
+async fn dark_screenshots(driver: &Driver, server: &Server, hostile: u64) {
     let dark = driver.browser(true).await;
     go(&dark, &server.url("")).await;
     let is_dark = js(&dark, "matchMedia('(prefers-color-scheme: dark)').matches").await;
     assert_eq!(is_dark, json!(true), "the dark session prefers dark");
-    login(&dark, &server).await;
-    screenshots(&dark, &server, hostile, "dark").await;
+    login(&dark, server).await;
+    screenshots(&dark, server, hostile, "dark").await;
     dark.close().await.unwrap();
+}
 
-    read_only(&driver).await;
+/// Leader mode: the console opened on a standby (a second instance on the namespace)
+/// whose API forwards to the leader's: the overview loads, the live updates arrive
+/// through the forwarder (the event stream streamed, not buffered), and a session made
+/// on the standby changes things on the leader.
+async fn through_a_standby(b: &Browser, leader: &Server, c: &mut Client) {
+    if leader.mode != Mode::Leader {
+        return;
+    }
+    let standby = Server::standby_of(leader);
+    live_put(b, &standby, c, "live-standby").await;
+    until(b, "document.getElementById('live').textContent === 'live'").await;
+    let gaps = event_stream(&standby, 3);
+    assert!(
+        gaps.iter().all(|g| *g < Duration::from_secs(3)),
+        "the events come one by one through the forwarder: {gaps:?}"
+    );
+    // A session made on the standby: its cookie travels to the leader as the token.
+    login(b, &standby).await;
+    let cookie = b.get_named_cookie("redstalk_session").await.unwrap();
+    let status = agent()
+        .post(format!(
+            "http://{}/api/v1/tubes/live-standby/pause",
+            standby.http
+        ))
+        .header("Cookie", &format!("redstalk_session={}", cookie.value()))
+        .send_json(json!({"delay": 1}))
+        .unwrap()
+        .status()
+        .as_u16();
+    assert_eq!(status, 200, "a change with the standby's session");
+    let paused = c.cmd("stats-tube live-standby");
+    assert!(paused.text().contains("pause: 1"), "{}", paused.text());
+    println!("standby: a change with the standby's session applied on the leader");
 }
 
 async fn overview_and_live(b: &Browser, s: &Server, c: &mut Client) {
+    live_put(b, s, c, "live-1").await;
+}
+
+/// `s`'s overview (opened in `b`) shows tube emails; a job put now in `tube` (by `c`,
+/// on the leader) reaches the open page through the event stream within 2 s.
+async fn live_put(b: &Browser, s: &Server, c: &mut Client, tube: &str) {
     go(b, &s.url("")).await;
     let (_, t) = until(
         b,
         "document.querySelector('#tubes-body tr[data-tube=\"emails\"]')",
     )
     .await;
-    println!("overview shows tube emails after {t:?}");
-    // A job put now reaches the open page through the event stream.
-    c.use_tube("live-1");
+    println!("{}: the overview shows tube emails after {t:?}", s.http);
+    c.use_tube(tube);
     c.put(1024, 0, 60, b"live");
     let start = Instant::now();
     until(
         b,
-        "document.querySelector('#tubes-body tr[data-tube=\"live-1\"] td[data-k=\"current-jobs-ready\"]')?.textContent === '1'",
+        &format!("document.querySelector('#tubes-body tr[data-tube=\"{tube}\"] td[data-k=\"current-jobs-ready\"]')?.textContent === '1'"),
     )
     .await;
     let took = start.elapsed();
-    println!("a job put by a beanstalk client shown on the overview after {took:?} (no reload)");
+    println!(
+        "{}: a job put by a beanstalk client shown on the overview after {took:?} (no reload)",
+        s.http
+    );
     assert!(took < Duration::from_secs(2), "live update took {took:?}");
     c.use_tube("emails");
 }
@@ -328,29 +466,47 @@ async fn cookie_and_origin(b: &Browser, s: &Server) {
     assert_eq!(head.headers()["x-content-type-options"], "nosniff");
     assert!(!page.contains("<script>"), "no inline script");
     println!("cross-origin changes refused (token and cookie): 403; CSP {csp:?}");
-    event_stream(s);
+    event_stream(s, 1);
+    let (_, metrics) = http_get(s.http, "/metrics");
+    let computed = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("redstalk_console_snapshots_total "))
+        .and_then(|v| v.parse::<u64>().ok());
+    assert!(computed.is_some_and(|n| n > 0), "{computed:?}");
+    println!("/metrics: {computed:?} console snapshots computed so far");
 }
 
-/// `GET /api/v1/events` answers an event stream whose first event is a snapshot.
-fn event_stream(s: &Server) {
+/// `GET /api/v1/events` answers an event stream whose first event is a snapshot; reads
+/// `events` of them and returns the time before each (the first: since the request).
+fn event_stream(s: &Server, events: usize) -> Vec<Duration> {
     use std::io::Read;
-    let start = Instant::now();
+    let mut start = Instant::now();
     let mut r = agent()
         .get(format!("http://{}/api/v1/events", s.http))
         .call()
         .unwrap();
+    assert_eq!(r.status().as_u16(), 200, "the event stream");
     assert_eq!(r.headers()["content-type"], "text/event-stream");
     let mut reader = r.body_mut().as_reader();
     let mut got = Vec::new();
     let mut buf = [0u8; 4096];
-    while !String::from_utf8_lossy(&got).contains("\"tube_count\"") {
+    let mut gaps = Vec::new();
+    while gaps.len() < events {
         let n = reader.read(&mut buf).unwrap();
-        assert!(n > 0, "the stream ended before a snapshot");
+        assert!(n > 0, "the stream ended after {} snapshots", gaps.len());
         got.extend_from_slice(&buf[..n]);
+        let seen = String::from_utf8_lossy(&got)
+            .matches("\"tube_count\"")
+            .count();
+        while gaps.len() < seen.min(events) {
+            gaps.push(start.elapsed());
+            start = Instant::now();
+        }
     }
     let text = String::from_utf8_lossy(&got);
     assert!(text.starts_with("retry: 1000\n\ndata: {"), "{text}");
-    println!("event stream: first snapshot after {:?}", start.elapsed());
+    println!("event stream of {}: snapshots after {gaps:?}", s.http);
+    gaps
 }
 
 async fn paging(b: &Browser, s: &Server, c: &mut Client) {
@@ -530,8 +686,8 @@ async fn tube_paging(b: &Browser, c: &mut Client) {
     println!("overview: 61 tubes in pages of 50");
 }
 
-async fn read_only(driver: &Driver) {
-    let server = Server::start(&["--admin-read-only", "--admin-read-auth"]);
+async fn read_only(driver: &Driver, mode: Mode) {
+    let server = Server::start_as(mode, &["--admin-read-only", "--admin-read-auth"]);
     let mut c = server.client();
     let id = c.put(1024, 0, 60, b"keep me");
     let b = driver.browser(false).await;
@@ -571,4 +727,70 @@ async fn read_only(driver: &Driver) {
     assert!(c.cmd(&format!("peek {id}")).line.starts_with("FOUND"));
     println!("read-only: the delete is refused and the page says {err}");
     b.close().await.unwrap();
+}
+
+/// `POST /console/login` with `token`: status, `Retry-After`.
+fn post_login(s: &Server, token: &str) -> (u16, Option<u64>) {
+    let r = agent()
+        .post(format!("http://{}/console/login", s.http))
+        .send_json(json!({ "token": token }))
+        .unwrap();
+    let retry = r
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok()?.parse().ok());
+    (r.status().as_u16(), retry)
+}
+
+/// The login takes `--admin-login-limit` wrong tokens per address per window, then
+/// answers 429 with `Retry-After` (the right token too), and takes the token again once
+/// the window (shortened for the test) has passed.
+#[test]
+fn login_guessing_is_bounded() {
+    const LIMIT: usize = 3;
+    const WINDOW: Duration = Duration::from_millis(1500);
+    let window_ms = WINDOW.as_millis().to_string();
+    let s = Server::start(&[
+        "--admin-login-limit",
+        "3",
+        "--admin-login-window-ms",
+        &window_ms,
+    ]);
+    // A loaded machine may stall past the window mid-sequence (which resets the
+    // counts): the sequence is then tried again.
+    for attempt in 1..=5 {
+        let start = Instant::now();
+        let wrong: Vec<u16> = (0..LIMIT).map(|_| post_login(&s, "guess").0).collect();
+        let limited = post_login(&s, "guess");
+        let right = post_login(&s, TOKEN);
+        let took = start.elapsed();
+        if took >= WINDOW {
+            println!("attempt {attempt} took {took:?}, past the window: again");
+            std::thread::sleep(WINDOW);
+            continue;
+        }
+        assert_eq!(
+            wrong,
+            vec![401; LIMIT],
+            "wrong tokens are 401 up to the limit"
+        );
+        assert_eq!(limited.0, 429, "the next wrong token");
+        assert_eq!(right.0, 429, "the right token too, while limited");
+        let retry = limited.1.expect("Retry-After");
+        assert!((1..=2).contains(&retry), "Retry-After {retry}");
+        let limited_at = Instant::now();
+        let deadline = limited_at + WAIT;
+        while post_login(&s, TOKEN).0 == 429 {
+            assert!(Instant::now() < deadline, "still limited after {WAIT:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        println!(
+            "login: {LIMIT} wrong tokens 401, then 429 (Retry-After {retry} s); \
+             the token taken again {:?} later (window {WINDOW:?})",
+            limited_at.elapsed()
+        );
+        assert_eq!(post_login(&s, TOKEN).0, 200);
+        return;
+    }
+    panic!("the machine never ran the sequence within the window");
 }

@@ -225,6 +225,21 @@ pub struct Cli {
     #[arg(long, env = "REDSTALK_ADMIN_READ_ONLY")]
     pub admin_read_only: bool,
 
+    /// The console's login takes at most N wrong tokens per client address a minute
+    /// (ten times N from all addresses), then answers 429 until the minute ends. 0: no
+    /// bound.
+    #[arg(
+        long,
+        env = "REDSTALK_ADMIN_LOGIN_LIMIT",
+        value_name = "N",
+        default_value_t = crate::http::console::limit::DEFAULT_PER_PEER
+    )]
+    pub admin_login_limit: u32,
+
+    /// The login limit's window in milliseconds (for tests).
+    #[arg(long, value_name = "MS", default_value_t = 60_000, hide = true)]
+    pub admin_login_window_ms: u64,
+
     /// In /metrics, give per-tube series (redstalk_tube_*) to at most N tubes, the
     /// first by name; redstalk_tubes_omitted counts the others. 0: none.
     #[arg(
@@ -456,6 +471,8 @@ impl Cli {
                 .map(crate::http::api::Secret::new),
             reads_need_token: self.admin_read_auth,
             read_only: self.admin_read_only,
+            login_limit: self.admin_login_limit,
+            login_window: Duration::from_millis(self.admin_login_window_ms),
         })
     }
 

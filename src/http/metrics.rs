@@ -13,7 +13,9 @@
 //!   taken on the runtime (store calls) and yields between tubes, the text is rendered
 //!   on the blocking pool, never on the runtime's one thread;
 //! - a build is bounded by [`SCRAPE_TIMEOUT`]; a failed one is not kept (the next
-//!   scrape tries again).
+//!   scrape tries again);
+//! - the console's two figures (event streams open, snapshots computed) are read at
+//!   each scrape and sent after the shared text, which is not copied.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -153,14 +155,18 @@ pub(super) async fn scrape(State(app): State<Arc<App>>) -> Response {
         return standby();
     };
     match app.scrapes.get(engine).await {
-        Ok(text) => (
-            [
-                (header::CONTENT_TYPE, exposition::CONTENT_TYPE),
-                (header::CACHE_CONTROL, "no-store"),
-            ],
-            text,
-        )
-            .into_response(),
+        Ok(text) => {
+            let console = Bytes::from(app.events.exposition());
+            let chunks = [text, console].map(Ok::<_, std::convert::Infallible>);
+            (
+                [
+                    (header::CONTENT_TYPE, exposition::CONTENT_TYPE),
+                    (header::CACHE_CONTROL, "no-store"),
+                ],
+                axum::body::Body::from_stream(futures_util::stream::iter(chunks)),
+            )
+                .into_response()
+        }
         Err(err) => super::text(StatusCode::SERVICE_UNAVAILABLE, format!("{err}\n")),
     }
 }

@@ -118,6 +118,7 @@ struct App {
     scrapes: Arc<metrics::Scrapes>,
     access: api::Access,
     session: console::Session,
+    login_limit: console::limit::LoginLimit,
     events: Arc<console::events::Events>,
 }
 
@@ -129,6 +130,10 @@ fn router(source: Source, config: &HttpConfig, stop: &CancellationToken) -> Rout
         source,
         scrapes: metrics::Scrapes::new(config.metrics_tubes),
         session: console::Session::new(config.access.token.as_ref()),
+        login_limit: console::limit::LoginLimit::new(
+            config.access.login_limit,
+            config.access.login_window,
+        ),
         access: config.access.clone(),
     });
     let plain = Router::new()

@@ -55,13 +55,18 @@ impl std::fmt::Debug for Secret {
     }
 }
 
-/// The API's access settings (`--admin-token`, `--admin-read-auth`, `--admin-read-only`).
+/// The API's access settings (`--admin-token`, `--admin-read-auth`, `--admin-read-only`,
+/// `--admin-login-limit`).
 #[derive(Clone, Debug, Default)]
 pub struct Access {
     /// `None`: no token configured, so every change is refused.
     pub token: Option<Secret>,
     pub reads_need_token: bool,
     pub read_only: bool,
+    /// Wrong tokens per client address per `login_window` the console's login takes
+    /// (0: no bound; see `http::console::limit`).
+    pub login_limit: u32,
+    pub login_window: std::time::Duration,
 }
 
 impl Access {

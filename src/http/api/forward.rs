@@ -4,19 +4,28 @@
 //! method, path, query, headers (`Authorization` and `Origin` included: the leader
 //! decides access, comparing `Origin` with the `Host` the client sent, which is kept)
 //! and body, over a plain TCP connection with hyper's HTTP/1 client, one per request.
+//! The leader's answer is streamed back as it comes, so the event stream
+//! (`/api/v1/events`, a response that lasts seconds) reaches a console opened on a
+//! standby live, event by event.
+//!
+//! A console session of the standby (its cookie: an HMAC under the standby's own key,
+//! which the leader cannot check) travels as the standby's admin token instead, only
+//! when the standby itself accepts the session (same origin, see
+//! `http::console::Session`); the leader then checks that token as for any client.
 //!
 //! Invariants: a forwarded request body is at most [`MAX_API_BODY`] bytes (read before
-//! connecting); connecting takes at most [`CONNECT_TIMEOUT`] and the exchange (the
-//! leader's whole answer) at most [`FORWARD_TIMEOUT`], below the listener's own
-//! response deadline; when the standby cannot forward it answers `503 unavailable`
-//! with the reason, never hangs.
+//! connecting); connecting takes at most [`CONNECT_TIMEOUT`] and the leader's response
+//! head at most [`FORWARD_TIMEOUT`], below the listener's own response deadline; the
+//! body then streams under the listener's deadlines (`http::connection`), and the
+//! connection to the leader ends when the body does or is dropped; when the standby
+//! cannot forward it answers `503 unavailable` with the reason, never hangs.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
-use axum::http::{HeaderName, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use http_body_util::{BodyExt, Full};
@@ -28,8 +37,9 @@ use crate::http::{App, Source};
 
 /// The longest a connection to the leader's API may take to open.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-/// The longest the leader may take to answer a forwarded request (under the listener's
-/// own response deadline, so the client gets this instance's 503, not a timeout).
+/// The longest the leader may take to send the head of its answer to a forwarded
+/// request (under the listener's own response deadline, so the client gets this
+/// instance's 503, not a timeout). The body then streams: an event stream lasts longer.
 pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(9);
 
 /// Why a request could not be forwarded.
@@ -84,7 +94,8 @@ pub(in crate::http) async fn standby(
         ))
         .into_response();
     };
-    let req = Request::from_parts(parts, body);
+    let mut req = Request::from_parts(parts, body);
+    session_as_token(&app, req.headers_mut());
     match forward(&addr, req).await {
         Ok(response) => response,
         Err(err) => ApiError::unavailable(format!(
@@ -94,7 +105,24 @@ pub(in crate::http) async fn standby(
     }
 }
 
-/// Send `req` to `addr` and bring back its answer whole.
+/// A request that this standby's console session authorizes (and that carries no
+/// token of its own) goes on with the standby's token instead of the cookie, which
+/// only this process can check.
+fn session_as_token(app: &App, headers: &mut HeaderMap) {
+    let Some(token) = &app.access.token else {
+        return;
+    };
+    if headers.contains_key(header::AUTHORIZATION) || !app.session.accepts(headers) {
+        return;
+    }
+    let Ok(bearer) = HeaderValue::from_str(&format!("Bearer {}", token.expose_str())) else {
+        return;
+    };
+    headers.remove(header::COOKIE);
+    headers.insert(header::AUTHORIZATION, bearer);
+}
+
+/// Send `req` to `addr` and bring back its answer, the body streamed as it arrives.
 async fn forward(addr: &str, req: Request<Bytes>) -> Result<Response, ForwardError> {
     let (parts, body) = req.into_parts();
     // Nested under /api/v1, the request's own URI lost its prefix.
@@ -116,24 +144,34 @@ async fn forward(addr: &str, req: Request<Bytes>) -> Result<Response, ForwardErr
         .map_err(|_| ForwardError::ConnectTimeout)?
         .map_err(ForwardError::Connect)?;
     let _ = stream.set_nodelay(true);
-    let exchange = async {
-        let (mut sender, conn) =
-            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
-        // The sender is dropped once the answer is read, which ends the connection.
-        let ask = async move {
-            let answer = sender.send_request(out).await?;
-            let (head, body) = answer.into_parts();
-            Ok::<_, hyper::Error>((head, body.collect().await?.to_bytes()))
-        };
-        let (answer, _) = tokio::join!(ask, conn);
-        answer
-    };
-    let (mut head, body) = tokio::time::timeout(FORWARD_TIMEOUT, exchange)
+    let (mut sender, conn) = tokio::time::timeout(
+        FORWARD_TIMEOUT,
+        hyper::client::conn::http1::handshake(TokioIo::new(stream)),
+    )
+    .await
+    .map_err(|_| ForwardError::Timeout)??;
+    // The connection runs beside the answer; aborted when the body is done or dropped
+    // (the client left, or the listener's deadline passed).
+    let conn = AbortOnDrop(tokio::spawn(conn));
+    let answer = tokio::time::timeout(FORWARD_TIMEOUT, sender.send_request(out))
         .await
         .map_err(|_| ForwardError::Timeout)??;
+    let (mut head, body) = answer.into_parts();
     for name in &HOP_BY_HOP {
         head.headers.remove(name);
     }
-    head.headers.remove(header::CONTENT_LENGTH);
-    Ok(Response::from_parts(head, Body::from(body)))
+    let body = body.map_frame(move |frame| {
+        let _ = &conn;
+        frame
+    });
+    Ok(Response::from_parts(head, Body::new(body)))
+}
+
+/// A task aborted when this is dropped.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }

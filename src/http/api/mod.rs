@@ -81,6 +81,9 @@ impl ApiError {
     pub fn message(&self) -> &str {
         &self.message
     }
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
 }
 
 impl From<AdminError> for ApiError {

@@ -69,6 +69,25 @@ impl Events {
         self.computed.load(Ordering::Relaxed)
     }
 
+    /// How many streams are open.
+    pub fn open(&self) -> usize {
+        self.open.load(Ordering::Relaxed)
+    }
+
+    /// The console's figures in the Prometheus text format (appended to `/metrics`).
+    pub fn exposition(&self) -> String {
+        format!(
+            "# HELP redstalk_console_event_streams Console event streams open (GET /api/v1/events).\n\
+             # TYPE redstalk_console_event_streams gauge\n\
+             redstalk_console_event_streams {}\n\
+             # HELP redstalk_console_snapshots_total Console live snapshots computed (at most one a second, while a stream is open).\n\
+             # TYPE redstalk_console_snapshots_total counter\n\
+             redstalk_console_snapshots_total {}\n",
+            self.open(),
+            self.computed(),
+        )
+    }
+
     /// A new subscriber, or `None` when [`MAX_SUBSCRIBERS`] are open.
     fn subscribe(self: &Arc<Events>) -> Option<Subscriber> {
         let admitted = self

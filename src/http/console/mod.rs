@@ -10,14 +10,18 @@
 //!   never the token: it is worthless after a restart or a token change, and it is
 //!   `HttpOnly; SameSite=Strict; Path=/`; the API takes it as the token only for a
 //!   same-origin request (see [`Session::accepts`]);
+//! - a login's token is compared only within the guessing bound of [`limit`] (per
+//!   client address and in all); beyond, `429` with `Retry-After`;
 //! - every response carries a strict Content-Security-Policy (no inline script, no
 //!   framing), `X-Content-Type-Options: nosniff` and `Referrer-Policy: no-referrer`; the
 //!   assets are compiled in, nothing is loaded from elsewhere.
 
 pub mod events;
+pub mod limit;
 
 use std::sync::Arc;
 
+use axum::Extension;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
@@ -28,9 +32,9 @@ use hmac::{KeyInit, Mac};
 use rand::RngExt;
 use serde_json::json;
 
-use super::App;
 use super::api::access::{Secret, cross_origin};
 use super::api::{ApiError, ApiResult, ok};
+use super::{App, Peer};
 
 /// The cookie that carries a console session.
 pub const COOKIE: &str = "redstalk_session";
@@ -163,9 +167,43 @@ async fn session(State(app): State<Arc<App>>, headers: HeaderMap) -> ApiResult {
     )
 }
 
-/// `{"token": "..."}`: when it is the admin token, set the session cookie.
-async fn login(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> ApiResult {
-    if cross_origin(&headers) {
+/// `{"token": "..."}`: when it is the admin token, set the session cookie. Wrong tokens
+/// count towards the guessing bound ([`limit`]).
+async fn login(
+    State(app): State<Arc<App>>,
+    peer: Option<Extension<Peer>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, Response> {
+    let peer = peer.map_or(std::net::Ipv4Addr::UNSPECIFIED.into(), |p| p.0.0.ip());
+    if let Err(limit::Limited(left)) = app.login_limit.check(peer) {
+        return Err(too_many(left));
+    }
+    let r = check_login(&app, &headers, &body);
+    if r.as_ref()
+        .is_err_and(|e| e.status() == StatusCode::UNAUTHORIZED)
+    {
+        app.login_limit.failed(peer);
+    }
+    r.map_err(IntoResponse::into_response)
+}
+
+/// `429` with `Retry-After` (whole seconds, at least 1).
+fn too_many(left: std::time::Duration) -> Response {
+    let secs = left.as_secs() + u64::from(left.subsec_nanos() > 0);
+    let mut r = ApiError::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        "too_many_requests",
+        format!("too many wrong tokens: try again in {secs} s"),
+    )
+    .into_response();
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
+    r
+}
+
+fn check_login(app: &App, headers: &HeaderMap, body: &[u8]) -> ApiResult {
+    if cross_origin(headers) {
         return Err(ApiError::forbidden(
             "a login from another origin is refused (Origin / Sec-Fetch-Site)",
         ));
@@ -173,7 +211,7 @@ async fn login(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> 
     if body.len() > MAX_LOGIN {
         return Err(ApiError::bad_request("the login request is too large"));
     }
-    let given: serde_json::Value = serde_json::from_slice(&body)
+    let given: serde_json::Value = serde_json::from_slice(body)
         .map_err(|_| ApiError::bad_request("expected {\"token\": \"...\"}"))?;
     let given = given["token"].as_str().unwrap_or_default();
     let (Some(token), Some(cookie)) = (&app.access.token, &app.session.cookie) else {
