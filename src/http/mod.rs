@@ -23,6 +23,7 @@ pub mod connection;
 mod conns;
 pub mod console;
 pub mod exposition;
+pub mod history;
 pub mod metrics;
 pub mod probes;
 
@@ -119,6 +120,7 @@ struct App {
     access: api::Access,
     session: console::Session,
     events: Arc<console::events::Events>,
+    history: Arc<history::Recorder>,
 }
 
 /// Every route: `/metrics` and the probes (GET only), and the API under `/api/v1`
@@ -126,6 +128,7 @@ struct App {
 fn router(source: Source, config: &HttpConfig, stop: &CancellationToken) -> Router {
     let app = Arc::new(App {
         events: console::events::Events::start(source.clone(), stop.clone()),
+        history: history::Recorder::start(source.clone(), stop.clone()),
         source,
         scrapes: metrics::Scrapes::new(config.metrics_tubes),
         session: console::Session::new(config.access.token.as_ref()),
