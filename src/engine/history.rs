@@ -116,6 +116,24 @@ impl History {
         self.last = None;
     }
 
+    /// Forget every point and the base (a new leader reads its history back from
+    /// Redis instead).
+    pub fn clear(&mut self) {
+        *self = History::default();
+    }
+
+    /// Every tube's point of `minute` (what a leader writes to Redis).
+    pub fn points_at(&self, minute: u64) -> Vec<(String, Point)> {
+        self.tubes
+            .iter()
+            .filter_map(|(name, ring)| {
+                ring.back()
+                    .filter(|p| p.minute == minute)
+                    .map(|p| (name.clone(), *p))
+            })
+            .collect()
+    }
+
     /// Add a point kept elsewhere (a leader's history read back from Redis).
     pub fn push(&mut self, tube: &str, point: Point) {
         if !self.tubes.contains_key(tube) && self.tubes.len() >= MAX_TUBES {

@@ -9,7 +9,11 @@
 //!   tallies are the store's, kept under the lock each command takes anyway);
 //! - the lock on the history is never held across an `.await`;
 //! - when the engine changes (a leader-mode instance loses or takes the lead), the
-//!   next sample only sets the base: one engine's counts are not another's.
+//!   next sample only sets the base: one engine's counts are not another's;
+//! - leader mode: the leader also writes each minute to Redis (`cluster::history`,
+//!   failures logged once, never retried into a backlog), and an instance that takes
+//!   the lead reads the last 24 hours back first, so the history survives a change of
+//!   leader. Memory, `-b` and shared modes keep it in this process only.
 //!
 //! The period is a minute; `REDSTALK_HISTORY_PERIOD_MS` shortens it for tests (each
 //! "minute" of the history is then one period).
@@ -25,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::api::{ApiError, ApiResult, ok};
 use super::{App, Source};
+use crate::cluster::Cluster;
 use crate::engine::Engine;
 use crate::engine::history::{History, KEEP, MAX_TUBES, Tally};
 use crate::util::lock;
@@ -70,6 +75,7 @@ fn unix_ms() -> u64 {
 /// Once a period, at its boundary on the wall clock, record the period that ended.
 async fn sample(recorder: Arc<Recorder>, source: Source, stop: CancellationToken) {
     let mut seen: Option<Arc<Engine>> = None;
+    let mut failing = false;
     loop {
         let now = unix_ms();
         let next = (now / recorder.period_ms + 1) * recorder.period_ms;
@@ -85,6 +91,9 @@ async fn sample(recorder: Arc<Recorder>, source: Source, stop: CancellationToken
         if !seen.as_ref().is_some_and(|s| Arc::ptr_eq(s, &engine)) {
             lock(&recorder.history).rebase();
             seen = Some(engine.clone());
+            if let Source::Cluster(c) = &source {
+                reload(&recorder, c, ended).await;
+            }
         }
         let snapshot = match engine.snapshot(MAX_TUBES).await {
             Ok(s) => s,
@@ -98,7 +107,48 @@ async fn sample(recorder: Arc<Recorder>, source: Source, stop: CancellationToken
             .iter()
             .map(|t| (t.name.clone(), Tally::of(t)))
             .collect();
-        lock(&recorder.history).record(ended, &tubes, snapshot.tubes_omitted);
+        let points = {
+            let mut h = lock(&recorder.history);
+            h.record(ended, &tubes, snapshot.tubes_omitted);
+            h.points_at(ended)
+        };
+        if let Source::Cluster(c) = &source {
+            let ttl_ms = (KEEP as u64 + 60) * recorder.period_ms;
+            match c.save_history(ended, &points, ttl_ms).await {
+                Ok(()) if failing => {
+                    tracing::info!("history: written to Redis again");
+                    failing = false;
+                }
+                Ok(()) => {}
+                Err(err) if !failing => {
+                    tracing::warn!(%err, "history: could not write this minute to Redis (said once until it works again)");
+                    failing = true;
+                }
+                Err(_) => {}
+            }
+        }
+    }
+}
+
+/// This instance took the lead: the history is the namespace's, read back from Redis
+/// (what the previous leaders recorded), not what this process kept before.
+async fn reload(recorder: &Recorder, cluster: &Cluster, now: u64) {
+    match cluster.load_history(now).await {
+        Ok(points) => {
+            let mut h = lock(&recorder.history);
+            h.clear();
+            for (tube, p) in &points {
+                h.push(tube, *p);
+            }
+            tracing::info!(
+                points = points.len(),
+                tubes = h.tubes(),
+                "history: read back from Redis"
+            );
+        }
+        Err(err) => {
+            tracing::warn!(%err, "history: could not read it back from Redis; it starts empty")
+        }
     }
 }
 
