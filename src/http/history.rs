@@ -72,18 +72,29 @@ fn unix_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// Once a period, at its boundary on the wall clock, record the period that ended.
+/// Once a period, at its boundary on the wall clock, record the period that ended. The
+/// base is taken at once when the sampler starts, and within a second of an engine
+/// appearing (a leadership), so little of a new engine's work goes uncounted.
 async fn sample(recorder: Arc<Recorder>, source: Source, stop: CancellationToken) {
+    const LOOK_FOR_ENGINE_MS: u64 = 1_000;
     let mut seen: Option<Arc<Engine>> = None;
     let mut failing = false;
+    let mut first = true;
     loop {
         let now = unix_ms();
         let next = (now / recorder.period_ms + 1) * recorder.period_ms;
+        let wait = match (first, &seen) {
+            (true, _) => 0,
+            (false, None) => (next - now).min(LOOK_FOR_ENGINE_MS),
+            (false, Some(_)) => next - now,
+        };
+        first = false;
         tokio::select! {
-            () = tokio::time::sleep(Duration::from_millis(next - now)) => {}
+            () = tokio::time::sleep(Duration::from_millis(wait)) => {}
             () = stop.cancelled() => return,
         }
-        let ended = next / recorder.period_ms - 1;
+        // The last period that ended (a wake before a boundary only takes a base).
+        let ended = (unix_ms() / recorder.period_ms).saturating_sub(1);
         let Some(engine) = source.engine() else {
             seen = None;
             continue;
