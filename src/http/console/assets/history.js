@@ -78,8 +78,8 @@ function countsLabel(d, span) {
 function waitLabel(d, span) {
   const busy = d.wait_ms.filter((v, i) => d.reserves[i] > 0);
   const mean = busy.length ? Math.round(sum(busy) / busy.length) : 0;
-  return span + ", mean wait as ready: " + fmt.num(mean) + " ms a minute on average, at most " +
-    fmt.num(Math.max(0, ...busy)) + " ms";
+  return span + ": reserved jobs had waited as ready " + fmt.num(mean) + " ms on average " +
+    "(the mean of the minutes with reserves), " + fmt.num(Math.max(0, ...busy)) + " ms in the slowest minute";
 }
 
 // The overview's cell for one tube: counts and wait sparklines of the last hour.
