@@ -332,6 +332,7 @@ async fn console_in_a_browser() {
         let first = c.put(1024, 0, 60, b"hello");
 
         overview_and_live(&b, &server, &mut c).await;
+        sparklines(&b).await;
         login(&b, &server).await;
         cookie_and_origin(&b, &server).await;
         paging(&b, &server, &mut c).await;
@@ -425,6 +426,23 @@ async fn live_put(b: &Browser, s: &Server, c: &mut Client, tube: &str) {
     );
     assert!(took < Duration::from_secs(2), "live update took {took:?}");
     c.use_tube("emails");
+}
+
+/// The overview draws each tube's last hour as inline SVG, labelled with its figures.
+async fn sparklines(b: &Browser) {
+    let (label, t) = until(
+        b,
+        "document.querySelector('#tubes-body tr[data-tube=\"emails\"] td.sparks svg.spark.counts')?.getAttribute('aria-label')",
+    )
+    .await;
+    println!("overview sparkline of emails after {t:?}: {label}");
+    let label = label.as_str().unwrap_or_default().to_string();
+    assert!(
+        label.contains("puts") && label.contains("reserves"),
+        "{label}"
+    );
+    let lines = js(b, "document.querySelectorAll('#tubes-body tr[data-tube=\"emails\"] svg.spark polyline').length").await;
+    assert_eq!(lines, json!(4), "puts, reserves, deletes and the wait");
 }
 
 async fn cookie_and_origin(b: &Browser, s: &Server) {

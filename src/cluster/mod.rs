@@ -23,6 +23,7 @@
 //! anyone else), closes its clients' connections and discards its memory; writes are
 //! fenced besides, so one that still reaches Redis late is refused.
 
+mod history;
 mod lead;
 pub mod lease;
 pub mod standby;

@@ -41,6 +41,7 @@ mod serve;
 mod waiting;
 
 pub mod counters;
+pub mod history;
 pub mod host;
 pub mod session;
 pub mod stats;

@@ -88,6 +88,10 @@ pub struct TubeStats {
     pub cmd_pause_tube: u64,
     pub pause: u64,
     pub pause_time_left: u64,
+    /// Not `stats-tube` figures: the tally the console's history takes its reserves
+    /// and wait time from ([`TubeInfo::reserves`](crate::store::TubeInfo)).
+    pub reserves: u64,
+    pub wait_sum_us: u64,
 }
 
 /// Everything `stats-job` prints, in order.
@@ -283,6 +287,8 @@ impl Engine {
             } else {
                 0
             },
+            reserves: t.reserves,
+            wait_sum_us: t.wait_sum_us,
         }))
     }
 

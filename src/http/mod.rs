@@ -23,6 +23,7 @@ pub mod connection;
 mod conns;
 pub mod console;
 pub mod exposition;
+pub mod history;
 pub mod metrics;
 pub mod probes;
 
@@ -120,6 +121,7 @@ struct App {
     session: console::Session,
     login_limit: console::limit::LoginLimit,
     events: Arc<console::events::Events>,
+    history: Arc<history::Recorder>,
 }
 
 /// Every route: `/metrics` and the probes (GET only), and the API under `/api/v1`
@@ -127,6 +129,7 @@ struct App {
 fn router(source: Source, config: &HttpConfig, stop: &CancellationToken) -> Router {
     let app = Arc::new(App {
         events: console::events::Events::start(source.clone(), stop.clone()),
+        history: history::Recorder::start(source.clone(), stop.clone()),
         source,
         scrapes: metrics::Scrapes::new(config.metrics_tubes),
         session: console::Session::new(config.access.token.as_ref()),

@@ -208,6 +208,12 @@ impl Keys {
         format!("{}:instances", self.prefix)
     }
 
+    /// Leader mode's copy of the console's history: one hash per minute (tube → that
+    /// minute's figures), expiring a little after the history forgets the minute.
+    pub fn history(&self, minute: u64) -> String {
+        format!("{}:history:{minute}", self.prefix)
+    }
+
     /// The pub/sub channel on which scripts announce tubes that gained ready jobs.
     pub fn wake_channel(&self) -> String {
         format!("{}:wake", self.prefix)

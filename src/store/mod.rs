@@ -221,6 +221,12 @@ pub struct TubeInfo {
     pub pause_until: Nanos,
     /// The store's time when these figures were read.
     pub now: Nanos,
+    /// Reserves of this tube's jobs and the sum of how long they had waited as ready,
+    /// in microseconds, since the tube was made (the console's history takes their
+    /// deltas; not a `stats-tube` figure). 0 for a store that keeps no such tally
+    /// (shared mode).
+    pub reserves: u64,
+    pub wait_sum_us: u64,
 }
 
 /// Store-wide figures for `stats`.

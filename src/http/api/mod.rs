@@ -241,5 +241,6 @@ pub(super) fn router() -> Router<Arc<App>> {
         .route("/jobs/{id}/kick", post(changes::kick_job))
         .route("/search", get(reads::search))
         .route("/bulk", post(changes::bulk))
+        .route("/history", get(crate::http::history::api))
         .fallback(|| async { ApiError::not_found("no such API route (see docs/API.md)") })
 }

@@ -103,6 +103,7 @@ pub(super) fn router() -> Router<Arc<App>> {
         .route("/console/app.css", get(|| async { asset(CSS) }))
         .route("/console/app.js", get(|| async { asset(APP_JS) }))
         .route("/console/pages.js", get(|| async { asset(PAGES_JS) }))
+        .route("/console/history.js", get(|| async { asset(HISTORY_JS) }))
         .route("/console/favicon.svg", get(|| async { asset(ICON) }))
         .route("/console/session", get(session))
         .route("/console/login", post(login))
@@ -123,6 +124,10 @@ const APP_JS: Asset = (
 const PAGES_JS: Asset = (
     "text/javascript; charset=utf-8",
     include_str!("assets/pages.js"),
+);
+const HISTORY_JS: Asset = (
+    "text/javascript; charset=utf-8",
+    include_str!("assets/history.js"),
 );
 const ICON: Asset = ("image/svg+xml", include_str!("assets/favicon.svg"));
 

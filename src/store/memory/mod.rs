@@ -338,6 +338,8 @@ impl Store for MemoryStore {
             pause: t.pause,
             pause_until: t.pause_until,
             now,
+            reserves: t.reserves,
+            wait_sum_us: t.wait_sum_us,
         }))
     }
 

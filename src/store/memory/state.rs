@@ -84,6 +84,9 @@ pub(super) struct Tube {
     pub cmd_pause: u64,
     pub pause: u64,
     pub pause_until: Nanos,
+    /// Reserves of its jobs and their summed wait as ready (µs), for the history.
+    pub reserves: u64,
+    pub wait_sum_us: u64,
     /// Puts into this tube whose bodies persistence is writing ahead of them: the
     /// tube's keys must outlive those writes.
     pub staging: u64,
@@ -331,6 +334,12 @@ impl State {
         job.reserves += 1;
         self.move_to(id, JobState::Reserved, deadline, Some(conn));
         let job = self.jobs.get(&id)?;
+        // The per-tube tally of the console's history: one more lookup of a tube
+        // already in cache, under the lock this reserve holds anyway.
+        if let Some(t) = self.tubes.get_mut(&job.tube) {
+            t.reserves += 1;
+            t.wait_sum_us += waited / 1_000;
+        }
         Some(Reserved {
             id,
             tube: job.tube.clone(),

@@ -332,6 +332,7 @@ impl Decode for TubeInfo {
             pause: pause * US,
             pause_until: pause_until * US,
             now: now * US,
+            ..TubeInfo::default()
         })
     }
 }

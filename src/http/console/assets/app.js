@@ -214,7 +214,7 @@ Pages.overview = async function (main) {
   main.append(el("h1", {}, "Overview"), cards, el("h2", {}, "Tubes"),
     el("table", { id: "tubes" }, el("thead", {}, el("tr", {},
       el("th", {}, "Tube"), ...["Ready", "Reserved", "Delayed", "Buried", "Total put"].map((h) =>
-        el("th", { class: "n" }, h)), el("th", {}, "Paused"))), body),
+        el("th", { class: "n" }, h)), el("th", {}, "Paused"), el("th", {}, "Last hour"))), body),
     el("div", { class: "bar" }, prev, next, count));
 
   function row(t) {
@@ -223,7 +223,7 @@ Pages.overview = async function (main) {
     return el("tr", { "data-tube": t.name }, el("td", {}, tubeLink(t.name)),
       ...["current-jobs-ready", "current-jobs-reserved", "current-jobs-delayed",
         "current-jobs-buried", "total-jobs"].map((k) => el("td", { class: "n", "data-k": k }, fmt.num(t[k]))),
-      el("td", {}, paused));
+      el("td", {}, paused), Hist.cell(t.name));
   }
   function render(tubes) { body.replaceChildren(...tubes.map(row)); }
   async function load() {
@@ -241,9 +241,11 @@ Pages.overview = async function (main) {
     load().catch((e) => showError(e.message));
   };
   Pages.pager = { next: () => next.click(), prev: () => prev.click() };
+  await Hist.refresh(true);
   await load();
   onSnapshot((snap) => {
     if (snap.error) { showError(snap.error); return; }
+    Hist.refresh(); // at most once a minute; the rows redrawn next show it
     const s = snap.stats;
     cards.replaceChildren(
       card("Ready", fmt.num(s["current-jobs-ready"]), "stat-ready"),

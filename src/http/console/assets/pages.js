@@ -144,7 +144,8 @@ Pages.tube = async function (main, parts, params) {
     el("table", { id: "jobs" }, el("thead", {}, el("tr", {}, el("th", {}, all),
       ...["Id", "Priority", "Put", "Time left", "Reserves", "Releases", "Buries", "Kicks", "Size"].map((h, i) =>
         el("th", { class: i === 2 || i === 3 ? null : "n" }, h)))), body),
-    el("div", { class: "bar" }, prev, next, limit, where), putForm(name, reload));
+    el("div", { class: "bar" }, prev, next, limit, where), putForm(name, reload),
+    el("h2", {}, "Last 24 hours"), Hist.day(name));
   await reload();
   let last = "";
   onSnapshot((snap) => {
