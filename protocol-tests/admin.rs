@@ -24,6 +24,11 @@
 //!   503 `unavailable` with the reason.
 //! - `stats_json_has_the_yaml_figures` — `/stats` and `/tubes/{tube}` have the keys and
 //!   values of `stats` and `stats-tube`.
+//! - `clients_lists_what_the_protocol_did` — on every mode, `/clients` (a read under
+//!   `--admin-read-auth`: 401 without the token) shows two beanstalk clients by their
+//!   address: one using and watching its tubes and holding a reserved job (with its
+//!   time left), one blocked in `reserve-with-timeout` (since, until, tubes); once they
+//!   disconnect they are gone.
 //! - `refusals` — on every mode: no token / wrong token 401 (`WWW-Authenticate`), no
 //!   token configured 401 for changes but reads served, read-only 403 `read_only`,
 //!   cross-origin (`Origin`, `Sec-Fetch-Site`) 403 `forbidden`, `--admin-read-auth`
@@ -778,5 +783,117 @@ fn refusals() {
         assert_eq!(api.get_with("/tubes", &[("authorization", &auth)]).0, 200);
         drop(srv);
         println!("{}: refusals as the contract says", home.name());
+    }
+}
+
+/// The `/clients` entry of the connection whose local address is `c`'s, if listed.
+fn client_entry(api: &Api, c: &Client) -> Option<Value> {
+    let me = c.socket().local_addr().unwrap().to_string();
+    let auth = format!("Bearer {TOKEN}");
+    let (s, v, _) = api.get_with("/clients?limit=1000", &[("authorization", &auth)]);
+    assert_eq!(s, 200, "{v}");
+    v["clients"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["peer"].as_str() == Some(&me))
+        .cloned()
+}
+
+/// Wait (bounded) until `c`'s entry satisfies `ok`; the entry (`None`: gone).
+fn wait_entry(api: &Api, c: &Client, ok: impl Fn(&Option<Value>) -> bool) -> Option<Value> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let e = client_entry(api, c);
+        if ok(&e) {
+            return e;
+        }
+        assert!(Instant::now() < deadline, "clients listing: {e:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn clients_lists_what_the_protocol_did() {
+    let _serial = serial();
+    for home in Home::all() {
+        let (srv, api) = home.launch(&["--admin-token", TOKEN, "--admin-read-auth"]);
+        assert_eq!(
+            api.get("/clients").0,
+            401,
+            "{}: a read under read auth",
+            home.name()
+        );
+        let mut a = Client::connect(srv.addr, "a");
+        a.use_tube("cl-jobs");
+        a.watch_only("cl-jobs");
+        a.watch("cl-more");
+        let id = a.put(0, 0, 120, b"held");
+        let (got, _) = a.reserve();
+        assert_eq!(got, id);
+        let mut b = Client::connect(srv.addr, "b");
+        b.watch("cl-wait");
+        b.send_line("reserve-with-timeout 90");
+        let eb = wait_entry(&api, &b, |e| {
+            e.as_ref().is_some_and(|e| e["blocked"].is_object())
+        })
+        .unwrap();
+        let ea = client_entry(&api, &a).expect("a is listed");
+        println!("{}: a {ea}\n{}: b {eb}", home.name(), home.name());
+        assert_eq!(ea["using"], "cl-jobs");
+        assert_eq!(ea["watching"], json!(["cl-jobs", "cl-more"]));
+        assert_eq!(ea["watching_count"], 2);
+        assert_eq!(
+            (ea["producer"].as_bool(), ea["worker"].as_bool()),
+            (Some(true), Some(true))
+        );
+        assert_eq!(ea["held_count"], 1, "{}: {ea}", home.name());
+        assert_eq!(ea["held"][0]["id"].as_u64(), Some(id));
+        assert_eq!(ea["held"][0]["tube"], "cl-jobs");
+        let left = ea["held"][0]["time_left"].as_u64().unwrap();
+        assert!((100..=120).contains(&left), "time left {left}");
+        assert!(ea["blocked"].is_null());
+        assert_eq!(ea["last_command"]["command"], "reserve");
+        assert_eq!(eb["using"], "default");
+        assert_eq!(eb["held_count"], 0);
+        assert_eq!(eb["blocked"]["tubes"], json!(["default", "cl-wait"]));
+        let (since, until) = (&eb["blocked"]["since"], &eb["blocked"]["until"]);
+        let wait_ms = until.as_u64().unwrap() - since.as_u64().unwrap();
+        assert_eq!(wait_ms, 90_000, "{}: {eb}", home.name());
+        assert_eq!(eb["last_command"]["command"], "reserve-with-timeout");
+        drop(a);
+        drop(b);
+        let fresh = Client::connect(srv.addr, "probe");
+        // The closed connections leave the listing (their address may be reused by
+        // another, so the id decides).
+        let gone = |c: &Value| {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            let auth = format!("Bearer {TOKEN}");
+            loop {
+                let (_, v, _) = api.get_with("/clients?limit=1000", &[("authorization", &auth)]);
+                let ids: Vec<_> = v["clients"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|c| c["id"].clone())
+                    .collect();
+                if !ids.contains(&c["id"]) {
+                    return;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "{}: still listed: {v}",
+                    home.name()
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        };
+        gone(&ea);
+        gone(&eb);
+        assert!(
+            client_entry(&api, &fresh).is_some(),
+            "a new connection is listed"
+        );
+        drop(srv);
     }
 }

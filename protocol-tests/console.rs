@@ -339,6 +339,7 @@ async fn console_in_a_browser() {
         moving(&b, &server, first).await;
         let hostile = hostile_bodies(&b, &server, &mut c).await;
         search(&b, &server).await;
+        clients_page(&b, &server).await;
         through_a_standby(&b, &server, &mut c).await;
         if mode == Mode::Memory {
             screenshots(&b, &server, hostile, "light").await;
@@ -688,6 +689,29 @@ async fn screenshots(b: &Browser, s: &Server, job: u64, scheme: &str) {
         go(b, &s.url(&hash)).await;
         screenshot(b, &format!("{page}-{scheme}")).await;
     }
+}
+
+/// The clients page lists the beanstalk client's connection with its used tube (a
+/// link to the tube page), and a new connection after a reload.
+async fn clients_page(b: &Browser, s: &Server) {
+    let mut other = s.client();
+    other.use_tube("clients-page-tube");
+    go(b, &s.url("#/clients")).await;
+    let (_, t) = until(
+        b,
+        "[...document.querySelectorAll('#clients-body td.using a')]\
+         .some(a => a.textContent === 'emails' && a.getAttribute('href') === '#/tube/emails')",
+    )
+    .await;
+    click(b, "clients-refresh").await;
+    until(
+        b,
+        "[...document.querySelectorAll('#clients-body td.using')]\
+         .some(td => td.textContent === 'clients-page-tube')",
+    )
+    .await;
+    println!("clients page shows the connections' used tubes in {t:?}");
+    screenshot(b, "clients-light").await;
 }
 
 /// 60 more tubes: the overview shows 50, the next page the rest (from the API's cursor).

@@ -20,8 +20,9 @@
 //!               its commit link, and large bodies written ahead of their jobs
 //!   shared/     Redis shared mode: every transition one Lua script in Redis
 //! engine/     beanstalkd semantics over any store: dispatch, reserve and its waiters,
-//!             serve passes, DEADLINE_SOON, the timer, stats, drain mode; every reply
-//!             comes with its acknowledgement (now, or once change N is durable)
+//!             serve passes, DEADLINE_SOON, the timer, stats, drain mode, the registry
+//!             of live connections; every reply comes with its acknowledgement (now,
+//!             or once change N is durable)
 //! persist/    group commit: the committer takes cuts of a journaled memory store and
 //!             writes them through a Sink (redis/: leader mode's fenced MULTI/EXEC
 //!             batches and the loader; binlog/: `-b DIR`'s local log and its replay);

@@ -20,7 +20,6 @@ use crate::store::{
     ConnId, Edit, Edited, JobEntry, JobId, JobInfo, JobState, ListPage, ListQuery, NANOS_PER_SEC,
     NewJob, Store, StoreError,
 };
-use crate::util::lock;
 
 /// Why an operator request was refused.
 #[derive(Debug, thiserror::Error)]
@@ -102,13 +101,21 @@ pub fn job_stats_of(j: &JobInfo) -> JobStats {
 }
 
 impl Engine {
-    /// A client connection's address, for the holder of the jobs it reserves.
+    /// A client connection's address, for the holder of the jobs it reserves and the
+    /// clients listing.
     pub fn note_peer(&self, conn: ConnId, addr: &str) {
-        lock(&self.peers).insert(conn, Arc::from(addr));
+        if let Some(c) = self.clients.get(conn) {
+            let addr = Arc::from(addr);
+            c.update(|s| s.peer = Some(addr));
+        }
     }
 
-    pub(super) fn forget_peer(&self, conn: ConnId) {
-        lock(&self.peers).remove(&conn);
+    /// Leader mode: connection `conn` is a client relayed by standby `from`.
+    pub fn note_relayed(&self, conn: ConnId, from: &str) {
+        if let Some(c) = self.clients.get(conn) {
+            let from = Arc::from(from);
+            c.update(|s| s.relayed_from = Some(from));
+        }
     }
 
     /// This instance's id (`stats`' `id`), which names it as a job's holder.
@@ -120,7 +127,10 @@ impl Engine {
         let holder = entry.holder.as_ref().map(|h| HolderInfo {
             instance: h.instance.clone().unwrap_or_else(|| self.host.id.clone()),
             addr: match h.instance {
-                None => lock(&self.peers).get(&ConnId(h.conn)).cloned(),
+                None => self
+                    .clients
+                    .get(ConnId(h.conn))
+                    .and_then(|c| c.state().peer),
                 Some(_) => None,
             },
             conn: h.conn,

@@ -26,6 +26,7 @@ impl Engine {
     /// are durable; every other reply (store failures included) once the store's
     /// changes up to the moment it was made are.
     pub async fn execute(self: &Arc<Self>, session: &mut Session, req: Request) -> Outcome {
+        session.client.note_request(&req, self.clock.now());
         let cmd = match req {
             Request::Command(cmd) => cmd,
             Request::Put(put) => {
@@ -188,6 +189,7 @@ impl Engine {
                     }
                     let _ = self.store.unuse_tube(&s.using).await;
                     s.using = tube;
+                    s.publish();
                 }
                 Reply::Using(s.using.clone())
             }
@@ -199,6 +201,7 @@ impl Engine {
                     }
                     s.watching.insert(tube);
                     s.watch_list_changed();
+                    s.publish();
                 }
                 Reply::Watching(s.watching.len())
             }
@@ -209,6 +212,7 @@ impl Engine {
                     }
                     s.watching.remove(&tube);
                     s.watch_list_changed();
+                    s.publish();
                     let _ = self.store.unwatch_tube(&tube).await;
                 }
                 Reply::Watching(s.watching.len())

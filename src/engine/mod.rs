@@ -16,6 +16,8 @@
 //! - `stats.rs`: the `stats`, `stats-tube` and `stats-job` figures and documents.
 //! - `counters.rs`, `host.rs`, `session.rs`: this instance's tallies, the process's
 //!   identity, a connection's protocol state.
+//! - `clients.rs`, `clients_list.rs`: the registry of live connections and the
+//!   operator's listing of them (with the jobs each holds and its blocked reserve).
 //!
 //! Ownership: one [`Engine`] per process, shared (`Arc`) by all connection tasks, the
 //! timer task and the serve task; the engine keeps both tasks' handles and
@@ -35,6 +37,8 @@
 
 pub mod admin;
 pub mod admin_bulk;
+pub mod clients;
+pub mod clients_list;
 mod dispatch;
 mod reserve;
 mod serve;
@@ -68,7 +72,7 @@ pub use host::HostInfo;
 pub use session::Session;
 pub use stats::{BinlogStats, JobStats, PROTOCOL_VERSION, ServerStats, Snapshot, TubeStats};
 pub use timer::Timer;
-pub use waiters::{Delivery, GiveUp, Waiters};
+pub use waiters::{Blocked, Delivery, GiveUp, Waiters};
 pub use waiting::Waiting;
 
 /// Settings the engine needs.
@@ -158,9 +162,9 @@ pub struct Engine {
     sweep_from: AtomicUsize,
     /// The timer and serve tasks, awaited by [`Engine::shutdown`].
     tasks: Mutex<Vec<JoinHandle<()>>>,
-    /// Each open client connection's address (the holder of a reserved job in the
-    /// operator API); bounded by the open connections.
-    peers: Mutex<foldhash::HashMap<ConnId, Arc<str>>>,
+    /// Each open client connection (its address names the holder of a reserved job in
+    /// the operator API); bounded by the open connections.
+    clients: clients::Clients,
 }
 
 impl Engine {
@@ -187,7 +191,7 @@ impl Engine {
             pass_in_flight: AtomicBool::new(false),
             sweep_from: AtomicUsize::new(0),
             tasks: Mutex::new(Vec::new()),
-            peers: Mutex::default(),
+            clients: clients::Clients::default(),
         });
         let timer = tokio::spawn(timer::run(engine.clone()));
         let serve = tokio::spawn(serve::run(engine.clone(), requests, wake_events));
@@ -271,7 +275,9 @@ impl Engine {
     /// while the store is away) and the store puts its references right later.
     pub async fn connect(&self) -> Session {
         let id = ConnId::next();
-        let session = Session::new(id);
+        let client = Arc::new(clients::Client::new(id, self.clock.now()));
+        self.clients.add(client.clone());
+        let session = Session::new(id, client);
         let used = self.store.use_tube(&session.using).await;
         let watched = self.store.watch_tube(&session.using).await;
         if let Err(err) = used.and(watched) {
@@ -294,7 +300,7 @@ impl Engine {
     /// once (a close or quit); without, they stay until their TTR (a shutdown hands
     /// nothing back that a client still holds).
     pub async fn disconnect(&self, mut session: Session, release_jobs: bool) {
-        self.forget_peer(session.id);
+        self.clients.remove(session.id);
         // The reference clears the watch list by deleting its first element until empty
         // (which fixes the order in which tubes die), then drops the used tube.
         let mut watching = Vec::with_capacity(session.watching.len());
@@ -361,6 +367,7 @@ impl Engine {
     fn mark_producer(&self, s: &mut Session) {
         if !s.producer {
             s.producer = true;
+            s.client.update(|c| c.producer = true);
             Counters::inc(&self.counters.producers);
         }
     }
@@ -368,6 +375,7 @@ impl Engine {
     fn mark_worker(&self, s: &mut Session) {
         if !s.worker {
             s.worker = true;
+            s.client.update(|c| c.worker = true);
             Counters::inc(&self.counters.workers);
         }
     }

@@ -73,7 +73,7 @@ impl Engine {
                 return Ok(Outcome::Reply(self.after_latest(why.reply())));
             }
         }
-        let mut waiting = Waiting::register(self.clone(), s.id, watched.clone(), wake);
+        let mut waiting = Waiting::register(self.clone(), s.id, watched.clone(), now, wake);
         let needs_pass = owed_elsewhere || self.wakeups.load(Ordering::SeqCst) != wakeups;
         let store_failed = needs_pass && self.serve_checked(watched.iter().cloned()).await.is_err();
         if store_failed {

@@ -3,10 +3,13 @@
 //!
 //! Invariant: the store holds exactly one "using" reference for `using` and one
 //! "watching" reference per tube in `watching` (taken in [`super::Engine::connect`],
-//! moved by `use`/`watch`/`ignore`, dropped in [`super::Engine::disconnect`]).
+//! moved by `use`/`watch`/`ignore`, dropped in [`super::Engine::disconnect`]); its
+//! entry in the clients registry (`clients.rs`) shows the same used and watched tubes
+//! (copied after each change, see [`Session::publish`]).
 
 use std::sync::Arc;
 
+use super::clients::Client;
 use crate::protocol::TubeName;
 use crate::store::ConnId;
 use crate::util::SwapList;
@@ -23,10 +26,12 @@ pub struct Session {
     /// The watch list as shared slice, rebuilt only after `watch`/`ignore`, so a
     /// reserve does not allocate.
     watched: Option<Arc<[TubeName]>>,
+    /// This connection's entry in the clients registry.
+    pub(crate) client: Arc<Client>,
 }
 
 impl Session {
-    pub(super) fn new(id: ConnId) -> Session {
+    pub(super) fn new(id: ConnId, client: Arc<Client>) -> Session {
         let mut watching = SwapList::new();
         watching.insert(TubeName::default_tube());
         Session {
@@ -36,6 +41,7 @@ impl Session {
             producer: false,
             worker: false,
             watched: None,
+            client,
         }
     }
 
@@ -48,5 +54,16 @@ impl Session {
 
     pub(super) fn watch_list_changed(&mut self) {
         self.watched = None;
+    }
+
+    /// Copy the used and watched tubes to the registry entry (after `use`, `watch`,
+    /// `ignore`: the only commands that change them).
+    pub(super) fn publish(&mut self) {
+        let watching = self.watched();
+        let using = self.using.clone();
+        self.client.update(|c| {
+            c.using = using;
+            c.watching = watching;
+        });
     }
 }

@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::oneshot;
 
 use crate::protocol::{Reply, TubeName};
-use crate::store::{ConnId, Reserved};
+use crate::store::{ConnId, Nanos, Reserved};
 use crate::util::lock;
 
 /// Why a waiter stops waiting without a job.
@@ -57,6 +57,9 @@ pub enum Delivery {
 struct Entry {
     conn: ConnId,
     watched: Arc<[TubeName]>,
+    /// When it began to wait, and when it gives up (for the clients listing).
+    since: Nanos,
+    until: Option<Nanos>,
     tx: oneshot::Sender<Delivery>,
     claimed: bool,
     gave_up: Option<GiveUp>,
@@ -82,6 +85,15 @@ impl Registry {
         }
         Some(entry)
     }
+}
+
+/// A connection's blocked reserve, as the clients listing shows it.
+#[derive(Clone, Debug)]
+pub struct Blocked {
+    pub since: Nanos,
+    /// When it gives up (its timeout, or the DEADLINE_SOON margin); `None`: never.
+    pub until: Option<Nanos>,
+    pub watched: Arc<[TubeName]>,
 }
 
 /// A claimed waiter, for a serve pass to reserve a job for.
@@ -122,6 +134,27 @@ impl Waiters {
         self.lock().by_tube.get(tube).map_or(0, |s| s.len() as u64)
     }
 
+    /// The blocked reserves of the connections in `conns` (their waiting entries, at
+    /// most one each): one pass over the waiters.
+    pub fn blocked_of(&self, conns: &HashSet<u64>) -> HashMap<u64, Blocked> {
+        if self.is_empty() {
+            return HashMap::default();
+        }
+        let r = self.lock();
+        r.entries
+            .values()
+            .filter(|e| conns.contains(&e.conn.0))
+            .map(|e| {
+                let b = Blocked {
+                    since: e.since,
+                    until: e.until,
+                    watched: e.watched.clone(),
+                };
+                (e.conn.0, b)
+            })
+            .collect()
+    }
+
     /// Whether anyone waits on one of `tubes`.
     pub fn waiting_on_any(&self, tubes: &[TubeName]) -> bool {
         if self.is_empty() {
@@ -136,6 +169,8 @@ impl Waiters {
         &self,
         conn: ConnId,
         watched: Arc<[TubeName]>,
+        since: Nanos,
+        until: Option<Nanos>,
     ) -> (u64, oneshot::Receiver<Delivery>) {
         let (tx, rx) = oneshot::channel();
         let mut r = self.lock();
@@ -149,6 +184,8 @@ impl Waiters {
             Entry {
                 conn,
                 watched,
+                since,
+                until,
                 tx,
                 claimed: false,
                 gave_up: None,

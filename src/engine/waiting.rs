@@ -32,14 +32,16 @@ pub struct Waiting {
 }
 
 impl Waiting {
-    /// Register a waiter for `conn` on `watched` that gives up at `wake`.
+    /// Register a waiter for `conn` on `watched`, from `now`, that gives up at `wake`.
     pub(super) fn register(
         engine: Arc<Engine>,
         conn: ConnId,
         watched: Arc<[TubeName]>,
+        now: Nanos,
         wake: Option<(Nanos, GiveUp)>,
     ) -> Waiting {
-        let (seq, rx) = engine.waiters.register(conn, watched);
+        let until = wake.map(|(at, _)| at);
+        let (seq, rx) = engine.waiters.register(conn, watched, now, until);
         Waiting {
             engine,
             seq,

@@ -182,7 +182,7 @@ impl<S: ClientStream> Connection<S> {
     async fn run(&mut self, session: &mut Session, shutdown: &CancellationToken) -> End {
         let mut eof = false;
         loop {
-            if self.answer_greeting() {
+            if self.answer_greeting(session) {
                 let _ = self.flush().await;
                 return End::Checked;
             }
@@ -293,7 +293,7 @@ impl<S: ClientStream> Connection<S> {
     /// While the first bytes are undecided: answer a relay greeting (this instance
     /// leads), or find they are the client's. True when the greeting was only a check
     /// (the connection then ends).
-    fn answer_greeting(&mut self) -> bool {
+    fn answer_greeting(&mut self, session: &Session) -> bool {
         let Some(me) = &self.greeting else {
             return false;
         };
@@ -303,6 +303,9 @@ impl<S: ClientStream> Connection<S> {
             First::Client => {}
             First::Greeting { from, len, check } => {
                 tracing::debug!(from, check, "another instance greets this leader");
+                if !check {
+                    self.engine.note_relayed(session.id, from);
+                }
                 let _ = self.rbuf.split_to(len);
                 hello::answer(&mut self.wbuf, true, me);
                 checked = check;

@@ -12,9 +12,11 @@
 //! Files: `reserve.rs` (immediate answers, timeouts, DEADLINE_SOON), `waiters.rs`
 //! (hand-over order and claim races), `timing.rs` (delays, TTR, pause-tube), `late.rs`
 //! (a store that answers late, as Redis does: the windows a round trip opens),
-//! `acks.rs` (which change each reply is acknowledged after).
+//! `acks.rs` (which change each reply is acknowledged after), `clients.rs` (the
+//! operator's listing of connections).
 
 mod acks;
+mod clients;
 mod late;
 mod reserve;
 mod timing;

@@ -4,7 +4,7 @@
 //! jobs, pause tubes, and change many jobs by filter.
 //!
 //! Files: `mod.rs` (router, errors, cursors, a job's JSON), `access.rs` (token, origin,
-//! read-only), `reads.rs`, `changes.rs`, `forward.rs` (a leader-mode standby forwards
+//! read-only), `reads.rs`, `changes.rs`, `clients.rs` (the live connections), `forward.rs` (a leader-mode standby forwards
 //! each request to the leader's API).
 //!
 //! Invariants: every error is `{"error": {"code", "message"}}` with the status its code
@@ -13,6 +13,7 @@
 
 pub mod access;
 mod changes;
+mod clients;
 pub mod forward;
 pub(in crate::http) mod reads;
 
@@ -242,5 +243,6 @@ pub(super) fn router() -> Router<Arc<App>> {
         .route("/search", get(reads::search))
         .route("/bulk", post(changes::bulk))
         .route("/history", get(crate::http::history::api))
+        .route("/clients", get(clients::clients))
         .fallback(|| async { ApiError::not_found("no such API route (see docs/API.md)") })
 }

@@ -104,6 +104,7 @@ pub(super) fn router() -> Router<Arc<App>> {
         .route("/console/app.js", get(|| async { asset(APP_JS) }))
         .route("/console/pages.js", get(|| async { asset(PAGES_JS) }))
         .route("/console/history.js", get(|| async { asset(HISTORY_JS) }))
+        .route("/console/clients.js", get(|| async { asset(CLIENTS_JS) }))
         .route("/console/favicon.svg", get(|| async { asset(ICON) }))
         .route("/console/session", get(session))
         .route("/console/login", post(login))
@@ -115,6 +116,10 @@ type Asset = (&'static str, &'static str);
 const INDEX: Asset = (
     "text/html; charset=utf-8",
     include_str!("assets/index.html"),
+);
+const CLIENTS_JS: Asset = (
+    "text/javascript; charset=utf-8",
+    include_str!("assets/clients.js"),
 );
 const CSS: Asset = ("text/css; charset=utf-8", include_str!("assets/app.css"));
 const APP_JS: Asset = (
