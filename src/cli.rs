@@ -300,6 +300,8 @@ pub enum CliError {
          -z {REDIS_MAX_JOB_SIZE} or less"
     )]
     RedisJobSize(u32),
+    #[error(transparent)]
+    Prefix(#[from] crate::redis::keys::PrefixError),
 }
 
 /// Settings derived from the flags.
@@ -401,6 +403,7 @@ impl Cli {
         if self.redis_lease < 300 {
             return Err(CliError::Lease(self.redis_lease));
         }
+        crate::redis::keys::check_prefix(&self.redis_prefix)?;
         let advertise = match (&self.advertise, listen) {
             (Some(a), _) => a.clone(),
             (None, ListenAddr::Tcp(sa)) if !sa.ip().is_unspecified() => sa.to_string(),
