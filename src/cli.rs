@@ -636,6 +636,21 @@ mod tests {
     }
 
     #[test]
+    fn a_prefix_that_cannot_be_a_hash_tag_is_a_usage_error() {
+        let validate = |prefix: &str| {
+            parse(&["--redis", "redis://127.0.0.1:1/0", "--redis-prefix", prefix]).validate()
+        };
+        for bad in ["", "{orders}", "a}b"] {
+            let err = validate(bad).expect_err(bad);
+            assert!(matches!(err, CliError::Prefix(_)), "{bad}: {err}");
+            println!("--redis-prefix {bad:?}: {err}");
+        }
+        assert!(validate("orders:eu").is_ok());
+        // Without --redis the prefix names nothing.
+        assert!(parse(&["--redis-prefix", ""]).validate().is_ok());
+    }
+
+    #[test]
     fn leader_mode_starts_on_a_unix_socket_without_advertise() {
         let s = parse(&["-l", "unix:/tmp/x.sock", "--redis", "redis://127.0.0.1:1/0"])
             .validate()
