@@ -32,6 +32,9 @@
 //!   before (peek, stats-job, stats-tube, reserve, the next id); no schema-1 key left
 //!   but the tombstone in the old lease key, without expiry. Prints how many keys and
 //!   how long the start took.
+//! - `an_upgrade_renames_the_tubes_of_every_chunk` — 2,500 tubes of schema 1 (three
+//!   rename calls of 1,000): none left under the old names, the last one served with
+//!   its counters, the id counter kept. Prints the start time.
 //! - `a_change_no_replica_confirms_answers_internal_error` — with
 //!   `--redis-wait-replicas 1` and no replica, a put answers INTERNAL_ERROR once the
 //!   WAIT timeout has passed, in both Redis modes.
@@ -584,4 +587,49 @@ fn a_namespace_of_the_previous_layout_is_renamed_at_start_and_served() {
             jobs.len()
         );
     }
+}
+
+/// More tubes than one rename call takes (1,000): every chunk is renamed.
+#[test]
+fn an_upgrade_renames_the_tubes_of_every_chunk() {
+    let _serial = serial();
+    let Some(redis) = private_redis(&[], "Redis connection tests") else {
+        return;
+    };
+    let mut conn = redis_conn(&redis);
+    let (p, tubes) = ("up-many", 2500);
+    let mut pipe = ::redis::pipe();
+    pipe.cmd("SET").arg(format!("{p}:generation")).arg("g1");
+    pipe.cmd("SET").arg(format!("{p}:ids")).arg(7);
+    for i in 0..tubes {
+        let tube = format!("t{i}");
+        pipe.cmd("RPUSH").arg(format!("{p}:tubes")).arg(&tube);
+        pipe.cmd("HSET")
+            .arg(format!("{p}:tubepos"))
+            .arg(&tube)
+            .arg(i);
+        pipe.cmd("HSET")
+            .arg(format!("{{{p}:t:{tube}}}:meta"))
+            .arg("cmd_pause")
+            .arg(1);
+    }
+    let _: () = pipe.query(&mut conn).unwrap();
+    let t = Instant::now();
+    let (srv, log) = redstalk_on_as(ServerKind::Redis, &redis, p, &[]);
+    let took = t.elapsed();
+    assert!(keys_starting(&mut conn, &format!("{{{p}:t:")).is_empty());
+    let renamed = keys_starting(&mut conn, &format!("{{{p}}}:t:"));
+    assert!(renamed.len() >= tubes, "{} tube keys", renamed.len());
+    let mut c = Client::connect(srv.addr, "after");
+    c.timeout = REPLY;
+    let last = format!("t{}", tubes - 1);
+    assert_eq!(
+        c.dict_value(&format!("stats-tube {last}"), "cmd-pause-tube"),
+        "1"
+    );
+    assert_eq!(c.put(1, 0, 60, b"x"), 8, "{}", log.tail());
+    println!(
+        "{tubes} tubes of schema 1 renamed; served {} ms after the start",
+        took.as_millis()
+    );
 }
