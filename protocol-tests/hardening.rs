@@ -370,7 +370,7 @@ fn a_damaged_tube_does_not_stop_another_tubes_timer() {
     let _serial = support::serial();
     // What eviction or damage leaves: the job hash of a tube gone.
     let damage = |prefix: &str, port| {
-        let jobs = format!("{{{prefix}:t:broken}}:jobs");
+        let jobs = format!("{{{prefix}}}:t:broken:jobs");
         assert_eq!(redis_cmd(port, &["DEL", &jobs]), ":1");
     };
     let Some((_redis, _srv, log, late)) =
@@ -392,7 +392,7 @@ fn a_tube_whose_script_fails_is_set_aside() {
     // Damage no script mends: the tube's delayed set is a string now, so its tick
     // script fails as it runs (WRONGTYPE), due first, on every tick.
     let damage = |prefix: &str, port| {
-        let delayed = format!("{{{prefix}:t:broken}}:delayed");
+        let delayed = format!("{{{prefix}}}:t:broken:delayed");
         assert_eq!(redis_cmd(port, &["DEL", &delayed]), ":1");
         assert_eq!(redis_cmd(port, &["SET", &delayed, "x"]), "+OK");
     };
@@ -455,7 +455,7 @@ fn a_job_that_lost_its_body_is_reported_never_served_empty() {
     assert_eq!(
         redis_cmd(
             redis.port,
-            &["HDEL", "{h9:t:default}:bodies", &first.to_string()]
+            &["HDEL", "{h9}:t:default:bodies", &first.to_string()]
         ),
         ":1"
     );
@@ -664,7 +664,7 @@ fn ids_past_two_to_the_53_keep_every_digit() {
     let mut c = Client::connect(srv.addr, "c");
     for start in [9_007_199_254_740_992u64, 9_223_372_036_854_775_805] {
         assert_eq!(
-            redis_cmd(redis.port, &["SET", "h8:ids", &start.to_string()]),
+            redis_cmd(redis.port, &["SET", "{h8}:ids", &start.to_string()]),
             "+OK"
         );
         let id = c.put(0, 0, 60, b"big");

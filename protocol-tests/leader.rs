@@ -85,14 +85,14 @@ fn a_leader_frozen_with_batches_in_flight_applies_nothing_after_its_lease() {
     failover_under_load("STOP");
 }
 
-/// The leader's token in `<prefix>:leader:commit` (`<token>#<seq>` of the last batch
+/// The leader's token in `{<prefix>}:leader:commit` (`<token>#<seq>` of the last batch
 /// applied); the token ends with the leader's address.
 fn last_batch_by(redis: &RedisServer, prefix: &str) -> String {
     let mut c = ::redis::Client::open(redis.url())
         .and_then(|c| c.get_connection())
         .expect("connect to Redis");
     let tag: Option<String> = ::redis::cmd("GET")
-        .arg(format!("{prefix}:leader:commit"))
+        .arg(format!("{{{prefix}}}:leader:commit"))
         .query(&mut c)
         .expect("GET the commit key");
     tag.unwrap_or_default()
@@ -788,7 +788,7 @@ fn held_back_tube_figures_reach_redis_within_a_second_or_so() {
     let mut r = ::redis::Client::open(redis.url())
         .and_then(|c| c.get_connection())
         .expect("connect to Redis");
-    let key = format!("{{{prefix}:t:figs}}:meta");
+    let key = format!("{{{prefix}}}:t:figs:meta");
     let started = Instant::now();
     let figures = loop {
         let f: Vec<Option<u64>> = ::redis::cmd("HMGET")

@@ -597,7 +597,10 @@ fn a_sigterm_during_the_load_gives_the_lease_up() {
         .get_connection()
         .unwrap();
     let lease = |conn: &mut redis::Connection| -> Option<String> {
-        redis::cmd("GET").arg("s-term:leader").query(conn).unwrap()
+        redis::cmd("GET")
+            .arg("{s-term}:leader")
+            .query(conn)
+            .unwrap()
     };
     let b_token = format!("|{}", b.addr);
     let deadline = Instant::now() + Duration::from_secs(10);

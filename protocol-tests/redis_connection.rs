@@ -23,6 +23,18 @@
 //!   that needs Redis answers INTERNAL_ERROR within about a second, and the commands
 //!   that need none (`list-tube-used`, `list-tubes-watched`, `quit`), on an old or a
 //!   new connection, answer at once. Prints every time.
+//! - `a_namespace_of_the_previous_layout_is_renamed_at_start_and_served` — a
+//!   namespace written with the previous version's key names (schema 1: jobs ready,
+//!   delayed and buried in three tubes, a paused tube, the id counter), in both Redis
+//!   modes: refused while a lease or a heartbeat of the previous version lives (nothing
+//!   renamed); then
+//!   renamed at start (shared mode: resuming an upgrade cut short) and served as
+//!   before (peek, stats-job, stats-tube, reserve, the next id); no schema-1 key left
+//!   but the tombstone in the old lease key, without expiry. Prints how many keys and
+//!   how long the start took.
+//! - `an_upgrade_renames_the_tubes_of_every_chunk` — 2,500 tubes of schema 1 (three
+//!   rename calls of 1,000): none left under the old names, the last one served with
+//!   its counters, the id counter kept. Prints the start time.
 //! - `a_change_no_replica_confirms_answers_internal_error` — with
 //!   `--redis-wait-replicas 1` and no replica, a put answers INTERNAL_ERROR once the
 //!   WAIT timeout has passed, in both Redis modes.
@@ -148,7 +160,7 @@ fn a_large_put_does_not_hold_up_other_clients() {
         srv.signal("KILL").unwrap();
         drop(srv);
         // A body left without its job, as a leader that died mid-put leaves one.
-        let bodies = format!("{{{prefix}:t:default}}:bodies");
+        let bodies = format!("{{{prefix}}}:t:default:bodies");
         cli(redis.port, &["HSET", &bodies, "999999", "orphan"]).unwrap();
         let (srv, log) = redstalk_on_as(kind, &redis, &prefix, &["-z", &z]);
         let mut c = Client::connect(srv.addr, "after");
@@ -346,6 +358,286 @@ fn a_change_no_replica_confirms_answers_internal_error() {
             "the WAIT was not waited for"
         );
     }
+}
+
+/// The tombstone the upgrade leaves in a namespace's schema-1 lease key
+/// (src/redis/schema.rs).
+const TOMBSTONE: &str = "0|schema2|upgrade-redstalk";
+
+fn redis_conn(redis: &support::redis::RedisServer) -> ::redis::Connection {
+    ::redis::Client::open(redis.url())
+        .unwrap()
+        .get_connection()
+        .unwrap()
+}
+
+/// Every key whose name starts with `start`.
+fn keys_starting(conn: &mut ::redis::Connection, start: &str) -> Vec<String> {
+    let pattern = format!("{start}*");
+    let (mut cursor, mut found) = (0u64, Vec::new());
+    loop {
+        let (next, keys): (u64, Vec<String>) = ::redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query(conn)
+            .unwrap();
+        found.extend(keys);
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    found.sort();
+    found
+}
+
+/// Rename the namespace `p`'s keys (schema 2) to the names of the previous version
+/// (schema 1), as a namespace written by it holds them: `{p}:t:T:k` → `{p:t:T}:k`,
+/// `{p}:refs:I` → `p:refs:I`, `{p}:x` → `p:x`; no `{p}:schema`, no lease (every
+/// instance stopped). How many keys.
+fn to_schema_1(conn: &mut ::redis::Connection, p: &str) -> usize {
+    let tag = format!("{{{p}}}:");
+    let names = keys_starting(conn, &tag);
+    for name in &names {
+        let rest = &name[tag.len()..];
+        if rest == "schema" || rest == "leader" {
+            let _: () = ::redis::cmd("DEL").arg(name).query(conn).unwrap();
+            continue;
+        }
+        let old = match rest.strip_prefix("t:") {
+            Some(tube_key) => {
+                let (tube, key) = tube_key.rsplit_once(':').unwrap();
+                format!("{{{p}:t:{tube}}}:{key}")
+            }
+            None => format!("{p}:{rest}"),
+        };
+        let _: () = ::redis::cmd("RENAME")
+            .arg(name)
+            .arg(&old)
+            .query(conn)
+            .unwrap();
+    }
+    names.len()
+}
+
+/// Jobs of a namespace in several states over three tubes: (id, tube, state, body).
+fn fill_namespace(c: &mut Client) -> Vec<(u64, &'static str, &'static str, Vec<u8>)> {
+    let mut jobs = Vec::new();
+    c.use_tube("alpha");
+    for (pri, body) in [(5, "alpha low"), (1, "alpha urgent")] {
+        jobs.push((
+            c.put(pri, 0, 60, body.as_bytes()),
+            "alpha",
+            "ready",
+            body.into(),
+        ));
+    }
+    c.use_tube("beta");
+    jobs.push((
+        c.put(1, 3600, 60, b"beta later"),
+        "beta",
+        "delayed",
+        b"beta later".to_vec(),
+    ));
+    let buried = c.put(1, 0, 60, b"beta buried");
+    c.watch_only("beta");
+    let (got, _) = c.reserve();
+    assert_eq!(got, buried);
+    c.expect(&format!("bury {buried} 1"), "BURIED");
+    jobs.push((buried, "beta", "buried", b"beta buried".to_vec()));
+    c.use_tube("gamma");
+    jobs.push((
+        c.put(1, 0, 60, b"gamma"),
+        "gamma",
+        "ready",
+        b"gamma".to_vec(),
+    ));
+    c.expect("pause-tube gamma 3600", "PAUSED");
+    jobs
+}
+
+#[test]
+fn a_namespace_of_the_previous_layout_is_renamed_at_start_and_served() {
+    let _serial = serial();
+    let Some(redis) = private_redis(&[], "Redis connection tests") else {
+        return;
+    };
+    let mut conn = redis_conn(&redis);
+    for kind in [ServerKind::Redis, ServerKind::Leader] {
+        let p = format!("up-{}", kind.name());
+        let (mut srv, _) = redstalk_on_as(kind, &redis, &p, &[]);
+        let mut c = Client::connect(srv.addr, "fill");
+        c.timeout = REPLY;
+        let jobs = fill_namespace(&mut c);
+        drop(c);
+        srv.signal("TERM").unwrap();
+        assert!(
+            srv.wait_exit(Duration::from_secs(30)).is_some(),
+            "no clean stop"
+        );
+        drop(srv);
+        let renamed = to_schema_1(&mut conn, &p);
+        assert!(keys_starting(&mut conn, &format!("{{{p}}}")).is_empty());
+
+        // An instance of the previous version leads: refused, nothing renamed.
+        let lease = format!("{p}:leader");
+        let _: () = ::redis::cmd("SET")
+            .arg(&lease)
+            .arg("4|old|127.0.0.1:1")
+            .arg("PX")
+            .arg(60_000)
+            .query(&mut conn)
+            .unwrap();
+        let refused = support::ServerProc::start_on_redis_as(kind, &redis.url(), &p, &[]);
+        let err = refused.err().expect("started beside a live old leader");
+        assert!(err.contains("previous version"), "{err}");
+        assert!(keys_starting(&mut conn, &format!("{{{p}}}")).is_empty());
+        let _: () = ::redis::cmd("DEL").arg(&lease).query(&mut conn).unwrap();
+        // One of the previous version serves in shared mode (a heartbeat not lapsed).
+        let instances = format!("{p}:instances");
+        let _: () = ::redis::cmd("ZADD")
+            .arg(&instances)
+            .arg("+inf")
+            .arg("old")
+            .query(&mut conn)
+            .unwrap();
+        let refused = support::ServerProc::start_on_redis_as(kind, &redis.url(), &p, &[]);
+        let err = refused.err().expect("started beside a live old instance");
+        assert!(
+            err.contains("1 redstalk instance(s) of the previous version"),
+            "{err}"
+        );
+        assert!(keys_starting(&mut conn, &format!("{{{p}}}")).is_empty());
+        let _: () = ::redis::cmd("ZREM")
+            .arg(&instances)
+            .arg("old")
+            .query(&mut conn)
+            .unwrap();
+
+        // Shared mode: an upgrade cut short (tombstone written, tube alpha and the id
+        // counter renamed) resumes. Leader mode: a whole upgrade.
+        if kind == ServerKind::Redis {
+            let _: () = ::redis::cmd("SET")
+                .arg(&lease)
+                .arg(TOMBSTONE)
+                .query(&mut conn)
+                .unwrap();
+            for old in keys_starting(&mut conn, &format!("{{{p}:t:alpha}}:")) {
+                let key = old.rsplit_once(':').unwrap().1;
+                let _: () = ::redis::cmd("RENAME")
+                    .arg(&old)
+                    .arg(format!("{{{p}}}:t:alpha:{key}"))
+                    .query(&mut conn)
+                    .unwrap();
+            }
+            let _: () = ::redis::cmd("RENAME")
+                .arg(format!("{p}:ids"))
+                .arg(format!("{{{p}}}:ids"))
+                .query(&mut conn)
+                .unwrap();
+        }
+        let t = Instant::now();
+        let (srv, log) = redstalk_on_as(kind, &redis, &p, &[]);
+        let started_ms = t.elapsed().as_millis();
+        let mut c = Client::connect(srv.addr, "after");
+        c.timeout = REPLY;
+        for (id, tube, state, body) in &jobs {
+            let peeked = c.cmd(&format!("peek {id}"));
+            assert_eq!(
+                peeked.line,
+                format!("FOUND {id} {}", body.len()),
+                "{}",
+                log.tail()
+            );
+            assert_eq!(peeked.body.as_deref(), Some(&body[..]));
+            let stats = c.dict(&format!("stats-job {id}"));
+            let field = |k: &str| stats.iter().find(|(n, _)| n == k).unwrap().1.clone();
+            assert_eq!(
+                (field("tube"), field("state")),
+                (tube.to_string(), state.to_string())
+            );
+        }
+        assert_ne!(c.dict_value("stats-tube gamma", "pause"), "0");
+        c.watch_only("alpha");
+        let (got, body) = c.reserve();
+        assert_eq!((got, &body[..]), (jobs[1].0, &b"alpha urgent"[..]));
+        // The id counter came along: a new job's id follows the old ones.
+        let next = c.put(1, 0, 60, b"new");
+        assert_eq!(next, jobs.iter().map(|j| j.0).max().unwrap() + 1);
+
+        // Every schema-1 key is gone but the tombstone; the version is set.
+        let legacy_ns = keys_starting(&mut conn, &format!("{p}:"));
+        assert_eq!(legacy_ns, vec![lease.clone()], "schema-1 keys left");
+        assert!(keys_starting(&mut conn, &format!("{{{p}:t:")).is_empty());
+        let tombstone: String = ::redis::cmd("GET").arg(&lease).query(&mut conn).unwrap();
+        assert_eq!(tombstone, TOMBSTONE);
+        let ttl: i64 = ::redis::cmd("PTTL").arg(&lease).query(&mut conn).unwrap();
+        assert_eq!(ttl, -1, "the tombstone expires");
+        let schema: String = ::redis::cmd("GET")
+            .arg(format!("{{{p}}}:schema"))
+            .query(&mut conn)
+            .unwrap();
+        assert_eq!(schema, "2");
+        let upgraded = log.tail();
+        assert!(
+            upgraded.contains("upgraded the namespace's keys"),
+            "{upgraded}"
+        );
+        println!(
+            "{} mode: {renamed} keys of schema 1 ({} jobs, 3 tubes) renamed and served \
+             {started_ms} ms after the start",
+            kind.redis_mode().unwrap(),
+            jobs.len()
+        );
+    }
+}
+
+/// More tubes than one rename call takes (1,000): every chunk is renamed.
+#[test]
+fn an_upgrade_renames_the_tubes_of_every_chunk() {
+    let _serial = serial();
+    let Some(redis) = private_redis(&[], "Redis connection tests") else {
+        return;
+    };
+    let mut conn = redis_conn(&redis);
+    let (p, tubes) = ("up-many", 2500);
+    let mut pipe = ::redis::pipe();
+    pipe.cmd("SET").arg(format!("{p}:generation")).arg("g1");
+    pipe.cmd("SET").arg(format!("{p}:ids")).arg(7);
+    for i in 0..tubes {
+        let tube = format!("t{i}");
+        pipe.cmd("RPUSH").arg(format!("{p}:tubes")).arg(&tube);
+        pipe.cmd("HSET")
+            .arg(format!("{p}:tubepos"))
+            .arg(&tube)
+            .arg(i);
+        pipe.cmd("HSET")
+            .arg(format!("{{{p}:t:{tube}}}:meta"))
+            .arg("cmd_pause")
+            .arg(1);
+    }
+    let _: () = pipe.query(&mut conn).unwrap();
+    let t = Instant::now();
+    let (srv, log) = redstalk_on_as(ServerKind::Redis, &redis, p, &[]);
+    let took = t.elapsed();
+    assert!(keys_starting(&mut conn, &format!("{{{p}:t:")).is_empty());
+    let renamed = keys_starting(&mut conn, &format!("{{{p}}}:t:"));
+    assert!(renamed.len() >= tubes, "{} tube keys", renamed.len());
+    let mut c = Client::connect(srv.addr, "after");
+    c.timeout = REPLY;
+    let last = format!("t{}", tubes - 1);
+    assert_eq!(
+        c.dict_value(&format!("stats-tube {last}"), "cmd-pause-tube"),
+        "1"
+    );
+    assert_eq!(c.put(1, 0, 60, b"x"), 8, "{}", log.tail());
+    println!(
+        "{tubes} tubes of schema 1 renamed; served {} ms after the start",
+        took.as_millis()
+    );
 }
 
 #[test]

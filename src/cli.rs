@@ -315,6 +315,8 @@ pub enum CliError {
          -z {REDIS_MAX_JOB_SIZE} or less"
     )]
     RedisJobSize(u32),
+    #[error(transparent)]
+    Prefix(#[from] crate::redis::keys::PrefixError),
 }
 
 /// Settings derived from the flags.
@@ -416,6 +418,7 @@ impl Cli {
         if self.redis_lease < 300 {
             return Err(CliError::Lease(self.redis_lease));
         }
+        crate::redis::keys::check_prefix(&self.redis_prefix)?;
         let advertise = match (&self.advertise, listen) {
             (Some(a), _) => a.clone(),
             (None, ListenAddr::Tcp(sa)) if !sa.ip().is_unspecified() => sa.to_string(),
@@ -647,6 +650,21 @@ mod tests {
             let args = ["redstalk", "-z", z];
             assert!(Cli::try_parse_from(args).is_err(), "-z {z:?} accepted");
         }
+    }
+
+    #[test]
+    fn a_prefix_that_cannot_be_a_hash_tag_is_a_usage_error() {
+        let validate = |prefix: &str| {
+            parse(&["--redis", "redis://127.0.0.1:1/0", "--redis-prefix", prefix]).validate()
+        };
+        for bad in ["", "{orders}", "a}b"] {
+            let err = validate(bad).expect_err(bad);
+            assert!(matches!(err, CliError::Prefix(_)), "{bad}: {err}");
+            println!("--redis-prefix {bad:?}: {err}");
+        }
+        assert!(validate("orders:eu").is_ok());
+        // Without --redis the prefix names nothing.
+        assert!(parse(&["--redis-prefix", ""]).validate().is_ok());
     }
 
     #[test]

@@ -152,6 +152,16 @@ async fn start_serving(settings: &Settings) -> anyhow::Result<Serving> {
             redstalk::redis::redact(&redis.config.url)
         )
     };
+    // Both modes, before anything else touches the namespace: its key layout.
+    redstalk::redis::schema::prepare(&redis.config)
+        .await
+        .map_err(|err| {
+            if err.is_old_instance() {
+                anyhow::anyhow!("cannot start: {err}")
+            } else {
+                anyhow::Error::new(err).context(unreachable())
+            }
+        })?;
     match redis.mode {
         RedisMode::Shared => {
             redstalk::cluster::refuse_if_leader_mode(&redis.config)

@@ -2,7 +2,8 @@
 //! robustness tests: starting a beanstalk server (the real beanstalkd or redstalk) on a
 //! free loopback port and stopping it again, and (in [`yaml`]) the YAML normalisation
 //! applied before replies are compared. [`client`] is a tiny blocking beanstalk client
-//! for tests that drive real processes, [`redis`] a private `redis-server`, [`load`] a
+//! for tests that drive real processes, [`redis`] a private `redis-server` ([`cluster`]:
+//! six of them as a Redis Cluster), [`load`] a
 //! producer/worker load that keeps a ledger of every job through crashes.
 //!
 //! Invariants: every server is a child process owned by a [`ServerProc`]; dropping it
@@ -11,6 +12,7 @@
 #![allow(dead_code)]
 
 pub mod client;
+pub mod cluster;
 pub mod load;
 pub mod redis;
 pub mod rng;

@@ -1,6 +1,6 @@
 //! Leader mode's copy of the console's history (`engine::history`) in Redis, so that a
 //! new leader shows what the previous one recorded: one hash per minute,
-//! `P:history:<minute>`, tube → `puts reserves deletes wait_ms`.
+//! `{P}:history:<minute>`, tube → `puts reserves deletes wait_ms`.
 //!
 //! Invariants: bounded (one hash per minute of at most `history::MAX_TUBES` fields,
 //! each expiring after the history's 24 hours and an hour more); written by the

@@ -221,7 +221,7 @@ impl Cluster {
     fn lease_keeper(&self) -> Lease {
         Lease::new(
             self.conn.clone(),
-            &self.config.redis.prefix,
+            &self.keys,
             &self.instance,
             &self.config.advertise,
             self.config.lease,

@@ -1,10 +1,10 @@
 //! The leader's lease in Redis: who serves a namespace in leader mode.
 //!
-//! `P:leader` holds the token of the instance that leads, `<epoch>|<instance>|<address>`
+//! `{P}:leader` holds the token of the instance that leads, `<epoch>|<instance>|<address>`
 //! (the address is where standbys relay their clients), with an expiry of the lease's
-//! length. `P:leader-api` holds `<token>\n<HOST:PORT>`, where the leader serves its
+//! length (key names from `crate::redis::keys::Keys`). `{P}:leader-api` holds `<token>\n<HOST:PORT>`, where the leader serves its
 //! operator API (a standby forwards `/api/v1` requests there), written with the lease
-//! by the same script, and believed only while its token is the lease's. Taking it is set-if-absent with a fresh epoch from `P:epoch`; renewing and
+//! by the same script, and believed only while its token is the lease's. Taking it is set-if-absent with a fresh epoch from `{P}:epoch`; renewing and
 //! releasing check the token first, so an instance can never extend or drop a lease
 //! another one took. Every batch the leader writes is fenced by the same token (its
 //! script checks this key first: `crate::redis::fenced_script`). [`keep`] is the
@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
+use crate::redis::keys::Keys;
 use crate::redis::{Code, RedisConn};
 use crate::store::StoreError;
 use crate::store::durable::CommitLink;
@@ -36,7 +37,7 @@ pub struct Holder {
     /// Where the leader serves clients (HOST:PORT).
     pub address: String,
     /// Where the leader serves its operator API (HOST:PORT), when it published one
-    /// (`P:leader-api`, read with the lease; `None` from the token alone).
+    /// (`{P}:leader-api`, read with the lease; `None` from the token alone).
     pub api: Option<String>,
 }
 
@@ -83,7 +84,7 @@ pub enum LeaseError {
     Store(#[from] StoreError),
 }
 
-const ACQUIRE: &str = r#"
+const ACQUIRE: &str = r#"#!lua
 -- KEYS[1] lease, KEYS[2] epoch counter, KEYS[3] the shared mode's instance registry,
 -- KEYS[4] the leader's API address. ARGV[1] "<instance>|<address>", ARGV[2] lease (ms),
 -- ARGV[3] this instance's API address ('' when it serves none).
@@ -107,7 +108,7 @@ end
 return token
 "#;
 
-const RENEW: &str = r#"
+const RENEW: &str = r#"#!lua
 -- KEYS[1] lease; ARGV[1] token, ARGV[2] lease (ms) -> 1 renewed, 0 not ours
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -116,7 +117,7 @@ end
 return 0
 "#;
 
-const RELEASE: &str = r#"
+const RELEASE: &str = r#"#!lua
 -- KEYS[1] lease; ARGV[1] token -> 1 released, 0 not ours
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
@@ -145,17 +146,17 @@ impl Lease {
     /// `instance|address` identifies this instance in its token.
     pub fn new(
         conn: RedisConn,
-        prefix: &str,
+        keys: &Keys,
         instance: &str,
         address: &str,
         length: Duration,
     ) -> Lease {
         Lease {
             conn,
-            key: format!("{prefix}:leader"),
-            epoch_key: format!("{prefix}:epoch"),
-            registry_key: format!("{prefix}:instances"),
-            api_key: format!("{prefix}:leader-api"),
+            key: keys.leader(),
+            epoch_key: keys.epoch(),
+            registry_key: keys.instances(),
+            api_key: keys.leader_api(),
             me: format!("{instance}|{address}"),
             api: String::new(),
             length,
@@ -212,8 +213,7 @@ impl Lease {
         Ok(!live.is_empty())
     }
 
-    /// Who holds the lease now, if anyone, with the API address it published. (Two
-    /// GETs, not one MGET: on a Redis Cluster the keys may be in two slots.)
+    /// Who holds the lease now, if anyone, with the API address it published.
     pub async fn holder(&self) -> Result<Option<Holder>, StoreError> {
         let (token, api): (Option<String>, Option<String>) = redis::pipe()
             .cmd("GET")
@@ -395,7 +395,13 @@ mod tests {
             .managed("test", Duration::from_secs(5))
             .await
             .unwrap();
-        let lease = Lease::new(conn, "t", "ab", "127.0.0.1:1", Duration::from_millis(1000));
+        let lease = Lease::new(
+            conn,
+            &Keys::new("t"),
+            "ab",
+            "127.0.0.1:1",
+            Duration::from_millis(1000),
+        );
         let asked = Instant::now();
         let acquired = lease.try_acquire().await.unwrap().unwrap();
         let answered = Instant::now();

@@ -143,7 +143,13 @@ pub async fn redis_connection(redis: &RedisConfig) -> Result<(Connector, RedisCo
 /// For an instance of the shared mode: refuse to start on a namespace a leader holds.
 pub async fn refuse_if_leader_mode(redis: &RedisConfig) -> Result<(), ClusterError> {
     let (_, conn) = redis_connection(redis).await?;
-    let lease = Lease::new(conn, &redis.prefix, "", "", Duration::from_secs(1));
+    let lease = Lease::new(
+        conn,
+        &Keys::new(&redis.prefix),
+        "",
+        "",
+        Duration::from_secs(1),
+    );
     match lease.holder().await? {
         Some(holder) => Err(LeaseError::LeaderModeLive(holder.address).into()),
         None => Ok(()),
@@ -171,16 +177,17 @@ impl Cluster {
             .map(|b| format!("{b:02x}"))
             .collect::<String>()
             .into();
+        let keys = Keys::new(&config.redis.prefix);
         let lease = Lease::new(
             conn.clone(),
-            &config.redis.prefix,
+            &keys,
             &instance,
             &config.advertise,
             config.lease,
         )
         .publishing_api(&config.http_advertise);
         let cluster = Arc::new(Cluster {
-            keys: Keys::new(&config.redis.prefix),
+            keys,
             config,
             instance,
             connector,

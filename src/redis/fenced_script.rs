@@ -34,7 +34,7 @@ use super::{Connector, RESPONSE_TIMEOUT};
 /// The batch script. KEYS: the lease key, the commit key. ARGV: the token, this batch's
 /// number, the number it must follow (empty: any lower one, or none), then the
 /// commands, each as its word count followed by its words.
-pub const SCRIPT: &str = r#"
+pub const SCRIPT: &str = r#"#!lua
 local held = redis.call('MGET', KEYS[1], KEYS[2])
 if held[1] ~= ARGV[1] then
   return redis.error_reply('FENCED the lease is not held by this leader')
@@ -63,8 +63,8 @@ end
 return 1
 "#;
 
-/// The commit key of the namespace whose lease key is `lease_key`: the same prefix (and
-/// so, on a Redis Cluster, the same slot when the prefix carries a hash tag).
+/// The commit key of the namespace whose lease key is `lease_key` (`{P}:leader`): the
+/// same hash tag, so the same slot of a Redis Cluster (`Keys::commit` names it).
 pub fn commit_key(lease_key: &str) -> String {
     format!("{lease_key}:commit")
 }

@@ -2,9 +2,13 @@
 //! order in which the shared mode's scripts receive them (the schema is in
 //! docs/REDIS.md).
 //!
-//! Every key starts with the configured prefix, so deployments and test runs can share
-//! one Redis. A tube's keys share the hash tag `{<prefix>:t:<tube>}`, so one tube's keys
-//! live in one slot of a Redis Cluster.
+//! Every key starts with the namespace's hash tag `{<prefix>}`, so deployments and test
+//! runs can share one Redis, and every key of a namespace (the lease's, the tubes', the
+//! wake-up channel's name) hashes to one slot of a Redis Cluster ([`slot_of`]): every
+//! script and batch of a namespace names keys of one slot only. A prefix is never empty
+//! and holds no `{` or `}` ([`check_prefix`]): an empty or broken tag would make Redis
+//! hash whole key names and spread the namespace. The layout before this one (schema 1)
+//! is known to `crate::redis::schema` alone, which renames it at start.
 //!
 //! KEYS layout, shared by every script: the namespace's keys ([`NsKey`] order), then
 //! the script's own keys (a fixed number per script, such as an instance's reference
@@ -141,20 +145,105 @@ pub fn lua_key_layout() -> String {
     lua
 }
 
+/// Why a prefix cannot name a namespace.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum PrefixError {
+    #[error("--redis-prefix is empty: give a name (the default is \"redstalk\")")]
+    Empty,
+    #[error(
+        "--redis-prefix {0:?} contains '{{' or '}}': the prefix becomes the hash tag of every \
+         key ({{PREFIX}}), so it cannot hold braces; give a name without them"
+    )]
+    Braces(String),
+}
+
+/// Refuse a prefix that cannot be a hash tag.
+pub fn check_prefix(prefix: &str) -> Result<(), PrefixError> {
+    if prefix.is_empty() {
+        return Err(PrefixError::Empty);
+    }
+    if prefix.contains(['{', '}']) {
+        return Err(PrefixError::Braces(prefix.to_string()));
+    }
+    Ok(())
+}
+
+/// The Redis Cluster slot of `key`: CRC16 (XMODEM) of its hash tag (the part between
+/// the first `{` and the next `}`, when not empty) or of the whole key, mod 16384.
+pub fn slot_of(key: &[u8]) -> u16 {
+    let mut hashed = key;
+    if let Some(open) = key.iter().position(|&b| b == b'{')
+        && let Some(len) = key[open + 1..].iter().position(|&b| b == b'}')
+        && len > 0
+    {
+        hashed = &key[open + 1..open + 1 + len];
+    }
+    crc16_xmodem(hashed) % 16384
+}
+
+/// CRC16, polynomial 0x1021, initial value 0 (what Redis Cluster hashes keys with).
+fn crc16_xmodem(data: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &byte in data {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
 #[derive(Clone, Debug)]
 pub struct Keys {
-    prefix: String,
+    /// `{<prefix>}`: the hash tag every key starts with.
+    tag: String,
     namespace: [String; NsKey::COUNT],
     tubes: Arc<Mutex<HashMap<String, TubeKeys>>>,
 }
 
 impl Keys {
+    /// The keys of the namespace `prefix` (checked by [`check_prefix`] at start).
     pub fn new(prefix: &str) -> Keys {
+        let tag = format!("{{{prefix}}}");
         Keys {
-            prefix: prefix.to_string(),
-            namespace: std::array::from_fn(|i| format!("{prefix}:{}", NsKey::NAMES[i])),
+            namespace: std::array::from_fn(|i| format!("{tag}:{}", NsKey::NAMES[i])),
+            tag,
             tubes: Arc::default(),
         }
+    }
+
+    /// The namespace's hash tag, `{<prefix>}`.
+    pub fn tag(&self) -> &str {
+        &self.tag
+    }
+
+    /// The lease of leader mode (`crate::cluster::lease`).
+    pub fn leader(&self) -> String {
+        format!("{}:leader", self.tag)
+    }
+
+    /// The lease's epoch counter.
+    pub fn epoch(&self) -> String {
+        format!("{}:epoch", self.tag)
+    }
+
+    /// Where the leader publishes its operator API's address.
+    pub fn leader_api(&self) -> String {
+        format!("{}:leader-api", self.tag)
+    }
+
+    /// The sequence of leader mode's batches (`crate::redis::fenced_script`).
+    pub fn commit(&self) -> String {
+        crate::redis::fenced_script::commit_key(&self.leader())
+    }
+
+    /// The layout's version (`crate::redis::schema`).
+    pub fn schema(&self) -> String {
+        format!("{}:schema", self.tag)
     }
 
     /// The namespace's keys, in the order scripts receive them.
@@ -194,29 +283,29 @@ impl Keys {
     }
 
     fn format_key(&self, tube: &str, key: TubeKey) -> String {
-        format!("{{{}:t:{tube}}}:{}", self.prefix, key.name())
+        format!("{}:t:{tube}:{}", self.tag, key.name())
     }
 
     /// The hash of use/watch references held by connections of one instance, so that a
     /// crashed instance's references can be dropped by the others.
     pub fn refs(&self, instance: &str) -> String {
-        format!("{}:refs:{instance}", self.prefix)
+        format!("{}:refs:{instance}", self.tag)
     }
 
     /// Live instances: member instance id, score the time its heartbeat lapses.
     pub fn instances(&self) -> String {
-        format!("{}:instances", self.prefix)
+        format!("{}:instances", self.tag)
     }
 
     /// Leader mode's copy of the console's history: one hash per minute (tube → that
     /// minute's figures), expiring a little after the history forgets the minute.
     pub fn history(&self, minute: u64) -> String {
-        format!("{}:history:{minute}", self.prefix)
+        format!("{}:history:{minute}", self.tag)
     }
 
     /// The pub/sub channel on which scripts announce tubes that gained ready jobs.
     pub fn wake_channel(&self) -> String {
-        format!("{}:wake", self.prefix)
+        format!("{}:wake", self.tag)
     }
 
     /// The tube named in a wake-up message ("<instance>\n<tube>"), unless the message
@@ -239,10 +328,74 @@ mod tests {
     fn a_tube_key_is_named_by_its_group_entry() {
         let keys = Keys::new("p");
         let t = keys.tube("jobs");
-        assert_eq!(t.get(TubeKey::Ready), "{p:t:jobs}:ready");
-        assert_eq!(t.get(TubeKey::Meta), "{p:t:jobs}:meta");
-        assert_eq!(keys.ns(NsKey::Due), "p:due");
-        assert_eq!(keys.namespace()[NsKey::Tubepos as usize], "p:tubepos");
+        assert_eq!(t.get(TubeKey::Ready), "{p}:t:jobs:ready");
+        assert_eq!(t.get(TubeKey::Meta), "{p}:t:jobs:meta");
+        assert_eq!(keys.ns(NsKey::Due), "{p}:due");
+        assert_eq!(keys.namespace()[NsKey::Tubepos as usize], "{p}:tubepos");
+        assert_eq!(keys.leader(), "{p}:leader");
+        assert_eq!(keys.commit(), "{p}:leader:commit");
+        assert_eq!(keys.schema(), "{p}:schema");
+    }
+
+    #[test]
+    fn slots_are_those_redis_cluster_computes() {
+        // CLUSTER KEYSLOT on Redis 7.0.15 (docs/plans/redis-cluster.md).
+        for (key, slot) in [
+            ("{redstalk}", 10415),
+            ("{billing}", 12682),
+            ("{emails}", 3728),
+            ("{orders}", 105),
+            ("redstalk", 10415),
+            ("{orders}:t:default:ready", 105),
+            // The first `{...}` with something inside is the tag; an empty one is not.
+            ("x{orders}{billing}", 105),
+            ("{}orders", slot_of(b"{}orders")),
+        ] {
+            assert_eq!(slot_of(key.as_bytes()), slot, "{key}");
+        }
+        // Redis Cluster's specification: CRC16 of "123456789" is 0x31C3.
+        assert_eq!(crc16_xmodem(b"123456789"), 0x31C3);
+        assert_ne!(slot_of(b"{}orders"), slot_of(b"orders"));
+    }
+
+    #[test]
+    fn every_key_of_a_namespace_hashes_to_the_slot_of_its_prefix() {
+        for prefix in ["redstalk", "billing", "a:b", "with space", "ü"] {
+            let keys = Keys::new(prefix);
+            let slot = slot_of(prefix.as_bytes());
+            let mut names: Vec<String> = keys.namespace().to_vec();
+            names.extend(keys.tube("default").0.iter().cloned());
+            names.extend(keys.tube("{odd}tube").0.iter().cloned());
+            names.extend([
+                keys.refs("ab12"),
+                keys.instances(),
+                keys.wake_channel(),
+                keys.leader(),
+                keys.epoch(),
+                keys.leader_api(),
+                keys.commit(),
+                keys.schema(),
+                keys.history(29_000_000),
+                keys.tube_key("other", TubeKey::Buried),
+            ]);
+            for name in &names {
+                assert_eq!(slot_of(name.as_bytes()), slot, "{name} of {prefix:?}");
+                assert!(name.starts_with(keys.tag()), "{name}");
+            }
+            println!("prefix {prefix:?}: {} names in slot {slot}", names.len());
+        }
+    }
+
+    #[test]
+    fn a_prefix_that_cannot_be_a_hash_tag_is_refused() {
+        assert_eq!(check_prefix(""), Err(PrefixError::Empty));
+        for bad in ["{a", "a}", "{a}", "x{}"] {
+            assert!(
+                matches!(check_prefix(bad), Err(PrefixError::Braces(_))),
+                "{bad}"
+            );
+        }
+        assert_eq!(check_prefix("redstalk:prod"), Ok(()));
     }
 
     #[test]

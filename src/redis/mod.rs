@@ -16,6 +16,8 @@
 //! - [`fenced_script`]: leader mode's batches, each one script call fenced by the lease
 //!   token and a batch sequence number, several in flight on one connection.
 //! - [`policy`]: refusing (or warning of) a Redis that may evict keys.
+//! - [`schema`]: the key layout's version, and the upgrade from the previous one, run
+//!   at start by both modes.
 //!
 //! Layering: this module uses only `protocol` (tube names); the stores and the cluster
 //! build on it, and it knows nothing of them.
@@ -28,6 +30,7 @@ pub mod fenced_script;
 pub mod keys;
 pub mod meta;
 pub mod policy;
+pub mod schema;
 pub mod target;
 
 pub use config::RedisConfig;

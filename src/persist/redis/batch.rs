@@ -532,7 +532,15 @@ mod tests {
         let cut = s.cut(CutLimit::default());
         let keys = Keys::new("p");
         let mut call = redis::cmd("EVALSHA");
-        for w in ["sha", "2", "p:leader", "p:leader:commit", "token", "1", ""] {
+        for w in [
+            "sha",
+            "2",
+            "{p}:leader",
+            "{p}:leader:commit",
+            "token",
+            "1",
+            "",
+        ] {
             call.arg(w);
         }
         let b = Builder::default().build(call, &keys, "owner", &cut, &mut Written::default());
@@ -575,7 +583,15 @@ mod tests {
         let cut = s.cut(CutLimit::default());
         let keys = Keys::new("p");
         let mut call = redis::cmd("EVALSHA");
-        for w in ["sha", "2", "p:leader", "p:leader:commit", "token", "1", ""] {
+        for w in [
+            "sha",
+            "2",
+            "{p}:leader",
+            "{p}:leader:commit",
+            "token",
+            "1",
+            "",
+        ] {
             call.arg(w);
         }
         let b = Builder::default().build(call, &keys, "owner", &cut, &mut Written::default());

@@ -1,4 +1,4 @@
-//! Instance liveness: each instance says it is alive (a heartbeat in `P:instances`),
+//! Instance liveness: each instance says it is alive (a heartbeat in `{P}:instances`),
 //! and drops the tube references of instances that stopped saying so.
 //!
 //! An instance that misses its heartbeats for [`HEARTBEAT_LAPSES`] is taken for dead:

@@ -2,7 +2,7 @@
 //! (Redis restarted without persistence, `FLUSHDB`, a new primary that never had it),
 //! and starting a fresh one as a restarted beanstalkd would.
 //!
-//! A namespace is born with a generation, a random token in `P:generation` (made by
+//! A namespace is born with a generation, a random token in `{P}:generation` (made by
 //! the first instance to find none, `init.lua`). Every script call carries the
 //! generation its caller serves and changes nothing when the namespace's differs (the
 //! prelude answers `NAMESPACE_LOST`, which `crate::redis::error` classifies as

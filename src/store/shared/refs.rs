@@ -1,7 +1,7 @@
 //! This instance's tube references (the tubes its connections use and watch) and the
 //! reference keeper, the one task that changes them in Redis.
 //!
-//! Redis keeps each instance's references in its hash `P:refs:<instance>` and their sum
+//! Redis keeps each instance's references in its hash `{P}:refs:<instance>` and their sum
 //! in each tube's meta (a tube exists while it has references or jobs). The keeper
 //! applies changes in the order they happened, and can restore the whole hash: after
 //! this instance was taken for dead (its references were dropped by another), or after

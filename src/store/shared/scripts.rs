@@ -42,7 +42,10 @@ impl<R> Lua<R> {
     fn new(name: &'static str, prelude: &str, body: &str) -> Lua<R> {
         Lua {
             name,
-            script: redis::Script::new(&format!("{prelude}\n{body}")),
+            // `#!lua` first (Redis 7's script flags, none given): a script may then
+            // touch only keys of the slot of its declared keys on a Redis Cluster,
+            // and every script's keys are one namespace's (keys.rs).
+            script: redis::Script::new(&format!("#!lua\n{prelude}\n{body}")),
             reply: PhantomData,
         }
     }

@@ -2,7 +2,7 @@
 -- src/redis/keys.rs generates: for each key group (tube, ns, reserve) its size N_TUBE_KEYS, each
 -- key's offset TUBE_READY..., and tube_group(b) naming the keys from KEYS index b).
 --
--- A tube's keys (sharing the hash tag {<prefix>:t:<tube>}):
+-- A tube's keys ({<prefix>}:t:<tube>:<name>; every key has the namespace's hash tag):
 --   ready (zset pri/id20), delayed (zset due_us/id20), reserved (zset deadline_us/id20),
 --   buried (zset seq/id20), jobs (hash id -> msgpack meta), bodies (hash id -> body),
 --   meta (hash: total_jobs, cmd_delete, cmd_pause, using, watching, pause, pause_until).

@@ -1,0 +1,148 @@
+//! A private Redis Cluster for one test: six `redis-server --cluster-enabled yes` on free
+//! ports (each with a free cluster bus port, its own directory and `nodes.conf`), three
+//! primaries holding slots 0-5460, 5461-10922, 10923-16383 and one replica each, built by
+//! plain commands (ADDSLOTSRANGE, MEET, REPLICATE) rather than `redis-cli --cluster
+//! create`, which waits seconds for joins and the diskless sync delay
+//! (docs/plans/redis-cluster.md, section 11). Killed when dropped. Tests never touch the
+//! Redis that may run on 6379.
+//!
+//! Node timeout 2000 ms: with 1 s the loaded CI machine saw false failovers of Sentinel
+//! (sentinel.rs); a failover then takes about 3 s.
+
+use std::time::{Duration, Instant};
+
+use super::free_port;
+use super::redis::RedisServer;
+use super::sentinel::cli;
+
+/// How long a node may not answer before the others fail it over.
+pub const NODE_TIMEOUT_MS: u64 = 2000;
+
+/// The slot ranges of the three primaries, in node order.
+pub const SLOTS: [(u16, u16); 3] = [(0, 5460), (5461, 10922), (10923, 16383)];
+
+/// Six nodes: `nodes[0..3]` start as the primaries of [`SLOTS`], `nodes[3 + i]` as the
+/// replica of `nodes[i]`.
+pub struct Cluster {
+    pub nodes: Vec<RedisServer>,
+    /// Each node's cluster bus port.
+    pub bus_ports: Vec<u16>,
+}
+
+/// A cluster node's `CLUSTER INFO` field, or `None` when it does not answer.
+pub fn info_field(port: u16, field: &str) -> Option<String> {
+    let info = cli(port, &["CLUSTER", "INFO"])?;
+    info.lines().find_map(|l| {
+        l.trim()
+            .strip_prefix(&format!("{field}:"))
+            .map(str::to_string)
+    })
+}
+
+/// Poll `cond` every 20 ms until it holds, for at most `within`.
+fn wait_until(what: &str, within: Duration, mut cond: impl FnMut() -> bool) -> Result<(), String> {
+    let start = Instant::now();
+    while !cond() {
+        if start.elapsed() > within {
+            return Err(format!("{what}: not within {} s", within.as_secs()));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+impl Cluster {
+    /// Start and join the six nodes; returns once every node says `cluster_state:ok`
+    /// and every replica's link to its primary is up.
+    pub fn start() -> Result<Cluster, String> {
+        let mut nodes = Vec::with_capacity(6);
+        let mut bus_ports = Vec::with_capacity(6);
+        for _ in 0..6 {
+            let bus = free_port();
+            let bus_arg = bus.to_string();
+            let timeout = NODE_TIMEOUT_MS.to_string();
+            nodes.push(RedisServer::start_with(&[
+                "--cluster-enabled",
+                "yes",
+                "--cluster-port",
+                &bus_arg,
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-node-timeout",
+                &timeout,
+                "--repl-diskless-sync-delay",
+                "0",
+            ])?);
+            bus_ports.push(bus);
+        }
+        let cluster = Cluster { nodes, bus_ports };
+        cluster.join()?;
+        Ok(cluster)
+    }
+
+    fn port(&self, i: usize) -> u16 {
+        self.nodes[i].port
+    }
+
+    /// A node's id (`CLUSTER MYID`).
+    pub fn id(&self, i: usize) -> Result<String, String> {
+        cli(self.port(i), &["CLUSTER", "MYID"])
+            .map(|s| s.trim().to_string())
+            .ok_or_else(|| format!("node {i}: no CLUSTER MYID"))
+    }
+
+    fn run(&self, i: usize, args: &[&str]) -> Result<(), String> {
+        match cli(self.port(i), args) {
+            Some(out) if !out.starts_with("ERR") => Ok(()),
+            other => Err(format!("node {i}: {args:?}: {other:?}")),
+        }
+    }
+
+    fn join(&self) -> Result<(), String> {
+        for (i, (from, to)) in SLOTS.iter().enumerate() {
+            let (from, to) = (from.to_string(), to.to_string());
+            self.run(i, &["CLUSTER", "ADDSLOTSRANGE", &from, &to])?;
+        }
+        let (first, first_bus) = (self.port(0).to_string(), self.bus_ports[0].to_string());
+        for i in 1..6 {
+            self.run(i, &["CLUSTER", "MEET", "127.0.0.1", &first, &first_bus])?;
+        }
+        let knows_all = |port: u16| {
+            cli(port, &["CLUSTER", "NODES"])
+                .is_some_and(|n| n.lines().filter(|l| !l.contains("handshake")).count() == 6)
+        };
+        wait_until(
+            "every node knows the 6 nodes",
+            Duration::from_secs(20),
+            || self.nodes.iter().all(|n| knows_all(n.port)),
+        )?;
+        for i in 0..3 {
+            let primary = self.id(i)?;
+            self.run(3 + i, &["CLUSTER", "REPLICATE", &primary])?;
+        }
+        wait_until(
+            "cluster_state:ok on every node",
+            Duration::from_secs(30),
+            || {
+                self.nodes
+                    .iter()
+                    .all(|n| info_field(n.port, "cluster_state").as_deref() == Some("ok"))
+            },
+        )?;
+        wait_until("every replica linked", Duration::from_secs(30), || {
+            (3..6).all(|i| {
+                cli(self.port(i), &["INFO", "replication"])
+                    .is_some_and(|r| r.contains("master_link_status:up"))
+            })
+        })
+    }
+
+    /// The seeds of a `redis+cluster://` URL: every node's address.
+    pub fn seeds(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}

@@ -1,0 +1,395 @@
+//! The layout's version, and the upgrade from the layout before it, run at start by both
+//! modes before anything else touches the namespace ([`prepare`]).
+//!
+//! Schema 2 (`crate::redis::keys`): every key starts with the hash tag `{P}`, so a
+//! namespace lives in one slot of a Redis Cluster. Schema 1, before it, named the
+//! namespace's keys `P:ids` … `P:generation`, a tube's keys `{P:t:T}:ready` … (one slot
+//! per tube), `P:refs:<instance>`, `P:instances`, and leader mode's `P:leader`,
+//! `P:epoch`, `P:leader-api`, `P:leader:commit`; only this file knows those names.
+//!
+//! The upgrade, in order: `{P}:schema` = 2 → nothing to do. No schema-1 key → a fresh
+//! namespace: `{P}:schema` is set. Otherwise it refuses while an instance of the previous
+//! version lives (a lease in `P:leader`, a heartbeat in `P:instances` not yet lapsed:
+//! they would keep writing the old names), else writes a tombstone in `P:leader`, with
+//! no expiry, in the same script (an old leader then sees a holder and never leads, an
+//! old shared-mode instance refuses to start), and renames: each tube's keys (tubes from
+//! the tube list, 1,000 a call), then stray tube keys and the references (SCAN), the
+//! namespace's keys, the instances, the lease's epoch, API address and batch sequence,
+//! and `{P}:schema` last. Every rename is "RENAME if it exists", so an upgrade cut short
+//! (a crash, Redis away) resumes where it stopped at the next start: the tombstone says
+//! one was under way. Invariant: `{P}:schema` is set only once no schema-1 key is left.
+//!
+//! Schema-1 keys exist only on a standalone Redis or behind Sentinel (schema 1 could not
+//! run on a cluster), so these scripts may name keys of several slots.
+
+use std::time::Instant;
+
+use redis::RedisError;
+
+use super::keys::{Keys, NsKey, TubeKey};
+use super::{CallError, RESPONSE_TIMEOUT, RedisConfig, RedisConn};
+
+/// The layout this version writes.
+pub const VERSION: u32 = 2;
+
+/// What the tombstone of an upgraded namespace's schema-1 lease key holds: an old
+/// leader parses it as a lease of epoch 0 held by "schema2".
+pub const TOMBSTONE: &str = "0|schema2|upgrade-redstalk";
+
+/// Tubes renamed per script call.
+const CHUNK: usize = 1000;
+
+/// Checks that no instance of the previous version lives, and writes the tombstone.
+/// KEYS[1] schema-1 lease, KEYS[2] schema-1 instances; ARGV[1] the tombstone.
+/// -> {0, ms} a lease held (expiring in ms, -1 never), {1, n} n live heartbeats,
+///    {2, 0} the tombstone is in place.
+const GUARD: &str = r#"#!lua
+local lease = redis.call('GET', KEYS[1])
+if lease and lease ~= ARGV[1] then
+  return { 0, redis.call('PTTL', KEYS[1]) }
+end
+local t = redis.call('TIME')
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local live = redis.call('ZCOUNT', KEYS[2], now_us, '+inf')
+if live > 0 then return { 1, live } end
+redis.call('SET', KEYS[1], ARGV[1])
+return { 2, 0 }
+"#;
+
+/// KEYS: pairs (old name, new name). Renames each old key that exists.
+/// -> how many were renamed.
+const RENAME: &str = r#"#!lua
+local n = 0
+for i = 1, #KEYS, 2 do
+  if redis.call('EXISTS', KEYS[i]) == 1 then
+    redis.call('RENAME', KEYS[i], KEYS[i + 1])
+    n = n + 1
+  end
+end
+return n
+"#;
+
+/// Why the namespace cannot be prepared.
+#[derive(Debug, thiserror::Error)]
+pub enum SchemaError {
+    #[error(
+        "a redstalk of the previous version leads this namespace (its lease {key} lapses \
+         in {ms} ms): this version renames the namespace's keys, so stop every instance \
+         of the previous version first (no rolling upgrade across this version: \
+         docs/OPERATIONS.md), then start this one"
+    )]
+    OldLeaderLive { key: String, ms: i64 },
+    #[error(
+        "{live} redstalk instance(s) of the previous version serve this namespace in shared \
+         mode (heartbeats in {key}): this version renames the namespace's keys, so stop \
+         them first (no rolling upgrade across this version: docs/OPERATIONS.md), then \
+         start this one"
+    )]
+    OldInstancesLive { key: String, live: i64 },
+    #[error("cannot connect to Redis to check the namespace's key layout")]
+    Connect(#[source] CallError),
+    #[error("{op}")]
+    Redis {
+        op: &'static str,
+        #[source]
+        source: RedisError,
+    },
+}
+
+impl SchemaError {
+    /// Whether starting again later may succeed with nothing else changed (an instance
+    /// of the previous version must be stopped first otherwise).
+    pub fn is_old_instance(&self) -> bool {
+        matches!(
+            self,
+            SchemaError::OldLeaderLive { .. } | SchemaError::OldInstancesLive { .. }
+        )
+    }
+}
+
+fn redis_err(op: &'static str) -> impl FnOnce(RedisError) -> SchemaError {
+    move |source| SchemaError::Redis { op, source }
+}
+
+/// What [`prepare`] found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Prepared {
+    /// Already schema 2.
+    Current,
+    /// No key of either layout: marked schema 2.
+    Fresh,
+    /// Schema 1, renamed: how many tubes and keys.
+    Upgraded { tubes: usize, keys: usize },
+}
+
+/// The schema-1 names of a namespace.
+struct Legacy {
+    prefix: String,
+}
+
+impl Legacy {
+    fn ns(&self, key: NsKey) -> String {
+        format!("{}:{}", self.prefix, key.name())
+    }
+
+    fn tube(&self, tube: &str, key: TubeKey) -> String {
+        format!("{{{}:t:{tube}}}:{}", self.prefix, key.name())
+    }
+
+    fn key(&self, name: &str) -> String {
+        format!("{}:{name}", self.prefix)
+    }
+
+    /// A SCAN pattern for keys starting with `start` (Redis glob characters escaped).
+    fn pattern(start: &str) -> String {
+        let mut p = String::with_capacity(start.len() + 1);
+        for c in start.chars() {
+            if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+                p.push('\\');
+            }
+            p.push(c);
+        }
+        p.push('*');
+        p
+    }
+}
+
+/// Bring the namespace of `config` to schema 2 (see the module's comment); connects
+/// on its own.
+pub async fn prepare(config: &RedisConfig) -> Result<Prepared, SchemaError> {
+    let connector = config.connector().map_err(SchemaError::Connect)?;
+    let mut conn = connector
+        .managed("schema", RESPONSE_TIMEOUT)
+        .await
+        .map_err(|e| SchemaError::Connect(CallError::connect(e)))?;
+    prepare_on(&mut conn, &config.prefix).await
+}
+
+/// [`prepare`] on a connection.
+pub async fn prepare_on(conn: &mut RedisConn, prefix: &str) -> Result<Prepared, SchemaError> {
+    let keys = Keys::new(prefix);
+    let old = Legacy {
+        prefix: prefix.to_string(),
+    };
+    let version: Option<u32> = redis::cmd("GET")
+        .arg(keys.schema())
+        .query_async(conn)
+        .await
+        .map_err(redis_err("GET schema"))?;
+    if version == Some(VERSION) {
+        return Ok(Prepared::Current);
+    }
+    let (legacy, lease): (i64, Option<String>) = redis::pipe()
+        .cmd("EXISTS")
+        .arg(old.ns(NsKey::Generation))
+        .arg(old.ns(NsKey::Ids))
+        .arg(old.ns(NsKey::Tubes))
+        .cmd("GET")
+        .arg(old.key("leader"))
+        .query_async(conn)
+        .await
+        .map_err(redis_err("look for keys of schema 1"))?;
+    // The tombstone without schema-1 keys: an upgrade cut short after its last rename.
+    if legacy == 0 && lease.as_deref() != Some(TOMBSTONE) {
+        set_version(conn, &keys).await?;
+        tracing::info!(prefix, schema = VERSION, "new namespace");
+        return Ok(Prepared::Fresh);
+    }
+    guard(conn, &old).await?;
+    let started = Instant::now();
+    tracing::warn!(
+        prefix,
+        "this namespace has the key layout of a previous version (schema 1): renaming \
+         its keys to schema {VERSION} (instances of the previous version can no longer \
+         serve it)"
+    );
+    let (tubes, mut renamed) = rename_tubes(conn, &keys, &old).await?;
+    renamed += rename_scanned(conn, &keys, &old).await?;
+    let mut pairs: Vec<(String, String)> = NsKey::ALL
+        .iter()
+        .map(|&k| (old.ns(k), keys.ns(k).to_string()))
+        .collect();
+    pairs.extend([
+        (old.key("instances"), keys.instances()),
+        (old.key("epoch"), keys.epoch()),
+        (old.key("leader-api"), keys.leader_api()),
+        (old.key("leader:commit"), keys.commit()),
+    ]);
+    renamed += rename(conn, &pairs).await?;
+    set_version(conn, &keys).await?;
+    // A warning, like the start of the upgrade: a one-time event an operator must see.
+    tracing::warn!(
+        prefix,
+        tubes,
+        keys = renamed,
+        ms = started.elapsed().as_millis() as u64,
+        tombstone = %old.key("leader"),
+        "upgraded the namespace's keys to schema {VERSION}"
+    );
+    Ok(Prepared::Upgraded {
+        tubes,
+        keys: renamed,
+    })
+}
+
+async fn set_version(conn: &mut RedisConn, keys: &Keys) -> Result<(), SchemaError> {
+    redis::cmd("SET")
+        .arg(keys.schema())
+        .arg(VERSION)
+        .query_async::<()>(conn)
+        .await
+        .map_err(redis_err("SET schema"))
+}
+
+/// Refuse while an instance of schema 1 lives; else lock them out with the tombstone.
+async fn guard(conn: &mut RedisConn, old: &Legacy) -> Result<(), SchemaError> {
+    let (what, n): (i64, i64) = redis::Script::new(GUARD)
+        .key(old.key("leader"))
+        .key(old.key("instances"))
+        .arg(TOMBSTONE)
+        .invoke_async(conn)
+        .await
+        .map_err(redis_err("check for instances of the previous version"))?;
+    match what {
+        0 => Err(SchemaError::OldLeaderLive {
+            key: old.key("leader"),
+            ms: n,
+        }),
+        1 => Err(SchemaError::OldInstancesLive {
+            key: old.key("instances"),
+            live: n,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Rename the keys of every tube of the tube list (schema 1's, or schema 2's when an
+/// upgrade cut short had renamed it already), a chunk of tubes per call.
+async fn rename_tubes(
+    conn: &mut RedisConn,
+    keys: &Keys,
+    old: &Legacy,
+) -> Result<(usize, usize), SchemaError> {
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg(old.ns(NsKey::Tubes))
+        .query_async(conn)
+        .await
+        .map_err(redis_err("EXISTS tubes"))?;
+    let list = if exists == 1 {
+        old.ns(NsKey::Tubes)
+    } else {
+        keys.ns(NsKey::Tubes).to_string()
+    };
+    let (mut tubes, mut renamed) = (0, 0);
+    loop {
+        let chunk: Vec<String> = redis::cmd("LRANGE")
+            .arg(&list)
+            .arg(tubes)
+            .arg(tubes + CHUNK - 1)
+            .query_async(conn)
+            .await
+            .map_err(redis_err("LRANGE tubes"))?;
+        let pairs: Vec<(String, String)> = chunk
+            .iter()
+            .flat_map(|t| {
+                TubeKey::ALL
+                    .iter()
+                    .map(move |&k| (old.tube(t, k), keys.tube_key(t, k)))
+            })
+            .collect();
+        renamed += rename(conn, &pairs).await?;
+        tubes += chunk.len();
+        if chunk.len() < CHUNK {
+            return Ok((tubes, renamed));
+        }
+    }
+}
+
+/// Rename what only a SCAN finds: tube keys of tubes missing from the list, and every
+/// instance's references.
+async fn rename_scanned(
+    conn: &mut RedisConn,
+    keys: &Keys,
+    old: &Legacy,
+) -> Result<usize, SchemaError> {
+    let tube_start = format!("{{{}:t:", old.prefix);
+    let refs_start = old.key("refs:");
+    let mut renamed = 0;
+    for start in [&tube_start, &refs_start] {
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, found): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(Legacy::pattern(start))
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(conn)
+                .await
+                .map_err(redis_err("SCAN for keys of schema 1"))?;
+            let pairs: Vec<(String, String)> = found
+                .iter()
+                .filter_map(|name| {
+                    // Neither a tube's name nor an instance's id holds ':': a name
+                    // with one is another namespace's (prefix "p:t:x", say).
+                    let rest = name.strip_prefix(start.as_str())?;
+                    if start == &refs_start {
+                        if rest.contains(':') {
+                            return None;
+                        }
+                        return Some((name.clone(), keys.refs(rest)));
+                    }
+                    let (tube, key) = rest.rsplit_once("}:")?;
+                    if tube.contains(':') {
+                        return None;
+                    }
+                    let key = TubeKey::ALL.iter().find(|k| k.name() == key)?;
+                    Some((name.clone(), keys.tube_key(tube, *key)))
+                })
+                .collect();
+            renamed += rename(conn, &pairs).await?;
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+    }
+    Ok(renamed)
+}
+
+async fn rename(conn: &mut RedisConn, pairs: &[(String, String)]) -> Result<usize, SchemaError> {
+    if pairs.is_empty() {
+        return Ok(0);
+    }
+    let script = redis::Script::new(RENAME);
+    let mut call = script.prepare_invoke();
+    for (from, to) in pairs {
+        call.key(from).key(to);
+    }
+    let n: usize = call
+        .invoke_async(conn)
+        .await
+        .map_err(redis_err("rename keys of schema 1"))?;
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schema_1_names_are_those_of_the_previous_version() {
+        let old = Legacy {
+            prefix: "p".to_string(),
+        };
+        assert_eq!(old.ns(NsKey::Ids), "p:ids");
+        assert_eq!(old.tube("jobs", TubeKey::Ready), "{p:t:jobs}:ready");
+        assert_eq!(old.key("leader:commit"), "p:leader:commit");
+    }
+
+    #[test]
+    fn scan_patterns_match_the_prefix_literally() {
+        assert_eq!(Legacy::pattern("{a*b:t:"), "{a\\*b:t:*");
+        assert_eq!(Legacy::pattern("x[1]?:refs:"), "x\\[1\\]\\?:refs:*");
+    }
+}
