@@ -134,19 +134,86 @@ function route() {
   show(main, parts.slice(1), params).catch((e) => showError(e.message));
 }
 
-// Live figures: one EventSource per tab, fed by the server's shared snapshot.
-function connectLive() {
+// Live figures: one EventSource per browser, not per tab. A browser opens at most six
+// HTTP/1.1 connections to one server and each stream holds one for its life, so with a
+// stream per tab a seventh tab's pages would wait. One tab (the streamer) streams and
+// relays each snapshot to the others over a BroadcastChannel; a tab that hears no
+// streamer for a while (it closed, or never was) starts streaming, and of two streamers
+// that hear each other the one with the smaller id stops.
+const tab = { id: Math.random(), heard: 0, channel: null };
+const QUIET_MS = 2500;
+
+function setBadge(on, text) {
   const badge = $("live");
+  badge.textContent = text;
+  badge.className = on ? "badge on" : "badge warn";
+}
+
+function deliver(snap) {
+  live.snapshot = snap;
+  for (const f of live.listeners) f(snap);
+}
+
+function openStream() {
   const src = new EventSource(API + "/events");
   live.source = src;
-  src.onopen = () => { badge.textContent = "live"; badge.className = "badge on"; };
-  src.onerror = () => { badge.textContent = "reconnecting"; badge.className = "badge warn"; };
+  src.onopen = () => setBadge(true, "live");
+  src.onerror = () => setBadge(false, "reconnecting");
   src.onmessage = (ev) => {
     let snap;
     try { snap = JSON.parse(ev.data); } catch (_) { return; }
-    live.snapshot = snap;
-    for (const f of live.listeners) f(snap);
+    deliver(snap);
+    if (tab.channel) tab.channel.postMessage({ from: tab.id, snap });
   };
+}
+
+function stopStream() {
+  if (live.source) live.source.close();
+  live.source = null;
+}
+
+function connectLive() {
+  if (!("BroadcastChannel" in window)) { if (!live.source) openStream(); return; }
+  if (tab.channel) return;
+  tab.channel = new BroadcastChannel("redstalk-live");
+  tab.channel.onmessage = (ev) => {
+    const m = ev.data || {};
+    if (m.reconnect) {
+      if (live.source && live.source.readyState === EventSource.CLOSED) { stopStream(); openStream(); }
+      return;
+    }
+    if (m.hello) {
+      if (live.source) tab.channel.postMessage({ from: tab.id, snap: live.snapshot });
+      return;
+    }
+    if (m.bye) { tab.heard = 0; return; }
+    tab.heard = Date.now();
+    if (live.source && m.from > tab.id) stopStream();
+    if (!live.source) {
+      setBadge(true, "live");
+      if (m.snap) deliver(m.snap);
+    }
+    // Messages carrying `from` come from streamers only (snapshots and heartbeats).
+  };
+  const quiet = QUIET_MS * (0.6 + 0.8 * Math.random());
+  setInterval(() => {
+    if (live.source) { tab.channel.postMessage({ from: tab.id }); return; }
+    if (Date.now() - tab.heard > quiet) openStream();
+    else if (Date.now() - tab.heard > 1500) setBadge(false, "reconnecting");
+  }, 500);
+  window.addEventListener("pagehide", () => {
+    if (live.source) tab.channel.postMessage({ from: tab.id, bye: true });
+  });
+  // A tab alone streams at once; others first listen for a streamer.
+  tab.channel.postMessage({ from: tab.id, hello: true });
+  setTimeout(() => { if (!live.source && !tab.heard) openStream(); }, 300);
+}
+
+// After a login: a stream refused before it (read auth) is not retried by the browser.
+function reconnectLive() {
+  if (live.source && live.source.readyState === EventSource.CLOSED) { stopStream(); openStream(); }
+  else if (!live.source && tab.channel) tab.channel.postMessage({ reconnect: true });
+  else connectLive();
 }
 
 function onSnapshot(f) {
@@ -194,8 +261,7 @@ Pages.login = async function (main) {
       return;
     }
     await refreshSession();
-    // A stream refused before the login (read auth) is not retried by the browser.
-    if (!live.source || live.source.readyState === EventSource.CLOSED) connectLive();
+    reconnectLive();
     location.hash = "#/";
   });
   main.append(el("h1", {}, "Log in"), form);
