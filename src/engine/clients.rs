@@ -38,7 +38,10 @@ pub struct ClientState {
     /// Leader mode: the standby (instance id) that relays this client.
     pub relayed_from: Option<Arc<str>>,
     pub using: TubeName,
+    /// The first watched tubes only (`clients_list::SHOWN_TUBES`): a copy of the whole
+    /// list after each `watch` would cost a client watching n tubes O(n²).
     pub watching: Arc<[TubeName]>,
+    pub watching_count: usize,
     pub producer: bool,
     pub worker: bool,
 }
@@ -53,6 +56,7 @@ impl Client {
                 relayed_from: None,
                 using: TubeName::default_tube(),
                 watching: Arc::from([TubeName::default_tube()]),
+                watching_count: 1,
                 producer: false,
                 worker: false,
             }),

@@ -124,7 +124,7 @@ impl Engine {
                     since: c.since,
                     using: s.using,
                     watching: s.watching.iter().take(SHOWN_TUBES).cloned().collect(),
-                    watching_count: s.watching.len(),
+                    watching_count: s.watching_count,
                     producer: s.producer,
                     worker: s.worker,
                     held: jobs,

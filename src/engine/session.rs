@@ -5,11 +5,13 @@
 //! "watching" reference per tube in `watching` (taken in [`super::Engine::connect`],
 //! moved by `use`/`watch`/`ignore`, dropped in [`super::Engine::disconnect`]); its
 //! entry in the clients registry (`clients.rs`) shows the same used and watched tubes
-//! (copied after each change, see [`Session::publish`]).
+//! (the used tube and the first watched ones, copied after each change, see
+//! [`Session::publish`]).
 
 use std::sync::Arc;
 
 use super::clients::Client;
+use super::clients_list::SHOWN_TUBES;
 use crate::protocol::TubeName;
 use crate::store::ConnId;
 use crate::util::SwapList;
@@ -56,14 +58,23 @@ impl Session {
         self.watched = None;
     }
 
-    /// Copy the used and watched tubes to the registry entry (after `use`, `watch`,
-    /// `ignore`: the only commands that change them).
+    /// Copy the used tube and the first watched ones to the registry entry (after
+    /// `use`, `watch`, `ignore`: the only commands that change them). Bounded: a client
+    /// that watches 100,000 tubes one by one must not copy its list each time.
     pub(super) fn publish(&mut self) {
-        let watching = self.watched();
+        let shown: Arc<[TubeName]> = self
+            .watching
+            .as_slice()
+            .iter()
+            .take(SHOWN_TUBES)
+            .cloned()
+            .collect();
+        let count = self.watching.as_slice().len();
         let using = self.using.clone();
         self.client.update(|c| {
             c.using = using;
-            c.watching = watching;
+            c.watching = shown;
+            c.watching_count = count;
         });
     }
 }
