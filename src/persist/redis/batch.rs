@@ -531,18 +531,7 @@ mod tests {
         s.put_staged(id, job, 1_700_000_000 * NANOS_PER_SEC, true);
         let cut = s.cut(CutLimit::default());
         let keys = Keys::new("p");
-        let mut call = redis::cmd("EVALSHA");
-        for w in [
-            "sha",
-            "2",
-            "{p}:leader",
-            "{p}:leader:commit",
-            "token",
-            "1",
-            "",
-        ] {
-            call.arg(w);
-        }
+        let call = batch_call(&keys);
         let b = Builder::default().build(call, &keys, "owner", &cut, &mut Written::default());
         let cmds = commands(&b);
         let id_text = id.to_string().into_bytes();
@@ -558,6 +547,19 @@ mod tests {
             cmds.iter().all(|c| !c.contains(&body.to_vec())),
             "the body was written again"
         );
+    }
+
+    /// The head of a batch's script call (`BatchFence::begin`'s shape) for `keys`.
+    fn batch_call(keys: &Keys) -> redis::Cmd {
+        let mut call = redis::cmd("EVALSHA");
+        call.arg("sha")
+            .arg(2)
+            .arg(keys.leader())
+            .arg(keys.commit())
+            .arg("token")
+            .arg(1)
+            .arg("");
+        call
     }
 
     /// Issue 20 item 3: the bodies go into the call straight from their jobs, each once,
@@ -582,18 +584,7 @@ mod tests {
         }
         let cut = s.cut(CutLimit::default());
         let keys = Keys::new("p");
-        let mut call = redis::cmd("EVALSHA");
-        for w in [
-            "sha",
-            "2",
-            "{p}:leader",
-            "{p}:leader:commit",
-            "token",
-            "1",
-            "",
-        ] {
-            call.arg(w);
-        }
+        let call = batch_call(&keys);
         let b = Builder::default().build(call, &keys, "owner", &cut, &mut Written::default());
         let cmds = commands(&b);
         let bodies = keys.tube_key("t", TubeKey::Bodies).into_bytes();
