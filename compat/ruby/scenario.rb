@@ -337,6 +337,7 @@ begin
   main
 rescue StandardError => e
   warn "beaneater scenario FAILED: #{e.class}: #{e.message}"
-  warn e.backtrace.first(5).join("\n")
+  # The library's frames first, then the scenario's own lines: which step it was.
+  warn (e.backtrace.first(3) + e.backtrace.grep(/scenario\.rb/).first(3)).uniq.join("\n")
   exit 1
 end
