@@ -53,6 +53,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::client::Client;
+use support::namespace::{assert_served, fill_namespace, keys_starting, redis_conn};
 use support::redis::private_redis;
 use support::sentinel::cli;
 use support::{ServerKind, ServerProc, redstalk_on_as, serial, signal_pid};
@@ -364,36 +365,6 @@ fn a_change_no_replica_confirms_answers_internal_error() {
 /// (src/redis/schema.rs).
 const TOMBSTONE: &str = "0|schema2|upgrade-redstalk";
 
-fn redis_conn(redis: &support::redis::RedisServer) -> ::redis::Connection {
-    ::redis::Client::open(redis.url())
-        .unwrap()
-        .get_connection()
-        .unwrap()
-}
-
-/// Every key whose name starts with `start`.
-fn keys_starting(conn: &mut ::redis::Connection, start: &str) -> Vec<String> {
-    let pattern = format!("{start}*");
-    let (mut cursor, mut found) = (0u64, Vec::new());
-    loop {
-        let (next, keys): (u64, Vec<String>) = ::redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(&pattern)
-            .arg("COUNT")
-            .arg(1000)
-            .query(conn)
-            .unwrap();
-        found.extend(keys);
-        if next == 0 {
-            break;
-        }
-        cursor = next;
-    }
-    found.sort();
-    found
-}
-
 /// Rename the namespace `p`'s keys (schema 2) to the names of the previous version
 /// (schema 1), as a namespace written by it holds them: `{p}:t:T:k` → `{p:t:T}:k`,
 /// `{p}:refs:I` → `p:refs:I`, `{p}:x` → `p:x`; no `{p}:schema`, no lease (every
@@ -421,42 +392,6 @@ fn to_schema_1(conn: &mut ::redis::Connection, p: &str) -> usize {
             .unwrap();
     }
     names.len()
-}
-
-/// Jobs of a namespace in several states over three tubes: (id, tube, state, body).
-fn fill_namespace(c: &mut Client) -> Vec<(u64, &'static str, &'static str, Vec<u8>)> {
-    let mut jobs = Vec::new();
-    c.use_tube("alpha");
-    for (pri, body) in [(5, "alpha low"), (1, "alpha urgent")] {
-        jobs.push((
-            c.put(pri, 0, 60, body.as_bytes()),
-            "alpha",
-            "ready",
-            body.into(),
-        ));
-    }
-    c.use_tube("beta");
-    jobs.push((
-        c.put(1, 3600, 60, b"beta later"),
-        "beta",
-        "delayed",
-        b"beta later".to_vec(),
-    ));
-    let buried = c.put(1, 0, 60, b"beta buried");
-    c.watch_only("beta");
-    let (got, _) = c.reserve();
-    assert_eq!(got, buried);
-    c.expect(&format!("bury {buried} 1"), "BURIED");
-    jobs.push((buried, "beta", "buried", b"beta buried".to_vec()));
-    c.use_tube("gamma");
-    jobs.push((
-        c.put(1, 0, 60, b"gamma"),
-        "gamma",
-        "ready",
-        b"gamma".to_vec(),
-    ));
-    c.expect("pause-tube gamma 3600", "PAUSED");
-    jobs
 }
 
 #[test]
@@ -544,23 +479,7 @@ fn a_namespace_of_the_previous_layout_is_renamed_at_start_and_served() {
         let started_ms = t.elapsed().as_millis();
         let mut c = Client::connect(srv.addr, "after");
         c.timeout = REPLY;
-        for (id, tube, state, body) in &jobs {
-            let peeked = c.cmd(&format!("peek {id}"));
-            assert_eq!(
-                peeked.line,
-                format!("FOUND {id} {}", body.len()),
-                "{}",
-                log.tail()
-            );
-            assert_eq!(peeked.body.as_deref(), Some(&body[..]));
-            let stats = c.dict(&format!("stats-job {id}"));
-            let field = |k: &str| stats.iter().find(|(n, _)| n == k).unwrap().1.clone();
-            assert_eq!(
-                (field("tube"), field("state")),
-                (tube.to_string(), state.to_string())
-            );
-        }
-        assert_ne!(c.dict_value("stats-tube gamma", "pause"), "0");
+        assert_served(&mut c, &jobs, &log);
         c.watch_only("alpha");
         let (got, body) = c.reserve();
         assert_eq!((got, &body[..]), (jobs[1].0, &b"alpha urgent"[..]));

@@ -14,6 +14,7 @@
 pub mod client;
 pub mod cluster;
 pub mod load;
+pub mod namespace;
 pub mod redis;
 pub mod rng;
 pub mod sentinel;

@@ -197,6 +197,19 @@ fn crc16_xmodem(data: &[u8]) -> u16 {
     crc
 }
 
+/// A SCAN pattern for keys starting with `start` (Redis glob characters escaped).
+pub fn scan_pattern(start: &str) -> String {
+    let mut p = String::with_capacity(start.len() + 1);
+    for c in start.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            p.push('\\');
+        }
+        p.push(c);
+    }
+    p.push('*');
+    p
+}
+
 #[derive(Clone, Debug)]
 pub struct Keys {
     /// `{<prefix>}`: the hash tag every key starts with.
@@ -323,6 +336,12 @@ impl Keys {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn scan_patterns_match_the_prefix_literally() {
+        assert_eq!(scan_pattern("{a*b:t:"), "{a\\*b:t:*");
+        assert_eq!(scan_pattern("x[1]?:refs:"), "x\\[1\\]\\?:refs:*");
+    }
 
     #[test]
     fn a_tube_key_is_named_by_its_group_entry() {

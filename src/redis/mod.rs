@@ -18,12 +18,14 @@
 //! - [`policy`]: refusing (or warning of) a Redis that may evict keys.
 //! - [`schema`]: the key layout's version, and the upgrade from the previous one, run
 //!   at start by both modes.
+//! - [`copy`]: a namespace copied to another Redis or prefix (`redstalk-namespace`).
 //!
 //! Layering: this module uses only `protocol` (tube names); the stores and the cluster
 //! build on it, and it knows nothing of them.
 
 pub mod config;
 pub mod connection;
+pub mod copy;
 pub mod error;
 pub mod fenced;
 pub mod fenced_script;

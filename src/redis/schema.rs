@@ -26,7 +26,7 @@ use std::time::Instant;
 
 use redis::RedisError;
 
-use super::keys::{Keys, NsKey, TubeKey};
+use super::keys::{Keys, NsKey, TubeKey, scan_pattern};
 use super::{CallError, RESPONSE_TIMEOUT, RedisConfig, RedisConn};
 
 /// The layout this version writes.
@@ -39,10 +39,10 @@ pub const TOMBSTONE: &str = "0|schema2|upgrade-redstalk";
 /// Tubes renamed per script call.
 const CHUNK: usize = 1000;
 
-/// Checks that no instance of the previous version lives, and writes the tombstone.
-/// KEYS[1] schema-1 lease, KEYS[2] schema-1 instances; ARGV[1] the tombstone.
+/// Checks that no instance lives, and writes the lock-out value ([`lock_out`]).
+/// KEYS[1] lease, KEYS[2] instances; ARGV[1] the value.
 /// -> {0, ms} a lease held (expiring in ms, -1 never), {1, n} n live heartbeats,
-///    {2, 0} the tombstone is in place.
+///    {2, 0} the value is in place.
 const GUARD: &str = r#"#!lua
 local lease = redis.call('GET', KEYS[1])
 if lease and lease ~= ARGV[1] then
@@ -86,6 +86,16 @@ pub enum SchemaError {
          start this one"
     )]
     OldInstancesLive { key: String, live: i64 },
+    #[error(
+        "this namespace was moved away by redstalk-namespace copy (its lease key {key} \
+         holds the tombstone): point the instances at the Redis and prefix it was copied to"
+    )]
+    Moved { key: String },
+    #[error(
+        "redstalk-namespace copy is reading this namespace (its lease key {key} holds the \
+         copy's lock): wait for the copy to end, then start the instances where it copied to"
+    )]
+    Copying { key: String },
     #[error("cannot connect to Redis to check the namespace's key layout")]
     Connect(#[source] CallError),
     #[error("{op}")]
@@ -97,12 +107,16 @@ pub enum SchemaError {
 }
 
 impl SchemaError {
-    /// Whether starting again later may succeed with nothing else changed (an instance
-    /// of the previous version must be stopped first otherwise).
-    pub fn is_old_instance(&self) -> bool {
+    /// Whether the namespace refuses this start for a reason the message explains (an
+    /// instance of the previous version lives, the namespace was moved or is being
+    /// copied), as opposed to Redis being unreachable.
+    pub fn is_refusal(&self) -> bool {
         matches!(
             self,
-            SchemaError::OldLeaderLive { .. } | SchemaError::OldInstancesLive { .. }
+            SchemaError::OldLeaderLive { .. }
+                | SchemaError::OldInstancesLive { .. }
+                | SchemaError::Moved { .. }
+                | SchemaError::Copying { .. }
         )
     }
 }
@@ -139,19 +153,6 @@ impl Legacy {
     fn key(&self, name: &str) -> String {
         format!("{}:{name}", self.prefix)
     }
-
-    /// A SCAN pattern for keys starting with `start` (Redis glob characters escaped).
-    fn pattern(start: &str) -> String {
-        let mut p = String::with_capacity(start.len() + 1);
-        for c in start.chars() {
-            if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-                p.push('\\');
-            }
-            p.push(c);
-        }
-        p.push('*');
-        p
-    }
 }
 
 /// Bring the namespace of `config` to schema 2 (see the module's comment); connects
@@ -171,11 +172,19 @@ pub async fn prepare_on(conn: &mut RedisConn, prefix: &str) -> Result<Prepared, 
     let old = Legacy {
         prefix: prefix.to_string(),
     };
-    let version: Option<u32> = redis::cmd("GET")
+    let (version, lease): (Option<u32>, Option<String>) = redis::pipe()
+        .cmd("GET")
         .arg(keys.schema())
+        .cmd("GET")
+        .arg(keys.leader())
         .query_async(conn)
         .await
         .map_err(redis_err("GET schema"))?;
+    match lease.as_deref() {
+        Some(super::copy::MOVED) => return Err(SchemaError::Moved { key: keys.leader() }),
+        Some(super::copy::COPYING) => return Err(SchemaError::Copying { key: keys.leader() }),
+        _ => {}
+    }
     if version == Some(VERSION) {
         return Ok(Prepared::Current);
     }
@@ -243,24 +252,53 @@ async fn set_version(conn: &mut RedisConn, keys: &Keys) -> Result<(), SchemaErro
 
 /// Refuse while an instance of schema 1 lives; else lock them out with the tombstone.
 async fn guard(conn: &mut RedisConn, old: &Legacy) -> Result<(), SchemaError> {
-    let (what, n): (i64, i64) = redis::Script::new(GUARD)
-        .key(old.key("leader"))
-        .key(old.key("instances"))
-        .arg(TOMBSTONE)
-        .invoke_async(conn)
+    let found = lock_out(conn, &old.key("leader"), &old.key("instances"), TOMBSTONE)
         .await
         .map_err(redis_err("check for instances of the previous version"))?;
-    match what {
-        0 => Err(SchemaError::OldLeaderLive {
+    match found {
+        LockOut::Leased { ms } => Err(SchemaError::OldLeaderLive {
             key: old.key("leader"),
-            ms: n,
+            ms,
         }),
-        1 => Err(SchemaError::OldInstancesLive {
+        LockOut::Live { instances } => Err(SchemaError::OldInstancesLive {
             key: old.key("instances"),
-            live: n,
+            live: instances,
         }),
-        _ => Ok(()),
+        LockOut::Locked => Ok(()),
     }
+}
+
+/// What [`lock_out`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LockOut {
+    /// The lease key holds another value, expiring in `ms` (-1: never).
+    Leased { ms: i64 },
+    /// This many instances' heartbeats have not lapsed.
+    Live { instances: i64 },
+    /// The lease key now holds the value (it may have held it already), with no expiry.
+    Locked,
+}
+
+/// Locks every instance out of a namespace: unless a lease is held or a heartbeat lives,
+/// writes `value` into the lease key `lease` with no expiry (a leader sees a holder and
+/// never leads; a shared-mode instance refuses to start), in one script.
+pub async fn lock_out(
+    conn: &mut RedisConn,
+    lease: &str,
+    instances: &str,
+    value: &str,
+) -> Result<LockOut, RedisError> {
+    let (what, n): (i64, i64) = redis::Script::new(GUARD)
+        .key(lease)
+        .key(instances)
+        .arg(value)
+        .invoke_async(conn)
+        .await?;
+    Ok(match what {
+        0 => LockOut::Leased { ms: n },
+        1 => LockOut::Live { instances: n },
+        _ => LockOut::Locked,
+    })
 }
 
 /// Rename the keys of every tube of the tube list (schema 1's, or schema 2's when an
@@ -321,7 +359,7 @@ async fn rename_scanned(
             let (next, found): (u64, Vec<String>) = redis::cmd("SCAN")
                 .arg(cursor)
                 .arg("MATCH")
-                .arg(Legacy::pattern(start))
+                .arg(scan_pattern(start))
                 .arg("COUNT")
                 .arg(1000)
                 .query_async(conn)
@@ -385,11 +423,5 @@ mod tests {
         assert_eq!(old.ns(NsKey::Ids), "p:ids");
         assert_eq!(old.tube("jobs", TubeKey::Ready), "{p:t:jobs}:ready");
         assert_eq!(old.key("leader:commit"), "p:leader:commit");
-    }
-
-    #[test]
-    fn scan_patterns_match_the_prefix_literally() {
-        assert_eq!(Legacy::pattern("{a*b:t:"), "{a\\*b:t:*");
-        assert_eq!(Legacy::pattern("x[1]?:refs:"), "x\\[1\\]\\?:refs:*");
     }
 }
