@@ -43,11 +43,14 @@ class Peer:
     extra_if_known: (flag, args) pairs added when the flag is known (a mode that is the
     default today and will be named later). cycle_only: only the cycle scenarios apply.
     replica: the private redis-server has a replica (another private redis-server, in
-    sync before the peer starts), for --redis-wait-replicas. binary: the redstalk program
-    to run instead of the one built here (a baseline copy's)."""
+    sync before the peer starts), for --redis-wait-replicas. cluster: instead of one
+    redis-server, a Redis Cluster of three primaries (each with the peer's AOF setting);
+    "{redis}" becomes its redis+cluster:// URL, and the Redis figures are those of the
+    primary owning the namespace's slot. binary: the redstalk program to run instead of
+    the one built here (a baseline copy's)."""
 
     def __init__(self, name, label, kind, args=(), redis=None, needs=(), extra_if_known=(),
-                 cycle_only=False, replica=False, binary=None):
+                 cycle_only=False, replica=False, binary=None, cluster=False):
         self.name = name
         self.label = label
         self.kind = kind
@@ -58,6 +61,7 @@ class Peer:
         self.cycle_only = cycle_only
         self.replica = replica
         self.binary = binary
+        self.cluster = cluster
 
 
 REDIS_ARGS = ["--redis", "{redis}", "--redis-prefix", "bench"]
@@ -95,6 +99,16 @@ PEERS[-2:-2] = [
                               ("leader-aof", "redstalk --redis-mode leader", "leader")]
     for suffix, wait in [("-r", []), ("-wait", ["--redis-wait-replicas", "1"])]
 ]
+# Each Redis mode on a Redis Cluster of three primaries (issue 23), beside the same
+# mode on one redis-server: what routing to the slot's primary costs.
+PEERS[-2:-2] = [
+    Peer("redis-cluster", "redstalk --redis, shared mode, Redis Cluster of 3 primaries (AOF everysec)",
+         "redstalk", REDIS_ARGS + ["--redis-mode", "shared"], redis="everysec", cluster=True,
+         needs=["--redis-mode"]),
+    Peer("leader-cluster", "redstalk --redis-mode leader, Redis Cluster of 3 primaries (AOF everysec)",
+         "redstalk", REDIS_ARGS + ["--redis-mode", "leader"], redis="everysec", cluster=True,
+         needs=["--redis-mode"]),
+]
 PEER_BY_NAME = {p.name: p for p in PEERS}
 DEFAULT_PEERS = [p.name for p in PEERS]
 
@@ -106,7 +120,8 @@ def baseline_copy(peer, binary):
     """`peer` (a redstalk configuration) running the redstalk program `binary`."""
     return Peer(peer.name + BASELINE_SUFFIX, peer.label + ", baseline build", peer.kind,
                 peer.args, redis=peer.redis, needs=peer.needs, extra_if_known=peer.extra_if_known,
-                cycle_only=peer.cycle_only, replica=peer.replica, binary=binary)
+                cycle_only=peer.cycle_only, replica=peer.replica, binary=binary,
+                cluster=peer.cluster)
 
 
 def program(peer, bins):
@@ -189,6 +204,46 @@ def wait_synced(port, proc, what, timeout=15.0):
     raise RuntimeError("the replica of %s did not sync within %.0f s" % (what, timeout))
 
 
+def redis_call(port, *args, timeout=2.0):
+    """One command to the redis-server on `port`; its reply, decoded (enough RESP2 for the
+    cluster setup: simple strings, errors, integers, bulk strings)."""
+    out = b"*%d\r\n" % len(args)
+    for a in args:
+        a = a if isinstance(a, bytes) else str(a).encode()
+        out += b"$%d\r\n%s\r\n" % (len(a), a)
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(out)
+        data = b""
+        while b"\r\n" not in data:
+            chunk = s.recv(65536)
+            if not chunk:
+                raise RuntimeError("redis-server on %d closed the connection" % port)
+            data += chunk
+        head, rest = data.split(b"\r\n", 1)
+        kind, body = head[:1], head[1:].decode()
+        if kind == b"-":
+            raise RuntimeError("redis-server on %d: %s" % (port, body))
+        if kind == b":":
+            return int(body)
+        if kind != b"$":
+            return body
+        size = int(body)
+        while len(rest) < size + 2:
+            rest += s.recv(65536)
+        return rest[:size].decode()
+
+
+def key_slot(tag):
+    """The Redis Cluster slot of a key with hash tag `tag`: CRC16 (XMODEM) mod 16384."""
+    crc = 0
+    for byte in tag.encode():
+        crc ^= byte << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else crc << 1
+            crc &= 0xFFFF
+    return crc % 16384
+
+
 def wait_port(port, proc, what, timeout=15.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -213,6 +268,7 @@ class Server:
         self.proc = None
         self.redis = None
         self.replica = None
+        self.nodes = []  # a cluster's other primaries (processes)
         self.redis_port = None
         self.port = None
         self.cmd = None
@@ -225,7 +281,7 @@ class Server:
 
     def cpu_pids(self):
         """The processes whose CPU time is the server's work."""
-        return [p.pid for p in (self.proc, self.redis, self.replica) if p is not None]
+        return [p.pid for p in (self.proc, self.redis, self.replica, *self.nodes) if p is not None]
 
     def runs(self, args):
         """Whether the scenario with these redstalk-bench arguments applies."""
@@ -238,9 +294,9 @@ class Server:
             return subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True)
 
-    def _start_redis(self, bins, replica_of=None):
+    def _start_redis(self, bins, replica_of=None, cluster_node=None):
         port = free_port()
-        what = "-replica" if replica_of else "-redis"
+        what = "-replica" if replica_of else "-redis" if cluster_node is None else "-node%d" % cluster_node
         rdir = os.path.join(self.tmp, self.name + what + "-data")
         os.makedirs(rdir, exist_ok=True)
         cmd = [bins["redis-server"], "--port", str(port), "--bind", "127.0.0.1",
@@ -251,6 +307,9 @@ class Server:
             cmd += ["--appendonly", "no"]
         if replica_of:
             cmd += ["--replicaof", "127.0.0.1", str(replica_of)]
+        elif cluster_node is not None:
+            cmd += ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                    "--cluster-node-timeout", "5000"]
         else:
             self.redis_cmd = cmd
         proc = self._spawn(cmd, self.name + what + ".log")
@@ -258,6 +317,28 @@ class Server:
         if replica_of:
             wait_synced(port, proc, self.name)
         return proc, port
+
+    def _start_cluster(self, bins):
+        """Three cluster-enabled primaries, the slots split evenly; `self.redis` and
+        `self.redis_port` are the one owning the namespace's slot. The URL."""
+        started = [self._start_redis(bins, cluster_node=i) for i in range(3)]
+        ports = [port for _, port in started]
+        ranges = [(i * 16384 // 3, (i + 1) * 16384 // 3 - 1) for i in range(3)]
+        for i, (port, (lo, hi)) in enumerate(zip(ports, ranges)):
+            redis_call(port, "CLUSTER", "ADDSLOTSRANGE", lo, hi)
+            if i:
+                redis_call(port, "CLUSTER", "MEET", "127.0.0.1", ports[0])
+        deadline = time.monotonic() + 30
+        while not all("cluster_state:ok" in redis_call(p, "CLUSTER", "INFO") for p in ports):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the cluster for %s did not come up within 30 s" % self.name)
+            time.sleep(0.1)
+        slot = key_slot(REDIS_ARGS[REDIS_ARGS.index("--redis-prefix") + 1])
+        owner = next(i for i, (lo, hi) in enumerate(ranges) if lo <= slot <= hi)
+        self.redis, self.redis_port = started[owner]
+        self.redis_cmd = list(self.redis.args)
+        self.nodes = [proc for i, (proc, _) in enumerate(started) if i != owner]
+        return "redis+cluster://" + ",".join("127.0.0.1:%d" % p for p in ports)
 
     def start(self, bins, redstalk_help=None):
         """Start the peer's processes; `redstalk_help` is the --help text of its redstalk
@@ -269,13 +350,17 @@ class Server:
             self.cmd = self.redis_cmd
             self.redis_cmd = None
             return
-        if p.redis:
+        url = None
+        if p.cluster:
+            url = self._start_cluster(bins)
+        elif p.redis:
             self.redis, self.redis_port = self._start_redis(bins)
+            url = "redis://127.0.0.1:%s/0" % self.redis_port
         if p.replica:
             self.replica, _ = self._start_redis(bins, replica_of=self.redis_port)
         self.port = free_port()
         data = os.path.join(self.tmp, self.name + "-data")
-        subst = {"{dir}": data, "{redis}": "redis://127.0.0.1:%s/0" % self.redis_port}
+        subst = {"{dir}": data, "{redis}": url}
         if "{dir}" in p.args:
             os.makedirs(data, exist_ok=True)
         args = [subst.get(a, a) for a in p.args]
@@ -289,11 +374,11 @@ class Server:
         wait_port(self.port, self.proc, self.name)
 
     def alive(self):
-        return all(p is None or p.poll() is None for p in (self.proc, self.redis, self.replica)) \
+        return all(p is None or p.poll() is None for p in (self.proc, self.redis, self.replica, *self.nodes)) \
             and self.proc is not None
 
     def stop(self):
-        for p in (self.proc, self.redis, self.replica):
+        for p in (self.proc, self.redis, self.replica, *self.nodes):
             if p is not None and p.poll() is None:
                 p.terminate()
                 try:
