@@ -22,7 +22,8 @@
 //!   session made on the standby changes things on the leader;
 //! - screenshots of each page, light and dark, go to docs/console/*.png (memory mode).
 //!
-//! `login_guessing_is_bounded`: after `--admin-login-limit` wrong tokens the login
+//! `login_guessing_is_bounded`: after `--admin-login-limit` wrong tokens the login (and,
+//! counted the same way, the API's `Authorization: Bearer`)
 //! answers 429 with `Retry-After`, the right token included, and takes the token again
 //! once the (shortened) window has passed.
 //!
@@ -785,12 +786,27 @@ fn post_login(s: &Server, token: &str) -> (u16, Option<u64>) {
     (r.status().as_u16(), retry)
 }
 
-/// The login takes `--admin-login-limit` wrong tokens per address per window, then
-/// answers 429 with `Retry-After` (the right token too), and takes the token again once
-/// the window (shortened for the test) has passed.
+/// `POST /api/v1/tubes/default/pause` (delay 0) with `Authorization: Bearer token`:
+/// status, `Retry-After`.
+fn post_bearer(s: &Server, token: &str) -> (u16, Option<u64>) {
+    let r = agent()
+        .post(format!("http://{}/api/v1/tubes/default/pause", s.http))
+        .header("Authorization", &format!("Bearer {token}"))
+        .send_json(json!({ "delay": 0 }))
+        .unwrap();
+    let retry = r
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok()?.parse().ok());
+    (r.status().as_u16(), retry)
+}
+
+/// The login, and the API's `Authorization: Bearer`, take `--admin-login-limit` wrong
+/// tokens per address per window, then answer 429 with `Retry-After` (the right token
+/// too), and take the token again once the window (shortened for the test) has passed.
+/// Before, the API took any number of guesses.
 #[test]
 fn login_guessing_is_bounded() {
-    const LIMIT: usize = 3;
     const WINDOW: Duration = Duration::from_millis(1500);
     let window_ms = WINDOW.as_millis().to_string();
     let s = Server::start(&[
@@ -799,43 +815,57 @@ fn login_guessing_is_bounded() {
         "--admin-login-window-ms",
         &window_ms,
     ]);
+    guessing_is_bounded(&s, "login", WINDOW, post_login);
+    guessing_is_bounded(&s, "API bearer", WINDOW, post_bearer);
+}
+
+fn guessing_is_bounded(
+    s: &Server,
+    path: &str,
+    window: Duration,
+    send: fn(&Server, &str) -> (u16, Option<u64>),
+) {
+    const LIMIT: usize = 3;
     // A loaded machine may stall past the window mid-sequence (which resets the
     // counts): the sequence is then tried again.
     for attempt in 1..=5 {
         let start = Instant::now();
-        let wrong: Vec<u16> = (0..LIMIT).map(|_| post_login(&s, "guess").0).collect();
-        let limited = post_login(&s, "guess");
-        let right = post_login(&s, TOKEN);
+        let wrong: Vec<u16> = (0..LIMIT).map(|_| send(s, "guess").0).collect();
+        let limited = send(s, "guess");
+        let right = send(s, TOKEN);
         let took = start.elapsed();
-        if took >= WINDOW {
-            println!("attempt {attempt} took {took:?}, past the window: again");
-            std::thread::sleep(WINDOW);
+        if took >= window {
+            println!("{path}: attempt {attempt} took {took:?}, past the window: again");
+            std::thread::sleep(window);
             continue;
         }
         assert_eq!(
             wrong,
             vec![401; LIMIT],
-            "wrong tokens are 401 up to the limit"
+            "{path}: wrong tokens are 401 up to the limit"
         );
-        assert_eq!(limited.0, 429, "the next wrong token");
-        assert_eq!(right.0, 429, "the right token too, while limited");
+        assert_eq!(limited.0, 429, "{path}: the next wrong token");
+        assert_eq!(right.0, 429, "{path}: the right token too, while limited");
         let retry = limited.1.expect("Retry-After");
         assert!((1..=2).contains(&retry), "Retry-After {retry}");
         let limited_at = Instant::now();
         let deadline = limited_at + WAIT;
-        while post_login(&s, TOKEN).0 == 429 {
-            assert!(Instant::now() < deadline, "still limited after {WAIT:?}");
+        while send(s, TOKEN).0 == 429 {
+            assert!(
+                Instant::now() < deadline,
+                "{path}: still limited after {WAIT:?}"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
         println!(
-            "login: {LIMIT} wrong tokens 401, then 429 (Retry-After {retry} s); \
-             the token taken again {:?} later (window {WINDOW:?})",
+            "{path}: {LIMIT} wrong tokens 401, then 429 (Retry-After {retry} s); \
+             the token taken again {:?} later (window {window:?})",
             limited_at.elapsed()
         );
-        assert_eq!(post_login(&s, TOKEN).0, 200);
+        assert_eq!(send(s, TOKEN).0, 200);
         return;
     }
-    panic!("the machine never ran the sequence within the window");
+    panic!("{path}: the machine never ran the sequence within the window");
 }
 
 /// Nine console tabs in one browser stay usable and live. A browser opens at most six

@@ -225,9 +225,9 @@ pub struct Cli {
     #[arg(long, env = "REDSTALK_ADMIN_READ_ONLY")]
     pub admin_read_only: bool,
 
-    /// The console's login takes at most N wrong tokens per client address a minute
-    /// (ten times N from all addresses), then answers 429 until the minute ends. 0: no
-    /// bound.
+    /// The console's login and the API's Authorization: Bearer take at most N wrong
+    /// tokens per client address a minute (ten times N from all addresses), then answer
+    /// 429 until the minute ends. 0: no bound.
     #[arg(
         long,
         env = "REDSTALK_ADMIN_LOGIN_LIMIT",

@@ -7,7 +7,9 @@
 //! every check — not read-only, same origin, the right token — before its handler
 //! runs; the token's value appears in no log, error or `Debug` output. The console's
 //! session cookie (see `http::console`) stands for the token only in a same-origin
-//! request.
+//! request. A token in `Authorization: Bearer` counts towards the guessing bound the
+//! console's login has (`http::console::limit`): wrong ones are counted per client
+//! address, and a limited address is answered `429` whatever token it sends.
 
 use std::sync::Arc;
 
@@ -17,8 +19,9 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::ApiError;
-use crate::http::App;
 use crate::http::console::Session;
+use crate::http::console::limit::{Limited, LoginLimit};
+use crate::http::{App, Peer};
 
 /// A secret that `Debug` does not show.
 #[derive(Clone, Default, PartialEq, Eq)]
@@ -63,8 +66,8 @@ pub struct Access {
     pub token: Option<Secret>,
     pub reads_need_token: bool,
     pub read_only: bool,
-    /// Wrong tokens per client address per `login_window` the console's login takes
-    /// (0: no bound; see `http::console::limit`).
+    /// Wrong tokens per client address per `login_window` the console's login and the
+    /// API's bearer tokens take together (0: no bound; see `http::console::limit`).
     pub login_limit: u32,
     pub login_window: std::time::Duration,
 }
@@ -75,27 +78,53 @@ impl Access {
         self.token.is_some() && !self.read_only
     }
 
-    /// The token is in `Authorization: Bearer`, or in the console's session cookie of
-    /// a same-origin request.
-    fn authorized(&self, headers: &HeaderMap, session: &Session) -> Result<(), ApiError> {
+    /// The token is in `Authorization: Bearer` (a wrong one counted against `peer`, and
+    /// none taken while `peer` is limited), or in the console's session cookie of a
+    /// same-origin request.
+    fn authorized(
+        &self,
+        headers: &HeaderMap,
+        session: &Session,
+        limit: &LoginLimit,
+        peer: std::net::IpAddr,
+    ) -> Result<(), Refused> {
         let Some(token) = &self.token else {
             return Err(ApiError::unauthorized(
                 "no admin token is configured: start redstalk with --admin-token, \
                  REDSTALK_ADMIN_TOKEN or --admin-token-file to allow changes",
-            ));
+            )
+            .into());
         };
-        let given = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "));
-        match given {
-            Some(g) if token.matches(g) => Ok(()),
-            Some(_) => Err(ApiError::unauthorized("wrong token")),
+        match bearer(headers) {
+            Some(given) => {
+                limit.check(peer).map_err(Refused::Limited)?;
+                if token.matches(given) {
+                    return Ok(());
+                }
+                limit.failed(peer);
+                Err(ApiError::unauthorized("wrong token").into())
+            }
             None if session.accepts(headers) => Ok(()),
             None => Err(ApiError::unauthorized(
                 "send the admin token as Authorization: Bearer TOKEN",
-            )),
+            )
+            .into()),
         }
     }
+}
+
+/// The token of `Authorization: Bearer TOKEN`, if the request has one.
+pub(in crate::http) fn bearer(headers: &HeaderMap) -> Option<&[u8]> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
+}
+
+/// The client address of a request (unspecified when the connection did not say).
+pub(in crate::http) fn peer_ip(req: &Request) -> std::net::IpAddr {
+    req.extensions()
+        .get::<Peer>()
+        .map_or(std::net::Ipv4Addr::UNSPECIFIED.into(), |p| p.0.ip())
 }
 
 /// Whether a request came from a page of another origin: its `Sec-Fetch-Site` says
@@ -127,26 +156,57 @@ pub(in crate::http) async fn guard(
     req: Request,
     next: Next,
 ) -> Response {
+    let refused = checks(&app, &req);
+    match refused {
+        Ok(()) => next.run(req).await,
+        Err(refused) => refused.into_response(),
+    }
+}
+
+/// Why the checks refused a request.
+enum Refused {
+    Api(ApiError),
+    /// Too many wrong tokens from this address.
+    Limited(Limited),
+}
+
+impl From<ApiError> for Refused {
+    fn from(e: ApiError) -> Refused {
+        Refused::Api(e)
+    }
+}
+
+impl IntoResponse for Refused {
+    fn into_response(self) -> Response {
+        match self {
+            Refused::Api(e) => e.into_response(),
+            Refused::Limited(l) => l.into_response(),
+        }
+    }
+}
+
+/// What [`guard`] decides (apart, so no borrow of the request lives across its await:
+/// a request is not `Sync`).
+fn checks(app: &App, req: &Request) -> Result<(), Refused> {
     let access = &app.access;
     let change = !matches!(*req.method(), Method::GET | Method::HEAD);
-    let refused = if change {
+    let authorized =
+        || access.authorized(req.headers(), &app.session, &app.login_limit, peer_ip(req));
+    if change {
         if access.read_only {
-            Err(ApiError::read_only())
+            Err(ApiError::read_only().into())
         } else if cross_origin(req.headers()) {
             Err(ApiError::forbidden(
                 "a change from another origin is refused (Origin / Sec-Fetch-Site)",
-            ))
+            )
+            .into())
         } else {
-            access.authorized(req.headers(), &app.session)
+            authorized()
         }
     } else if access.reads_need_token {
-        access.authorized(req.headers(), &app.session)
+        authorized()
     } else {
         Ok(())
-    };
-    match refused {
-        Ok(()) => next.run(req).await,
-        Err(e) => e.into_response(),
     }
 }
 

@@ -32,7 +32,9 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
+use super::access::{bearer, peer_ip};
 use super::{API_PREFIX, ApiError, MAX_API_BODY};
+use crate::http::console::limit::Limited;
 use crate::http::{App, Source};
 
 /// The longest a connection to the leader's API may take to open.
@@ -87,6 +89,9 @@ pub(in crate::http) async fn standby(
             .into_response();
         }
     };
+    if let Err(limited) = count_token(&app, &req) {
+        return limited.into_response();
+    }
     let (parts, body) = req.into_parts();
     let Ok(body) = axum::body::to_bytes(body, MAX_API_BODY).await else {
         return ApiError::bad_request(format!(
@@ -103,6 +108,22 @@ pub(in crate::http) async fn standby(
         ))
         .into_response(),
     }
+}
+
+/// The guessing bound holds here too (`http::console::limit`): the leader sees every
+/// forwarded request come from this standby, so the client's address is known only
+/// here. A limited client is refused; a token this standby's own does not match is
+/// counted, and forwarded (the leader decides).
+fn count_token(app: &App, req: &Request) -> Result<(), Limited> {
+    let Some(given) = bearer(req.headers()) else {
+        return Ok(());
+    };
+    let peer = peer_ip(req);
+    app.login_limit.check(peer)?;
+    if app.access.token.as_ref().is_some_and(|t| !t.matches(given)) {
+        app.login_limit.failed(peer);
+    }
+    Ok(())
 }
 
 /// A request that this standby's console session authorizes (and that carries no

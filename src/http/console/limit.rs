@@ -1,7 +1,8 @@
-//! A bound on guessing the admin token through the console's login
-//! (`POST /console/login`): at most [`LoginLimit::per_peer`] wrong tokens per client
-//! address and [`LoginLimit::global`] in all per window (a minute by default); beyond,
-//! the login answers `429` with `Retry-After` until the window ends, the right token
+//! A bound on guessing the admin token, through the console's login
+//! (`POST /console/login`) or the API's `Authorization: Bearer` (both count together):
+//! at most [`LoginLimit::per_peer`] wrong tokens per client address and
+//! [`LoginLimit::global`] in all per window (a minute by default); beyond, a request
+//! with a token answers `429` with `Retry-After` until the window ends, the right token
 //! included (a guesser cannot tell a hit from a miss while limited).
 //!
 //! Invariants:
@@ -17,7 +18,11 @@ use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use tokio::time::Instant;
+
+use crate::http::api::ApiError;
 
 /// Addresses counted in one window.
 pub const MAX_PEERS: usize = 4096;
@@ -47,9 +52,26 @@ struct Window {
     logged: bool,
 }
 
-/// A login refused for now: the client may try again after this long.
+/// A token refused for now: the client may try again after this long.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limited(pub Duration);
+
+/// `429` with `Retry-After` (whole seconds, at least 1).
+impl IntoResponse for Limited {
+    fn into_response(self) -> Response {
+        let left = self.0;
+        let secs = left.as_secs() + u64::from(left.subsec_nanos() > 0);
+        let mut r = ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too_many_requests",
+            format!("too many wrong tokens: try again in {secs} s"),
+        )
+        .into_response();
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
+        r
+    }
+}
 
 impl LoginLimit {
     /// `per_peer` wrong tokens per address per `window` (0: no bound), ten times that
@@ -89,7 +111,7 @@ impl LoginLimit {
             };
             tracing::warn!(
                 %peer,
-                "console: login refused for {}s: {scope} sent too many wrong tokens \
+                "admin token refused for {}s: {scope} sent too many wrong tokens \
                  (at most {} per address and {} in all per {}s); logged once per window",
                 left.as_secs().max(1),
                 self.per_peer,

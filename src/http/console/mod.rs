@@ -186,8 +186,8 @@ async fn login(
     body: Bytes,
 ) -> Result<Response, Response> {
     let peer = peer.map_or(std::net::Ipv4Addr::UNSPECIFIED.into(), |p| p.0.0.ip());
-    if let Err(limit::Limited(left)) = app.login_limit.check(peer) {
-        return Err(too_many(left));
+    if let Err(limited) = app.login_limit.check(peer) {
+        return Err(limited.into_response());
     }
     let r = check_login(&app, &headers, &body);
     if r.as_ref()
@@ -196,20 +196,6 @@ async fn login(
         app.login_limit.failed(peer);
     }
     r.map_err(IntoResponse::into_response)
-}
-
-/// `429` with `Retry-After` (whole seconds, at least 1).
-fn too_many(left: std::time::Duration) -> Response {
-    let secs = left.as_secs() + u64::from(left.subsec_nanos() > 0);
-    let mut r = ApiError::new(
-        StatusCode::TOO_MANY_REQUESTS,
-        "too_many_requests",
-        format!("too many wrong tokens: try again in {secs} s"),
-    )
-    .into_response();
-    r.headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
-    r
 }
 
 fn check_login(app: &App, headers: &HeaderMap, body: &[u8]) -> ApiResult {
