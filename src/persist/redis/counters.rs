@@ -76,7 +76,10 @@ impl Counters {
                 w.ids = Some(c.last_id);
             }
         } else if self.ids.is_none_or(|ids| c.last_id > ids) {
-            w.ids = Some(c.last_id.max(c.last_id.saturating_add(ID_BLOCK).min(IDS_MAX)));
+            w.ids = Some(
+                c.last_id
+                    .max(c.last_id.saturating_add(ID_BLOCK).min(IDS_MAX)),
+            );
         }
         if let Some(ids) = w.ids {
             self.ids = Some(ids);
@@ -146,7 +149,10 @@ mod tests {
         for id in 11..=3_000 {
             let w = c.take(counters(id, 10), now);
             if let Some(ids) = w.ids {
-                assert!(ids >= id && ids > written, "{ids} after {written} at id {id}");
+                assert!(
+                    ids >= id && ids > written,
+                    "{ids} after {written} at id {id}"
+                );
                 written = ids;
                 writes += 1;
             }
