@@ -8,8 +8,8 @@
 //!   every one. The key only ever grows while serving (a failed write is followed by a
 //!   write from the current last id, which is no lower), so no id is handed out twice
 //!   across a failover: a leader that takes over after a kill -9 starts past the block,
-//!   and the ids jump by at most [`ID_BLOCK`] (beanstalkd's ids jump too, across a
-//!   restart whose binlog lost the last jobs). A clean stop writes the exact last id
+//!   and the ids jump by at most [`ID_BLOCK`] (a gap clients cannot tell from jobs
+//!   put and deleted meanwhile). A clean stop writes the exact last id
 //!   ([`Counters::take`] while finishing), so a restart continues with the next id.
 //!   The block never goes past `i64::MAX` (the shared mode `INCR`s the key).
 //! - **`total_jobs` and `job_timeouts` are held back** a second at most, as a tube's
