@@ -145,7 +145,7 @@ pub async fn run<S: Sink>(
             }
         }
     };
-    link.progress.send_modify(|p| p.stopped = true);
+    link.publish(|p| p.stopped = true);
     ended
 }
 
@@ -171,7 +171,7 @@ fn settle<S: Sink>(
             }
             failing.retry = RETRY_FIRST;
             if let Some(last) = cut.last_change {
-                link.progress.send_modify(|p| {
+                link.publish(|p| {
                     p.written = p.written.max(last);
                     p.failing = None;
                 });
@@ -196,7 +196,7 @@ fn settle<S: Sink>(
                 );
             }
             let why: Arc<str> = Arc::from(err.chain());
-            link.progress.send_modify(|p| p.failing = Some(why));
+            link.publish(|p| p.failing = Some(why));
             if failing.retry_at.is_none() {
                 failing.retry_at = Some(Instant::now() + failing.retry);
                 failing.retry = (failing.retry * 2).min(RETRY_MAX);
