@@ -10,7 +10,7 @@
 //! `cut_failed`. Cuts in flight at once are consistent with the journal: each was
 //! taken after the one before, and after a failure nothing new starts until every
 //! write in flight has answered (each failed one is `cut_failed`, in start order). It
-//! publishes on the [`CommitLink`]'s watch channel; replies wait on it.
+//! publishes through [`CommitLink::publish`], which wakes the replies its progress covers.
 //!
 //! A sink that refuses new jobs for want of space is probed while idle (see
 //! [`Sink::probe_every`]), so it notices by itself when space comes back.

@@ -1,6 +1,7 @@
 //! The link between a [`super::DurableStore`] and the committer that persists it: the
 //! store tells the committer it changed something (`changed`), the committer publishes
-//! how far it has written (`progress`, a watch channel replies wait on), and whoever
+//! how far it has written (`progress`, a watch channel; replies wait in the link's
+//! queue of waiters, woken by the progress that covers them), and whoever
 //! holds the right to acknowledge (a leader's lease keeper) says until when
 //! (`valid`).
 //!

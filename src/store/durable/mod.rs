@@ -5,7 +5,8 @@
 //!
 //! Ownership: the [`MemoryStore`] is shared with the committer task (`crate::persist`),
 //! which takes cuts of it and publishes how far it has written on a watch channel
-//! ([`CommitProgress`]). This type only applies transitions and waits on that channel.
+//! ([`CommitProgress`]). This type only applies transitions and waits for that progress
+//! (`CommitLink::until_written`).
 //!
 //! Files: `mod.rs` (the store), `link.rs` (the [`CommitLink`] between the store and its
 //! committer), `staging.rs` (large bodies written ahead of their jobs).
