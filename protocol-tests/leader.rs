@@ -32,6 +32,9 @@
 //! - `a_namespace_lost_with_redis_closes_its_connections_and_starts_fresh` — Redis
 //!   restarted empty: the old namespace's connections are closed, the leader serves a
 //!   fresh one, and no old connection can touch a new job that reuses an old id.
+//! - `ids_run_a_block_ahead_and_a_clean_stop_writes_the_last_exactly` — the id counter
+//!   is written a block ahead: after a kill -9 the next leader's ids are past every id
+//!   acknowledged; after a clean stop they continue with the next one.
 
 // A test reports failure by panicking: unwrap and expect are how it says so.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -808,4 +811,74 @@ fn held_back_tube_figures_reach_redis_within_a_second_or_so() {
     );
     assert_eq!(figures, [Some(5), Some(5)], "{}", log.tail());
     assert!(started.elapsed() < Duration::from_secs(3));
+}
+
+/// Issue 20: the id counter is written a block of ids ahead (not with every put), so a
+/// leader killed with SIGKILL never lets the next one hand out an id it acknowledged;
+/// a clean stop writes the exact last id, so the next leader continues with the next
+/// one; the namespace's `total-jobs`, held back, still reaches Redis by the sink's timer.
+#[test]
+fn ids_run_a_block_ahead_and_a_clean_stop_writes_the_last_exactly() {
+    let _serial = serial();
+    let Some(redis) = private_redis(&[], "leader-mode tests") else {
+        return;
+    };
+    let prefix = "l-ids";
+    let mut r = ::redis::Client::open(redis.url())
+        .and_then(|c| c.get_connection())
+        .expect("connect to Redis");
+    let mut read = |key: &str, field: Option<&str>| -> Option<u64> {
+        let key = format!("{{{prefix}}}:{key}");
+        match field {
+            Some(f) => ::redis::cmd("HGET").arg(key).arg(f).query(&mut r).unwrap(),
+            None => ::redis::cmd("GET").arg(key).query(&mut r).unwrap(),
+        }
+    };
+    let (mut a, log_a) = leader(&redis, prefix);
+    wait_served(a.addr, REPLY, &log_a);
+    let mut c = Client::connect(a.addr, "first leader's client");
+    let ids: Vec<u64> = (0..3).map(|_| c.put(1, 0, 60, b"x")).collect();
+    let last = *ids.last().unwrap();
+    let ahead = read("ids", None).expect("ids written");
+    assert!(
+        ahead > last && ahead <= last + 1_000,
+        "ids {ahead} after {last}"
+    );
+    let started = Instant::now();
+    while read("stats", Some("total_jobs")) != Some(3) {
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{}",
+            log_a.tail()
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+    a.signal("KILL").expect("kill -9 the leader");
+    assert!(a.wait_exit(REPLY).is_some());
+
+    let (b, log_b) = leader(&redis, prefix);
+    wait_served(b.addr, REPLY, &log_b);
+    let mut c = Client::connect(b.addr, "second leader's client");
+    let after_kill = c.put(1, 0, 60, b"y");
+    assert!(
+        after_kill > ahead,
+        "id {after_kill} reused (counter was {ahead})"
+    );
+    let last_b = c.put(1, 0, 60, b"z");
+    stop(b);
+    assert_eq!(
+        read("ids", None),
+        Some(last_b),
+        "a clean stop writes the exact id"
+    );
+
+    let (d, log_d) = leader(&redis, prefix);
+    wait_served(d.addr, REPLY, &log_d);
+    let mut c = Client::connect(d.addr, "third leader's client");
+    assert_eq!(c.put(1, 0, 60, b"w"), last_b + 1, "{}", log_d.tail());
+    println!(
+        "ids: {ids:?} with the counter at {ahead}; after kill -9 the next leader put \
+         {after_kill}; after a clean stop at {last_b} the next put {}",
+        last_b + 1
+    );
 }

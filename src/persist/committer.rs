@@ -10,7 +10,7 @@
 //! `cut_failed`. Cuts in flight at once are consistent with the journal: each was
 //! taken after the one before, and after a failure nothing new starts until every
 //! write in flight has answered (each failed one is `cut_failed`, in start order). It
-//! publishes on the [`CommitLink`]'s watch channel; replies wait on it.
+//! publishes through [`CommitLink::publish`], which wakes the replies its progress covers.
 //!
 //! A sink that refuses new jobs for want of space is probed while idle (see
 //! [`Sink::probe_every`]), so it notices by itself when space comes back.
@@ -145,7 +145,7 @@ pub async fn run<S: Sink>(
             }
         }
     };
-    link.progress.send_modify(|p| p.stopped = true);
+    link.publish(|p| p.stopped = true);
     ended
 }
 
@@ -171,7 +171,7 @@ fn settle<S: Sink>(
             }
             failing.retry = RETRY_FIRST;
             if let Some(last) = cut.last_change {
-                link.progress.send_modify(|p| {
+                link.publish(|p| {
                     p.written = p.written.max(last);
                     p.failing = None;
                 });
@@ -196,7 +196,7 @@ fn settle<S: Sink>(
                 );
             }
             let why: Arc<str> = Arc::from(err.chain());
-            link.progress.send_modify(|p| p.failing = Some(why));
+            link.publish(|p| p.failing = Some(why));
             if failing.retry_at.is_none() {
                 failing.retry_at = Some(Instant::now() + failing.retry);
                 failing.retry = (failing.retry * 2).min(RETRY_MAX);

@@ -9,7 +9,9 @@
 //!
 //! What Redis already holds ([`Written`]) spares commands: the tube list is changed
 //! entry by entry, a tube's figures and the namespace counters are written only when
-//! they changed (a tube's counters at most once a second: `figures.rs`), and a tube's due-index entry only when it must come earlier (an entry
+//! they changed (a tube's counters and the namespace's at most once a second, the id
+//! counter a block of ids ahead: `figures.rs`, `counters.rs`), and a tube's due-index
+//! entry only when it must come earlier (an entry
 //! may be early, never late: the shared mode's timer sets an early one right, and the
 //! leader does not read it). After a failed write all of it is unknown
 //! ([`Written::forget`]) and is written again whole.
@@ -23,6 +25,7 @@ use std::time::Instant;
 
 use foldhash::HashMap;
 
+use super::counters::Counters;
 use super::figures::Figures;
 
 use super::record::meta_of;
@@ -156,7 +159,8 @@ impl TubeOps {
 pub struct Written {
     /// The tube list; `None`: unknown (read it back before the next batch).
     pub tubes: Option<SwapList<TubeName>>,
-    counters: Option<StoreCounters>,
+    /// The namespace counters.
+    pub counters: Counters,
     /// Each tube's due-index entry as last written.
     due: HashMap<TubeName, u64>,
     /// Each tube's figures: as last written, and those held back.
@@ -168,7 +172,7 @@ impl Written {
     pub fn loaded(tubes: SwapList<TubeName>, counters: StoreCounters) -> Written {
         Written {
             tubes: Some(tubes),
-            counters: Some(counters),
+            counters: Counters::loaded(counters, Instant::now()),
             ..Written::default()
         }
     }
@@ -177,10 +181,27 @@ impl Written {
     pub fn forget(&mut self) {
         let mut figures = std::mem::take(&mut self.figures);
         figures.forget();
+        let mut counters = std::mem::take(&mut self.counters);
+        counters.forget();
         *self = Written {
             figures,
+            counters,
             ..Written::default()
         };
+    }
+
+    /// When the earliest figures or counters held back are due (`None`: nothing held).
+    pub fn due(&self) -> Option<Instant> {
+        match (self.figures.due(), self.counters.due()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// A clean stop: hold nothing back.
+    pub fn finishing(&mut self) {
+        self.figures.finishing();
+        self.counters.finishing();
     }
 }
 
@@ -450,7 +471,7 @@ impl Builder {
         written.tubes = Some(tubes);
     }
 
-    /// The namespace counters that changed since they were last written.
+    /// The namespace counters to write now (`counters.rs` says which and when).
     fn counter_commands(
         &mut self,
         b: &mut Batch,
@@ -459,27 +480,26 @@ impl Builder {
         written: &mut Written,
     ) {
         let ns = |k: NsKey| keys.ns(k);
-        let old = written.counters;
+        let w = written.counters.take(c, Instant::now());
         let f = &mut self.fields;
-        if old.map(|o| o.last_id) != Some(c.last_id) {
+        if let Some(ids) = w.ids {
             f.clear();
-            f.num(c.last_id);
+            f.num(ids);
             b.cmd("SET", ns(NsKey::Ids), f, 1);
         }
-        if old.map(|o| o.bury_seq) != Some(c.bury_seq) {
+        if let Some(seq) = w.seq {
             f.clear();
-            f.num(c.bury_seq);
+            f.num(seq);
             b.cmd("SET", ns(NsKey::Seq), f, 1);
         }
-        if old.map(|o| (o.total_jobs, o.job_timeouts)) != Some((c.total_jobs, c.job_timeouts)) {
+        if let Some([total_jobs, job_timeouts]) = w.stats {
             f.clear();
             f.push(b"total_jobs");
-            f.num(c.total_jobs);
+            f.num(total_jobs);
             f.push(b"job_timeouts");
-            f.num(c.job_timeouts);
+            f.num(job_timeouts);
             b.cmd("HSET", ns(NsKey::Stats), f, 2);
         }
-        written.counters = Some(c);
     }
 }
 

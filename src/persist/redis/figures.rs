@@ -12,6 +12,7 @@
 //! After a failed write what Redis holds is unknown: every tube's figures are written
 //! whole again the next time, and what was held back is still held (and written).
 
+use std::cell::Cell;
 use std::time::{Duration, Instant};
 
 use foldhash::HashMap;
@@ -32,6 +33,10 @@ pub struct Figures {
     /// Figures not written yet (the latest of each tube).
     held: HashMap<TubeName, TubeFigures>,
     finishing: bool,
+    /// [`Figures::due`] as last worked out, until a change (`None`: not known). The
+    /// committer asks for it at every turn of its loop, and working it out looks up
+    /// every held tube; only a batch changes it.
+    due: Cell<Option<Option<Instant>>>,
 }
 
 impl Figures {
@@ -45,6 +50,7 @@ impl Figures {
         out: &mut Vec<(usize, u64)>,
     ) {
         out.clear();
+        self.due.set(None);
         let old = self.written.get(name).copied();
         if let Some((o, at)) = old {
             if o == figures {
@@ -80,8 +86,18 @@ impl Figures {
         self.written.get(name).map(|(_, at)| *at + FIGURES_EVERY)
     }
 
-    /// When the earliest held figures are due (`None`: nothing held).
+    /// When the earliest held figures are due (`None`: nothing held). An instant in
+    /// the past stays due: caching it is safe.
     pub fn due(&self) -> Option<Instant> {
+        if let Some(due) = self.due.get() {
+            return due;
+        }
+        let due = self.work_out_due();
+        self.due.set(Some(due));
+        due
+    }
+
+    fn work_out_due(&self) -> Option<Instant> {
         let now = Instant::now();
         self.held
             .keys()
@@ -97,17 +113,20 @@ impl Figures {
 
     /// The tube is gone: nothing of it is written any more.
     pub fn dropped(&mut self, name: &TubeName) {
+        self.due.set(None);
         self.written.remove(name);
         self.held.remove(name);
     }
 
     /// A write failed: what Redis holds is unknown (what is held stays held).
     pub fn forget(&mut self) {
+        self.due.set(None);
         self.written.clear();
     }
 
     /// A clean stop: hold nothing back any more.
     pub fn finishing(&mut self) {
+        self.due.set(None);
         self.finishing = true;
     }
 }

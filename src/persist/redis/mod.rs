@@ -7,10 +7,13 @@
 //! - `sink`: the [`Sink`](crate::persist::Sink) sending each batch, fenced.
 //! - `stager`: large bodies written ahead of their jobs, on a connection of their own.
 //! - `figures`: tube figures written lazily (the counters at most once a second).
+//! - `counters`: the namespace counters written lazily (ids a block ahead, the stats
+//!   at most once a second).
 //! - `load`: a namespace read back into a memory store's snapshot.
 //! - `record`: a job record mapped to and from the metadata format.
 
 pub mod batch;
+mod counters;
 mod figures;
 pub mod load;
 mod record;

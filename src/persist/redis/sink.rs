@@ -145,11 +145,11 @@ impl Sink for RedisSink {
     }
 
     fn due(&self) -> Option<std::time::Instant> {
-        self.written.figures.due()
+        self.written.due()
     }
 
     fn finishing(&mut self) {
-        self.written.figures.finishing();
+        self.written.finishing();
     }
 
     fn name(&self) -> &'static str {

@@ -5,7 +5,8 @@
 //!
 //! Ownership: the [`MemoryStore`] is shared with the committer task (`crate::persist`),
 //! which takes cuts of it and publishes how far it has written on a watch channel
-//! ([`CommitProgress`]). This type only applies transitions and waits on that channel.
+//! ([`CommitProgress`]). This type only applies transitions and waits for that progress
+//! (`CommitLink::until_written`).
 //!
 //! Files: `mod.rs` (the store), `link.rs` (the [`CommitLink`] between the store and its
 //! committer), `staging.rs` (large bodies written ahead of their jobs).
@@ -272,15 +273,11 @@ impl Store for DurableStore {
         if written && self.link.valid.is_valid() {
             return Ok(());
         }
-        let mut progress = self.link.progress.subscribe();
-        let outcome = {
-            let reached = progress.wait_for(|p| p.written >= upto || p.stopped);
-            match tokio::time::timeout(COMMIT_TIMEOUT, reached).await {
-                Ok(Ok(p)) => Some(p.written >= upto),
-                Ok(Err(_)) => Some(false),
+        let outcome =
+            match tokio::time::timeout(COMMIT_TIMEOUT, self.link.until_written(upto)).await {
+                Ok(()) => Some(self.link.progress.borrow().written >= upto),
                 Err(_) => None,
-            }
-        };
+            };
         match outcome {
             // The write happened under this instance's lease; the reply is sent only
             // while the lease still covers it, so no answer leaves an instance that
@@ -298,7 +295,9 @@ impl Store for DurableStore {
             }),
             None => Err(StoreError::TimedOut {
                 op: "commit",
-                source: progress
+                source: self
+                    .link
+                    .progress
                     .borrow()
                     .failing
                     .as_deref()
