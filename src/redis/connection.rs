@@ -83,9 +83,10 @@ impl Connector {
         url: &str,
         tls: &TlsFiles,
         sentinel_password: Option<&str>,
+        prefix: &str,
     ) -> Result<Connector, TargetError> {
         Ok(Connector {
-            target: Arc::new(Target::new(url, tls, sentinel_password)?),
+            target: Arc::new(Target::new(url, tls, sentinel_password, prefix)?),
         })
     }
 

@@ -6,7 +6,8 @@
 //!   options), never shown with credentials.
 //! - [`connection`]: [`Connector`] and [`RedisConn`], connections that follow a
 //!   failover and never wait long on a Redis that is away; [`target`]: the `--redis`
-//!   URL (standalone, Sentinel, TLS) turned into the current primary.
+//!   URL (standalone, Sentinel, Cluster, TLS) turned into the current primary;
+//!   [`slot_owner`]: a Redis Cluster's primary of the namespace's slot.
 //! - [`error`]: what a failed call means, classified once by kind and error code.
 //! - [`keys`]: the key schema (docs/REDIS.md), and the KEYS layout Rust and Lua share.
 //! - [`meta`]: a job's metadata as both modes store it (msgpack, as the Lua scripts
@@ -31,6 +32,7 @@ pub mod keys;
 pub mod meta;
 pub mod policy;
 pub mod schema;
+pub mod slot_owner;
 pub mod target;
 
 pub use config::RedisConfig;
