@@ -6,32 +6,87 @@
 //!   joined, every node `cluster_state:ok`, every slot served, every replica linked;
 //!   the namespaces the plan spreads (`orders`, `redstalk`, `billing`) land on the three
 //!   primaries (CLUSTER KEYSLOT agrees with `{P}` tags). Prints the start time.
+//! - `two_namespaces_on_two_primaries_each_in_one_slot` — redstalk on
+//!   `redis+cluster://`: `orders` (shared mode, two instances) and `billing` (leader
+//!   mode) served at once from two primaries; every key of a namespace is on the
+//!   primary of its slot and in that slot (SCAN of every primary, COUNTKEYSINSLOT);
+//!   the start log names prefix, tag, slot and primary; a put on one shared instance
+//!   wakes a reserve blocked on the other (sharded pub/sub). Prints the wake-up times.
+//! - `the_protocol_corpus_passes_on_the_cluster_in_{shared,leader}_mode` — every case
+//!   of protocol-tests/cases (the `protocol` runner's own player, runner.rs) against
+//!   redstalk on the cluster, one fresh namespace per case, so the namespaces spread
+//!   over the three primaries. Prints cases run and the time.
+//! - `urls_that_do_not_fit_the_cluster_are_refused` — `redis://` at a cluster node,
+//!   a database other than 0, a sentinel password with a cluster URL: redstalk exits
+//!   at once saying why, never quoting the password.
+//! - `killing_the_slots_primary_under_load_{shared,leader}` — kill -9 of the primary of
+//!   the namespace's slot under a put/reserve/delete load: the cluster promotes its
+//!   replica and redstalk follows by itself. Prints the time to the promotion and to
+//!   the first command acknowledged after it, and the audit (jobs acknowledged and lost
+//!   with the primary are counted, not asserted: no --redis-wait-replicas here).
 
 // A test reports failure by panicking: unwrap and expect are how it says so.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+// The `protocol` target's case player, reused as it is (its `main` unused here), with
+// the support module it loads (one copy).
+#[path = "runner.rs"]
+#[allow(dead_code)]
+mod runner;
 
-use std::time::Instant;
+use runner::support;
 
+use std::time::{Duration, Instant};
+
+use support::client::Client;
 use support::cluster::{Cluster, SLOTS, info_field};
 use support::redis::redis_server_path;
 use support::sentinel::cli;
-use support::serial;
+use support::{ServerKind, ServerProc, TEST_LEASE_MS, serial, wait_served};
 
-#[test]
-fn a_six_node_cluster_starts() {
-    let _serial = serial();
+/// Generous bounds: the machine is two loaded cores.
+const SERVED_WITHIN: Duration = Duration::from_secs(30);
+
+/// The cluster, or `None` (the test skipped) when redis-server is not installed.
+fn cluster() -> Option<Cluster> {
     if redis_server_path().is_none() {
         assert!(
             !support::oracle_required(),
             "redis-server is required (REDSTALK_REQUIRE_ORACLE=1) but not installed"
         );
         eprintln!("!!! redis-server is not installed: the Redis Cluster tests are SKIPPED.");
-        return;
+        return None;
     }
+    Some(Cluster::start().expect("start a 6-node cluster"))
+}
+
+/// redstalk in `kind`'s mode on the cluster under `prefix`, served, its log captured.
+fn redstalk(cluster: &Cluster, kind: ServerKind, prefix: &str) -> (ServerProc, support::Log) {
+    // -V: the start line naming the slot and its primary is at info level.
+    let mut args: Vec<String> = vec!["-V".into()];
+    if kind == ServerKind::Leader {
+        args.extend(["--redis-lease".into(), TEST_LEASE_MS.into()]);
+    }
+    let mut srv = ServerProc::start_on_redis_as(kind, &cluster.url(), prefix, &args)
+        .unwrap_or_else(|e| panic!("start redstalk ({}) on the cluster: {e}", kind.name()));
+    let log = srv.capture_stderr();
+    wait_served(srv.addr, SERVED_WITHIN, &log);
+    (srv, log)
+}
+
+/// The slot of the namespace `prefix` (every key is under the tag `{prefix}`).
+fn slot(cluster: &Cluster, prefix: &str) -> u16 {
+    let key = format!("{{{prefix}}}");
+    cli(cluster.nodes[0].port, &["CLUSTER", "KEYSLOT", &key])
+        .and_then(|s| s.trim().parse().ok())
+        .expect("CLUSTER KEYSLOT")
+}
+
+#[test]
+fn a_six_node_cluster_starts() {
+    let _serial = serial();
     let t = Instant::now();
-    let cluster = Cluster::start().expect("start a 6-node cluster");
+    let Some(cluster) = cluster() else { return };
     let started = t.elapsed();
     for node in &cluster.nodes {
         assert_eq!(
@@ -70,4 +125,128 @@ fn a_six_node_cluster_starts() {
         cluster.seeds(),
         started.as_millis()
     );
+}
+
+#[test]
+fn two_namespaces_on_two_primaries_each_in_one_slot() {
+    let _serial = serial();
+    let Some(cluster) = cluster() else { return };
+    let (orders, billing) = (slot(&cluster, "orders"), slot(&cluster, "billing"));
+    let (a, a_log) = redstalk(&cluster, ServerKind::Redis, "orders");
+    let (b, _b_log) = redstalk(&cluster, ServerKind::Redis, "orders");
+    let (l, l_log) = redstalk(&cluster, ServerKind::Leader, "billing");
+    let (a_start, l_start) = (a_log.tail(), l_log.tail());
+    // Both namespaces at once: puts interleaved, then every job reserved and deleted.
+    let (mut ca, mut cl) = (
+        Client::connect(a.addr, "orders"),
+        Client::connect(l.addr, "billing"),
+    );
+    let t = Instant::now();
+    for i in 0..200u32 {
+        ca.put(0, 0, 60, format!("o{i}").as_bytes());
+        cl.put(0, 0, 60, format!("b{i}").as_bytes());
+    }
+    for c in [&mut ca, &mut cl] {
+        for _ in 0..150 {
+            let (id, _) = c.reserve();
+            c.expect(&format!("delete {id}"), "DELETED");
+        }
+    }
+    println!(
+        "cluster: 2 namespaces on 2 primaries, 400 puts and 300 reserve+delete in {} ms",
+        t.elapsed().as_millis()
+    );
+    // A put on one shared instance wakes a reserve blocked on the other.
+    let mut cb = Client::connect(b.addr, "waiter");
+    cb.watch_only("wake");
+    let mut wakes = Vec::new();
+    for i in 0..5 {
+        cb.send_line("reserve-with-timeout 10");
+        std::thread::sleep(Duration::from_millis(200));
+        ca.use_tube("wake");
+        let sent = Instant::now();
+        ca.put(0, 0, 60, format!("w{i}").as_bytes());
+        let r = cb
+            .try_reply(Duration::from_secs(10))
+            .expect("the waiter is woken");
+        wakes.push(sent.elapsed());
+        assert_eq!(r.word(), "RESERVED", "{}", a_log.tail());
+        cb.expect(&format!("delete {}", r.id().unwrap()), "DELETED");
+    }
+    let wake_ms: Vec<u128> = wakes.iter().map(Duration::as_millis).collect();
+    println!("cluster: wake-up across two shared instances (ms): {wake_ms:?}");
+    assert!(
+        wakes
+            .iter()
+            .filter(|w| **w < Duration::from_millis(500))
+            .count()
+            >= 3,
+        "wake-ups came by the sweep, not by pub/sub: {wake_ms:?}"
+    );
+    // Every key of each namespace on its slot's primary, in its slot.
+    for (prefix, slot, said) in [("orders", orders, a_start), ("billing", billing, l_start)] {
+        let owner = cluster.primary_of(slot).expect("the slot has a primary");
+        let tag = format!("{{{prefix}}}");
+        let mut on_owner = 0;
+        for i in cluster.primaries() {
+            let keys = cluster.keys_of(i);
+            let stray: Vec<&String> = keys
+                .iter()
+                .filter(|k| k.contains(prefix) && !k.starts_with(&tag))
+                .collect();
+            assert!(
+                stray.is_empty(),
+                "{prefix}: keys outside the tag on node {i}: {stray:?}"
+            );
+            let mine = keys.iter().filter(|k| k.starts_with(&tag)).count() as u64;
+            if i == owner {
+                on_owner = mine;
+            } else {
+                assert_eq!(
+                    mine, 0,
+                    "{prefix}: keys on node {i}, not the slot's primary"
+                );
+            }
+        }
+        assert!(on_owner > 0, "{prefix}: no key on the slot's primary");
+        assert_eq!(
+            cluster.keys_in_slot(owner, slot),
+            on_owner,
+            "{prefix}: keys outside slot {slot}"
+        );
+        let port = cluster.nodes[owner].port.to_string();
+        assert!(
+            said.contains(&format!("slot={slot}")) && said.contains(&port),
+            "{prefix}: the start log does not name slot {slot} and its primary\n{said}"
+        );
+        println!("cluster: {prefix} in slot {slot} on node {owner} (port {port}): {on_owner} keys");
+    }
+    drop(b);
+}
+
+fn corpus(kind: ServerKind, prefix: &str) {
+    let _serial = serial();
+    let Some(cluster) = cluster() else { return };
+    let t = Instant::now();
+    let (ran, skipped, failed) =
+        runner::run_corpus_on_redis(kind.redis_mode().unwrap(), &cluster.url(), prefix, 3);
+    println!(
+        "cluster: protocol corpus in {} mode: {ran} cases ran, {skipped} skipped (another \
+         release), {} failed, in {} s",
+        kind.redis_mode().unwrap(),
+        failed.len(),
+        t.elapsed().as_secs()
+    );
+    assert!(ran > 200, "only {ran} cases ran");
+    assert!(failed.is_empty(), "{}", failed.join("\n\n"));
+}
+
+#[test]
+fn the_protocol_corpus_passes_on_the_cluster_in_shared_mode() {
+    corpus(ServerKind::Redis, "cs");
+}
+
+#[test]
+fn the_protocol_corpus_passes_on_the_cluster_in_leader_mode() {
+    corpus(ServerKind::Leader, "cl");
 }

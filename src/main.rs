@@ -156,7 +156,7 @@ async fn start_serving(settings: &Settings) -> anyhow::Result<Serving> {
     redstalk::redis::schema::prepare(&redis.config)
         .await
         .map_err(|err| {
-            if err.is_old_instance() {
+            if err.is_refusal() {
                 anyhow::anyhow!("cannot start: {err}")
             } else {
                 anyhow::Error::new(err).context(unreachable())

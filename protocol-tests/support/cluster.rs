@@ -146,3 +146,77 @@ impl Cluster {
             .join(",")
     }
 }
+
+impl Cluster {
+    /// The `redis+cluster://` URL of the whole cluster (every node a seed).
+    pub fn url(&self) -> String {
+        format!("redis+cluster://{}", self.seeds())
+    }
+
+    /// The node that serves `slot` as its primary, by its own account (`CLUSTER
+    /// NODES`, its `myself` line), among the nodes that answer.
+    pub fn primary_of(&self, slot: u16) -> Option<usize> {
+        (0..self.nodes.len()).find(|&i| {
+            let Some(nodes) = cli(self.port(i), &["CLUSTER", "NODES"]) else {
+                return false;
+            };
+            nodes.lines().any(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                f.len() > 8
+                    && f[2].contains("myself")
+                    && f[2].contains("master")
+                    && f[8..].iter().any(|r| covers(r, slot))
+            })
+        })
+    }
+
+    /// The nodes that are primaries now, by their own account.
+    pub fn primaries(&self) -> Vec<usize> {
+        (0..self.nodes.len())
+            .filter(|&i| {
+                cli(self.port(i), &["ROLE"]).is_some_and(|r| r.lines().next() == Some("master"))
+            })
+            .collect()
+    }
+
+    /// Every key of node `i` (SCAN).
+    pub fn keys_of(&self, i: usize) -> Vec<String> {
+        cli(self.port(i), &["--scan"])
+            .map(|out| out.lines().map(str::to_string).collect())
+            .unwrap_or_default()
+    }
+
+    /// How many keys node `i` holds in `slot`.
+    pub fn keys_in_slot(&self, i: usize, slot: u16) -> u64 {
+        cli(
+            self.port(i),
+            &["CLUSTER", "COUNTKEYSINSLOT", &slot.to_string()],
+        )
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0)
+    }
+
+    /// Wait until every node that answers says `cluster_state:ok`.
+    pub fn wait_ok(&self, within: Duration) -> Result<Duration, String> {
+        let start = Instant::now();
+        wait_until("cluster_state:ok", within, || {
+            self.nodes
+                .iter()
+                .filter(|n| n.pid().is_some())
+                .all(|n| info_field(n.port, "cluster_state").as_deref() == Some("ok"))
+        })?;
+        Ok(start.elapsed())
+    }
+}
+
+/// Whether a `CLUSTER NODES` slot field (`N` or `A-B`; migrations `[..]` aside) holds
+/// `slot`.
+fn covers(range: &str, slot: u16) -> bool {
+    let parse = |s: &str| s.parse::<u16>().ok();
+    match range.split_once('-') {
+        Some((a, b)) => {
+            matches!((parse(a), parse(b)), (Some(a), Some(b)) if (a..=b).contains(&slot))
+        }
+        None => parse(range) == Some(slot),
+    }
+}

@@ -104,6 +104,11 @@ impl Connector {
         })
     }
 
+    /// Whether the target is a Redis Cluster's slot owner (`redis+cluster://`).
+    pub fn is_cluster(&self) -> bool {
+        self.target.is_cluster()
+    }
+
     /// A connection that reconnects by itself; fails when the first attempt fails
     /// (so a start with a wrong password says so).
     pub async fn managed(

@@ -86,6 +86,12 @@ pub enum SchemaError {
          start this one"
     )]
     OldInstancesLive { key: String, live: i64 },
+    #[error(
+        "this Redis is a node of a Redis Cluster (cluster_enabled:1): use \
+         redis+cluster://HOST:PORT[,HOST:PORT...] (or rediss+cluster://), which finds the \
+         primary of the namespace's slot"
+    )]
+    ClusterNode,
     #[error("cannot connect to Redis to check the namespace's key layout")]
     Connect(#[source] CallError),
     #[error("{op}")]
@@ -104,6 +110,12 @@ impl SchemaError {
             self,
             SchemaError::OldLeaderLive { .. } | SchemaError::OldInstancesLive { .. }
         )
+    }
+
+    /// Whether Redis was reached and the start is refused for a reason to fix (an old
+    /// instance lives, the URL's form does not fit the topology), not for want of Redis.
+    pub fn is_refusal(&self) -> bool {
+        self.is_old_instance() || matches!(self, SchemaError::ClusterNode)
     }
 }
 
@@ -162,7 +174,42 @@ pub async fn prepare(config: &RedisConfig) -> Result<Prepared, SchemaError> {
         .managed("schema", RESPONSE_TIMEOUT)
         .await
         .map_err(|e| SchemaError::Connect(CallError::connect(e)))?;
+    if connector.is_cluster() {
+        return prepare_cluster(&mut conn, &config.prefix).await;
+    }
+    refuse_cluster_node(&mut conn).await?;
     prepare_on(&mut conn, &config.prefix).await
+}
+
+/// [`prepare`] on a Redis Cluster: schema 1 could not run there (its keys span slots,
+/// and so would the look for them), so a namespace is current or fresh.
+async fn prepare_cluster(conn: &mut RedisConn, prefix: &str) -> Result<Prepared, SchemaError> {
+    let keys = Keys::new(prefix);
+    let version: Option<u32> = redis::cmd("GET")
+        .arg(keys.schema())
+        .query_async(conn)
+        .await
+        .map_err(redis_err("GET schema"))?;
+    if version == Some(VERSION) {
+        return Ok(Prepared::Current);
+    }
+    set_version(conn, &keys).await?;
+    tracing::info!(prefix, schema = VERSION, "new namespace");
+    Ok(Prepared::Fresh)
+}
+
+/// A `redis://` or Sentinel URL that reached a Redis Cluster node is refused: the
+/// namespace's slot may live on another node, and wake-ups would not reach it.
+async fn refuse_cluster_node(conn: &mut RedisConn) -> Result<(), SchemaError> {
+    let info: redis::InfoDict = redis::cmd("INFO")
+        .arg("cluster")
+        .query_async(conn)
+        .await
+        .map_err(redis_err("INFO cluster"))?;
+    match info.get::<i64>("cluster_enabled") {
+        Some(1) => Err(SchemaError::ClusterNode),
+        _ => Ok(()),
+    }
 }
 
 /// [`prepare`] on a connection.
