@@ -40,8 +40,9 @@ use std::time::{Duration, Instant};
 
 use support::client::Client;
 use support::cluster::{Cluster, SLOTS, info_field};
+use support::load::{Load, LoadConfig};
 use support::redis::redis_server_path;
-use support::sentinel::cli;
+use support::sentinel::{cli, wait_for};
 use support::{ServerKind, ServerProc, TEST_LEASE_MS, serial, wait_served};
 
 /// Generous bounds: the machine is two loaded cores.
@@ -249,4 +250,145 @@ fn the_protocol_corpus_passes_on_the_cluster_in_shared_mode() {
 #[test]
 fn the_protocol_corpus_passes_on_the_cluster_in_leader_mode() {
     corpus(ServerKind::Leader, "cl");
+}
+
+/// Run redstalk with `args` (a free port); it must exit within 20 s. Its exit code
+/// and stderr.
+fn refused(args: &[&str]) -> (Option<i32>, String) {
+    let port = support::free_port().to_string();
+    let mut child = std::process::Command::new(support::redstalk_path())
+        .args(["-l", "127.0.0.1", "-p", &port])
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn redstalk");
+    let log = support::Log::drain(child.stderr.take().unwrap());
+    let status = support::wait_exit(&mut child, Duration::from_secs(20));
+    if status.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("redstalk {args:?} still runs after 20 s: {}", log.tail());
+    }
+    (
+        status.and_then(|s| s.code()),
+        log.final_tail(Duration::from_secs(2)),
+    )
+}
+
+#[test]
+fn urls_that_do_not_fit_the_cluster_are_refused() {
+    let _serial = serial();
+    let Some(cluster) = cluster() else { return };
+    let node = format!("redis://127.0.0.1:{}/0", cluster.nodes[0].port);
+    let with_db = format!("{}/1", cluster.url());
+    let cases: [(&[&str], &str); 3] = [
+        (&["--redis", &node], "use redis+cluster://"),
+        (&["--redis", &with_db], "only database 0"),
+        (
+            &[
+                "--redis",
+                &cluster.url(),
+                "--redis-sentinel-password",
+                "hunter2",
+            ],
+            "has no sentinels",
+        ),
+    ];
+    for (args, why) in cases {
+        let (code, said) = refused(args);
+        assert!(
+            code.is_some_and(|c| c != 0),
+            "{args:?}: exit {code:?}\n{said}"
+        );
+        assert!(said.contains(why), "{args:?}: {why:?} not said:\n{said}");
+        assert!(!said.contains("hunter2"), "the password is quoted:\n{said}");
+        println!(
+            "cluster: refused with exit {code:?}: {}",
+            said.lines().last().unwrap_or("")
+        );
+    }
+}
+
+/// kill -9 of the primary of the namespace's slot under load, in `kind`'s mode.
+fn failover(kind: ServerKind) {
+    let _serial = serial();
+    let Some(mut cluster) = cluster() else { return };
+    let prefix = format!("failover-{}", kind.name());
+    let slot = slot(&cluster, &prefix);
+    let (mut srv, log) = redstalk(&cluster, kind, &prefix);
+    let load = Load::start(
+        srv.addr,
+        LoadConfig {
+            producers: 4,
+            workers: 4,
+            tube: "load".into(),
+            ttr: 5,
+            reply_timeout: Duration::from_secs(5),
+        },
+    );
+    load.wait_until(
+        "the load runs",
+        SERVED_WITHIN,
+        || log.tail(),
+        |l| l.acked.len() > 300 && l.deleted.len() > 100,
+    );
+    let old = cluster.primary_of(slot).expect("the slot has a primary");
+    let acked_at_kill = load.ledger(|l| l.acked.len());
+    cluster.nodes[old].kill();
+    let killed = Instant::now();
+    wait_for(
+        "the cluster promotes the replica",
+        Duration::from_secs(60),
+        || cluster.primary_of(slot).is_some_and(|p| p != old),
+    );
+    let promoted = killed.elapsed();
+    load.wait_until(
+        "commands acknowledged on the new primary",
+        Duration::from_secs(60),
+        || log.tail(),
+        |l| l.acked.len() > acked_at_kill + 5,
+    );
+    let first_ack = killed.elapsed();
+    let acked_after = load.ledger(|l| l.acked.len());
+    load.wait_until(
+        "the load goes on",
+        Duration::from_secs(30),
+        || log.tail(),
+        |l| l.acked.len() > acked_after + 200,
+    );
+    let mut load = load;
+    load.stop_producers();
+    let ledger = load.stop();
+    assert!(srv.is_running(), "redstalk died: {}", log.tail());
+    let mut c = Client::connect(srv.addr, "auditor");
+    let audit = ledger.audit(&mut c);
+    let label = kind.redis_mode().unwrap();
+    println!(
+        "cluster failover ({label} mode, slot {slot}): primary killed with {acked_at_kill} \
+         acknowledged; replica promoted {} ms after the kill; first command acknowledged \
+         after it {} ms after the kill (node timeout {} ms)",
+        promoted.as_millis(),
+        first_ack.as_millis(),
+        support::cluster::NODE_TIMEOUT_MS
+    );
+    println!("cluster failover ({label} mode): {}", audit.summary());
+    println!("cluster failover ({label} mode): {}", ledger.counts());
+    assert!(audit.wrong.is_empty(), "{:?}", audit.wrong);
+    assert!(
+        log.tail().contains("new primary"),
+        "no log line for the new primary:\n{}",
+        log.tail()
+    );
+}
+
+#[test]
+fn killing_the_slots_primary_under_load_shared() {
+    failover(ServerKind::Redis);
+}
+
+#[test]
+fn killing_the_slots_primary_under_load_leader() {
+    failover(ServerKind::Leader);
 }

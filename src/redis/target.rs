@@ -246,6 +246,22 @@ impl Target {
     }
 }
 
+/// The refusals a `redis+cluster://` URL can meet before any connection: a sentinel
+/// password beside it, a database other than 0, a malformed host list (checked with
+/// the other options, so they exit as a usage error).
+pub fn check_cluster_url(url: &str, sentinel_password: bool) -> Result<(), TargetError> {
+    let Some(rest) = url
+        .strip_prefix("redis+cluster://")
+        .or_else(|| url.strip_prefix("rediss+cluster://"))
+    else {
+        return Ok(());
+    };
+    if sentinel_password {
+        return Err(TargetError::SentinelPasswordOnCluster);
+    }
+    cluster_url(rest).map(|_| ())
+}
+
 /// An error's kind and description, without details that could quote the input.
 trait KindText {
     fn kind_text(&self) -> String;
