@@ -136,7 +136,16 @@ fn two_namespaces_on_two_primaries_each_in_one_slot() {
     let (a, a_log) = redstalk(&cluster, ServerKind::Redis, "orders");
     let (b, _b_log) = redstalk(&cluster, ServerKind::Redis, "orders");
     let (l, l_log) = redstalk(&cluster, ServerKind::Leader, "billing");
-    let (a_start, l_start) = (a_log.tail(), l_log.tail());
+    // The start line, once the drain thread has read it (the tail, before the
+    // connections of the test push it out).
+    let start_line = |log: &support::Log| {
+        let since = Instant::now();
+        while !log.tail().contains("slot=") && since.elapsed() < SERVED_WITHIN {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        log.tail()
+    };
+    let (a_start, l_start) = (start_line(&a_log), start_line(&l_log));
     // Both namespaces at once: puts interleaved, then every job reserved and deleted.
     let (mut ca, mut cl) = (
         Client::connect(a.addr, "orders"),
