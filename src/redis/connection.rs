@@ -562,3 +562,77 @@ impl ConnectionLike for RedisConn {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply(code_and_detail: &str) -> Value {
+        match redis::parse_redis_value(format!("-{code_and_detail}\r\n").as_bytes()) {
+            Ok(v) => v,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    #[test]
+    fn only_a_call_the_cluster_surely_did_not_run_is_sent_again() {
+        let mut change_and_wait = redis::pipe();
+        change_and_wait
+            .cmd("EVALSHA")
+            .arg("x")
+            .arg(0)
+            .cmd("WAIT")
+            .arg(1)
+            .arg(100);
+        let moved = reply("MOVED 105 127.0.0.1:7001");
+        // The change redirected; the WAIT's reply (any) changes nothing.
+        assert!(pipeline_redirected(
+            &change_and_wait,
+            0,
+            &[moved.clone(), Value::Int(0)]
+        ));
+        assert!(pipeline_redirected(
+            &change_and_wait,
+            0,
+            &[
+                reply("TRYAGAIN x"),
+                reply("ERR WAIT cannot be used with replica instances")
+            ]
+        ));
+        // The change ran (or failed as it ran): never again.
+        assert!(!pipeline_redirected(
+            &change_and_wait,
+            0,
+            &[Value::Okay, reply("CLUSTERDOWN x")]
+        ));
+        assert!(!pipeline_redirected(
+            &change_and_wait,
+            0,
+            &[reply("ERR user_script:1: boom"), Value::Int(0)]
+        ));
+        // A transaction's replies (offset past MULTI) are not read here.
+        assert!(!pipeline_redirected(
+            &change_and_wait,
+            1,
+            std::slice::from_ref(&moved)
+        ));
+        let one: RedisResult<Value> = Err(redis::RedisError::from(match moved {
+            Value::ServerError(e) => e,
+            _ => panic!("an error reply"),
+        }));
+        assert!(command_redirected(&one));
+        let timed_out: RedisResult<Value> =
+            Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into());
+        assert!(!command_redirected(&timed_out));
+    }
+
+    #[test]
+    fn redirected_calls_are_sent_again_within_the_wait_limit() {
+        let now = Instant::now();
+        let pauses: Vec<Duration> = (0..5).map_while(|t| resend_after(now, t)).collect();
+        assert_eq!(pauses, REDIRECT_BACKOFF.to_vec());
+        let long_ago = now - Duration::from_millis(900);
+        assert_eq!(resend_after(long_ago, 0), Some(REDIRECT_BACKOFF[0]));
+        assert_eq!(resend_after(long_ago, 1), None);
+    }
+}

@@ -7,7 +7,8 @@
 //! - [`connection`]: [`Connector`] and [`RedisConn`], connections that follow a
 //!   failover and never wait long on a Redis that is away; [`target`]: the `--redis`
 //!   URL (standalone, Sentinel, Cluster, TLS) turned into the current primary;
-//!   [`slot_owner`]: a Redis Cluster's primary of the namespace's slot.
+//!   [`slot_owner`]: a Redis Cluster's primary of the namespace's slot; [`tls`]: the
+//!   TLS files, and certificate problems said plainly.
 //! - [`error`]: what a failed call means, classified once by kind and error code.
 //! - [`keys`]: the key schema (docs/REDIS.md), and the KEYS layout Rust and Lua share.
 //! - [`meta`]: a job's metadata as both modes store it (msgpack, as the Lua scripts
@@ -34,6 +35,7 @@ pub mod policy;
 pub mod schema;
 pub mod slot_owner;
 pub mod target;
+pub mod tls;
 
 pub use config::RedisConfig;
 pub use connection::{CONNECT_TIMEOUT, Connector, RESPONSE_TIMEOUT, RedisConn, WAIT_LIMIT};
