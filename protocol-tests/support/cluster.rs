@@ -196,6 +196,24 @@ impl Cluster {
         .unwrap_or(0)
     }
 
+    /// `CLUSTER FAILOVER` on the replica of primary `old` (the one that says so in
+    /// `INFO replication`); returns the replica's index once it serves `old`'s slots.
+    pub fn manual_failover(&self, old: usize) -> Result<usize, String> {
+        let port = format!("master_port:{}", self.port(old));
+        let replica = (0..self.nodes.len())
+            .find(|&i| {
+                i != old
+                    && cli(self.port(i), &["INFO", "replication"])
+                        .is_some_and(|r| r.lines().any(|l| l.trim() == port))
+            })
+            .ok_or("no replica of that primary")?;
+        self.run(replica, &["CLUSTER", "FAILOVER"])?;
+        wait_until("the replica takes over", Duration::from_secs(30), || {
+            cli(self.port(replica), &["ROLE"]).is_some_and(|r| r.lines().next() == Some("master"))
+        })?;
+        Ok(replica)
+    }
+
     /// Wait until every node that answers says `cluster_state:ok`.
     pub fn wait_ok(&self, within: Duration) -> Result<Duration, String> {
         let start = Instant::now();
