@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 
 use support::client::Client;
 use support::cluster::{Cluster, SLOTS, info_field};
-use support::load::{Load, LoadConfig};
+use support::load::Load;
 use support::redis::redis_server_path;
 use support::sentinel::{cli, wait_for};
 use support::{ServerKind, ServerProc, TEST_LEASE_MS, serial, wait_served};
@@ -380,16 +380,7 @@ fn failover(kind: ServerKind) {
     let prefix = format!("failover-{}", kind.name());
     let slot = slot(&cluster, &prefix);
     let (mut srv, log) = redstalk(&cluster, kind, &prefix);
-    let load = Load::start(
-        srv.addr,
-        LoadConfig {
-            producers: 4,
-            workers: 4,
-            tube: "load".into(),
-            ttr: 5,
-            reply_timeout: Duration::from_secs(5),
-        },
-    );
+    let load = Load::for_failover(srv.addr);
     load.wait_until(
         "the load runs",
         SERVED_WITHIN,
@@ -413,19 +404,7 @@ fn failover(kind: ServerKind) {
         |l| l.acked.len() > acked_at_kill + 5,
     );
     let first_ack = killed.elapsed();
-    let acked_after = load.ledger(|l| l.acked.len());
-    load.wait_until(
-        "the load goes on",
-        Duration::from_secs(30),
-        || log.tail(),
-        |l| l.acked.len() > acked_after + 200,
-    );
-    let mut load = load;
-    load.stop_producers();
-    let ledger = load.stop();
-    assert!(srv.is_running(), "redstalk died: {}", log.tail());
-    let mut c = Client::connect(srv.addr, "auditor");
-    let audit = ledger.audit(&mut c);
+    let (ledger, audit) = load.finish(&mut srv, &log);
     let label = kind.redis_mode().unwrap();
     println!(
         "cluster failover ({label} mode, slot {slot}): primary killed with {acked_at_kill} \

@@ -185,15 +185,25 @@ pub async fn prepare(config: &RedisConfig) -> Result<Prepared, SchemaError> {
 /// and so would the look for them), so a namespace is current or fresh.
 async fn prepare_cluster(conn: &mut RedisConn, prefix: &str) -> Result<Prepared, SchemaError> {
     let keys = Keys::new(prefix);
+    if is_current(conn, &keys).await? {
+        return Ok(Prepared::Current);
+    }
+    fresh(conn, &keys, prefix).await
+}
+
+/// Whether the namespace of `keys` is at [`VERSION`] already.
+async fn is_current(conn: &mut RedisConn, keys: &Keys) -> Result<bool, SchemaError> {
     let version: Option<u32> = redis::cmd("GET")
         .arg(keys.schema())
         .query_async(conn)
         .await
         .map_err(redis_err("GET schema"))?;
-    if version == Some(VERSION) {
-        return Ok(Prepared::Current);
-    }
-    set_version(conn, &keys).await?;
+    Ok(version == Some(VERSION))
+}
+
+/// A namespace with no key of either layout: it starts at [`VERSION`].
+async fn fresh(conn: &mut RedisConn, keys: &Keys, prefix: &str) -> Result<Prepared, SchemaError> {
+    set_version(conn, keys).await?;
     tracing::info!(prefix, schema = VERSION, "new namespace");
     Ok(Prepared::Fresh)
 }
@@ -218,12 +228,7 @@ pub async fn prepare_on(conn: &mut RedisConn, prefix: &str) -> Result<Prepared, 
     let old = Legacy {
         prefix: prefix.to_string(),
     };
-    let version: Option<u32> = redis::cmd("GET")
-        .arg(keys.schema())
-        .query_async(conn)
-        .await
-        .map_err(redis_err("GET schema"))?;
-    if version == Some(VERSION) {
+    if is_current(conn, &keys).await? {
         return Ok(Prepared::Current);
     }
     let (legacy, lease): (i64, Option<String>) = redis::pipe()
@@ -238,9 +243,7 @@ pub async fn prepare_on(conn: &mut RedisConn, prefix: &str) -> Result<Prepared, 
         .map_err(redis_err("look for keys of schema 1"))?;
     // The tombstone without schema-1 keys: an upgrade cut short after its last rename.
     if legacy == 0 && lease.as_deref() != Some(TOMBSTONE) {
-        set_version(conn, &keys).await?;
-        tracing::info!(prefix, schema = VERSION, "new namespace");
-        return Ok(Prepared::Fresh);
+        return fresh(conn, &keys, prefix).await;
     }
     guard(conn, &old).await?;
     let started = Instant::now();
