@@ -24,6 +24,12 @@
 //! - `urls_that_do_not_fit_the_cluster_are_refused` — `redis://` at a cluster node,
 //!   a database other than 0, a sentinel password with a cluster URL: redstalk exits
 //!   at once saying why, never quoting the password.
+//! - `moving_the_slot_under_load_{shared,leader}` — the namespace's slot migrated to
+//!   another primary (IMPORTING/MIGRATING, MIGRATE, SETSLOT NODE) under load: calls
+//!   the cluster refused (ASK, TRYAGAIN, MOVED) are sent again, the connections follow
+//!   the slot to its new shard (whose replication history is its own), nothing is
+//!   lost. Prints the migration time and the INTERNAL_ERROR replies meanwhile (0 seen:
+//!   16 before MOVED replies, which redis-rs hands up as values, were re-sent).
 //! - `killing_the_slots_primary_under_load_{shared,leader}` — kill -9 of the primary of
 //!   the namespace's slot under a put/reserve/delete load: the cluster promotes its
 //!   replica and redstalk follows by itself. Prints the time to the promotion and to
@@ -422,6 +428,62 @@ fn failover(kind: ServerKind) {
         "no log line for the new primary:\n{}",
         log.tail()
     );
+}
+
+/// The namespace's slot moved to another primary under load, in `kind`'s mode.
+fn slot_move(kind: ServerKind) {
+    let _serial = serial();
+    let Some(cluster) = cluster() else { return };
+    let prefix = format!("move-{}", kind.name());
+    let slot = slot(&cluster, &prefix);
+    let (mut srv, log) = redstalk(&cluster, kind, &prefix);
+    let load = Load::for_failover(srv.addr);
+    load.wait_until(
+        "the load runs",
+        SERVED_WITHIN,
+        || log.tail(),
+        |l| l.acked.len() > 300 && l.deleted.len() > 100,
+    );
+    let from = cluster.primary_of(slot).expect("the slot has a primary");
+    let to = (0..3).find(|&i| i != from).unwrap();
+    let errors_before = load.ledger(|l| l.internal_errors);
+    let t = Instant::now();
+    let keys = cluster
+        .migrate_slot(slot, from, to)
+        .expect("migrate the slot");
+    let moved_in = t.elapsed();
+    let acked = load.ledger(|l| l.acked.len());
+    load.wait_until(
+        "commands acknowledged after the move",
+        Duration::from_secs(30),
+        || log.tail(),
+        |l| l.acked.len() > acked + 5,
+    );
+    let resumed = t.elapsed();
+    let errors = load.ledger(|l| l.internal_errors) - errors_before;
+    let (ledger, audit) = load.finish(&mut srv, &log);
+    let label = kind.redis_mode().unwrap();
+    println!(
+        "cluster slot move ({label} mode, slot {slot}, node {from} -> {to}): {keys} keys \
+         migrated in {} ms; commands acknowledged again {} ms after the move began; \
+         {errors} INTERNAL_ERROR replies meanwhile",
+        moved_in.as_millis(),
+        resumed.as_millis()
+    );
+    println!("cluster slot move ({label} mode): {}", audit.summary());
+    println!("cluster slot move ({label} mode): {}", ledger.counts());
+    audit.assert_sound(&format!("{label} mode, the namespace's slot moved"));
+    assert_eq!(cluster.primary_of(slot), Some(to));
+}
+
+#[test]
+fn moving_the_slot_under_load_shared() {
+    slot_move(ServerKind::Redis);
+}
+
+#[test]
+fn moving_the_slot_under_load_leader() {
+    slot_move(ServerKind::Leader);
 }
 
 #[test]

@@ -214,6 +214,35 @@ impl Cluster {
         Ok(replica)
     }
 
+    /// Move `slot` from primary `from` to primary `to` as `redis-cli --cluster reshard`
+    /// does: IMPORTING on `to`, MIGRATING on `from`, MIGRATE of its keys 100 at a time,
+    /// then SETSLOT NODE on both (gossip tells the others). Returns how many keys moved.
+    pub fn migrate_slot(&self, slot: u16, from: usize, to: usize) -> Result<usize, String> {
+        let (slot_s, from_id, to_id) = (slot.to_string(), self.id(from)?, self.id(to)?);
+        self.run(to, &["CLUSTER", "SETSLOT", &slot_s, "IMPORTING", &from_id])?;
+        self.run(from, &["CLUSTER", "SETSLOT", &slot_s, "MIGRATING", &to_id])?;
+        let to_port = self.port(to).to_string();
+        let mut moved = 0;
+        loop {
+            let keys = cli(
+                self.port(from),
+                &["CLUSTER", "GETKEYSINSLOT", &slot_s, "100"],
+            )
+            .ok_or("GETKEYSINSLOT")?;
+            let keys: Vec<&str> = keys.lines().filter(|k| !k.is_empty()).collect();
+            if keys.is_empty() {
+                break;
+            }
+            let mut args = vec!["MIGRATE", "127.0.0.1", &to_port, "", "0", "5000", "KEYS"];
+            args.extend(&keys);
+            self.run(from, &args)?;
+            moved += keys.len();
+        }
+        self.run(to, &["CLUSTER", "SETSLOT", &slot_s, "NODE", &to_id])?;
+        self.run(from, &["CLUSTER", "SETSLOT", &slot_s, "NODE", &to_id])?;
+        Ok(moved)
+    }
+
     /// Wait until every node that answers says `cluster_state:ok`.
     pub fn wait_ok(&self, within: Duration) -> Result<Duration, String> {
         let start = Instant::now();

@@ -403,9 +403,14 @@ fn pipeline_redirected(pipeline: &Pipeline, offset: usize, values: &[Value]) -> 
 }
 
 /// Whether `result` of one command says the cluster did not run it (see
-/// [`pipeline_redirected`]).
+/// [`pipeline_redirected`]). redis-rs hands an error reply up as a value; the caller's
+/// `query_async` turns it into an error.
 fn command_redirected(result: &RedisResult<Value>) -> bool {
-    matches!(result, Err(e) if Code::of(e).is_some_and(Code::redirected))
+    match result {
+        Ok(Value::ServerError(e)) => Code::of_reply(e).redirected(),
+        Err(e) => Code::of(e).is_some_and(Code::redirected),
+        Ok(_) => false,
+    }
 }
 
 /// The pause before sending again a call the cluster redirected, if it may still be
@@ -616,11 +621,13 @@ mod tests {
             1,
             std::slice::from_ref(&moved)
         ));
+        assert!(command_redirected(&Ok(moved.clone())));
         let one: RedisResult<Value> = Err(redis::RedisError::from(match moved {
             Value::ServerError(e) => e,
             _ => panic!("an error reply"),
         }));
         assert!(command_redirected(&one));
+        assert!(!command_redirected(&Ok(reply("ERR user_script:1: boom"))));
         let timed_out: RedisResult<Value> =
             Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into());
         assert!(!command_redirected(&timed_out));

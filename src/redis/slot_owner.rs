@@ -25,7 +25,9 @@ use redis::{
 };
 
 use super::keys::slot_of;
-use super::target::{ASK_TIMEOUT, History, HostList, address, client, no_primary, verify_primary};
+use super::target::{
+    ASK_TIMEOUT, History, HostList, address, client, forget_history, no_primary, verify_primary,
+};
 use crate::util::lock;
 
 /// At most this many nodes are remembered beyond the seeds (a cluster's other nodes).
@@ -41,6 +43,8 @@ pub struct SlotOwner {
     hint: Mutex<Option<Addr>>,
     /// The primary last used, for the log line when it changes.
     owner: Mutex<Option<Addr>>,
+    /// The node ids of that primary's shard (itself and its replicas).
+    shard: Mutex<Vec<String>>,
     prefix: String,
     slot: u16,
     node: RedisConnectionInfo,
@@ -62,6 +66,7 @@ impl SlotOwner {
             learned: Mutex::new(Vec::new()),
             hint: Mutex::new(None),
             owner: Mutex::new(None),
+            shard: Mutex::new(Vec::new()),
             prefix: prefix.to_string(),
             slot: slot_of(format!("{{{prefix}}}").as_bytes()),
             secure,
@@ -99,9 +104,10 @@ impl SlotOwner {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(ASK_TIMEOUT))
             .set_response_timeout(Some(ASK_TIMEOUT));
-        for addr in candidates {
+        for (addr, shard) in candidates {
             let primary = self.client_for(addr.clone())?;
             let named = format!("{}:{} the cluster names", addr.0, addr.1);
+            self.follow_a_move(&shard, &named);
             let checked = async {
                 let mut c = primary
                     .get_multiplexed_async_connection_with_config(&config)
@@ -110,6 +116,7 @@ impl SlotOwner {
             };
             match checked.await {
                 Ok(()) => {
+                    *lock(&self.shard) = shard;
                     self.note_owner(addr);
                     return Ok(primary);
                 }
@@ -129,9 +136,25 @@ impl SlotOwner {
         )))
     }
 
-    /// The addresses the nodes name as the slot's primary, most named first, and what
-    /// went wrong asking.
-    async fn candidates(&self) -> (Vec<Addr>, Vec<String>) {
+    /// A candidate of another shard than the last primary's (none of its nodes was in
+    /// that shard): the slot was moved there with its keys, so that shard's own
+    /// replication history starts anew. Within one shard (a failover, a primary
+    /// restarted with its nodes.conf) the history must go on.
+    fn follow_a_move(&self, shard: &[String], named: &str) {
+        let last = lock(&self.shard);
+        if !last.is_empty() && !shard.iter().any(|id| last.contains(id)) {
+            tracing::warn!(
+                slot = self.slot,
+                "redis cluster: the slot moved to another shard (the primary {named}); \
+                 its replication history starts anew"
+            );
+            forget_history(&self.history);
+        }
+    }
+
+    /// The addresses the nodes name as the slot's primary, most named first, each
+    /// with the node ids of its shard, and what went wrong asking.
+    async fn candidates(&self) -> (Vec<(Addr, Vec<String>)>, Vec<String>) {
         let hint = lock(&self.hint).take();
         let mut asked: Vec<Addr> = self.seeds.clone();
         for a in lock(&self.learned).iter().chain(hint.iter()) {
@@ -156,7 +179,7 @@ impl SlotOwner {
             }
         });
         let answers = futures_util::future::join_all(asks).await;
-        let mut named: Vec<(Addr, usize)> = Vec::new();
+        let mut named: Vec<(Addr, usize, Vec<String>)> = Vec::new();
         let mut errors = Vec::new();
         let mut seen = Vec::new();
         for (answer, from) in answers.into_iter().zip(&asked) {
@@ -165,9 +188,9 @@ impl SlotOwner {
                     let view = Shards::read(&shards, self.slot, self.secure);
                     seen.extend(view.nodes);
                     if let Some(owner) = view.owner {
-                        match named.iter_mut().find(|(a, _)| *a == owner) {
-                            Some((_, n)) => *n += 1,
-                            None => named.push((owner, 1)),
+                        match named.iter_mut().find(|(a, _, _)| *a == owner) {
+                            Some((_, n, _)) => *n += 1,
+                            None => named.push((owner, 1, view.shard)),
                         }
                     }
                 }
@@ -176,8 +199,9 @@ impl SlotOwner {
         }
         self.learn(seen);
         // Most named first; the MOVED reply's address first among equals.
-        named.sort_by_key(|(a, n)| (std::cmp::Reverse(*n), Some(a) != hint.as_ref()));
-        (named.into_iter().map(|(a, _)| a).collect(), errors)
+        named.sort_by_key(|(a, n, _)| (std::cmp::Reverse(*n), Some(a) != hint.as_ref()));
+        let candidates = named.into_iter().map(|(a, _, shard)| (a, shard)).collect();
+        (candidates, errors)
     }
 
     fn learn(&self, seen: Vec<Addr>) {
@@ -212,10 +236,11 @@ impl SlotOwner {
 }
 
 /// What one node's `CLUSTER SHARDS` says: the online master of the shard holding the
-/// slot, and every node's address.
+/// slot, the node ids of that shard, and every node's address.
 #[derive(Debug, Default, PartialEq)]
 struct Shards {
     owner: Option<Addr>,
+    shard: Vec<String>,
     nodes: Vec<Addr>,
 }
 
@@ -247,6 +272,9 @@ impl Shards {
                 let online = text(field(node, "health")).as_deref() == Some("online");
                 if holds && master && online {
                     out.owner = Some(addr.clone());
+                }
+                if holds && let Some(id) = text(field(node, "id")) {
+                    out.shard.push(id);
                 }
                 out.nodes.push(addr);
             }
@@ -317,7 +345,7 @@ mod tests {
 
     fn node(port: i64, role: &str, health: &str) -> Value {
         Value::Map(vec![
-            (bulk("id"), bulk("abc")),
+            (bulk("id"), bulk(&format!("id{port}"))),
             (bulk("port"), Value::Int(port)),
             (bulk("ip"), bulk("127.0.0.1")),
             (bulk("endpoint"), bulk("127.0.0.1")),
@@ -353,6 +381,7 @@ mod tests {
         ]);
         let view = Shards::read(&reply, 10415, false);
         assert_eq!(view.owner, Some(("127.0.0.1".to_string(), 7005)));
+        assert_eq!(view.shard, vec!["id7002", "id7005", "id7003"]);
         assert_eq!(view.nodes.len(), 4);
         let view = Shards::read(&reply, 105, false);
         assert_eq!(view.owner, Some(("127.0.0.1".to_string(), 7001)));

@@ -482,6 +482,11 @@ fn continues_history(
     Ok(())
 }
 
+/// Forget the replication history (the slot moved to a shard with its own).
+pub(super) fn forget_history(history: &std::sync::Mutex<History>) {
+    *lock(history) = History::default();
+}
+
 /// Whether a primary whose replication ids are `replid` and `replid2` continues the
 /// history `known` (the replication id of the primary used before, if any).
 fn continues(known: Option<&str>, replid: Option<&str>, replid2: Option<&str>) -> bool {
