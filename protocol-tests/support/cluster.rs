@@ -243,6 +243,26 @@ impl Cluster {
         Ok(moved)
     }
 
+    /// What every node that answers says of the cluster (CLUSTER NODES, replication),
+    /// for a failure's message.
+    pub fn diagnostics(&self) -> String {
+        let mut out = String::new();
+        for (i, n) in self.nodes.iter().enumerate() {
+            let nodes = cli(n.port, &["CLUSTER", "NODES"]).unwrap_or_else(|| "(no answer)".into());
+            let repl = cli(n.port, &["INFO", "replication"]).unwrap_or_default();
+            let role: Vec<&str> = repl
+                .lines()
+                .filter(|l| {
+                    l.starts_with("role")
+                        || l.starts_with("master_link")
+                        || l.starts_with("master_port")
+                })
+                .collect();
+            out.push_str(&format!("node {i} (port {}): {role:?}\n{nodes}\n", n.port));
+        }
+        out
+    }
+
     /// Wait until every node that answers says `cluster_state:ok`.
     pub fn wait_ok(&self, within: Duration) -> Result<Duration, String> {
         let start = Instant::now();
