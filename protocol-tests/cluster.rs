@@ -414,7 +414,7 @@ fn failover(kind: ServerKind) {
     cluster.nodes[old].kill();
     let killed = Instant::now();
     let promoted_within = Duration::from_secs(60);
-    while !cluster.primary_of(slot).is_some_and(|p| p != old) {
+    while cluster.primary_of(slot).is_none_or(|p| p == old) {
         assert!(
             killed.elapsed() < promoted_within,
             "the cluster did not promote the replica within {promoted_within:?}:\n{}",
