@@ -24,10 +24,9 @@ use redis::{
     TlsCertificates, Value,
 };
 
+use super::history::{History, forget_history, verify_primary};
 use super::keys::slot_of;
-use super::target::{
-    ASK_TIMEOUT, History, HostList, address, client, forget_history, no_primary, verify_primary,
-};
+use super::target::{ASK_TIMEOUT, HostList, address, client, no_primary};
 use crate::util::lock;
 
 /// At most this many nodes are remembered beyond the seeds (a cluster's other nodes).

@@ -15,15 +15,15 @@
 //! Invariant: nothing here puts the URL, a password or a key into an error message;
 //! errors say which part is wrong.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use super::history::{History, verify_primary};
 use super::slot_owner::SlotOwner;
 use super::tls::certificates;
 pub use super::tls::{CertificateProblem, TlsFiles};
-use crate::util::lock;
 use redis::{
     AsyncConnectionConfig, Client, ConnectionAddr, IntoConnectionInfo, ProtocolVersion,
-    RedisConnectionInfo, RedisResult, TlsCertificates, Value,
+    RedisConnectionInfo, RedisResult, TlsCertificates,
 };
 
 /// Why the Redis options cannot be used (never quotes the URL).
@@ -84,16 +84,6 @@ pub struct Sentinels {
     /// not continue it have been refused.
     history: std::sync::Mutex<History>,
 }
-
-#[derive(Default)]
-pub(super) struct History {
-    replid: Option<String>,
-    refused_since: Option<Instant>,
-}
-
-/// How long candidates without the previous primary's history are refused before one
-/// is taken anyway (every data node lost its data: waiting longer saves nothing).
-const HISTORY_PATIENCE: Duration = Duration::from_secs(60);
 
 /// How long asking one sentinel (or cluster node), or checking the primary's role, may
 /// take.
@@ -433,69 +423,6 @@ impl Sentinels {
     }
 }
 
-/// Check that the server on `c` is a primary (ROLE) continuing the replication history
-/// of the last primary used (`history`); `named` says who named it, in messages.
-pub(super) async fn verify_primary(
-    c: &mut redis::aio::MultiplexedConnection,
-    history: &std::sync::Mutex<History>,
-    named: &str,
-) -> RedisResult<()> {
-    let role: Vec<Value> = redis::cmd("ROLE").query_async(c).await?;
-    if !matches!(role.first(), Some(Value::BulkString(r)) if r == b"master") {
-        return Err(no_primary(format!(
-            "the server {named} is not a primary (yet)"
-        )));
-    }
-    let info: redis::InfoDict = redis::cmd("INFO").arg("replication").query_async(c).await?;
-    let replid: Option<String> = info.get("master_replid");
-    let replid2: Option<String> = info.get("master_replid2");
-    continues_history(history, replid, replid2, named)
-}
-
-/// Whether a primary with replication ids `replid` (its own) and `replid2` (the one it
-/// was promoted from, if any) continues the history of the last primary used: a
-/// promoted replica does; a server restarted empty, or a stranger, does not.
-fn continues_history(
-    history: &std::sync::Mutex<History>,
-    replid: Option<String>,
-    replid2: Option<String>,
-    named: &str,
-) -> RedisResult<()> {
-    let mut h = lock(history);
-    let continues = continues(h.replid.as_deref(), replid.as_deref(), replid2.as_deref());
-    if !continues {
-        let since = *h.refused_since.get_or_insert_with(Instant::now);
-        if since.elapsed() < HISTORY_PATIENCE {
-            return Err(no_primary(format!(
-                "the primary {named} does not continue the replication history of the \
-                 one before it (restarted empty, or a view that lags behind a failover); \
-                 asking again"
-            )));
-        }
-        tracing::error!(
-            "for {HISTORY_PATIENCE:?} the primary {named} has not continued the previous \
-             one's replication history: using it; jobs acknowledged before may be lost"
-        );
-    }
-    h.replid = replid;
-    h.refused_since = None;
-    Ok(())
-}
-
-/// Forget the replication history (the slot moved to a shard with its own).
-pub(super) fn forget_history(history: &std::sync::Mutex<History>) {
-    *lock(history) = History::default();
-}
-
-/// Whether a primary whose replication ids are `replid` and `replid2` continues the
-/// history `known` (the replication id of the primary used before, if any).
-fn continues(known: Option<&str>, replid: Option<&str>, replid2: Option<&str>) -> bool {
-    match known {
-        None => true,
-        Some(k) => replid == Some(k) || replid2 == Some(k),
-    }
-}
-
 /// `%XX` escapes in a URL's user or password.
 fn percent_decode(s: &str) -> Result<String, TargetError> {
     let bytes = s.as_bytes();
@@ -535,18 +462,6 @@ pub fn redact(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_primary_must_continue_the_replication_history() {
-        // Nothing used yet: any primary.
-        assert!(continues(None, Some("b"), None));
-        // The same primary again, or a replica promoted from it (its replid2).
-        assert!(continues(Some("a"), Some("a"), Some("0")));
-        assert!(continues(Some("a"), Some("b"), Some("a")));
-        // The old primary restarted empty: a fresh id, no history.
-        assert!(!continues(Some("a"), Some("x"), Some("0000")));
-        assert!(!continues(Some("a"), None, None));
-    }
 
     #[test]
     fn sentinel_urls_parse() {
