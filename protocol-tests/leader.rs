@@ -694,7 +694,7 @@ fn batches_in_flight_are_each_fenced_by_the_lease_and_the_sequence() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let connector = Connector::new(&url, &TlsFiles::default(), None).unwrap();
+        let connector = Connector::new(&url, &TlsFiles::default(), None, "t").unwrap();
         let mut c = ::redis::Client::open(url.as_str())
             .unwrap()
             .get_multiplexed_async_connection()

@@ -18,6 +18,11 @@
 //!   - a copy onto a namespace that exists is refused.
 //!
 //!   Prints the tool's summary and how long the copy took.
+//! - `a_standalone_namespace_moves_onto_a_cluster` — the same namespace, in both modes,
+//!   copied from a standalone Redis onto a Redis Cluster (3 primaries, 3 replicas):
+//!   every key on the primary of the namespace's slot (none on another primary), and an
+//!   instance started with `redis+cluster://` serves every job as before and continues
+//!   the ids.
 
 // A test reports failure by panicking: unwrap and expect are how it says so.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -28,9 +33,11 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use support::client::Client;
+use support::cluster::Cluster;
 use support::namespace::{assert_served, fill_namespace, keys_starting, redis_conn};
 use support::redis::private_redis;
-use support::{ServerKind, ServerProc, redstalk_on_as, serial};
+use support::sentinel::cli;
+use support::{ServerKind, ServerProc, TEST_LEASE_MS, redstalk_on_as, serial, wait_served};
 
 const REPLY: Duration = Duration::from_secs(10);
 /// The lease key's value after a copy (src/redis/copy.rs).
@@ -213,6 +220,73 @@ fn a_copied_namespace_is_served_at_the_target_and_never_again_at_the_source() {
         println!(
             "{mode} mode: copied in {} ms (tool run included): {}",
             took.as_millis(),
+            out.lines().last().unwrap_or("")
+        );
+    }
+}
+
+/// A namespace of a standalone Redis copied onto a Redis Cluster (the move
+/// docs/OPERATIONS.md describes), in both modes: every key lands in the namespace's slot
+/// on that slot's primary (none on another primary), and an instance on the cluster
+/// serves every job as before.
+#[test]
+fn a_standalone_namespace_moves_onto_a_cluster() {
+    let _serial = serial();
+    let Some(a) = private_redis(&[], "namespace copy tests") else {
+        return;
+    };
+    let cluster = Cluster::start().expect("start a 6-node cluster");
+    let (url_a, url_c) = (a.url(), cluster.url());
+    for kind in [ServerKind::Redis, ServerKind::Leader] {
+        let mode = kind.redis_mode().unwrap();
+        let p = format!("onto-{mode}");
+        let (srv, _) = redstalk_on_as(kind, &a, &p, &[]);
+        let mut c = Client::connect(srv.addr, "fill");
+        c.timeout = REPLY;
+        let jobs = fill_namespace(&mut c);
+        drop(c);
+        stop(srv);
+
+        let (code, out, err) = tool(&["copy", "--from", &url_a, "--to", &url_c, "--prefix", &p]);
+        assert_eq!(code, 0, "{out}{err}");
+        let slot: u16 = cli(
+            cluster.nodes[0].port,
+            &["CLUSTER", "KEYSLOT", &format!("{{{p}}}")],
+        )
+        .and_then(|s| s.trim().parse().ok())
+        .expect("CLUSTER KEYSLOT");
+        let owner = cluster.primary_of(slot).expect("the slot has a primary");
+        let tag = format!("{{{p}}}:");
+        assert!(
+            cluster.keys_in_slot(owner, slot) > 0,
+            "nothing on the slot's primary"
+        );
+        for i in cluster.primaries() {
+            let stray: Vec<String> = cluster
+                .keys_of(i)
+                .into_iter()
+                .filter(|k| k.starts_with(&tag) && i != owner)
+                .collect();
+            assert!(stray.is_empty(), "keys on another primary: {stray:?}");
+        }
+
+        let mut args: Vec<String> = Vec::new();
+        if kind == ServerKind::Leader {
+            args = vec!["--redis-lease".into(), TEST_LEASE_MS.into()];
+        }
+        let mut srv = ServerProc::start_on_redis_as(kind, &url_c, &p, &args)
+            .unwrap_or_else(|e| panic!("start redstalk on the cluster: {e}"));
+        let log = srv.capture_stderr();
+        wait_served(srv.addr, Duration::from_secs(30), &log);
+        let mut c = Client::connect(srv.addr, "after");
+        c.timeout = REPLY;
+        assert_served(&mut c, &jobs, &log);
+        let next = c.put(1, 0, 60, b"new");
+        assert_eq!(next, jobs.iter().map(|j| j.0).max().unwrap() + 1);
+        drop(c);
+        stop(srv);
+        println!(
+            "{mode} mode onto the cluster (slot {slot}, primary node {owner}): {}",
             out.lines().last().unwrap_or("")
         );
     }

@@ -22,7 +22,7 @@
 // A test reports failure by panicking: unwrap and expect are how it says so.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+pub(crate) mod support;
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -1224,6 +1224,16 @@ fn skipped(case: &Case, release: Option<&[u64]>) -> Option<String> {
 
 /// Run one trial: a fresh server, the whole conversation, then stop the server.
 fn run_trial(target: Target, case: &Case) -> Result<Completion, Failed> {
+    run_trial_on(target, case, None)
+}
+
+/// [`run_trial`], with redstalk on the Redis at `on` (URL, prefix) instead of a private
+/// redis-server when given.
+fn run_trial_on(
+    target: Target,
+    case: &Case,
+    on: Option<(&str, &str)>,
+) -> Result<Completion, Failed> {
     let kind = target.kind;
     let release = target.release();
     if let Some(why) = skipped(case, release) {
@@ -1233,7 +1243,11 @@ fn run_trial(target: Target, case: &Case) -> Result<Completion, Failed> {
     if target.as_1_12 {
         args.extend(["--compat".to_string(), "1.12".to_string()]);
     }
-    let mut server = match ServerProc::start(kind, &args) {
+    let started = match on {
+        Some((url, prefix)) => ServerProc::start_on_redis_as(kind, url, prefix, &args).map(Some),
+        None => ServerProc::start(kind, &args),
+    };
+    let mut server = match started {
         Ok(Some(server)) => server,
         Ok(None) => return Ok(Completion::ignored_with("beanstalkd is not installed")),
         Err(e) => {
@@ -1260,6 +1274,62 @@ fn run_trial(target: Target, case: &Case) -> Result<Completion, Failed> {
         }
     })?;
     Ok(Completion::Completed)
+}
+
+/// Every case against redstalk in `--redis-mode` `mode` (shared or leader) on the Redis at
+/// `url`, which the caller brings (a Redis Cluster: `protocol-tests/cluster.rs`): each
+/// case gets a fresh namespace, `prefix` and its number, and `threads` cases run at
+/// once. Returns how many cases ran, how many were skipped (they hold for another
+/// release), and the failures (`case: what differed`).
+pub fn run_corpus_on_redis(
+    mode: &str,
+    url: &str,
+    prefix: &str,
+    threads: usize,
+) -> (usize, usize, Vec<String>) {
+    let cases = match discover() {
+        Ok(cases) => cases,
+        Err(e) => return (0, 0, vec![e]),
+    };
+    let kind = match mode {
+        "leader" => ServerKind::Leader,
+        _ => ServerKind::Redis,
+    };
+    let target = Target {
+        kind,
+        as_1_12: false,
+    };
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results = std::sync::Mutex::new((0, 0, Vec::new()));
+    std::thread::scope(|scope| {
+        for _ in 0..threads.max(1) {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some((stem, parsed)) = cases.get(i) else {
+                        return;
+                    };
+                    let outcome = match parsed {
+                        Ok(case) => {
+                            let ns = format!("{prefix}{i}");
+                            run_trial_on(target, case, Some((url, &ns)))
+                        }
+                        Err(msg) => Err(msg.clone().into()),
+                    };
+                    let mut r = results.lock().unwrap();
+                    match outcome {
+                        Ok(Completion::Completed) => r.0 += 1,
+                        Ok(_) => r.1 += 1,
+                        Err(failed) => {
+                            r.0 += 1;
+                            r.2.push(format!("{stem}: {}", failed.message().unwrap_or("")));
+                        }
+                    }
+                }
+            });
+        }
+    });
+    results.into_inner().unwrap()
 }
 
 fn main() {

@@ -24,12 +24,9 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use support::client::Client;
-use support::load::{Audit, Load, LoadConfig};
+use support::load::{Audit, Load};
 use support::sentinel::{Sentinels, wait_for};
 use support::{ServerKind, ServerProc, TEST_LEASE_MS, serial};
-
-const REPLY: Duration = Duration::from_secs(5);
 
 /// Run the load through a failover; the audit, after the figures are printed.
 fn failover(kind: ServerKind, wait_replicas: bool) -> Option<Audit> {
@@ -57,16 +54,7 @@ fn failover(kind: ServerKind, wait_replicas: bool) -> Option<Audit> {
     let mut srv = ServerProc::start_on_redis_as(kind, &set.url(), &prefix, &args)
         .unwrap_or_else(|e| panic!("start redstalk on the sentinels: {e}"));
     let log = srv.capture_stderr();
-    let load = Load::start(
-        srv.addr,
-        LoadConfig {
-            producers: 4,
-            workers: 4,
-            tube: "load".into(),
-            ttr: 5,
-            reply_timeout: REPLY,
-        },
-    );
+    let load = Load::for_failover(srv.addr);
     load.wait_until(
         "the load runs",
         Duration::from_secs(20),
@@ -113,19 +101,7 @@ fn failover(kind: ServerKind, wait_replicas: bool) -> Option<Audit> {
         std::thread::sleep(Duration::from_millis(20));
     }
     let (first_ack, rejoined) = (first_ack.unwrap(), rejoined.unwrap());
-    let acked_after = load.ledger(|l| l.acked.len());
-    load.wait_until(
-        "the load goes on",
-        Duration::from_secs(30),
-        || log.tail(),
-        |l| l.acked.len() > acked_after + 200,
-    );
-    let mut load = load;
-    load.stop_producers();
-    let ledger = load.stop();
-    assert!(srv.is_running(), "redstalk died: {}", log.tail());
-    let mut c = Client::connect(srv.addr, "auditor");
-    let audit = ledger.audit(&mut c);
+    let (ledger, audit) = load.finish(&mut srv, &log);
     println!(
         "sentinel failover ({label}): primary killed with {acked_at_kill} acknowledged; \
          replica promoted {} ms after the kill; old primary restarted and in sync as a \

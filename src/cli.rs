@@ -317,6 +317,8 @@ pub enum CliError {
     RedisJobSize(u32),
     #[error(transparent)]
     Prefix(#[from] crate::redis::keys::PrefixError),
+    #[error(transparent)]
+    RedisUrl(#[from] crate::redis::TargetError),
 }
 
 /// Settings derived from the flags.
@@ -419,6 +421,7 @@ impl Cli {
             return Err(CliError::Lease(self.redis_lease));
         }
         crate::redis::keys::check_prefix(&self.redis_prefix)?;
+        crate::redis::target::check_cluster_url(url, self.redis_sentinel_password.is_some())?;
         let advertise = match (&self.advertise, listen) {
             (Some(a), _) => a.clone(),
             (None, ListenAddr::Tcp(sa)) if !sa.ip().is_unspecified() => sa.to_string(),

@@ -146,3 +146,144 @@ impl Cluster {
             .join(",")
     }
 }
+
+impl Cluster {
+    /// The `redis+cluster://` URL of the whole cluster (every node a seed).
+    pub fn url(&self) -> String {
+        format!("redis+cluster://{}", self.seeds())
+    }
+
+    /// The node that serves `slot` as its primary, by its own account (`CLUSTER
+    /// NODES`, its `myself` line), among the nodes that answer.
+    pub fn primary_of(&self, slot: u16) -> Option<usize> {
+        (0..self.nodes.len()).find(|&i| {
+            let Some(nodes) = cli(self.port(i), &["CLUSTER", "NODES"]) else {
+                return false;
+            };
+            nodes.lines().any(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                f.len() > 8
+                    && f[2].contains("myself")
+                    && f[2].contains("master")
+                    && f[8..].iter().any(|r| covers(r, slot))
+            })
+        })
+    }
+
+    /// The nodes that are primaries now, by their own account.
+    pub fn primaries(&self) -> Vec<usize> {
+        (0..self.nodes.len())
+            .filter(|&i| {
+                cli(self.port(i), &["ROLE"]).is_some_and(|r| r.lines().next() == Some("master"))
+            })
+            .collect()
+    }
+
+    /// Every key of node `i` (SCAN).
+    pub fn keys_of(&self, i: usize) -> Vec<String> {
+        cli(self.port(i), &["--scan"])
+            .map(|out| out.lines().map(str::to_string).collect())
+            .unwrap_or_default()
+    }
+
+    /// How many keys node `i` holds in `slot`.
+    pub fn keys_in_slot(&self, i: usize, slot: u16) -> u64 {
+        cli(
+            self.port(i),
+            &["CLUSTER", "COUNTKEYSINSLOT", &slot.to_string()],
+        )
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0)
+    }
+
+    /// `CLUSTER FAILOVER` on the replica of primary `old` (the one that says so in
+    /// `INFO replication`); returns the replica's index once it serves `old`'s slots.
+    pub fn manual_failover(&self, old: usize) -> Result<usize, String> {
+        let port = format!("master_port:{}", self.port(old));
+        let replica = (0..self.nodes.len())
+            .find(|&i| {
+                i != old
+                    && cli(self.port(i), &["INFO", "replication"])
+                        .is_some_and(|r| r.lines().any(|l| l.trim() == port))
+            })
+            .ok_or("no replica of that primary")?;
+        self.run(replica, &["CLUSTER", "FAILOVER"])?;
+        wait_until("the replica takes over", Duration::from_secs(30), || {
+            cli(self.port(replica), &["ROLE"]).is_some_and(|r| r.lines().next() == Some("master"))
+        })?;
+        Ok(replica)
+    }
+
+    /// Move `slot` from primary `from` to primary `to` as `redis-cli --cluster reshard`
+    /// does: IMPORTING on `to`, MIGRATING on `from`, MIGRATE of its keys 100 at a time,
+    /// then SETSLOT NODE on both (gossip tells the others). Returns how many keys moved.
+    pub fn migrate_slot(&self, slot: u16, from: usize, to: usize) -> Result<usize, String> {
+        let (slot_s, from_id, to_id) = (slot.to_string(), self.id(from)?, self.id(to)?);
+        self.run(to, &["CLUSTER", "SETSLOT", &slot_s, "IMPORTING", &from_id])?;
+        self.run(from, &["CLUSTER", "SETSLOT", &slot_s, "MIGRATING", &to_id])?;
+        let to_port = self.port(to).to_string();
+        let mut moved = 0;
+        loop {
+            let keys = cli(
+                self.port(from),
+                &["CLUSTER", "GETKEYSINSLOT", &slot_s, "100"],
+            )
+            .ok_or("GETKEYSINSLOT")?;
+            let keys: Vec<&str> = keys.lines().filter(|k| !k.is_empty()).collect();
+            if keys.is_empty() {
+                break;
+            }
+            let mut args = vec!["MIGRATE", "127.0.0.1", &to_port, "", "0", "5000", "KEYS"];
+            args.extend(&keys);
+            self.run(from, &args)?;
+            moved += keys.len();
+        }
+        self.run(to, &["CLUSTER", "SETSLOT", &slot_s, "NODE", &to_id])?;
+        self.run(from, &["CLUSTER", "SETSLOT", &slot_s, "NODE", &to_id])?;
+        Ok(moved)
+    }
+
+    /// What every node that answers says of the cluster (CLUSTER NODES, replication),
+    /// for a failure's message.
+    pub fn diagnostics(&self) -> String {
+        let mut out = String::new();
+        for (i, n) in self.nodes.iter().enumerate() {
+            let nodes = cli(n.port, &["CLUSTER", "NODES"]).unwrap_or_else(|| "(no answer)".into());
+            let repl = cli(n.port, &["INFO", "replication"]).unwrap_or_default();
+            let role: Vec<&str> = repl
+                .lines()
+                .filter(|l| {
+                    l.starts_with("role")
+                        || l.starts_with("master_link")
+                        || l.starts_with("master_port")
+                })
+                .collect();
+            out.push_str(&format!("node {i} (port {}): {role:?}\n{nodes}\n", n.port));
+        }
+        out
+    }
+
+    /// Wait until every node that answers says `cluster_state:ok`.
+    pub fn wait_ok(&self, within: Duration) -> Result<Duration, String> {
+        let start = Instant::now();
+        wait_until("cluster_state:ok", within, || {
+            self.nodes
+                .iter()
+                .filter(|n| n.pid().is_some())
+                .all(|n| info_field(n.port, "cluster_state").as_deref() == Some("ok"))
+        })?;
+        Ok(start.elapsed())
+    }
+}
+
+/// Whether a `CLUSTER NODES` slot field (`N` or `A-B`; migrations `[..]` aside) holds
+/// `slot`.
+fn covers(range: &str, slot: u16) -> bool {
+    let parse = |s: &str| s.parse::<u16>().ok();
+    match range.split_once('-') {
+        Some((a, b)) => {
+            matches!((parse(a), parse(b)), (Some(a), Some(b)) if (a..=b).contains(&slot))
+        }
+        None => parse(range) == Some(slot),
+    }
+}

@@ -358,6 +358,39 @@ impl Load {
         start.elapsed()
     }
 
+    /// The load the failover tests run: 4 producers and 4 workers on tube `load`, TTR
+    /// 5 s, replies awaited 5 s.
+    pub fn for_failover(addr: SocketAddr) -> Load {
+        Load::start(
+            addr,
+            LoadConfig {
+                producers: 4,
+                workers: 4,
+                tube: "load".into(),
+                ttr: 5,
+                reply_timeout: Duration::from_secs(5),
+            },
+        )
+    }
+
+    /// After a failover: let 200 more puts be acknowledged (within 30 s), stop, check
+    /// that `srv` still runs, and audit what the ledger says against it.
+    pub fn finish(mut self, srv: &mut super::ServerProc, log: &super::Log) -> (Ledger, Audit) {
+        let acked_after = self.ledger(|l| l.acked.len());
+        self.wait_until(
+            "the load goes on",
+            Duration::from_secs(30),
+            || log.tail(),
+            |l| l.acked.len() > acked_after + 200,
+        );
+        self.stop_producers();
+        let ledger = self.stop();
+        assert!(srv.is_running(), "redstalk died: {}", log.tail());
+        let mut c = Client::connect(srv.addr, "auditor");
+        let audit = ledger.audit(&mut c);
+        (ledger, audit)
+    }
+
     /// Time since the load started.
     pub fn elapsed(&self) -> Duration {
         self.started.elapsed()

@@ -37,7 +37,8 @@ enum Command {
     /// Copy a namespace (stop every instance of it first): ids, states, pauses and
     /// counters kept; the source gets a tombstone so no instance serves it again.
     Copy {
-        /// The Redis holding the namespace (redis://, rediss://, redis+sentinel://).
+        /// The Redis holding the namespace (redis://, rediss://, redis+sentinel://,
+        /// redis+cluster://).
         #[arg(long)]
         from: String,
         /// The Redis to copy it to.
@@ -127,13 +128,15 @@ fn slots(prefixes: &[String]) -> ExitCode {
     code
 }
 
+/// A connection to the primary that holds `prefix` (on a cluster: its slot's).
 async fn connect(
     url: &str,
     tls: &TlsFiles,
     sentinel_password: Option<&str>,
+    prefix: &str,
     side: &str,
 ) -> Result<RedisConn, ExitCode> {
-    let connector = Connector::new(url, tls, sentinel_password).map_err(|e| {
+    let connector = Connector::new(url, tls, sentinel_password, prefix).map_err(|e| {
         eprintln!("redstalk-namespace: --{side}: {e}");
         ExitCode::from(2)
     })?;
@@ -162,11 +165,11 @@ async fn run_copy(
             return ExitCode::from(2);
         }
     }
-    let mut source = match connect(from, tls, sentinel_password, "from").await {
+    let mut source = match connect(from, tls, sentinel_password, &plan.from_prefix, "from").await {
         Ok(c) => c,
         Err(code) => return code,
     };
-    let mut target = match connect(to, tls, sentinel_password, "to").await {
+    let mut target = match connect(to, tls, sentinel_password, &plan.to_prefix, "to").await {
         Ok(c) => c,
         Err(code) => return code,
     };

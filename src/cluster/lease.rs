@@ -389,8 +389,13 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let late = Duration::from_millis(300);
         tokio::spawn(slow_redis(listener, late));
-        let connector =
-            Connector::new(&format!("redis://{addr}/0"), &TlsFiles::default(), None).unwrap();
+        let connector = Connector::new(
+            &format!("redis://{addr}/0"),
+            &TlsFiles::default(),
+            None,
+            "t",
+        )
+        .unwrap();
         let conn = connector
             .managed("test", Duration::from_secs(5))
             .await

@@ -206,6 +206,7 @@ impl Cluster {
             return Err(LeaseError::SharedModeLive.into());
         }
         policy::check(&mut cluster.conn.clone(), cluster.config.allow_eviction).await?;
+        policy::check_replicas(&mut cluster.conn.clone(), cluster.config.wait_replicas).await;
         Ok(cluster)
     }
 
@@ -274,6 +275,7 @@ impl Cluster {
         // Redis' eviction policy is checked again every so often, whatever the role:
         // an evicting Redis loses acknowledged jobs under any leader.
         let (mut conn, allow) = (self.conn.clone(), self.config.allow_eviction);
+        let replicas = self.config.wait_replicas;
         let checks = stop.clone();
         let policy_checks = tokio::spawn(async move {
             loop {
@@ -282,6 +284,7 @@ impl Cluster {
                     _ = checks.cancelled() => return,
                 }
                 policy::recheck(&mut conn, allow).await;
+                policy::check_replicas(&mut conn, replicas).await;
             }
         });
         let poll = self.config.lease / 4;

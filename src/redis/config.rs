@@ -13,7 +13,8 @@ use super::{Connector, TlsFiles, redact};
 /// Where and under which prefix to keep jobs, and how to reach Redis.
 #[derive(Clone, Default)]
 pub struct RedisConfig {
-    /// `redis://`, `rediss://` or `redis+sentinel://` (see [`super::target`]).
+    /// `redis://`, `rediss://`, `redis+sentinel://` or `redis+cluster://` (see
+    /// [`super::target`]).
     pub url: String,
     pub prefix: String,
     pub tls: TlsFiles,
@@ -28,8 +29,13 @@ pub struct RedisConfig {
 impl RedisConfig {
     /// The connector for these options; an error says which option is wrong.
     pub fn connector(&self) -> Result<Connector, CallError> {
-        Connector::new(&self.url, &self.tls, self.sentinel_password.as_deref())
-            .map_err(CallError::connect)
+        Connector::new(
+            &self.url,
+            &self.tls,
+            self.sentinel_password.as_deref(),
+            &self.prefix,
+        )
+        .map_err(CallError::connect)
     }
 }
 

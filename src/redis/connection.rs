@@ -5,8 +5,8 @@
 //! A [`Connector`] makes three kinds of connection:
 //! - [`Connector::managed`]: a [`RedisConn`], shared by clones, that reconnects by
 //!   itself (the shared store's commands, the lease, loads);
-//! - [`Connector::subscriber`]: the same, that (re)subscribes to a channel on every new
-//!   connection and forwards its messages; it carries nothing else, so Redis' pub/sub
+//! - [`Connector::subscriber`]: the same, that (re)subscribes to a shard channel
+//!   (SSUBSCRIBE) on every new connection and forwards its messages; it carries nothing else, so Redis' pub/sub
 //!   output-buffer limit never applies to a connection that carries replies;
 //! - [`Connector::single`]: one plain connection, never replaced behind its owner's
 //!   back (leader mode's commit connection, whose WATCH belongs to one connection).
@@ -14,8 +14,15 @@
 //! Failover: every new connection asks the [`Target`] for the primary, so with
 //! sentinels it goes wherever they point now. A connection is given up (and a new one
 //! made in the background) when a call on it fails in a way that says the connection is
-//! unusable: dropped, timed out, an I/O or protocol error, or READONLY (the server was
-//! demoted).
+//! unusable: dropped, timed out, an I/O or protocol error, READONLY (the server was
+//! demoted), or, on a Redis Cluster, MOVED or CLUSTERDOWN (the namespace's slot has
+//! another owner, or none for now; MOVED's address is asked first next time).
+//!
+//! Re-sending (invariant): a call is sent again only when every reply says the cluster
+//! ran none of it (MOVED, ASK, TRYAGAIN, CLUSTERDOWN; a WAIT's reply aside), after
+//! 50, 100, 200 ms while within [`WAIT_LIMIT`] of its first sending; then its caller
+//! gets the redirect (nothing applied). A call that may have run (an I/O error, a
+//! timeout) is never sent again here.
 //!
 //! Why not redis-rs' `ConnectionManager` (its `connection-manager` feature is not
 //! enabled): it reconnects to the one address its `Client` was made for, so it never
@@ -52,6 +59,7 @@ use redis::{
 use tokio::sync::{Notify, mpsc};
 
 use super::error::Code;
+use super::redirect::{command_redirected, pipeline_redirected, resend_after};
 use super::target::{CertificateProblem, Target, TargetError, TlsFiles};
 
 /// How long one attempt to connect may take (asking the sentinels included).
@@ -65,7 +73,6 @@ const ATTEMPT_WAIT: Duration = Duration::from_millis(250);
 /// Backoff between attempts to connect again.
 const RETRY_FIRST: Duration = Duration::from_millis(50);
 const RETRY_MAX: Duration = Duration::from_millis(500);
-
 /// Makes connections to the Redis the options name. Cheap to clone.
 #[derive(Clone)]
 pub struct Connector {
@@ -83,10 +90,16 @@ impl Connector {
         url: &str,
         tls: &TlsFiles,
         sentinel_password: Option<&str>,
+        prefix: &str,
     ) -> Result<Connector, TargetError> {
         Ok(Connector {
-            target: Arc::new(Target::new(url, tls, sentinel_password)?),
+            target: Arc::new(Target::new(url, tls, sentinel_password, prefix)?),
         })
+    }
+
+    /// Whether the target is a Redis Cluster's slot owner (`redis+cluster://`).
+    pub fn is_cluster(&self) -> bool {
+        self.target.is_cluster()
     }
 
     /// A connection that reconnects by itself; fails when the first attempt fails
@@ -223,7 +236,13 @@ impl Inner {
                 .get_multiplexed_async_connection_with_config(&config)
                 .await?;
             if let Some(channel) = channel {
-                conn.subscribe(channel).await?;
+                // A shard channel (it hashes like a key, so it lives on the namespace's
+                // slot's primary): redis-rs 1.8 has no `ssubscribe`, but takes the
+                // confirmation push as the reply to this command.
+                redis::cmd("SSUBSCRIBE")
+                    .arg(channel)
+                    .exec_async(&mut conn)
+                    .await?;
             }
             Ok(conn)
         })
@@ -307,7 +326,7 @@ impl Inner {
     }
 
     /// Give the connection up when `result` (the replies of `values`) says it is
-    /// unusable.
+    /// unusable; a MOVED reply's address is the next connection's first candidate.
     fn check<'v, T>(
         self: &Arc<Inner>,
         result: &'v RedisResult<T>,
@@ -316,14 +335,34 @@ impl Inner {
         since: Instant,
     ) {
         match result {
-            Err(e) if unusable(e) => self.lost(generation, since, e),
+            Err(e) if unusable(e) => {
+                if let Some((addr, _slot)) = e.redirect_node()
+                    && Code::of(e) == Some(Code::Moved)
+                {
+                    self.target.moved_to(addr);
+                }
+                self.lost(generation, since, e)
+            }
             Ok(v) => {
                 // An error inside a pipeline's replies arrives as a value.
-                let demoted = values(v).iter().any(
-                    |v| matches!(v, Value::ServerError(e) if Code::of_reply(e) == Code::ReadOnly),
-                );
-                if demoted {
-                    self.lost(generation, since, &"READONLY: the server is a replica now");
+                let moved = values(v).iter().find_map(|v| match v {
+                    Value::ServerError(e) if Code::of_reply(e).owner_changed() => Some(e),
+                    _ => None,
+                });
+                if let Some(e) = moved {
+                    if Code::of_reply(e) == Code::Moved
+                        && let Some(addr) = e.details().and_then(|d| d.split_whitespace().nth(1))
+                    {
+                        self.target.moved_to(addr);
+                    }
+                    self.lost(
+                        generation,
+                        since,
+                        &format!(
+                            "{}: the server no longer serves the namespace as its primary",
+                            e.code()
+                        ),
+                    );
                 }
             }
             Err(_) => {}
@@ -331,14 +370,14 @@ impl Inner {
     }
 }
 
-/// Whether an error means the connection (or the server behind it, no longer primary)
-/// should be replaced.
+/// Whether an error means the connection (or the server behind it, no longer primary
+/// of the namespace) should be replaced.
 fn unusable(e: &RedisError) -> bool {
     e.is_io_error()
         || e.is_timeout()
         || e.is_connection_dropped()
         || e.is_unrecoverable_error()
-        || Code::of(e) == Some(Code::ReadOnly)
+        || Code::of(e).is_some_and(Code::owner_changed)
 }
 
 /// Run a connection attempt with [`CONNECT_TIMEOUT`] over all of it.
@@ -414,9 +453,17 @@ struct Pushes {
 
 impl redis::aio::AsyncPushSender for Pushes {
     fn send(&self, info: PushInfo) -> Result<(), redis::aio::SendError> {
-        if info.kind == PushKind::Disconnection {
+        // Nothing here ever unsubscribes: an `sunsubscribe` is Redis dropping the
+        // subscription (the slot moved, or its primary was demoted), so the connection
+        // is made again, to the slot's owner, and subscribes again.
+        let why = match info.kind {
+            PushKind::Disconnection => Some("the connection closed"),
+            PushKind::SUnsubscribe => Some("Redis ended the shard channel's subscription"),
+            _ => None,
+        };
+        if let Some(why) = why {
             if let Some(inner) = self.inner.upgrade() {
-                inner.lost(self.generation, Instant::now(), &"the connection closed");
+                inner.lost(self.generation, Instant::now(), &why);
             }
             return Ok(());
         }
@@ -428,14 +475,23 @@ impl redis::aio::AsyncPushSender for Pushes {
 }
 
 impl ConnectionLike for RedisConn {
+    /// Sent again (after a short pause, within [`WAIT_LIMIT`]) only while the cluster
+    /// answers that it did not run it; never after an error that leaves it unknown.
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
-            let sent = Instant::now();
-            let (mut conn, generation) = self.inner.get().await?;
-            let result = conn.req_packed_command(cmd).await;
-            self.inner
-                .check(&result, std::slice::from_ref, generation, sent);
-            result
+            let first = Instant::now();
+            let mut tries = 0;
+            loop {
+                let (mut conn, generation) = self.inner.get().await?;
+                let result = conn.req_packed_command(cmd).await;
+                self.inner
+                    .check(&result, std::slice::from_ref, generation, first);
+                match resend_after(first, tries) {
+                    Some(pause) if command_redirected(&result) => tokio::time::sleep(pause).await,
+                    _ => return result,
+                }
+                tries += 1;
+            }
         })
     }
 
@@ -446,11 +502,20 @@ impl ConnectionLike for RedisConn {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         Box::pin(async move {
-            let sent = Instant::now();
-            let (mut conn, generation) = self.inner.get().await?;
-            let result = conn.req_packed_commands(pipeline, offset, count).await;
-            self.inner.check(&result, Vec::as_slice, generation, sent);
-            result
+            let first = Instant::now();
+            let mut tries = 0;
+            loop {
+                let (mut conn, generation) = self.inner.get().await?;
+                let result = conn.req_packed_commands(pipeline, offset, count).await;
+                self.inner.check(&result, Vec::as_slice, generation, first);
+                let redirected =
+                    matches!(&result, Ok(v) if pipeline_redirected(pipeline, offset, v));
+                match resend_after(first, tries) {
+                    Some(pause) if redirected => tokio::time::sleep(pause).await,
+                    _ => return result,
+                }
+                tries += 1;
+            }
         })
     }
 

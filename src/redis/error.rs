@@ -32,6 +32,19 @@ pub enum Code {
     NoAuth,
     /// `NOPERM`: the ACL user may not run this command, or touch these keys.
     NoPerm,
+    /// `MOVED`: a Redis Cluster node that does not own the slot (any more); the reply
+    /// names the owner. Nothing ran.
+    Moved,
+    /// `ASK`: the slot is migrating and the keys have left this node. Nothing ran.
+    Ask,
+    /// `TRYAGAIN`: the slot is migrating and the keys are split. Nothing ran.
+    TryAgain,
+    /// `CLUSTERDOWN`: the cluster cannot serve the slot now (no primary). Nothing ran.
+    ClusterDown,
+    /// `CROSSSLOT`: keys of several slots in one call (a bug: every key is in `{P}`).
+    CrossSlot,
+    /// `EXECABORT`: a transaction discarded for an error at queue time. Nothing ran.
+    ExecAbort,
     /// The scripts' own (`lua/prelude.lua`): the call was made for a namespace that is
     /// gone; nothing was applied.
     NamespaceLost,
@@ -80,6 +93,12 @@ impl Code {
             "BUSY" => Code::Busy,
             "NOAUTH" => Code::NoAuth,
             "NOPERM" => Code::NoPerm,
+            "MOVED" => Code::Moved,
+            "ASK" => Code::Ask,
+            "TRYAGAIN" => Code::TryAgain,
+            "CLUSTERDOWN" => Code::ClusterDown,
+            "CROSSSLOT" => Code::CrossSlot,
+            "EXECABORT" => Code::ExecAbort,
             "NAMESPACE_LOST" => Code::NamespaceLost,
             "DAMAGED" => Code::Damaged,
             "BODY_MISSING" => Code::BodyMissing,
@@ -104,7 +123,27 @@ impl Code {
                 | Code::Busy
                 | Code::NoAuth
                 | Code::NoPerm
+                | Code::Moved
+                | Code::Ask
+                | Code::TryAgain
+                | Code::ClusterDown
         )
+    }
+
+    /// Whether a reply of this code says the cluster sent the call elsewhere or could
+    /// not take it, before running anything: the call may be sent again.
+    pub fn redirected(self) -> bool {
+        matches!(
+            self,
+            Code::Moved | Code::Ask | Code::TryAgain | Code::ClusterDown
+        )
+    }
+
+    /// Whether a connection that got this code should be given up and made again to
+    /// the slot's current owner (the node is a replica now, or no longer owns the
+    /// slot, or the cluster lost it for now).
+    pub fn owner_changed(self) -> bool {
+        matches!(self, Code::ReadOnly | Code::Moved | Code::ClusterDown)
     }
 }
 
@@ -259,6 +298,21 @@ mod tests {
                 "WRONGTYPE Operation against a key holding the wrong kind of value",
                 Code::Other,
             ),
+            ("MOVED 12682 127.0.0.1:7002", Code::Moved),
+            ("ASK 12682 127.0.0.1:7002", Code::Ask),
+            (
+                "TRYAGAIN Multiple keys request during rehashing of slot",
+                Code::TryAgain,
+            ),
+            ("CLUSTERDOWN The cluster is down", Code::ClusterDown),
+            (
+                "CROSSSLOT Keys in request don't hash to the same slot",
+                Code::CrossSlot,
+            ),
+            (
+                "EXECABORT Transaction discarded because of previous errors.",
+                Code::ExecAbort,
+            ),
         ] {
             let e = reply(text);
             assert_eq!(Code::of(&e), Some(code), "{text}");
@@ -279,6 +333,11 @@ mod tests {
     #[test]
     fn outcomes_follow_the_kind_and_code() {
         assert_eq!(Outcome::of(&reply("READONLY no")), Outcome::NotApplied);
+        for redirect in ["MOVED 1 h:1", "ASK 1 h:1", "TRYAGAIN x", "CLUSTERDOWN x"] {
+            let e = reply(redirect);
+            assert_eq!(Outcome::of(&e), Outcome::NotApplied, "{redirect}");
+            assert!(Code::of(&e).unwrap().redirected(), "{redirect}");
+        }
         assert_eq!(
             Outcome::of(&reply("NAMESPACE_LOST gone")),
             Outcome::NamespaceLost

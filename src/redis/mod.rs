@@ -5,8 +5,12 @@
 //! - [`config`]: the Redis options (`--redis` and its TLS, Sentinel, prefix and replica
 //!   options), never shown with credentials.
 //! - [`connection`]: [`Connector`] and [`RedisConn`], connections that follow a
-//!   failover and never wait long on a Redis that is away; [`target`]: the `--redis`
-//!   URL (standalone, Sentinel, TLS) turned into the current primary.
+//!   failover and never wait long on a Redis that is away ([`redirect`]: which calls a
+//!   cluster did not run, sent again); [`target`]: the `--redis`
+//!   URL (standalone, Sentinel, Cluster, TLS) turned into the current primary;
+//!   [`slot_owner`]: a Redis Cluster's primary of the namespace's slot; [`tls`]: the
+//!   TLS files, and certificate problems said plainly; [`history`]: a named primary
+//!   must continue the replication history of the one before it.
 //! - [`error`]: what a failed call means, classified once by kind and error code.
 //! - [`keys`]: the key schema (docs/REDIS.md), and the KEYS layout Rust and Lua share.
 //! - [`meta`]: a job's metadata as both modes store it (msgpack, as the Lua scripts
@@ -29,11 +33,15 @@ pub mod copy;
 pub mod error;
 pub mod fenced;
 pub mod fenced_script;
+pub mod history;
 pub mod keys;
 pub mod meta;
 pub mod policy;
+pub mod redirect;
 pub mod schema;
+pub mod slot_owner;
 pub mod target;
+pub mod tls;
 
 pub use config::RedisConfig;
 pub use connection::{CONNECT_TIMEOUT, Connector, RESPONSE_TIMEOUT, RedisConn, WAIT_LIMIT};

@@ -8,6 +8,10 @@
 //! leader mode on its lease connection (at start, then on a timer of its own). A Redis
 //! that does not let us read its configuration (an error reply to CONFIG GET: CONFIG
 //! renamed or forbidden by a managed service) is warned about, not refused.
+//!
+//! With `--redis-wait-replicas N`, the same checks warn when the primary has fewer than
+//! N replicas connected ([`check_replicas`], naming the node: on a Redis Cluster, the
+//! slot's primary), since every change would then fail until one is back.
 
 use std::time::Duration;
 
@@ -82,4 +86,42 @@ pub async fn recheck<C: ConnectionLike>(conn: &mut C, allow: bool) {
             tracing::debug!(%err, "could not read Redis' maxmemory-policy; next check later");
         }
     }
+}
+
+/// Warn when the primary on `conn` has fewer than `wanted` replicas connected (a change
+/// waiting for them cannot be acknowledged); nothing when `wanted` is 0. A failed read
+/// waits for the next check.
+pub async fn check_replicas<C: ConnectionLike>(conn: &mut C, wanted: u32) {
+    if wanted == 0 {
+        return;
+    }
+    let info: redis::RedisResult<redis::InfoDict> = redis::cmd("INFO")
+        .arg("replication")
+        .query_async(conn)
+        .await;
+    let connected = match info {
+        Ok(info) => info.get::<u32>("connected_slaves").unwrap_or(0),
+        Err(err) => {
+            tracing::debug!(%err, "could not read the primary's replicas; next check later");
+            return;
+        }
+    };
+    if connected >= wanted {
+        return;
+    }
+    // The node as this connection reaches it (its local address, from CLIENT INFO).
+    let client: redis::RedisResult<String> =
+        redis::cmd("CLIENT").arg("INFO").query_async(conn).await;
+    let node = client
+        .ok()
+        .and_then(|c| {
+            c.split_whitespace()
+                .find_map(|f| f.strip_prefix("laddr=").map(str::to_string))
+        })
+        .unwrap_or_else(|| "?".to_string());
+    tracing::warn!(
+        %node, connected, wanted,
+        "the Redis primary has fewer replicas connected than --redis-wait-replicas: \
+         every change fails (INTERNAL_ERROR) until enough replicas are back"
+    );
 }

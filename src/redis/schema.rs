@@ -96,6 +96,12 @@ pub enum SchemaError {
          copy's lock): wait for the copy to end, then start the instances where it copied to"
     )]
     Copying { key: String },
+    #[error(
+        "this Redis is a node of a Redis Cluster (cluster_enabled:1): use \
+         redis+cluster://HOST:PORT[,HOST:PORT...] (or rediss+cluster://), which finds the \
+         primary of the namespace's slot"
+    )]
+    ClusterNode,
     #[error("cannot connect to Redis to check the namespace's key layout")]
     Connect(#[source] CallError),
     #[error("{op}")]
@@ -107,9 +113,10 @@ pub enum SchemaError {
 }
 
 impl SchemaError {
-    /// Whether the namespace refuses this start for a reason the message explains (an
-    /// instance of the previous version lives, the namespace was moved or is being
-    /// copied), as opposed to Redis being unreachable.
+    /// Whether Redis was reached and refuses this start for a reason the message
+    /// explains (an instance of the previous version lives, the namespace was moved or
+    /// is being copied, the URL's form does not fit the topology), as opposed to Redis
+    /// being unreachable.
     pub fn is_refusal(&self) -> bool {
         matches!(
             self,
@@ -117,6 +124,7 @@ impl SchemaError {
                 | SchemaError::OldInstancesLive { .. }
                 | SchemaError::Moved { .. }
                 | SchemaError::Copying { .. }
+                | SchemaError::ClusterNode
         )
     }
 }
@@ -163,15 +171,26 @@ pub async fn prepare(config: &RedisConfig) -> Result<Prepared, SchemaError> {
         .managed("schema", RESPONSE_TIMEOUT)
         .await
         .map_err(|e| SchemaError::Connect(CallError::connect(e)))?;
+    if connector.is_cluster() {
+        return prepare_cluster(&mut conn, &config.prefix).await;
+    }
+    refuse_cluster_node(&mut conn).await?;
     prepare_on(&mut conn, &config.prefix).await
 }
 
-/// [`prepare`] on a connection.
-pub async fn prepare_on(conn: &mut RedisConn, prefix: &str) -> Result<Prepared, SchemaError> {
+/// [`prepare`] on a Redis Cluster: schema 1 could not run there (its keys span slots,
+/// and so would the look for them), so a namespace is current or fresh.
+async fn prepare_cluster(conn: &mut RedisConn, prefix: &str) -> Result<Prepared, SchemaError> {
     let keys = Keys::new(prefix);
-    let old = Legacy {
-        prefix: prefix.to_string(),
-    };
+    if is_current(conn, &keys).await? {
+        return Ok(Prepared::Current);
+    }
+    fresh(conn, &keys, prefix).await
+}
+
+/// Whether the namespace of `keys` is at [`VERSION`] already.
+/// Refuses a namespace that `redstalk-namespace copy` moved away or is reading.
+async fn is_current(conn: &mut RedisConn, keys: &Keys) -> Result<bool, SchemaError> {
     let (version, lease): (Option<u32>, Option<String>) = redis::pipe()
         .cmd("GET")
         .arg(keys.schema())
@@ -181,11 +200,40 @@ pub async fn prepare_on(conn: &mut RedisConn, prefix: &str) -> Result<Prepared, 
         .await
         .map_err(redis_err("GET schema"))?;
     match lease.as_deref() {
-        Some(super::copy::MOVED) => return Err(SchemaError::Moved { key: keys.leader() }),
-        Some(super::copy::COPYING) => return Err(SchemaError::Copying { key: keys.leader() }),
-        _ => {}
+        Some(super::copy::MOVED) => Err(SchemaError::Moved { key: keys.leader() }),
+        Some(super::copy::COPYING) => Err(SchemaError::Copying { key: keys.leader() }),
+        _ => Ok(version == Some(VERSION)),
     }
-    if version == Some(VERSION) {
+}
+
+/// A namespace with no key of either layout: it starts at [`VERSION`].
+async fn fresh(conn: &mut RedisConn, keys: &Keys, prefix: &str) -> Result<Prepared, SchemaError> {
+    set_version(conn, keys).await?;
+    tracing::info!(prefix, schema = VERSION, "new namespace");
+    Ok(Prepared::Fresh)
+}
+
+/// A `redis://` or Sentinel URL that reached a Redis Cluster node is refused: the
+/// namespace's slot may live on another node, and wake-ups would not reach it.
+async fn refuse_cluster_node(conn: &mut RedisConn) -> Result<(), SchemaError> {
+    let info: redis::InfoDict = redis::cmd("INFO")
+        .arg("cluster")
+        .query_async(conn)
+        .await
+        .map_err(redis_err("INFO cluster"))?;
+    match info.get::<i64>("cluster_enabled") {
+        Some(1) => Err(SchemaError::ClusterNode),
+        _ => Ok(()),
+    }
+}
+
+/// [`prepare`] on a connection.
+pub async fn prepare_on(conn: &mut RedisConn, prefix: &str) -> Result<Prepared, SchemaError> {
+    let keys = Keys::new(prefix);
+    let old = Legacy {
+        prefix: prefix.to_string(),
+    };
+    if is_current(conn, &keys).await? {
         return Ok(Prepared::Current);
     }
     let (legacy, lease): (i64, Option<String>) = redis::pipe()
@@ -200,9 +248,7 @@ pub async fn prepare_on(conn: &mut RedisConn, prefix: &str) -> Result<Prepared, 
         .map_err(redis_err("look for keys of schema 1"))?;
     // The tombstone without schema-1 keys: an upgrade cut short after its last rename.
     if legacy == 0 && lease.as_deref() != Some(TOMBSTONE) {
-        set_version(conn, &keys).await?;
-        tracing::info!(prefix, schema = VERSION, "new namespace");
-        return Ok(Prepared::Fresh);
+        return fresh(conn, &keys, prefix).await;
     }
     guard(conn, &old).await?;
     let started = Instant::now();

@@ -7,29 +7,24 @@
 //! `rediss+sentinel://`, TLS to the sentinels and the data nodes) name the sentinels
 //! that know the primary of MASTER_NAME. The credentials of a sentinel URL are the data
 //! nodes'; the sentinels' own password is a separate option.
+//! `redis+cluster://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...][/0]` (and
+//! `rediss+cluster://`) name seeds of a Redis Cluster: the target is the primary that
+//! owns the namespace's slot (`super::slot_owner`). Both multi-host forms share one
+//! host-list parser ([`HostList`]).
 //!
 //! Invariant: nothing here puts the URL, a password or a key into an error message;
 //! errors say which part is wrong.
 
-use std::path::PathBuf;
+use std::time::Duration;
 
-use std::time::{Duration, Instant};
-
-use crate::util::lock;
+use super::history::{History, verify_primary};
+use super::slot_owner::SlotOwner;
+use super::tls::certificates;
+pub use super::tls::{CertificateProblem, TlsFiles};
 use redis::{
-    AsyncConnectionConfig, Client, ClientTlsConfig, ConnectionAddr, IntoConnectionInfo,
-    ProtocolVersion, RedisConnectionInfo, RedisError, RedisResult, TlsCertificates, Value,
+    AsyncConnectionConfig, Client, ConnectionAddr, IntoConnectionInfo, ProtocolVersion,
+    RedisConnectionInfo, RedisResult, TlsCertificates,
 };
-
-/// The TLS files of `--redis-tls-ca`, `--redis-tls-cert` and `--redis-tls-key` (PEM).
-#[derive(Clone, Debug, Default)]
-pub struct TlsFiles {
-    /// Trust only this CA (default: the system's roots).
-    pub ca: Option<PathBuf>,
-    /// A client certificate, with its key.
-    pub cert: Option<PathBuf>,
-    pub key: Option<PathBuf>,
-}
 
 /// Why the Redis options cannot be used (never quotes the URL).
 #[derive(Debug, thiserror::Error)]
@@ -46,76 +41,26 @@ pub enum TargetError {
     HalfClientCert,
     #[error("TLS options were given but the --redis URL does not use TLS (rediss://)")]
     TlsWithoutTls,
-}
-
-/// A TLS handshake with Redis that failed on the server's certificate in a way rustls
-/// names only by its inner webpki error: said plainly, with what to do.
-#[derive(Debug, thiserror::Error)]
-pub enum CertificateProblem {
     #[error(
-        "the Redis server presents a CA certificate (one that may sign others) as its own \
-         certificate, which TLS clients refuse (CaUsedAsEndEntity): issue a server \
-         certificate from that CA, for the name or address redstalk connects to, give it \
-         to Redis (tls-cert-file, tls-key-file), and keep the CA for --redis-tls-ca"
+        "--redis-sentinel-password was given with a redis+cluster:// URL: a Redis Cluster \
+         has no sentinels; drop the option"
     )]
-    CaUsedAsServerCertificate {
-        #[source]
-        source: rustls::Error,
-    },
+    SentinelPasswordOnCluster,
+    #[error(
+        "the redis+cluster:// URL names database {0}: a Redis Cluster has only database 0; \
+         drop the /{0}"
+    )]
+    ClusterDb(String),
 }
 
-impl CertificateProblem {
-    /// The problem `err` (an attempt to connect) is, if it is one of these: looked for
-    /// by value along its sources (redis-rs keeps an I/O error behind an `Arc`, and the
-    /// I/O error keeps rustls' error as its inner error, which `source` skips).
-    pub fn of(err: &RedisError) -> Option<CertificateProblem> {
-        let mut next: Option<&(dyn std::error::Error + 'static)> = Some(err);
-        while let Some(e) = next {
-            if let Some(
-                tls @ rustls::Error::InvalidCertificate(rustls::CertificateError::Other(other)),
-            ) = rustls_error(e)
-                && other.0.downcast_ref::<webpki::Error>()
-                    == Some(&webpki::Error::CaUsedAsEndEntity)
-            {
-                return Some(CertificateProblem::CaUsedAsServerCertificate {
-                    source: tls.clone(),
-                });
-            }
-            next = e.source();
-        }
-        None
-    }
-
-    /// `err`, or the plain account of it when it is one of these problems (the
-    /// original stays its source).
-    pub fn explain(err: RedisError) -> RedisError {
-        match CertificateProblem::of(&err) {
-            Some(problem) => std::io::Error::new(std::io::ErrorKind::InvalidData, problem).into(),
-            None => err,
-        }
-    }
-}
-
-/// The rustls error `e` is, or holds as an I/O error's inner error, directly or behind
-/// the `Arc` redis-rs wraps its errors' causes in.
-fn rustls_error<'e>(e: &'e (dyn std::error::Error + 'static)) -> Option<&'e rustls::Error> {
-    type Shared = std::sync::Arc<dyn std::error::Error + Send + Sync>;
-    let e: &(dyn std::error::Error + 'static) = match e.downcast_ref::<Shared>() {
-        Some(shared) => &**shared,
-        None => e,
-    };
-    e.downcast_ref::<rustls::Error>().or_else(|| {
-        e.downcast_ref::<std::io::Error>()
-            .and_then(std::io::Error::get_ref)
-            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
-    })
-}
-
-/// Which server to connect to: one address, or whichever the sentinels name primary.
+/// Which server to connect to: one address, whichever the sentinels name primary, or
+/// the primary that owns the namespace's slot of a Redis Cluster.
 pub enum Target {
     Direct(Client),
     /// Asked anew at every connection, so a failover is followed.
     Sentinel(Sentinels),
+    /// Asked anew at every connection (a MOVED reply's address first).
+    Cluster(SlotOwner),
 }
 
 /// The sentinels, and what a connection to the primary they name needs.
@@ -140,18 +85,9 @@ pub struct Sentinels {
     history: std::sync::Mutex<History>,
 }
 
-#[derive(Default)]
-struct History {
-    replid: Option<String>,
-    refused_since: Option<Instant>,
-}
-
-/// How long candidates without the previous primary's history are refused before one
-/// is taken anyway (every data node lost its data: waiting longer saves nothing).
-const HISTORY_PATIENCE: Duration = Duration::from_secs(60);
-
-/// How long asking one sentinel, or checking the primary's role, may take.
-const ASK_TIMEOUT: Duration = Duration::from_millis(500);
+/// How long asking one sentinel (or cluster node), or checking the primary's role, may
+/// take.
+pub(super) const ASK_TIMEOUT: Duration = Duration::from_millis(500);
 
 impl Target {
     /// A client for the current primary; with sentinels, the one a majority of them
@@ -160,19 +96,48 @@ impl Target {
         match self {
             Target::Direct(c) => Ok(c.clone()),
             Target::Sentinel(s) => s.primary().await,
+            Target::Cluster(c) => c.primary().await,
         }
     }
 
-    /// The target of `url` with `tls` and the sentinels' password.
+    /// Whether this is a Redis Cluster's slot owner (else a standalone Redis, or one
+    /// behind Sentinel, which must not be a cluster node).
+    pub fn is_cluster(&self) -> bool {
+        matches!(self, Target::Cluster(_))
+    }
+
+    /// A MOVED reply named `addr` as the owner of the namespace's slot: asked first
+    /// at the next connection (a hint; it must still prove itself the primary).
+    pub fn moved_to(&self, addr: &str) {
+        if let Target::Cluster(c) = self {
+            c.moved_to(addr);
+        }
+    }
+
+    /// The target of `url` with `tls` and the sentinels' password, for the namespace
+    /// `prefix` (a cluster's target is the owner of its slot).
     pub fn new(
         url: &str,
         tls: &TlsFiles,
         sentinel_password: Option<&str>,
+        prefix: &str,
     ) -> Result<Target, TargetError> {
         let certs = certificates(tls)?;
         let secure = url.starts_with("rediss");
         if certs.is_some() && !secure {
             return Err(TargetError::TlsWithoutTls);
+        }
+        if let Some(rest) = url
+            .strip_prefix("redis+cluster://")
+            .or_else(|| url.strip_prefix("rediss+cluster://"))
+        {
+            if sentinel_password.is_some() {
+                return Err(TargetError::SentinelPasswordOnCluster);
+            }
+            let hosts = cluster_url(rest)?;
+            return Ok(Target::Cluster(SlotOwner::new(
+                hosts, secure, certs, prefix,
+            )));
         }
         if let Some(rest) = url
             .strip_prefix("redis+sentinel://")
@@ -198,6 +163,22 @@ impl Target {
     }
 }
 
+/// The refusals a `redis+cluster://` URL can meet before any connection: a sentinel
+/// password beside it, a database other than 0, a malformed host list (checked with
+/// the other options, so they exit as a usage error).
+pub fn check_cluster_url(url: &str, sentinel_password: bool) -> Result<(), TargetError> {
+    let Some(rest) = url
+        .strip_prefix("redis+cluster://")
+        .or_else(|| url.strip_prefix("rediss+cluster://"))
+    else {
+        return Ok(());
+    };
+    if sentinel_password {
+        return Err(TargetError::SentinelPasswordOnCluster);
+    }
+    cluster_url(rest).map(|_| ())
+}
+
 /// An error's kind and description, without details that could quote the input.
 trait KindText {
     fn kind_text(&self) -> String;
@@ -207,28 +188,27 @@ impl KindText for redis::RedisError {
     fn kind_text(&self) -> String {
         format!(
             "redis-rs refused it ({:?}); expected redis://[USER:PASSWORD@]HOST[:PORT][/DB], \
-             rediss://..., or redis+sentinel://[USER:PASSWORD@]HOST:PORT[,...]/MASTER_NAME[/DB]",
+             rediss://..., redis+sentinel://[USER:PASSWORD@]HOST:PORT[,...]/MASTER_NAME[/DB] \
+             or redis+cluster://[USER:PASSWORD@]HOST:PORT[,...]",
             self.kind()
         )
     }
 }
 
-/// The parts of a sentinel URL after its scheme.
+/// The part of a sentinel or cluster URL before its path: optional credentials and a
+/// comma-separated list of `HOST:PORT`.
 #[derive(Debug, PartialEq)]
-struct SentinelUrl {
-    username: Option<String>,
-    password: Option<String>,
-    sentinels: Vec<(String, u16)>,
-    master: String,
-    db: i64,
+pub(super) struct HostList {
+    pub username: Option<String>,
+    pub password: Option<String>,
+    pub hosts: Vec<(String, u16)>,
 }
 
-impl SentinelUrl {
-    fn parse(rest: &str) -> Result<SentinelUrl, TargetError> {
-        let bad = |what: &str| TargetError::Url(what.to_string());
-        let (authority, path) = rest.split_once('/').ok_or_else(|| {
-            bad("a sentinel URL needs /MASTER_NAME after the sentinels' addresses")
-        })?;
+impl HostList {
+    /// `authority` is `[USER[:PASSWORD]@]HOST:PORT[,HOST:PORT...]`; `what` names a host
+    /// in messages ("sentinel", "cluster node").
+    fn parse(authority: &str, what: &str) -> Result<HostList, TargetError> {
+        let bad = |m: String| TargetError::Url(m);
         let (userinfo, hosts) = match authority.rsplit_once('@') {
             Some((u, h)) => (Some(u), h),
             None => (None, authority),
@@ -243,20 +223,75 @@ impl SentinelUrl {
                 None => (Some(percent_decode(u)?), None),
             },
         };
-        let mut sentinels = Vec::new();
+        let mut list = Vec::new();
         for host in hosts.split(',').filter(|h| !h.is_empty()) {
             let (name, port) = host
                 .rsplit_once(':')
-                .ok_or_else(|| bad("each sentinel is HOST:PORT"))?;
+                .ok_or_else(|| bad(format!("each {what} is HOST:PORT")))?;
             let port = port
                 .parse()
-                .map_err(|_| bad("a sentinel's port is not a number"))?;
+                .map_err(|_| bad(format!("a {what}'s port is not a number")))?;
             let name = name.trim_start_matches('[').trim_end_matches(']');
-            sentinels.push((name.to_string(), port));
+            list.push((name.to_string(), port));
         }
-        if sentinels.is_empty() {
-            return Err(bad("a sentinel URL names at least one sentinel HOST:PORT"));
+        if list.is_empty() {
+            return Err(bad(format!("the URL names no {what} HOST:PORT")));
         }
+        Ok(HostList {
+            username,
+            password,
+            hosts: list,
+        })
+    }
+
+    /// The data nodes' settings: these credentials, database `db`, RESP3.
+    pub fn node_settings(&self, db: i64) -> RedisConnectionInfo {
+        let mut node = RedisConnectionInfo::default()
+            .set_db(db)
+            .set_protocol(ProtocolVersion::RESP3);
+        if let Some(u) = &self.username {
+            node = node.set_username(u);
+        }
+        if let Some(p) = &self.password {
+            node = node.set_password(p);
+        }
+        node
+    }
+}
+
+/// The parts of a cluster URL after its scheme: the seeds; a database other than 0 is
+/// refused (a cluster has no other).
+fn cluster_url(rest: &str) -> Result<HostList, TargetError> {
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let hosts = HostList::parse(authority, "cluster node")?;
+    let db = path.trim_end_matches('/');
+    if !db.is_empty() && db != "0" {
+        // Only a number is quoted back: anything else might be a mistyped secret.
+        return Err(match db.parse::<u32>() {
+            Ok(n) => TargetError::ClusterDb(n.to_string()),
+            Err(_) => {
+                TargetError::Url("the path of a redis+cluster:// URL is /0 or nothing".into())
+            }
+        });
+    }
+    Ok(hosts)
+}
+
+/// The parts of a sentinel URL after its scheme.
+#[derive(Debug, PartialEq)]
+struct SentinelUrl {
+    hosts: HostList,
+    master: String,
+    db: i64,
+}
+
+impl SentinelUrl {
+    fn parse(rest: &str) -> Result<SentinelUrl, TargetError> {
+        let bad = |what: &str| TargetError::Url(what.to_string());
+        let (authority, path) = rest.split_once('/').ok_or_else(|| {
+            bad("a sentinel URL needs /MASTER_NAME after the sentinels' addresses")
+        })?;
+        let hosts = HostList::parse(authority, "sentinel")?;
         let mut segments = path.split('/');
         let master = segments.next().unwrap_or_default().to_string();
         if master.is_empty() {
@@ -268,13 +303,7 @@ impl SentinelUrl {
                 .parse()
                 .map_err(|_| bad("the database after /MASTER_NAME/ is not a number"))?,
         };
-        Ok(SentinelUrl {
-            username,
-            password,
-            sentinels,
-            master,
-            db,
-        })
+        Ok(SentinelUrl { hosts, master, db })
     }
 
     fn client(
@@ -289,21 +318,13 @@ impl SentinelUrl {
             sentinel_settings = sentinel_settings.set_password(p);
         }
         let mut sentinels = Vec::new();
-        for (host, port) in self.sentinels {
+        let node = self.hosts.node_settings(self.db);
+        for (host, port) in self.hosts.hosts {
             let info = address(secure, host, port)
                 .into_connection_info()
                 .map_err(failed)?
                 .set_redis_settings(sentinel_settings.clone());
             sentinels.push(client(info, certs.as_ref()).map_err(failed)?);
-        }
-        let mut node = RedisConnectionInfo::default()
-            .set_db(self.db)
-            .set_protocol(ProtocolVersion::RESP3);
-        if let Some(u) = &self.username {
-            node = node.set_username(u);
-        }
-        if let Some(p) = &self.password {
-            node = node.set_password(p);
         }
         Ok(Target::Sentinel(Sentinels {
             sentinels,
@@ -316,7 +337,7 @@ impl SentinelUrl {
     }
 }
 
-fn address(secure: bool, host: String, port: u16) -> ConnectionAddr {
+pub(super) fn address(secure: bool, host: String, port: u16) -> ConnectionAddr {
     if secure {
         ConnectionAddr::TcpTls {
             host,
@@ -329,7 +350,10 @@ fn address(secure: bool, host: String, port: u16) -> ConnectionAddr {
     }
 }
 
-fn client(info: redis::ConnectionInfo, certs: Option<&TlsCertificates>) -> RedisResult<Client> {
+pub(super) fn client(
+    info: redis::ConnectionInfo,
+    certs: Option<&TlsCertificates>,
+) -> RedisResult<Client> {
     match certs {
         Some(c) => Client::build_with_tls(info, c.clone()),
         None => Client::open(info),
@@ -338,7 +362,7 @@ fn client(info: redis::ConnectionInfo, certs: Option<&TlsCertificates>) -> Redis
 
 /// An attempt that found no primary: calls wait briefly for the next one, as when
 /// Redis refuses connections (a failover is under way).
-fn no_primary(detail: String) -> redis::RedisError {
+pub(super) fn no_primary(detail: String) -> redis::RedisError {
     std::io::Error::new(std::io::ErrorKind::ConnectionRefused, detail).into()
 }
 
@@ -394,60 +418,8 @@ impl Sentinels {
         let mut c = primary
             .get_multiplexed_async_connection_with_config(&config)
             .await?;
-        let role: Vec<Value> = redis::cmd("ROLE").query_async(&mut c).await?;
-        if !matches!(role.first(), Some(Value::BulkString(r)) if r == b"master") {
-            return Err(no_primary(
-                "the server the sentinels name is not a primary (yet)".into(),
-            ));
-        }
-        let info: redis::InfoDict = redis::cmd("INFO")
-            .arg("replication")
-            .query_async(&mut c)
-            .await?;
-        let replid: Option<String> = info.get("master_replid");
-        let replid2: Option<String> = info.get("master_replid2");
-        self.continues_history(replid, replid2)?;
+        verify_primary(&mut c, &self.history, "the sentinels name").await?;
         Ok(primary)
-    }
-
-    /// Whether a primary with replication ids `replid` (its own) and `replid2` (the one
-    /// it was promoted from, if any) continues the history of the last primary used:
-    /// a promoted replica does; a server restarted empty, or a stranger, does not.
-    fn continues_history(
-        &self,
-        replid: Option<String>,
-        replid2: Option<String>,
-    ) -> RedisResult<()> {
-        let mut h = lock(&self.history);
-        let continues = continues(h.replid.as_deref(), replid.as_deref(), replid2.as_deref());
-        if !continues {
-            let since = *h.refused_since.get_or_insert_with(Instant::now);
-            if since.elapsed() < HISTORY_PATIENCE {
-                return Err(no_primary(
-                    "the primary the sentinels name does not continue the replication \
-                     history of the one before it (restarted empty, or the sentinels lag \
-                     behind a failover); asking again"
-                        .into(),
-                ));
-            }
-            tracing::error!(
-                "for {HISTORY_PATIENCE:?} the sentinels have named a primary that does not \
-                 continue the previous one's replication history: using it; jobs \
-                 acknowledged before may be lost"
-            );
-        }
-        h.replid = replid;
-        h.refused_since = None;
-        Ok(())
-    }
-}
-
-/// Whether a primary whose replication ids are `replid` and `replid2` continues the
-/// history `known` (the replication id of the primary used before, if any).
-fn continues(known: Option<&str>, replid: Option<&str>, replid2: Option<&str>) -> bool {
-    match known {
-        None => true,
-        Some(k) => replid == Some(k) || replid2 == Some(k),
     }
 }
 
@@ -473,37 +445,6 @@ fn percent_decode(s: &str) -> Result<String, TargetError> {
     String::from_utf8(out).map_err(|_| TargetError::Url("credentials are not UTF-8".into()))
 }
 
-/// The PEM files read, or `None` when no TLS file was given.
-fn certificates(tls: &TlsFiles) -> Result<Option<TlsCertificates>, TargetError> {
-    let read = |what, path: &PathBuf| {
-        std::fs::read(path).map_err(|source| TargetError::File {
-            what,
-            path: path.display().to_string(),
-            source,
-        })
-    };
-    let client_tls = match (&tls.cert, &tls.key) {
-        (Some(cert), Some(key)) => Some(ClientTlsConfig {
-            client_cert: read("--redis-tls-cert", cert)?,
-            client_key: read("--redis-tls-key", key)?,
-        }),
-        (None, None) => None,
-        _ => return Err(TargetError::HalfClientCert),
-    };
-    let root_cert = tls
-        .ca
-        .as_ref()
-        .map(|ca| read("--redis-tls-ca", ca))
-        .transpose()?;
-    if client_tls.is_none() && root_cert.is_none() {
-        return Ok(None);
-    }
-    Ok(Some(TlsCertificates {
-        client_tls,
-        root_cert,
-    }))
-}
-
 /// A Redis URL without its credentials, for messages: `scheme://***@rest` when it
 /// had any.
 pub fn redact(url: &str) -> String {
@@ -523,31 +464,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_primary_must_continue_the_replication_history() {
-        // Nothing used yet: any primary.
-        assert!(continues(None, Some("b"), None));
-        // The same primary again, or a replica promoted from it (its replid2).
-        assert!(continues(Some("a"), Some("a"), Some("0")));
-        assert!(continues(Some("a"), Some("b"), Some("a")));
-        // The old primary restarted empty: a fresh id, no history.
-        assert!(!continues(Some("a"), Some("x"), Some("0000")));
-        assert!(!continues(Some("a"), None, None));
-    }
-
-    #[test]
     fn sentinel_urls_parse() {
         let u = SentinelUrl::parse("app:s%40cret@h1:26379,h2:26380/mymaster/3").unwrap();
-        assert_eq!(u.username.as_deref(), Some("app"));
-        assert_eq!(u.password.as_deref(), Some("s@cret"));
+        assert_eq!(u.hosts.username.as_deref(), Some("app"));
+        assert_eq!(u.hosts.password.as_deref(), Some("s@cret"));
         assert_eq!(
-            u.sentinels,
+            u.hosts.hosts,
             vec![("h1".to_string(), 26379), ("h2".to_string(), 26380)]
         );
         assert_eq!(u.master, "mymaster");
         assert_eq!(u.db, 3);
         let u = SentinelUrl::parse(":pw@h:1/m").unwrap();
         assert_eq!(
-            (u.username, u.password.as_deref(), u.db),
+            (u.hosts.username, u.hosts.password.as_deref(), u.db),
             (None, Some("pw"), 0)
         );
         for bad in ["h:1", "h:1/", "/m", "h/m", "h:x/m", "h:1/m/x"] {
@@ -563,12 +492,44 @@ mod tests {
             "redis+sentinel://u:hunter2@h:x/m",
             "redis://u:hunter2@h:notaport/0",
             "redis://u:hunter2@h:1/notadb",
+            "redis+cluster://u:hunter2@h:x",
+            "redis+cluster://u:hunter2@h:1/hunter2",
+            "redis+cluster://u:hunter2@h:1/3",
+            "rediss+cluster://u:hunter2@",
         ] {
-            let err = Target::new(url, &TlsFiles::default(), None)
+            let err = Target::new(url, &TlsFiles::default(), None, "p")
                 .err()
                 .unwrap_or_else(|| panic!("{url} accepted"));
             assert!(!err.to_string().contains(secret), "{err}");
         }
+    }
+
+    #[test]
+    fn cluster_urls_parse() {
+        let h = cluster_url("app:s%40cret@h1:7001,[::1]:7002/0").unwrap();
+        assert_eq!(h.username.as_deref(), Some("app"));
+        assert_eq!(h.password.as_deref(), Some("s@cret"));
+        assert_eq!(
+            h.hosts,
+            vec![("h1".to_string(), 7001), ("::1".to_string(), 7002)]
+        );
+        assert!(cluster_url("h:1").is_ok());
+        assert!(cluster_url("h:1/").is_ok());
+        assert!(matches!(cluster_url("h:1/2"), Err(TargetError::ClusterDb(d)) if d == "2"));
+        for bad in ["", "h", "h:x", "h:1/x"] {
+            assert!(cluster_url(bad).is_err(), "{bad}");
+        }
+        let t = Target::new(
+            "redis+cluster://h:1,h:2",
+            &TlsFiles::default(),
+            None,
+            "billing",
+        );
+        assert!(matches!(t, Ok(Target::Cluster(ref c)) if c.slot() == 12682));
+        assert!(matches!(
+            Target::new("redis+cluster://h:1", &TlsFiles::default(), Some("pw"), "p"),
+            Err(TargetError::SentinelPasswordOnCluster)
+        ));
     }
 
     #[test]
@@ -578,7 +539,7 @@ mod tests {
             ..TlsFiles::default()
         };
         assert!(matches!(
-            Target::new("rediss://h:1", &tls, None),
+            Target::new("rediss://h:1", &tls, None, "p"),
             Err(TargetError::HalfClientCert)
         ));
         let tls = TlsFiles {
@@ -586,7 +547,7 @@ mod tests {
             ..TlsFiles::default()
         };
         assert!(matches!(
-            Target::new("redis://h:1", &tls, None),
+            Target::new("redis://h:1", &tls, None, "p"),
             Err(TargetError::TlsWithoutTls)
         ));
     }

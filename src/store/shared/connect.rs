@@ -109,7 +109,7 @@ fn forward_wake_ups(
     tokio::spawn(async move {
         let _subscription = subscription;
         while let Some(push) = pushes.recv().await {
-            if push.kind != PushKind::Message {
+            if push.kind != PushKind::SMessage {
                 continue;
             }
             if let Some(tube) = push

@@ -1,6 +1,6 @@
-//! The shared mode's checks of Redis' eviction policy (`crate::redis::policy`): once at
-//! start, on the store's own connection, then every [`CHECK_EVERY`], riding on the
-//! heartbeat.
+//! The shared mode's checks of Redis' eviction policy (`crate::redis::policy`), and of
+//! its replicas with `--redis-wait-replicas`: once at start, on the store's own
+//! connection, then every [`CHECK_EVERY`], riding on the heartbeat.
 //!
 //! Ownership: the periodic check's state is process-wide (one store per process):
 //! whether eviction is allowed (set at start) and when the next check is due.
@@ -8,7 +8,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use super::RedisStore;
-use crate::redis::policy::{CHECK_EVERY, PolicyError, check, recheck};
+use crate::redis::policy::{CHECK_EVERY, PolicyError, check, check_replicas, recheck};
 use crate::store::Nanos;
 
 static ALLOWED: AtomicBool = AtomicBool::new(false);
@@ -20,6 +20,7 @@ impl RedisStore {
     pub async fn check_eviction_policy(&self, allow: bool) -> Result<(), PolicyError> {
         ALLOWED.store(allow, Ordering::SeqCst);
         check(&mut self.run.conn(), allow).await?;
+        check_replicas(&mut self.run.conn(), self.run.wait_replicas()).await;
         NEXT_CHECK.store(
             self.clock.now() + CHECK_EVERY.as_nanos() as u64,
             Ordering::SeqCst,
@@ -36,5 +37,6 @@ impl RedisStore {
         }
         NEXT_CHECK.store(now + CHECK_EVERY.as_nanos() as u64, Ordering::SeqCst);
         recheck(&mut self.run.conn(), ALLOWED.load(Ordering::SeqCst)).await;
+        check_replicas(&mut self.run.conn(), self.run.wait_replicas()).await;
     }
 }

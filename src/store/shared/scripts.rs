@@ -164,6 +164,11 @@ impl Runner {
         &self.namespace
     }
 
+    /// `--redis-wait-replicas` (0: changes do not wait).
+    pub fn wait_replicas(&self) -> u32 {
+        self.wait.map_or(0, |(n, _)| n)
+    }
+
     pub fn scripts(&self) -> &Scripts {
         &self.scripts
     }

@@ -175,11 +175,14 @@ end
 -- Tell the other instances that `tube` gained a reservable job. `origin` is
 -- "<instance>\n<channel>"; the message is "<instance>\n<tube>", so the sender, which
 -- serves its own waiters without it, skips its own messages. With no other instance
--- subscribed, nothing is published at all.
+-- subscribed, nothing is published at all. A shard channel (SPUBLISH): it hashes like
+-- the namespace's keys, so on a Redis Cluster it stays on the slot's primary (and its
+-- replicas) instead of crossing the bus to every node, and SHARDNUMSUB counts the
+-- subscribers where they are (NUMSUB would count the local node's only).
 local function wake(origin, tube)
   local instance, channel = string.match(origin, '^([^\n]*)\n(.*)$')
-  if redis.call('PUBSUB', 'NUMSUB', channel)[2] > 1 then
-    redis.call('PUBLISH', channel, instance .. '\n' .. tube)
+  if redis.call('PUBSUB', 'SHARDNUMSUB', channel)[2] > 1 then
+    redis.call('SPUBLISH', channel, instance .. '\n' .. tube)
   end
 end
 
