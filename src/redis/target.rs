@@ -154,11 +154,7 @@ impl Target {
             .clone()
             .set_protocol(ProtocolVersion::RESP3);
         let info = info.set_redis_settings(settings);
-        let client = match certs {
-            Some(c) => Client::build_with_tls(info, c),
-            None => Client::open(info),
-        }
-        .map_err(|e| TargetError::Url(e.kind_text()))?;
+        let client = client(info, certs.as_ref()).map_err(|e| TargetError::Url(e.kind_text()))?;
         Ok(Target::Direct(client))
     }
 }
@@ -350,10 +346,15 @@ pub(super) fn address(secure: bool, host: String, port: u16) -> ConnectionAddr {
     }
 }
 
+/// A client for one node. `TCP_NODELAY` on (redis-rs leaves it off): with Nagle, a
+/// leader's batch written while the previous one is unanswered waits for that answer (or
+/// a delayed ACK) before it leaves, so batches "in flight" went one at a time
+/// (bench/results/2026-11-27-leader-commit-path.md).
 pub(super) fn client(
     info: redis::ConnectionInfo,
     certs: Option<&TlsCertificates>,
 ) -> RedisResult<Client> {
+    let info = info.set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true));
     match certs {
         Some(c) => Client::build_with_tls(info, c.clone()),
         None => Client::open(info),
