@@ -7,6 +7,9 @@
 //! harness itself: two beanstalkd processes must agree on every reply, so any mismatch
 //! there is a nondeterminism in the generator, not a server bug.
 //!
+//! `differential_over_a_redis_cluster` runs the fixed seeds with the subject in both Redis
+//! modes on a Redis Cluster (a fresh prefix per seed).
+//!
 //! Each seed gets a fresh pair of servers (both started with `-z 1024`), [`CONNS`]
 //! client connections to each, and one hidden control connection. The connections are
 //! driven in lockstep, one step at a time: a step picks a connection, generates one
@@ -1559,12 +1562,71 @@ fn differential() {
     }
 }
 
+/// The fixed seeds with the subject on a Redis Cluster (3 primaries, 3 replicas), in
+/// shared and in leader mode, each seed on a fresh prefix (so on a slot of its own, on
+/// whichever primary holds it): the cluster changes no reply.
+#[test]
+fn differential_over_a_redis_cluster() {
+    if support::redis::redis_server_path().is_none() {
+        assert!(
+            !support::oracle_required(),
+            "redis-server is required (REDSTALK_REQUIRE_ORACLE=1) but not installed"
+        );
+        println!("differential over a cluster: SKIPPED, redis-server is not installed");
+        return;
+    }
+    let cluster = support::cluster::Cluster::start().expect("start a 6-node cluster");
+    let url = cluster.url();
+    let commands = env_number("REDSTALK_DIFF_COMMANDS", DEFAULT_COMMANDS);
+    let mut failures = Vec::new();
+    for kind in [ServerKind::Redis, ServerKind::Leader] {
+        let label = format!("{} on a Redis Cluster", kind.name());
+        let start = |args: &[String], seed: u64| {
+            let prefix = format!("diff-{}-{seed:x}", kind.name());
+            ServerProc::start_on_redis_as(kind, &url, &prefix, args).map(Some)
+        };
+        failures.extend(compare_with(
+            kind,
+            &label,
+            &FIXED_SEEDS,
+            commands,
+            Duration::ZERO,
+            &start,
+        ));
+    }
+    if !failures.is_empty() {
+        panic!("{}", failures.join("\n"));
+    }
+}
+
 /// Run every seed against `subject_kind`; the failure reports.
 fn compare(
     subject_kind: ServerKind,
     seeds: &[u64],
     commands: usize,
     settle: Duration,
+) -> Vec<String> {
+    compare_with(
+        subject_kind,
+        subject_kind.name(),
+        seeds,
+        commands,
+        settle,
+        &|args, _| ServerProc::start(subject_kind, args),
+    )
+}
+
+/// Starts a subject with these arguments for this seed (`Ok(None)`: not installed).
+type StartSubject<'a> = &'a dyn Fn(&[String], u64) -> Result<Option<ServerProc>, String>;
+
+/// [`compare`] with the subject started by `start` and named `label` in the output.
+fn compare_with(
+    subject_kind: ServerKind,
+    label: &str,
+    seeds: &[u64],
+    commands: usize,
+    settle: Duration,
+    start: StartSubject<'_>,
 ) -> Vec<String> {
     let args: Vec<String> = vec!["-z".into(), MAX_JOB_SIZE.to_string()];
 
@@ -1583,7 +1645,7 @@ fn compare(
             }
             Err(e) => panic!("differential: cannot start the reference: {e}"),
         };
-        let subject = match ServerProc::start(subject_kind, &args) {
+        let subject = match start(&args, seed) {
             Ok(Some(p)) => p,
             Ok(None) => panic!(
                 "differential: the subject {} is not installed",
@@ -1633,9 +1695,8 @@ fn compare(
         words.join(", ")
     );
     println!(
-        "differential: {steps} commands compared over {} seeds ({replies} replies, subject {}, {:.1} s), {} mismatches",
+        "differential: {steps} commands compared over {} seeds ({replies} replies, subject {label}, {:.1} s), {} mismatches",
         seeds.len(),
-        subject_kind.name(),
         started.elapsed().as_secs_f64(),
         failures.len()
     );
