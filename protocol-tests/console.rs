@@ -773,17 +773,22 @@ async fn read_only(driver: &Driver, mode: Mode) {
     b.close().await.unwrap();
 }
 
+/// A response's status and its `Retry-After` (seconds), if any.
+fn status_and_retry<B>(r: &ureq::http::Response<B>) -> (u16, Option<u64>) {
+    let retry = r
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok()?.parse().ok());
+    (r.status().as_u16(), retry)
+}
+
 /// `POST /console/login` with `token`: status, `Retry-After`.
 fn post_login(s: &Server, token: &str) -> (u16, Option<u64>) {
     let r = agent()
         .post(format!("http://{}/console/login", s.http))
         .send_json(json!({ "token": token }))
         .unwrap();
-    let retry = r
-        .headers()
-        .get("retry-after")
-        .and_then(|v| v.to_str().ok()?.parse().ok());
-    (r.status().as_u16(), retry)
+    status_and_retry(&r)
 }
 
 /// `POST /api/v1/tubes/default/pause` (delay 0) with `Authorization: Bearer token`:
@@ -794,11 +799,7 @@ fn post_bearer(s: &Server, token: &str) -> (u16, Option<u64>) {
         .header("Authorization", &format!("Bearer {token}"))
         .send_json(json!({ "delay": 0 }))
         .unwrap();
-    let retry = r
-        .headers()
-        .get("retry-after")
-        .and_then(|v| v.to_str().ok()?.parse().ok());
-    (r.status().as_u16(), retry)
+    status_and_retry(&r)
 }
 
 /// The login, and the API's `Authorization: Bearer`, take `--admin-login-limit` wrong
