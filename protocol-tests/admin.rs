@@ -450,7 +450,8 @@ fn a_standby_forwards_the_api_to_the_leader() {
     let Home::Leader(redis) = &home else {
         unreachable!()
     };
-    let dead = format!("127.0.0.1:{}", support::free_port());
+    let closed = support::ClosedPort::new();
+    let dead = closed.addr.to_string();
     for (flags, reason) in [
         (vec![], "publishes no API address"),
         (vec!["--http-advertise", dead.as_str()], "cannot connect"),

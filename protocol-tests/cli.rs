@@ -267,7 +267,8 @@ fn changes(a: SocketAddr, c: &mut Client, [id1, id2]: [u64; 2]) {
 fn exit_codes() {
     let srv = start(ServerKind::Memory).unwrap();
     let a = srv.addr;
-    let nobody: SocketAddr = ([127, 0, 0, 1], support::free_port()).into();
+    let closed = support::ClosedPort::new();
+    let nobody = closed.addr;
     let down = ctl(nobody, &["stats"]);
     assert_eq!(down.code, 8, "{}", down.stderr);
     assert!(down.stderr.contains("cannot connect"), "{}", down.stderr);

@@ -297,7 +297,8 @@ fn a_read_only_redis_makes_the_timer_back_off() {
     c.use_tube("soon");
     c.put(0, 1, 60, b"later");
     // A replica of a master that is not there: it keeps its data, refuses writes.
-    let nobody = support::free_port().to_string();
+    let closed = support::ClosedPort::new();
+    let nobody = closed.port().to_string();
     assert_eq!(
         redis_cmd(redis.port, &["REPLICAOF", "127.0.0.1", &nobody]),
         "+OK"

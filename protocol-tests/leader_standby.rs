@@ -383,8 +383,9 @@ fn readyz_is_503_with_the_reason_while_the_leader_cannot_be_reached() {
     let Some(redis) = redis() else {
         return;
     };
-    // Nobody listens there.
-    let advertise = format!("127.0.0.1:{}", free_port());
+    // Nobody listens there, and nobody can while the test holds the port.
+    let nobody = support::ClosedPort::new();
+    let advertise = nobody.addr.to_string();
     let a = start(
         &redis,
         "s-away",

@@ -300,7 +300,8 @@ fn credentials_never_show_and_a_wrong_password_says_so() {
         );
         assert!(!err.contains("did not answer"), "{err}");
     }
-    let down = format!("redis://app:{secret}@127.0.0.1:{}/0", free_port());
+    let closed = support::ClosedPort::new();
+    let down = format!("redis://app:{secret}@{}/0", closed.addr);
     let err = ServerProc::start_on_redis_as(ServerKind::Redis, &down, "creds", &[])
         .err()
         .expect("redstalk started without Redis");

@@ -226,6 +226,44 @@ pub fn free_port() -> u16 {
     l.local_addr().expect("local addr").port()
 }
 
+/// A port on 127.0.0.1 that refuses connections for as long as this value lives: a
+/// socket bound to it that never listens. A port from [`free_port`] that is merely
+/// unused can be taken by another process's listener before the test connects (seen in
+/// CI: an "unreachable" leader address answered with some HTTP server's 400).
+pub struct ClosedPort {
+    _socket: socket2::Socket,
+    pub addr: SocketAddr,
+}
+
+impl ClosedPort {
+    pub fn new() -> Self {
+        use socket2::{Domain, Socket, Type};
+        let socket = Socket::new(Domain::IPV4, Type::STREAM, None).expect("a TCP socket");
+        // No SO_REUSEADDR: nobody else can bind the port while it is held.
+        let any: SocketAddr = ([127, 0, 0, 1], 0).into();
+        socket.bind(&any.into()).expect("bind an ephemeral port");
+        let addr = socket
+            .local_addr()
+            .expect("local addr")
+            .as_socket()
+            .expect("an IP address");
+        Self {
+            _socket: socket,
+            addr,
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+}
+
+impl Default for ClosedPort {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 /// True when some socket listens on 127.0.0.1:`port` (or the wildcard address).
 pub fn is_listening(port: u16) -> bool {
     let Ok(table) = std::fs::read_to_string("/proc/net/tcp") else {
