@@ -16,7 +16,12 @@
 //!   `CLUSTER FAILOVER` of the slot, Redis ends the shard subscription (an unsolicited
 //!   `sunsubscribe`): the subscriber reconnects to the new primary and subscribes
 //!   again, and wake-ups stay milliseconds (without it they fall back to the 1 s
-//!   sweep: 640-810 ms, seen). Prints both series.
+//!   sweep: 640-810 ms, seen). `/metrics` names the slot and its primary
+//!   (`redstalk_redis_info`) and, after the failover, the new primary, with
+//!   `redstalk_redis_primary_changes_total` gone up. Prints both series and the samples.
+//! - `tls::a_tls_only_cluster_serves_both_modes_and_follows_its_failovers` — the same
+//!   over `rediss+cluster://`, and the node timeout checked against the leader lease
+//!   (cluster_tls.rs says what it proves).
 //! - `the_protocol_corpus_passes_on_the_cluster_in_{shared,leader}_mode` — every case
 //!   of protocol-tests/cases (the `protocol` runner's own player, runner.rs) against
 //!   redstalk on the cluster, one fresh namespace per case, so the namespaces spread
@@ -49,6 +54,10 @@
 mod runner;
 
 use runner::support;
+
+// The same checks on a cluster that listens with TLS only.
+#[path = "cluster_tls.rs"]
+mod tls;
 
 use std::time::{Duration, Instant};
 
@@ -90,7 +99,7 @@ fn redstalk_with(
     // -V: the start line naming the slot and its primary is at info level.
     let mut args: Vec<String> = vec!["-V".into()];
     args.extend(extra.iter().map(|a| a.to_string()));
-    if kind == ServerKind::Leader {
+    if kind == ServerKind::Leader && !extra.contains(&"--redis-lease") {
         args.extend(["--redis-lease".into(), TEST_LEASE_MS.into()]);
     }
     let mut srv = ServerProc::start_on_redis_as(kind, &cluster.url(), prefix, &args)
@@ -103,7 +112,8 @@ fn redstalk_with(
 /// The slot of the namespace `prefix` (every key is under the tag `{prefix}`).
 fn slot(cluster: &Cluster, prefix: &str) -> u16 {
     let key = format!("{{{prefix}}}");
-    cli(cluster.nodes[0].port, &["CLUSTER", "KEYSLOT", &key])
+    cluster
+        .cli(0, &["CLUSTER", "KEYSLOT", &key])
         .and_then(|s| s.trim().parse().ok())
         .expect("CLUSTER KEYSLOT")
 }
@@ -274,11 +284,37 @@ fn wake_ups_survive_a_manual_failover_of_the_slot() {
     let Some(cluster) = cluster() else { return };
     let slot = slot(&cluster, "orders");
     let (a, _a_log) = redstalk(&cluster, ServerKind::Redis, "orders");
-    let (b, b_log) = redstalk(&cluster, ServerKind::Redis, "orders");
+    let metrics = format!("127.0.0.1:{}", support::free_port());
+    let (b, b_log) = redstalk_with(
+        &cluster,
+        ServerKind::Redis,
+        "orders",
+        &["--metrics", &metrics],
+    );
     let mut ca = Client::connect(a.addr, "putter");
     let mut cb = Client::connect(b.addr, "waiter");
     assert_wakes_up(&mut ca, &mut cb, "wake-ups before the failover", &b_log);
     let old = cluster.primary_of(slot).expect("the slot has a primary");
+    // /metrics names the slot and its primary; no change yet.
+    let placed = |node: usize| {
+        format!(
+            "redstalk_redis_info{{topology=\"cluster\",prefix=\"orders\",slot=\"{slot}\",\
+             primary=\"127.0.0.1:{}\"}} 1",
+            cluster.nodes[node].port
+        )
+    };
+    let changes = "redstalk_redis_primary_changes_total{prefix=\"orders\"} ";
+    let text = scrape(&metrics);
+    assert!(text.contains(&placed(old)), "{}", redis_lines(&text));
+    assert!(
+        text.contains(&format!("{changes}0\n")),
+        "{}",
+        redis_lines(&text)
+    );
+    println!(
+        "cluster: /metrics before the failover:\n{}",
+        redis_lines(&text)
+    );
     let t = Instant::now();
     let new = cluster.manual_failover(old).expect("manual failover");
     println!(
@@ -295,6 +331,22 @@ fn wake_ups_survive_a_manual_failover_of_the_slot() {
         });
     }
     assert_wakes_up(&mut ca, &mut cb, "wake-ups after a manual failover", &b_log);
+    // /metrics follows: the new primary, and the change counted.
+    let mut text = String::new();
+    wait_for("/metrics names the new primary", SERVED_WITHIN, || {
+        text = scrape(&metrics);
+        text.contains(&placed(new))
+    });
+    let counted: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix(changes))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("the primary changes counter");
+    println!(
+        "cluster: /metrics after the failover:\n{}",
+        redis_lines(&text)
+    );
+    assert!(counted >= 1, "the change is not counted:\n{text}");
     let said = b_log.tail();
     let heard: Vec<&str> = said
         .lines()
@@ -305,6 +357,23 @@ fn wake_ups_survive_a_manual_failover_of_the_slot() {
         said.contains("ended the shard channel's subscription"),
         "the subscriber did not hear of the failover:\n{said}"
     );
+}
+
+/// `GET /metrics` on the listener at `addr`: the body.
+fn scrape(addr: &str) -> String {
+    let mut r = ureq::get(&format!("http://{addr}/metrics"))
+        .call()
+        .unwrap_or_else(|e| panic!("GET /metrics: {e}"));
+    r.body_mut().read_to_string().expect("the body of /metrics")
+}
+
+/// The `redstalk_redis_*` samples of an exposition.
+fn redis_lines(text: &str) -> String {
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("redstalk_redis_"))
+        .collect();
+    lines.join("\n")
 }
 
 fn corpus(kind: ServerKind, prefix: &str) {
