@@ -16,7 +16,12 @@
 //!   `CLUSTER FAILOVER` of the slot, Redis ends the shard subscription (an unsolicited
 //!   `sunsubscribe`): the subscriber reconnects to the new primary and subscribes
 //!   again, and wake-ups stay milliseconds (without it they fall back to the 1 s
-//!   sweep: 640-810 ms, seen). Prints both series.
+//!   sweep: 640-810 ms, seen). `/metrics` names the slot and its primary
+//!   (`redstalk_redis_info`) and, after the failover, the new primary, with
+//!   `redstalk_redis_primary_changes_total` gone up. Prints both series and the samples.
+//! - `tls::a_tls_only_cluster_serves_both_modes_and_follows_its_failovers` — the same
+//!   over `rediss+cluster://`, and the node timeout checked against the leader lease
+//!   (cluster_tls.rs says what it proves).
 //! - `the_protocol_corpus_passes_on_the_cluster_in_{shared,leader}_mode` — every case
 //!   of protocol-tests/cases (the `protocol` runner's own player, runner.rs) against
 //!   redstalk on the cluster, one fresh namespace per case, so the namespaces spread
@@ -24,20 +29,9 @@
 //! - `urls_that_do_not_fit_the_cluster_are_refused` — `redis://` at a cluster node,
 //!   a database other than 0, a sentinel password with a cluster URL: redstalk exits
 //!   at once saying why, never quoting the password.
-//! - `moving_the_slot_under_load_{shared,leader}` — the namespace's slot migrated to
-//!   another primary (IMPORTING/MIGRATING, MIGRATE, SETSLOT NODE) under load: calls
-//!   the cluster refused (ASK, TRYAGAIN, MOVED) are sent again, the connections follow
-//!   the slot to its new shard (whose replication history is its own), nothing is
-//!   lost. Prints the migration time and the INTERNAL_ERROR replies meanwhile (0 seen:
-//!   16 before MOVED replies, which redis-rs hands up as values, were re-sent).
 //! - `too_few_replicas_for_wait_replicas_are_warned_of` — `--redis-wait-replicas 2`
 //!   with one replica: both modes warn at start, naming the slot's primary.
-//! - `killing_the_slots_primary_under_load_{shared,leader}` — kill -9 of the primary of
-//!   the namespace's slot under a put/reserve/delete load, `--redis-wait-replicas 1`:
-//!   the cluster promotes its replica, the old primary is restarted empty (it rejoins
-//!   as a replica), redstalk follows by itself and no acknowledged job is lost or
-//!   deleted twice. Prints the time to the promotion and to the first command
-//!   acknowledged after it, and the audit.
+//! - `faults::…` — the slot moved and its primary killed, under load (cluster_faults.rs).
 
 // A test reports failure by panicking: unwrap and expect are how it says so.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -49,6 +43,14 @@
 mod runner;
 
 use runner::support;
+
+// The same checks on a cluster that listens with TLS only.
+#[path = "cluster_tls.rs"]
+mod tls;
+
+// The namespace's slot moved, and its primary killed, under load.
+#[path = "cluster_faults.rs"]
+mod faults;
 
 use std::time::{Duration, Instant};
 
@@ -90,7 +92,7 @@ fn redstalk_with(
     // -V: the start line naming the slot and its primary is at info level.
     let mut args: Vec<String> = vec!["-V".into()];
     args.extend(extra.iter().map(|a| a.to_string()));
-    if kind == ServerKind::Leader {
+    if kind == ServerKind::Leader && !extra.contains(&"--redis-lease") {
         args.extend(["--redis-lease".into(), TEST_LEASE_MS.into()]);
     }
     let mut srv = ServerProc::start_on_redis_as(kind, &cluster.url(), prefix, &args)
@@ -103,7 +105,8 @@ fn redstalk_with(
 /// The slot of the namespace `prefix` (every key is under the tag `{prefix}`).
 fn slot(cluster: &Cluster, prefix: &str) -> u16 {
     let key = format!("{{{prefix}}}");
-    cli(cluster.nodes[0].port, &["CLUSTER", "KEYSLOT", &key])
+    cluster
+        .cli(0, &["CLUSTER", "KEYSLOT", &key])
         .and_then(|s| s.trim().parse().ok())
         .expect("CLUSTER KEYSLOT")
 }
@@ -274,11 +277,37 @@ fn wake_ups_survive_a_manual_failover_of_the_slot() {
     let Some(cluster) = cluster() else { return };
     let slot = slot(&cluster, "orders");
     let (a, _a_log) = redstalk(&cluster, ServerKind::Redis, "orders");
-    let (b, b_log) = redstalk(&cluster, ServerKind::Redis, "orders");
+    let metrics = format!("127.0.0.1:{}", support::free_port());
+    let (b, b_log) = redstalk_with(
+        &cluster,
+        ServerKind::Redis,
+        "orders",
+        &["--metrics", &metrics],
+    );
     let mut ca = Client::connect(a.addr, "putter");
     let mut cb = Client::connect(b.addr, "waiter");
     assert_wakes_up(&mut ca, &mut cb, "wake-ups before the failover", &b_log);
     let old = cluster.primary_of(slot).expect("the slot has a primary");
+    // /metrics names the slot and its primary; no change yet.
+    let placed = |node: usize| {
+        format!(
+            "redstalk_redis_info{{topology=\"cluster\",prefix=\"orders\",slot=\"{slot}\",\
+             primary=\"127.0.0.1:{}\"}} 1",
+            cluster.nodes[node].port
+        )
+    };
+    let changes = "redstalk_redis_primary_changes_total{prefix=\"orders\"} ";
+    let text = scrape(&metrics);
+    assert!(text.contains(&placed(old)), "{}", redis_lines(&text));
+    assert!(
+        text.contains(&format!("{changes}0\n")),
+        "{}",
+        redis_lines(&text)
+    );
+    println!(
+        "cluster: /metrics before the failover:\n{}",
+        redis_lines(&text)
+    );
     let t = Instant::now();
     let new = cluster.manual_failover(old).expect("manual failover");
     println!(
@@ -295,6 +324,22 @@ fn wake_ups_survive_a_manual_failover_of_the_slot() {
         });
     }
     assert_wakes_up(&mut ca, &mut cb, "wake-ups after a manual failover", &b_log);
+    // /metrics follows: the new primary, and the change counted.
+    let mut text = String::new();
+    wait_for("/metrics names the new primary", SERVED_WITHIN, || {
+        text = scrape(&metrics);
+        text.contains(&placed(new))
+    });
+    let counted: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix(changes))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("the primary changes counter");
+    println!(
+        "cluster: /metrics after the failover:\n{}",
+        redis_lines(&text)
+    );
+    assert!(counted >= 1, "the change is not counted:\n{text}");
     let said = b_log.tail();
     let heard: Vec<&str> = said
         .lines()
@@ -305,6 +350,23 @@ fn wake_ups_survive_a_manual_failover_of_the_slot() {
         said.contains("ended the shard channel's subscription"),
         "the subscriber did not hear of the failover:\n{said}"
     );
+}
+
+/// `GET /metrics` on the listener at `addr`: the body.
+fn scrape(addr: &str) -> String {
+    let mut r = ureq::get(&format!("http://{addr}/metrics"))
+        .call()
+        .unwrap_or_else(|e| panic!("GET /metrics: {e}"));
+    r.body_mut().read_to_string().expect("the body of /metrics")
+}
+
+/// The `redstalk_redis_*` samples of an exposition.
+fn redis_lines(text: &str) -> String {
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("redstalk_redis_"))
+        .collect();
+    lines.join("\n")
 }
 
 fn corpus(kind: ServerKind, prefix: &str) {
@@ -391,162 +453,6 @@ fn urls_that_do_not_fit_the_cluster_are_refused() {
             said.lines().last().unwrap_or("")
         );
     }
-}
-
-/// The node that replicates node `primary` (by its own `ROLE`), among those that answer.
-fn replica_of(cluster: &Cluster, primary: usize) -> Option<usize> {
-    let port = cluster.nodes[primary].port.to_string();
-    (0..cluster.nodes.len()).find(|&i| {
-        i != primary
-            && cli(cluster.nodes[i].port, &["ROLE"]).is_some_and(|r| {
-                let mut lines = r.lines();
-                lines.next() == Some("slave") && lines.nth(1) == Some(port.as_str())
-            })
-    })
-}
-
-/// kill -9 of the primary of the namespace's slot under load, in `kind`'s mode.
-fn failover(kind: ServerKind) {
-    let _serial = serial();
-    let Some(mut cluster) = cluster() else { return };
-    let prefix = format!("failover-{}", kind.name());
-    let slot = slot(&cluster, &prefix);
-    // A change is acknowledged once the slot's replica has it: the failover loses none.
-    let wait = ["--redis-wait-replicas", "1", "--redis-wait-timeout", "500"];
-    let (mut srv, log) = redstalk_with(&cluster, kind, &prefix, &wait);
-    let load = Load::for_failover(srv.addr);
-    load.wait_until(
-        "the load runs",
-        SERVED_WITHIN,
-        || log.tail(),
-        |l| l.acked.len() > 300 && l.deleted.len() > 100,
-    );
-    let old = cluster.primary_of(slot).expect("the slot has a primary");
-    let acked_at_kill = load.ledger(|l| l.acked.len());
-    cluster.nodes[old].kill();
-    let killed = Instant::now();
-    let promoted_within = Duration::from_secs(60);
-    // Seen on the loaded CI machine: every primary marks the dead one FAIL, yet its
-    // replica never wins an election (no promotion in 60 s). What is tested here is
-    // redstalk after a promotion, so after ten node timeouts the replica is told to take
-    // over as an operator would (CLUSTER FAILOVER FORCE), and the run says so.
-    let stalled = Duration::from_millis(10 * support::cluster::NODE_TIMEOUT_MS);
-    let mut forced = false;
-    while cluster.primary_of(slot).is_none_or(|p| p == old) {
-        assert!(
-            killed.elapsed() < promoted_within,
-            "the cluster did not promote the replica within {promoted_within:?}:\n{}",
-            cluster.diagnostics()
-        );
-        if !forced && killed.elapsed() > stalled {
-            forced = true;
-            let replica = replica_of(&cluster, old).expect("the dead primary had a replica");
-            println!(
-                "cluster failover ({}): no election within {stalled:?}; CLUSTER FAILOVER FORCE \
-                 on node {replica}:\n{}",
-                kind.name(),
-                cluster.diagnostics()
-            );
-            cli(
-                cluster.nodes[replica].port,
-                &["CLUSTER", "FAILOVER", "FORCE"],
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let promoted = killed.elapsed();
-    // Back empty with its nodes.conf, as a supervisor restarts it: it rejoins as the new
-    // primary's replica, and changes are acknowledged again once it is in sync.
-    cluster.nodes[old].spawn().expect("restart the old primary");
-    load.wait_until(
-        "commands acknowledged on the new primary",
-        Duration::from_secs(60),
-        || log.tail(),
-        |l| l.acked.len() > acked_at_kill + 5,
-    );
-    let first_ack = killed.elapsed();
-    let (ledger, audit) = load.finish(&mut srv, &log);
-    let label = kind.redis_mode().unwrap();
-    println!(
-        "cluster failover ({label} mode, slot {slot}): primary killed with {acked_at_kill} \
-         acknowledged; replica promoted {} ms after the kill; old primary restarted empty; \
-         first command acknowledged after it {} ms after the kill (node timeout {} ms, \
-         --redis-wait-replicas 1)",
-        promoted.as_millis(),
-        first_ack.as_millis(),
-        support::cluster::NODE_TIMEOUT_MS
-    );
-    println!("cluster failover ({label} mode): {}", audit.summary());
-    println!("cluster failover ({label} mode): {}", ledger.counts());
-    audit.assert_sound(&format!(
-        "{label} mode, kill -9 of the slot's primary, --redis-wait-replicas 1"
-    ));
-}
-
-/// The namespace's slot moved to another primary under load, in `kind`'s mode.
-fn slot_move(kind: ServerKind) {
-    let _serial = serial();
-    let Some(cluster) = cluster() else { return };
-    let prefix = format!("move-{}", kind.name());
-    let slot = slot(&cluster, &prefix);
-    let (mut srv, log) = redstalk(&cluster, kind, &prefix);
-    let load = Load::for_failover(srv.addr);
-    load.wait_until(
-        "the load runs",
-        SERVED_WITHIN,
-        || log.tail(),
-        |l| l.acked.len() > 300 && l.deleted.len() > 100,
-    );
-    let from = cluster.primary_of(slot).expect("the slot has a primary");
-    let to = (0..3).find(|&i| i != from).unwrap();
-    let errors_before = load.ledger(|l| l.internal_errors);
-    let t = Instant::now();
-    let keys = cluster
-        .migrate_slot(slot, from, to)
-        .expect("migrate the slot");
-    let moved_in = t.elapsed();
-    let acked = load.ledger(|l| l.acked.len());
-    load.wait_until(
-        "commands acknowledged after the move",
-        Duration::from_secs(30),
-        || log.tail(),
-        |l| l.acked.len() > acked + 5,
-    );
-    let resumed = t.elapsed();
-    let errors = load.ledger(|l| l.internal_errors) - errors_before;
-    let (ledger, audit) = load.finish(&mut srv, &log);
-    let label = kind.redis_mode().unwrap();
-    println!(
-        "cluster slot move ({label} mode, slot {slot}, node {from} -> {to}): {keys} keys \
-         migrated in {} ms; commands acknowledged again {} ms after the move began; \
-         {errors} INTERNAL_ERROR replies meanwhile",
-        moved_in.as_millis(),
-        resumed.as_millis()
-    );
-    println!("cluster slot move ({label} mode): {}", audit.summary());
-    println!("cluster slot move ({label} mode): {}", ledger.counts());
-    audit.assert_sound(&format!("{label} mode, the namespace's slot moved"));
-    assert_eq!(cluster.primary_of(slot), Some(to));
-}
-
-#[test]
-fn moving_the_slot_under_load_shared() {
-    slot_move(ServerKind::Redis);
-}
-
-#[test]
-fn moving_the_slot_under_load_leader() {
-    slot_move(ServerKind::Leader);
-}
-
-#[test]
-fn killing_the_slots_primary_under_load_shared() {
-    failover(ServerKind::Redis);
-}
-
-#[test]
-fn killing_the_slots_primary_under_load_leader() {
-    failover(ServerKind::Leader);
 }
 
 #[test]

@@ -16,7 +16,9 @@
 //! - `readyz_follows_redis` — `/healthz` 200 and `/readyz` 200; with the test's
 //!   redis-server killed, `/readyz` turns 503 (with a reason) within a few seconds,
 //!   `/metrics` answers 503 promptly and `/healthz` stays 200; with Redis restarted on
-//!   the same port, `/readyz` is 200 again without restarting redstalk.
+//!   the same port, `/readyz` is 200 again without restarting redstalk, and `/metrics`
+//!   says where the namespace lives (`redstalk_redis_info{topology="standalone",...,
+//!   primary="127.0.0.1:PORT"}`, no slot).
 //! - `http_errors_and_limits` — unknown paths 404, non-GET 405 (with `Allow: GET`); an
 //!   oversized request head gets 431 and a firehose of header bytes does not grow the
 //!   process (RSS) or stop it answering; a request head that never ends is answered 408
@@ -587,7 +589,6 @@ fn readyz_follows_redis() {
     let h = http("GET", maddr, "/healthz");
     assert_eq!((h.status, h.body.as_str()), (200, "ok\n"));
     assert_eq!(http("GET", maddr, "/readyz").status, 200);
-
     let redis = srv.redis.as_mut().expect("the test's own redis-server");
     redis.kill();
     let down = Instant::now();
@@ -626,6 +627,20 @@ fn readyz_follows_redis() {
     println!("/readyz 200 {:?} after Redis came back", up.elapsed());
     // The restarted Redis is empty; what matters is that a scrape works again.
     assert!(scrape(maddr).named("redstalk_tubes").count() == 1);
+    // Where the namespace lives: a standalone Redis, no slot.
+    let port = srv.redis.as_ref().map(|r| r.port).unwrap_or_default();
+    let body = http("GET", maddr, "/metrics").body;
+    let info = body
+        .lines()
+        .find(|l| l.starts_with("redstalk_redis_info{"))
+        .unwrap_or_default();
+    assert!(
+        info.contains("topology=\"standalone\"")
+            && info.contains(&format!("primary=\"127.0.0.1:{port}\"}} 1"))
+            && !info.contains("slot="),
+        "{info:?}"
+    );
+    println!("/metrics on standalone Redis: {info}");
 }
 
 #[test]

@@ -1227,12 +1227,12 @@ fn run_trial(target: Target, case: &Case) -> Result<Completion, Failed> {
     run_trial_on(target, case, None)
 }
 
-/// [`run_trial`], with redstalk on the Redis at `on` (URL, prefix) instead of a private
-/// redis-server when given.
+/// [`run_trial`], with redstalk on the Redis at `on` (URL, prefix, more arguments)
+/// instead of a private redis-server when given.
 fn run_trial_on(
     target: Target,
     case: &Case,
-    on: Option<(&str, &str)>,
+    on: Option<(&str, &str, &[String])>,
 ) -> Result<Completion, Failed> {
     let kind = target.kind;
     let release = target.release();
@@ -1244,7 +1244,10 @@ fn run_trial_on(
         args.extend(["--compat".to_string(), "1.12".to_string()]);
     }
     let started = match on {
-        Some((url, prefix)) => ServerProc::start_on_redis_as(kind, url, prefix, &args).map(Some),
+        Some((url, prefix, extra)) => {
+            args.extend_from_slice(extra);
+            ServerProc::start_on_redis_as(kind, url, prefix, &args).map(Some)
+        }
         None => ServerProc::start(kind, &args),
     };
     let mut server = match started {
@@ -1287,10 +1290,42 @@ pub fn run_corpus_on_redis(
     prefix: &str,
     threads: usize,
 ) -> (usize, usize, Vec<String>) {
+    run_cases_on_redis(mode, (url, prefix, &[]), threads, 1)
+}
+
+/// [`run_corpus_on_redis`] on every `every`-th case only, each redstalk started with
+/// `on`'s extra arguments (the TLS files of `rediss+cluster://`, say). A sample
+/// (`every` > 1) leaves out the cases with a timing window, which the whole corpus
+/// covers: it checks the Redis path, not the timers.
+pub fn run_cases_on_redis(
+    mode: &str,
+    on: (&str, &str, &[String]),
+    threads: usize,
+    every: usize,
+) -> (usize, usize, Vec<String>) {
+    let (url, prefix, extra) = on;
     let cases = match discover() {
         Ok(cases) => cases,
         Err(e) => return (0, 0, vec![e]),
     };
+    let timed = |d: &Discovered| {
+        d.1.as_ref().is_ok_and(|case| {
+            case.steps.iter().any(|s| {
+                matches!(
+                    s.action,
+                    Action::Expect {
+                        window: Some(_),
+                        ..
+                    }
+                )
+            })
+        })
+    };
+    let cases: Vec<&Discovered> = cases
+        .iter()
+        .filter(|d| every <= 1 || !timed(d))
+        .step_by(every.max(1))
+        .collect();
     let kind = match mode {
         "leader" => ServerKind::Leader,
         _ => ServerKind::Redis,
@@ -1312,7 +1347,7 @@ pub fn run_corpus_on_redis(
                     let outcome = match parsed {
                         Ok(case) => {
                             let ns = format!("{prefix}{i}");
-                            run_trial_on(target, case, Some((url, &ns)))
+                            run_trial_on(target, case, Some((url, &ns, extra)))
                         }
                         Err(msg) => Err(msg.clone().into()),
                     };

@@ -6,11 +6,17 @@
 //! (docs/plans/redis-cluster.md, section 11). Killed when dropped. Tests never touch the
 //! Redis that may run on 6379.
 //!
+//! [`Cluster::start_tls`] makes the same cluster listening with TLS only (`--port 0`,
+//! `--tls-port`, `--tls-cluster yes`, `--tls-replication yes`, client certificates
+//! required): its URL is `rediss+cluster://`, and the harness's own `redis-cli` calls go
+//! over TLS with the test's client certificate.
+//!
 //! Node timeout 2000 ms: with 1 s the loaded CI machine saw false failovers of Sentinel
 //! (sentinel.rs); a failover then takes about 3 s.
 
 use std::time::{Duration, Instant};
 
+use super::certs::Certs;
 use super::free_port;
 use super::redis::RedisServer;
 use super::sentinel::cli;
@@ -27,11 +33,17 @@ pub struct Cluster {
     pub nodes: Vec<RedisServer>,
     /// Each node's cluster bus port.
     pub bus_ports: Vec<u16>,
+    /// `redis-cli`'s TLS arguments, for a cluster that listens with TLS only.
+    cli_tls: Option<Vec<String>>,
 }
 
 /// A cluster node's `CLUSTER INFO` field, or `None` when it does not answer.
 pub fn info_field(port: u16, field: &str) -> Option<String> {
-    let info = cli(port, &["CLUSTER", "INFO"])?;
+    field_of(&cli(port, &["CLUSTER", "INFO"])?, field)
+}
+
+/// The value of `field` in `CLUSTER INFO`'s output `info`.
+fn field_of(info: &str, field: &str) -> Option<String> {
     info.lines().find_map(|l| {
         l.trim()
             .strip_prefix(&format!("{field}:"))
@@ -55,13 +67,43 @@ impl Cluster {
     /// Start and join the six nodes; returns once every node says `cluster_state:ok`
     /// and every replica's link to its primary is up.
     pub fn start() -> Result<Cluster, String> {
+        Self::start_nodes(&[], None)
+    }
+
+    /// [`Cluster::start`] listening with TLS only, on certificates from `certs`
+    /// (the server certificate for the nodes, on every link, and the client one for
+    /// `redis-cli`).
+    pub fn start_tls(certs: &Certs) -> Result<Cluster, String> {
+        let files = [
+            ("--tls-cert-file", "server.pem"),
+            ("--tls-key-file", "server.key"),
+            ("--tls-ca-cert-file", "ca.pem"),
+        ];
+        let mut node_tls: Vec<String> = files
+            .iter()
+            .flat_map(|(opt, file)| [opt.to_string(), certs.path(file)])
+            .collect();
+        node_tls.extend(["--tls-cluster", "yes", "--tls-replication", "yes"].map(String::from));
+        let cli_tls = vec![
+            "--tls".to_string(),
+            "--cacert".into(),
+            certs.path("ca.pem"),
+            "--cert".into(),
+            certs.path("client.pem"),
+            "--key".into(),
+            certs.path("client.key"),
+        ];
+        Self::start_nodes(&node_tls, Some(cli_tls))
+    }
+
+    fn start_nodes(tls: &[String], cli_tls: Option<Vec<String>>) -> Result<Cluster, String> {
         let mut nodes = Vec::with_capacity(6);
         let mut bus_ports = Vec::with_capacity(6);
         for _ in 0..6 {
             let bus = free_port();
             let bus_arg = bus.to_string();
             let timeout = NODE_TIMEOUT_MS.to_string();
-            nodes.push(RedisServer::start_with(&[
+            let mut args = vec![
                 "--cluster-enabled",
                 "yes",
                 "--cluster-port",
@@ -72,10 +114,19 @@ impl Cluster {
                 &timeout,
                 "--repl-diskless-sync-delay",
                 "0",
-            ])?);
+            ];
+            args.extend(tls.iter().map(String::as_str));
+            nodes.push(match cli_tls {
+                Some(_) => RedisServer::start_tls_only(&args)?,
+                None => RedisServer::start_with(&args)?,
+            });
             bus_ports.push(bus);
         }
-        let cluster = Cluster { nodes, bus_ports };
+        let cluster = Cluster {
+            nodes,
+            bus_ports,
+            cli_tls,
+        };
         cluster.join()?;
         Ok(cluster)
     }
@@ -84,15 +135,38 @@ impl Cluster {
         self.nodes[i].port
     }
 
+    /// `redis-cli` against the node on `port` (over TLS on a TLS cluster); its output,
+    /// or `None` when it fails.
+    pub fn cli_at(&self, port: u16, args: &[&str]) -> Option<String> {
+        match &self.cli_tls {
+            None => cli(port, args),
+            Some(tls) => {
+                let mut all: Vec<&str> = tls.iter().map(String::as_str).collect();
+                all.extend(args);
+                cli(port, &all)
+            }
+        }
+    }
+
+    /// `redis-cli` against node `i`.
+    pub fn cli(&self, i: usize, args: &[&str]) -> Option<String> {
+        self.cli_at(self.port(i), args)
+    }
+
+    /// Node `i`'s `CLUSTER INFO` field, or `None` when it does not answer.
+    pub fn info(&self, i: usize, field: &str) -> Option<String> {
+        field_of(&self.cli(i, &["CLUSTER", "INFO"])?, field)
+    }
+
     /// A node's id (`CLUSTER MYID`).
     pub fn id(&self, i: usize) -> Result<String, String> {
-        cli(self.port(i), &["CLUSTER", "MYID"])
+        self.cli(i, &["CLUSTER", "MYID"])
             .map(|s| s.trim().to_string())
             .ok_or_else(|| format!("node {i}: no CLUSTER MYID"))
     }
 
     fn run(&self, i: usize, args: &[&str]) -> Result<(), String> {
-        match cli(self.port(i), args) {
+        match self.cli(i, args) {
             Some(out) if !out.starts_with("ERR") => Ok(()),
             other => Err(format!("node {i}: {args:?}: {other:?}")),
         }
@@ -107,14 +181,14 @@ impl Cluster {
         for i in 1..6 {
             self.run(i, &["CLUSTER", "MEET", "127.0.0.1", &first, &first_bus])?;
         }
-        let knows_all = |port: u16| {
-            cli(port, &["CLUSTER", "NODES"])
+        let knows_all = |i: usize| {
+            self.cli(i, &["CLUSTER", "NODES"])
                 .is_some_and(|n| n.lines().filter(|l| !l.contains("handshake")).count() == 6)
         };
         wait_until(
             "every node knows the 6 nodes",
             Duration::from_secs(20),
-            || self.nodes.iter().all(|n| knows_all(n.port)),
+            || (0..6).all(knows_all),
         )?;
         for i in 0..3 {
             let primary = self.id(i)?;
@@ -123,15 +197,11 @@ impl Cluster {
         wait_until(
             "cluster_state:ok on every node",
             Duration::from_secs(30),
-            || {
-                self.nodes
-                    .iter()
-                    .all(|n| info_field(n.port, "cluster_state").as_deref() == Some("ok"))
-            },
+            || (0..6).all(|i| self.info(i, "cluster_state").as_deref() == Some("ok")),
         )?;
         wait_until("every replica linked", Duration::from_secs(30), || {
             (3..6).all(|i| {
-                cli(self.port(i), &["INFO", "replication"])
+                self.cli(i, &["INFO", "replication"])
                     .is_some_and(|r| r.contains("master_link_status:up"))
             })
         })
@@ -150,14 +220,18 @@ impl Cluster {
 impl Cluster {
     /// The `redis+cluster://` URL of the whole cluster (every node a seed).
     pub fn url(&self) -> String {
-        format!("redis+cluster://{}", self.seeds())
+        let scheme = match self.cli_tls {
+            Some(_) => "rediss",
+            None => "redis",
+        };
+        format!("{scheme}+cluster://{}", self.seeds())
     }
 
     /// The node that serves `slot` as its primary, by its own account (`CLUSTER
     /// NODES`, its `myself` line), among the nodes that answer.
     pub fn primary_of(&self, slot: u16) -> Option<usize> {
         (0..self.nodes.len()).find(|&i| {
-            let Some(nodes) = cli(self.port(i), &["CLUSTER", "NODES"]) else {
+            let Some(nodes) = self.cli(i, &["CLUSTER", "NODES"]) else {
                 return false;
             };
             nodes.lines().any(|l| {
@@ -174,26 +248,24 @@ impl Cluster {
     pub fn primaries(&self) -> Vec<usize> {
         (0..self.nodes.len())
             .filter(|&i| {
-                cli(self.port(i), &["ROLE"]).is_some_and(|r| r.lines().next() == Some("master"))
+                self.cli(i, &["ROLE"])
+                    .is_some_and(|r| r.lines().next() == Some("master"))
             })
             .collect()
     }
 
     /// Every key of node `i` (SCAN).
     pub fn keys_of(&self, i: usize) -> Vec<String> {
-        cli(self.port(i), &["--scan"])
+        self.cli(i, &["--scan"])
             .map(|out| out.lines().map(str::to_string).collect())
             .unwrap_or_default()
     }
 
     /// How many keys node `i` holds in `slot`.
     pub fn keys_in_slot(&self, i: usize, slot: u16) -> u64 {
-        cli(
-            self.port(i),
-            &["CLUSTER", "COUNTKEYSINSLOT", &slot.to_string()],
-        )
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(0)
+        self.cli(i, &["CLUSTER", "COUNTKEYSINSLOT", &slot.to_string()])
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0)
     }
 
     /// `CLUSTER FAILOVER` on the replica of primary `old` (the one that says so in
@@ -203,13 +275,15 @@ impl Cluster {
         let replica = (0..self.nodes.len())
             .find(|&i| {
                 i != old
-                    && cli(self.port(i), &["INFO", "replication"])
+                    && self
+                        .cli(i, &["INFO", "replication"])
                         .is_some_and(|r| r.lines().any(|l| l.trim() == port))
             })
             .ok_or("no replica of that primary")?;
         self.run(replica, &["CLUSTER", "FAILOVER"])?;
         wait_until("the replica takes over", Duration::from_secs(30), || {
-            cli(self.port(replica), &["ROLE"]).is_some_and(|r| r.lines().next() == Some("master"))
+            self.cli(replica, &["ROLE"])
+                .is_some_and(|r| r.lines().next() == Some("master"))
         })?;
         Ok(replica)
     }
@@ -224,11 +298,9 @@ impl Cluster {
         let to_port = self.port(to).to_string();
         let mut moved = 0;
         loop {
-            let keys = cli(
-                self.port(from),
-                &["CLUSTER", "GETKEYSINSLOT", &slot_s, "100"],
-            )
-            .ok_or("GETKEYSINSLOT")?;
+            let keys = self
+                .cli(from, &["CLUSTER", "GETKEYSINSLOT", &slot_s, "100"])
+                .ok_or("GETKEYSINSLOT")?;
             let keys: Vec<&str> = keys.lines().filter(|k| !k.is_empty()).collect();
             if keys.is_empty() {
                 break;
@@ -248,8 +320,10 @@ impl Cluster {
     pub fn diagnostics(&self) -> String {
         let mut out = String::new();
         for (i, n) in self.nodes.iter().enumerate() {
-            let nodes = cli(n.port, &["CLUSTER", "NODES"]).unwrap_or_else(|| "(no answer)".into());
-            let repl = cli(n.port, &["INFO", "replication"]).unwrap_or_default();
+            let nodes = self
+                .cli(i, &["CLUSTER", "NODES"])
+                .unwrap_or_else(|| "(no answer)".into());
+            let repl = self.cli(i, &["INFO", "replication"]).unwrap_or_default();
             let role: Vec<&str> = repl
                 .lines()
                 .filter(|l| {
@@ -267,10 +341,9 @@ impl Cluster {
     pub fn wait_ok(&self, within: Duration) -> Result<Duration, String> {
         let start = Instant::now();
         wait_until("cluster_state:ok", within, || {
-            self.nodes
-                .iter()
-                .filter(|n| n.pid().is_some())
-                .all(|n| info_field(n.port, "cluster_state").as_deref() == Some("ok"))
+            (0..self.nodes.len())
+                .filter(|&i| self.nodes[i].pid().is_some())
+                .all(|i| self.info(i, "cluster_state").as_deref() == Some("ok"))
         })?;
         Ok(start.elapsed())
     }

@@ -11,6 +11,7 @@
 
 #![allow(dead_code)]
 
+pub mod certs;
 pub mod client;
 pub mod cluster;
 pub mod load;
@@ -106,6 +107,12 @@ impl Log {
         let buf = self.0.text.lock().unwrap_or_else(|e| e.into_inner());
         let from = buf.len().saturating_sub(3000);
         String::from_utf8_lossy(&buf[from..]).into_owned()
+    }
+
+    /// Everything kept (the last 256 KiB), as text.
+    pub fn text(&self) -> String {
+        let buf = self.0.text.lock().unwrap_or_else(|e| e.into_inner());
+        String::from_utf8_lossy(&buf).into_owned()
     }
 
     /// [`Log::tail`] once the pipe has ended (the process exited and its last words

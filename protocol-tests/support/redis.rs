@@ -32,6 +32,8 @@ pub struct RedisServer {
     child: Option<Child>,
     dir: PathBuf,
     extra: Vec<String>,
+    /// Listens with TLS only (`--port 0`, `--tls-port` = [`RedisServer::port`]).
+    tls_only: bool,
 }
 
 impl RedisServer {
@@ -42,6 +44,16 @@ impl RedisServer {
 
     /// Start one with extra `redis-server` arguments (e.g. `--appendonly yes`).
     pub fn start_with(extra: &[&str]) -> Result<RedisServer, String> {
+        Self::start_listening(extra, false)
+    }
+
+    /// Start one that listens with TLS only, on [`RedisServer::port`]; `extra` names its
+    /// certificates (`--tls-cert-file`...).
+    pub fn start_tls_only(extra: &[&str]) -> Result<RedisServer, String> {
+        Self::start_listening(extra, true)
+    }
+
+    fn start_listening(extra: &[&str], tls_only: bool) -> Result<RedisServer, String> {
         let dir = std::env::temp_dir().join(format!(
             "redstalk-test-redis-{}-{}",
             std::process::id(),
@@ -53,6 +65,7 @@ impl RedisServer {
             child: None,
             dir,
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            tls_only,
         };
         server.spawn()?;
         Ok(server)
@@ -68,7 +81,12 @@ impl RedisServer {
                 self.port = free_port();
             }
             let mut cmd = Command::new(&program);
-            cmd.arg("--port").arg(self.port.to_string());
+            if self.tls_only {
+                cmd.args(["--port", "0", "--tls-port"]);
+            } else {
+                cmd.arg("--port");
+            }
+            cmd.arg(self.port.to_string());
             cmd.args(["--bind", "127.0.0.1", "--save", ""]);
             cmd.arg("--dir").arg(&self.dir);
             if !self.extra.iter().any(|a| a == "--appendonly") {

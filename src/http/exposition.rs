@@ -4,7 +4,8 @@
 //!
 //! Invariants: every figure comes from the snapshot, whose server and tube parts are
 //! the very structs `stats` and `stats-tube` print, so a scrape and those commands
-//! agree; every family has one `# HELP` and one `# TYPE` line before its samples (a
+//! agree, or, for the `redstalk_redis_*` families, from where the namespace lives in
+//! Redis (`crate::redis::placement`, handed in; none without Redis); every family has one `# HELP` and one `# TYPE` line before its samples (a
 //! per-tube family keeps them when no tube is listed); label values and help texts are
 //! escaped as the format requires; histogram buckets are cumulative and end with
 //! `+Inf` equal to `_count`. Pure: no I/O, no clock. Its cost is linear in the tubes
@@ -14,12 +15,14 @@ use std::fmt::{Display, Write};
 
 use crate::engine::{ServerStats, Snapshot, TubeStats, WAIT_BUCKETS};
 use crate::protocol::Counter;
+use crate::redis::placement::Placement;
 
 /// The media type of [`render`]'s output.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// The exposition of `snap`.
-pub fn render(snap: &Snapshot) -> String {
+/// The exposition of `snap`, and of `redis`: where the namespace lives (empty without
+/// Redis).
+pub fn render(snap: &Snapshot, redis: &[Placement]) -> String {
     let mut text = String::with_capacity(8192 + 1024 * snap.tubes.len());
     for family in FAMILIES {
         let _ = writeln!(
@@ -37,6 +40,11 @@ pub fn render(snap: &Snapshot) -> String {
         match family.samples {
             Samples::Server(value) => out.value(value(snap)),
             Samples::ServerWith(emit) => emit(snap, &mut out),
+            Samples::Redis(emit) => {
+                for place in redis {
+                    emit(place, &mut out);
+                }
+            }
             Samples::Tube(value) => {
                 for t in &snap.tubes {
                     out.tube = Some(&t.name);
@@ -83,6 +91,8 @@ enum Samples {
     Tube(fn(&TubeStats) -> u64),
     /// Samples per listed tube, labelled `tube` and what the function adds.
     TubeWith(fn(&TubeStats, &mut Out<'_>)),
+    /// Samples per namespace this instance reaches in Redis, written by the function.
+    Redis(fn(&Placement, &mut Out<'_>)),
 }
 
 struct Family {
@@ -284,7 +294,29 @@ const FAMILIES: &[Family] = &[
         "How long a job had been ready when a reserve on this instance took it (since its put, the end of its delay, its release, kick or lapsed reservation); a delayed or buried job taken by reserve-job counts 0.",
         Samples::ServerWith(wait),
     ),
+    family(
+        "redstalk_redis_info",
+        G,
+        "Where the namespace lives in Redis: the topology (standalone, sentinel, cluster), the prefix, the hash slot of every key (cluster only) and the primary in use (HOST:PORT); always 1.",
+        Samples::Redis(redis_info),
+    ),
+    family(
+        "redstalk_redis_primary_changes_total",
+        C,
+        "How many times the Redis primary serving the namespace changed since this process started (a failover, a slot moved to another node, a primary the sentinels or the cluster name anew).",
+        Samples::Redis(|p, out| out.sample("", &[("prefix", &p.prefix)], p.changes)),
+    ),
 ];
+
+fn redis_info(p: &Placement, out: &mut Out<'_>) {
+    let slot = p.slot.map(|s| s.to_string());
+    let mut labels = vec![("topology", p.topology.name()), ("prefix", &p.prefix)];
+    if let Some(slot) = &slot {
+        labels.push(("slot", slot));
+    }
+    labels.push(("primary", &p.primary));
+    out.sample("", &labels, 1);
+}
 
 fn info(snap: &Snapshot, out: &mut Out<'_>) {
     let s: &ServerStats = &snap.server;
@@ -404,6 +436,7 @@ fn escape(s: &str, label: bool) -> std::borrow::Cow<'_, str> {
 mod tests {
     use super::*;
     use crate::engine::WaitSnapshot;
+    use crate::redis::placement::Topology;
 
     fn snapshot() -> Snapshot {
         Snapshot {
@@ -425,13 +458,20 @@ mod tests {
 
     #[test]
     fn label_values_are_escaped() {
-        let text = render(&snapshot());
+        let text = render(&snapshot(), &[]);
         assert!(text.contains(r#"hostname="a\"b\\c\nd""#), "{text}");
     }
 
     #[test]
     fn every_sample_follows_its_help_and_type() {
-        let text = render(&snapshot());
+        let redis = [Placement {
+            topology: Topology::Cluster,
+            prefix: "billing".into(),
+            slot: Some(12682),
+            primary: "10.0.0.7:6379".into(),
+            changes: 2,
+        }];
+        let text = render(&snapshot(), &redis);
         let mut typed = std::collections::HashSet::new();
         for line in text.lines() {
             if let Some(rest) = line.strip_prefix("# TYPE ") {
@@ -454,13 +494,28 @@ mod tests {
         assert!(text.contains("redstalk_job_wait_seconds_sum 0\n"));
         assert!(text.contains("redstalk_commands_total{command=\"reserve-with-timeout\"} 0\n"));
         assert!(text.contains("redstalk_cpu_seconds_total{mode=\"user\"} 0.000000\n"));
+        assert!(text.contains(
+            "redstalk_redis_info{topology=\"cluster\",prefix=\"billing\",slot=\"12682\",\
+             primary=\"10.0.0.7:6379\"} 1\n"
+        ));
+        assert!(text.contains("redstalk_redis_primary_changes_total{prefix=\"billing\"} 2\n"));
+        let standalone = [Placement {
+            topology: Topology::Standalone,
+            slot: None,
+            ..redis[0].clone()
+        }];
+        let text = render(&snapshot(), &standalone);
+        assert!(text.contains(
+            "redstalk_redis_info{topology=\"standalone\",prefix=\"billing\",\
+             primary=\"10.0.0.7:6379\"} 1\n"
+        ));
     }
 
     #[test]
     fn a_per_tube_family_without_tubes_keeps_its_help_and_type() {
         let mut snap = snapshot();
         snap.tubes.clear();
-        let text = render(&snap);
+        let text = render(&snap, &[]);
         assert!(text.contains("# TYPE redstalk_tube_jobs gauge\n"));
         assert!(!text.contains("redstalk_tube_jobs{"));
     }

@@ -130,7 +130,8 @@ impl Scrapes {
             .map_err(|e| ScrapeError::Store(Arc::new(e)))?;
         let snapshot_ms = started.elapsed().as_millis() as u64;
         let (listed, omitted) = (snap.tubes.len(), snap.tubes_omitted);
-        let text = tokio::task::spawn_blocking(move || exposition::render(&snap))
+        let redis = crate::redis::placement::all();
+        let text = tokio::task::spawn_blocking(move || exposition::render(&snap, &redis))
             .await
             .map_err(|err| ScrapeError::Build(err.to_string().into()))?;
         tracing::debug!(

@@ -19,6 +19,8 @@
 //!   lease, the shared mode's namespace generation).
 //! - [`fenced_script`]: leader mode's batches, each one script call fenced by the lease
 //!   token and a batch sequence number, several in flight on one connection.
+//! - [`placement`]: where the namespace lives (topology, slot, primary, its changes)
+//!   for `/metrics`, and leader mode's check of a cluster's node timeout.
 //! - [`policy`]: refusing (or warning of) a Redis that may evict keys.
 //! - [`schema`]: the key layout's version, and the upgrade from the previous one, run
 //!   at start by both modes.
@@ -36,6 +38,7 @@ pub mod fenced_script;
 pub mod history;
 pub mod keys;
 pub mod meta;
+pub mod placement;
 pub mod policy;
 pub mod redirect;
 pub mod schema;

@@ -8,7 +8,12 @@
 //! tie). A candidate must answer ROLE as a primary and continue the replication history
 //! of the primary used before (`target::verify_primary`): a primary restarted empty with
 //! its nodes.conf, before the cluster failed it over, reclaims its slot with a fresh
-//! replication id and is refused.
+//! replication id and is refused. Once a majority of the nodes asked has answered, the
+//! others are not waited for. The answer is reused, by every target of the process, for
+//! the connections made within [`VIEW_REUSE`] after it (each candidate still proves
+//! itself), unless a MOVED reply came since or no candidate proved itself. The primary taken is recorded for `/metrics`
+//! (`placement`), and, in leader mode, its `cluster-node-timeout` is checked against
+//! the lease once per primary.
 //!
 //! Why not redis-rs' `ClusterConnection` (docs/plans/redis-cluster.md, section 4): it
 //! re-sends a whole pipeline when any reply is a redirect or after an I/O error, so a
@@ -18,6 +23,7 @@
 //! Invariant: no URL, password or key in messages (addresses and the prefix only).
 
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use redis::{
     AsyncConnectionConfig, Client, IntoConnectionInfo, RedisConnectionInfo, RedisResult,
@@ -26,14 +32,36 @@ use redis::{
 
 use super::history::{History, forget_history, verify_primary};
 use super::keys::slot_of;
+use super::placement::{self, Topology, check_node_timeout};
 use super::target::{ASK_TIMEOUT, HostList, address, client, no_primary};
 use crate::util::lock;
 
 /// At most this many nodes are remembered beyond the seeds (a cluster's other nodes).
 const LEARNED_MAX: usize = 64;
 
+/// How long the nodes' answer is reused for the next connections (each still proves
+/// its primary): a start or a reconnection opens several connections at once, and over
+/// TLS asking every node is a handshake each (seen: a start on a loaded machine took
+/// more than the 1 s a connection may take when every connection asked all six).
+const VIEW_REUSE: Duration = Duration::from_secs(2);
+
 type Addr = (String, u16);
 
+/// An address the nodes name as the slot's primary, with the node ids of its shard.
+type Candidate = (Addr, Vec<String>);
+
+/// What the nodes of a cluster (its seeds) named for a slot, and when.
+struct View {
+    slot: u16,
+    seeds: Vec<Addr>,
+    asked: Instant,
+    candidates: Vec<Candidate>,
+}
+
+/// The views of the process, shared by its targets: the schema step, the store and
+/// the lease each have their own connector, and at a start or a failover they all
+/// connect within moments.
+static VIEWS: Mutex<Vec<View>> = Mutex::new(Vec::new());
 /// The primary of one slot of a Redis Cluster, asked for at every connection.
 pub struct SlotOwner {
     seeds: Vec<Addr>,
@@ -98,30 +126,20 @@ impl SlotOwner {
 
     /// A client for the slot's primary (see the module's comment).
     pub async fn primary(&self) -> RedisResult<Client> {
-        let (candidates, errors) = self.candidates().await;
-        let mut refused = errors;
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(ASK_TIMEOUT))
-            .set_response_timeout(Some(ASK_TIMEOUT));
-        for (addr, shard) in candidates {
-            let primary = self.client_for(addr.clone())?;
-            let named = format!("{}:{} the cluster names", addr.0, addr.1);
-            self.follow_a_move(&shard, &named);
-            let checked = async {
-                let mut c = primary
-                    .get_multiplexed_async_connection_with_config(&config)
-                    .await?;
-                verify_primary(&mut c, &self.history, &named).await
-            };
-            match checked.await {
-                Ok(()) => {
-                    *lock(&self.shard) = shard;
-                    self.note_owner(addr);
-                    return Ok(primary);
-                }
-                Err(e) => refused.push(format!("{}:{}: {e}", addr.0, addr.1)),
+        let mut refused = Vec::new();
+        if let Some(view) = self.recent_view() {
+            if let Some(primary) = self.first_verified(view, &mut refused).await? {
+                return Ok(primary);
             }
+            self.keep_view(None);
         }
+        let (candidates, errors) = self.candidates().await;
+        refused.extend(errors);
+        self.keep_view(Some(candidates.clone()));
+        if let Some(primary) = self.first_verified(candidates, &mut refused).await? {
+            return Ok(primary);
+        }
+        self.keep_view(None);
         Err(no_primary(format!(
             "no node of the cluster serves slot {} (prefix {:?}) as its primary \
              (failover under way?){}",
@@ -133,6 +151,69 @@ impl SlotOwner {
                 format!("; {}", refused.join("; "))
             }
         )))
+    }
+
+    /// The candidates of the last time the nodes were asked, if that was less than
+    /// [`VIEW_REUSE`] ago and no MOVED reply came since.
+    fn recent_view(&self) -> Option<Vec<Candidate>> {
+        if lock(&self.hint).is_some() {
+            return None;
+        }
+        let views = lock(&VIEWS);
+        let view = views
+            .iter()
+            .find(|v| v.slot == self.slot && v.seeds == self.seeds)?;
+        (view.asked.elapsed() < VIEW_REUSE).then(|| view.candidates.clone())
+    }
+
+    /// Keep `candidates` (just asked) for the next connections to the slot, or forget
+    /// what was kept (`None`: no candidate proved itself).
+    fn keep_view(&self, candidates: Option<Vec<Candidate>>) {
+        let mut views = lock(&VIEWS);
+        views.retain(|v| !(v.slot == self.slot && v.seeds == self.seeds));
+        if let Some(candidates) = candidates {
+            views.push(View {
+                slot: self.slot,
+                seeds: self.seeds.clone(),
+                asked: Instant::now(),
+                candidates,
+            });
+        }
+    }
+
+    /// The first of `candidates` that proves itself the slot's primary (ROLE, the
+    /// replication history), or `None`; why each other one was refused goes to
+    /// `refused`.
+    async fn first_verified(
+        &self,
+        candidates: Vec<Candidate>,
+        refused: &mut Vec<String>,
+    ) -> RedisResult<Option<Client>> {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(ASK_TIMEOUT))
+            .set_response_timeout(Some(ASK_TIMEOUT));
+        for (addr, shard) in candidates {
+            let primary = self.client_for(addr.clone())?;
+            let named = format!("{}:{} the cluster names", addr.0, addr.1);
+            self.follow_a_move(&shard, &named);
+            let checked = async {
+                let mut c = primary
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await?;
+                verify_primary(&mut c, &self.history, &named).await?;
+                check_node_timeout(&mut c, &format!("{}:{}", addr.0, addr.1)).await;
+                Ok::<(), redis::RedisError>(())
+            };
+            match checked.await {
+                Ok(()) => {
+                    *lock(&self.shard) = shard;
+                    self.note_owner(addr);
+                    return Ok(Some(primary));
+                }
+                Err(e) => refused.push(format!("{}:{}: {e}", addr.0, addr.1)),
+            }
+        }
+        Ok(None)
     }
 
     /// A candidate of another shard than the last primary's (none of its nodes was in
@@ -153,7 +234,7 @@ impl SlotOwner {
 
     /// The addresses the nodes name as the slot's primary, most named first, each
     /// with the node ids of its shard, and what went wrong asking.
-    async fn candidates(&self) -> (Vec<(Addr, Vec<String>)>, Vec<String>) {
+    async fn candidates(&self) -> (Vec<Candidate>, Vec<String>) {
         let hint = lock(&self.hint).take();
         let mut asked: Vec<Addr> = self.seeds.clone();
         for a in lock(&self.learned).iter().chain(hint.iter()) {
@@ -167,23 +248,34 @@ impl SlotOwner {
         let asks = asked.iter().map(|addr| {
             let config = config.clone();
             async move {
-                let c = self.client_for(addr.clone())?;
-                let mut c = c
-                    .get_multiplexed_async_connection_with_config(&config)
-                    .await?;
-                redis::cmd("CLUSTER")
-                    .arg("SHARDS")
-                    .query_async::<Value>(&mut c)
-                    .await
+                let ask = async {
+                    let c = self.client_for(addr.clone())?;
+                    let mut c = c
+                        .get_multiplexed_async_connection_with_config(&config)
+                        .await?;
+                    redis::cmd("CLUSTER")
+                        .arg("SHARDS")
+                        .query_async::<Value>(&mut c)
+                        .await
+                };
+                (ask.await, addr)
             }
         });
-        let answers = futures_util::future::join_all(asks).await;
+        // Once a majority of the nodes asked has answered, the rest are not waited for
+        // (nor their handshakes paid for, over TLS): a slow node does not hold up the
+        // connection, and the most named owner stands.
+        let mut pending: futures_util::stream::FuturesUnordered<_> = asks.collect();
+        let enough = asked.len() / 2 + 1;
         let mut named: Vec<(Addr, usize, Vec<String>)> = Vec::new();
         let mut errors = Vec::new();
         let mut seen = Vec::new();
-        for (answer, from) in answers.into_iter().zip(&asked) {
+        let mut answered = 0;
+        while answered < enough
+            && let Some((answer, from)) = futures_util::StreamExt::next(&mut pending).await
+        {
             match answer {
                 Ok(shards) => {
+                    answered += 1;
                     let view = Shards::read(&shards, self.slot, self.secure);
                     seen.extend(view.nodes);
                     if let Some(owner) = view.owner {
@@ -215,11 +307,12 @@ impl SlotOwner {
     /// Log where the namespace lives: at the first connection, and whenever its
     /// primary changes.
     fn note_owner(&self, addr: Addr) {
+        let primary = format!("{}:{}", addr.0, addr.1);
+        placement::record(Topology::Cluster, &self.prefix, Some(self.slot), &primary);
         let mut owner = lock(&self.owner);
         if owner.as_ref() == Some(&addr) {
             return;
         }
-        let primary = format!("{}:{}", addr.0, addr.1);
         let tag = format!("{{{}}}", self.prefix);
         match owner.replace(addr) {
             None => tracing::info!(

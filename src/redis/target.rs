@@ -18,6 +18,7 @@
 use std::time::Duration;
 
 use super::history::{History, verify_primary};
+use super::placement::{self, Topology};
 use super::slot_owner::SlotOwner;
 use super::tls::certificates;
 pub use super::tls::{CertificateProblem, TlsFiles};
@@ -56,7 +57,8 @@ pub enum TargetError {
 /// Which server to connect to: one address, whichever the sentinels name primary, or
 /// the primary that owns the namespace's slot of a Redis Cluster.
 pub enum Target {
-    Direct(Client),
+    /// One server, for the namespace `prefix` (its address is shown in `/metrics`).
+    Direct { client: Client, prefix: String },
     /// Asked anew at every connection, so a failover is followed.
     Sentinel(Sentinels),
     /// Asked anew at every connection (a MOVED reply's address first).
@@ -80,6 +82,8 @@ pub struct Sentinels {
     node: RedisConnectionInfo,
     secure: bool,
     certs: Option<TlsCertificates>,
+    /// The namespace served (for `/metrics`).
+    prefix: String,
     /// The replication id of the last primary used, and since when candidates that do
     /// not continue it have been refused.
     history: std::sync::Mutex<History>,
@@ -94,7 +98,11 @@ impl Target {
     /// name, once it answers ROLE as a primary.
     pub async fn primary(&self) -> RedisResult<Client> {
         match self {
-            Target::Direct(c) => Ok(c.clone()),
+            Target::Direct { client, prefix } => {
+                let primary = client.get_connection_info().addr().to_string();
+                placement::record(Topology::Standalone, prefix, None, &primary);
+                Ok(client.clone())
+            }
             Target::Sentinel(s) => s.primary().await,
             Target::Cluster(c) => c.primary().await,
         }
@@ -144,7 +152,7 @@ impl Target {
             .or_else(|| url.strip_prefix("rediss+sentinel://"))
         {
             let parsed = SentinelUrl::parse(rest)?;
-            return parsed.client(secure, certs, sentinel_password);
+            return parsed.client(secure, certs, sentinel_password, prefix);
         }
         let info = url
             .into_connection_info()
@@ -155,7 +163,10 @@ impl Target {
             .set_protocol(ProtocolVersion::RESP3);
         let info = info.set_redis_settings(settings);
         let client = client(info, certs.as_ref()).map_err(|e| TargetError::Url(e.kind_text()))?;
-        Ok(Target::Direct(client))
+        Ok(Target::Direct {
+            client,
+            prefix: prefix.to_string(),
+        })
     }
 }
 
@@ -307,6 +318,7 @@ impl SentinelUrl {
         secure: bool,
         certs: Option<TlsCertificates>,
         sentinel_password: Option<&str>,
+        prefix: &str,
     ) -> Result<Target, TargetError> {
         let failed = |e: redis::RedisError| TargetError::Url(e.kind_text());
         let mut sentinel_settings = RedisConnectionInfo::default();
@@ -328,6 +340,7 @@ impl SentinelUrl {
             node,
             secure,
             certs,
+            prefix: prefix.to_string(),
             history: std::sync::Mutex::new(History::default()),
         }))
     }
@@ -412,6 +425,7 @@ impl Sentinels {
                 }
             )));
         };
+        let named = format!("{host}:{port}");
         let info = address(self.secure, host, port)
             .into_connection_info()?
             .set_redis_settings(self.node.clone());
@@ -420,6 +434,7 @@ impl Sentinels {
             .get_multiplexed_async_connection_with_config(&config)
             .await?;
         verify_primary(&mut c, &self.history, "the sentinels name").await?;
+        placement::record(Topology::Sentinel, &self.prefix, None, &named);
         Ok(primary)
     }
 }
