@@ -11,9 +11,9 @@
 //! replication id and is refused. Once a majority of the nodes asked has answered, the
 //! others are not waited for. The answer is reused, by every target of the process, for
 //! the connections made within [`VIEW_REUSE`] after it (each candidate still proves
-//! itself), unless a MOVED reply came since or no candidate proved itself. The primary taken is recorded for `/metrics`
-//! (`placement`), and, in leader mode, its `cluster-node-timeout` is checked against
-//! the lease once per primary.
+//! itself), unless a MOVED reply came since or no candidate proved itself. The primary
+//! taken is recorded for `/metrics` (`placement`), and, in leader mode, its
+//! `cluster-node-timeout` is checked against the lease once per primary.
 //!
 //! Why not redis-rs' `ClusterConnection` (docs/plans/redis-cluster.md, section 4): it
 //! re-sends a whole pipeline when any reply is a redirect or after an I/O error, so a
