@@ -90,9 +90,42 @@ fn identifiers(code: &str) -> impl Iterator<Item = &str> {
         .filter(|w| w.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_'))
 }
 
-/// The prelude's pieces that `body` needs, in order.
-pub fn prelude_for(prelude: &str, body: &str) -> String {
-    let chunks = chunks(prelude);
+/// The fields of `table` that `source` reads (`T.<name>`, `G.<name>`), comments
+/// included (reading too many is safe: a key passed for nothing).
+pub fn fields_read(source: &str, table: char) -> Vec<String> {
+    let bytes = source.as_bytes();
+    let mut found = Vec::new();
+    for (i, _) in source.match_indices(&format!("{table}.")) {
+        let glued = i > 0 && (bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_');
+        let name: String = source[i + 2..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        if !glued && !name.is_empty() {
+            found.push(name);
+        }
+    }
+    found
+}
+
+/// The prelude's pieces that `body` needs, in order; a piece of `overrides` takes the
+/// place of the prelude's piece that defines the same names.
+pub fn prelude_for(prelude: &str, overrides: &str, body: &str) -> String {
+    let over = chunks(overrides);
+    let mut chunks: Vec<Chunk> = Vec::new();
+    for c in self::chunks(prelude) {
+        match over
+            .iter()
+            .position(|o| o.defines.iter().any(|n| c.defines.contains(n)))
+        {
+            Some(i) => chunks.push(Chunk {
+                text: over[i].text.clone(),
+                defines: over[i].defines.clone(),
+                start: over[i].start,
+            }),
+            None => chunks.push(c),
+        }
+    }
     let mut keep: Vec<bool> = chunks.iter().map(|c| c.defines.is_empty()).collect();
     let mut used: std::collections::HashSet<&str> = identifiers(body).collect();
     for (c, _) in chunks.iter().zip(&keep).filter(|(_, k)| **k) {
@@ -142,7 +175,7 @@ local A, B = 1,
 
     #[test]
     fn keeps_what_the_body_and_statements_name() {
-        let kept = prelude_for(PRELUDE, "return helper(KEYS) + B");
+        let kept = prelude_for(PRELUDE, "", "return helper(KEYS) + B");
         assert!(kept.contains("local N = 3"));
         assert!(kept.contains("local function tube_group"));
         assert!(kept.contains("local G = tube_group(1)"));
@@ -154,7 +187,7 @@ local A, B = 1,
 
     #[test]
     fn a_name_in_a_comment_keeps_nothing() {
-        let kept = prelude_for(PRELUDE, "-- helper\nreturn 0");
+        let kept = prelude_for(PRELUDE, "", "-- helper\nreturn 0");
         assert!(!kept.contains("helper"), "{kept}");
         assert!(!kept.contains("local N"), "{kept}");
     }
@@ -180,7 +213,7 @@ local A, B = 1,
                 continue;
             }
             let body = std::fs::read_to_string(&path).unwrap();
-            let kept = prelude_for(&prelude, &body);
+            let kept = prelude_for(&prelude, "", &body);
             let defined: Vec<String> = chunks(&kept).into_iter().flat_map(|c| c.defines).collect();
             let text = format!("{kept}\n{body}");
             for name in identifiers(&text).filter(|n| all.iter().any(|a| a == n)) {
@@ -194,5 +227,13 @@ local A, B = 1,
             checked += 1;
         }
         assert!(checked > 20, "only {checked} scripts");
+    }
+
+    #[test]
+    fn an_override_takes_the_place_of_the_piece_it_redefines() {
+        let kept = prelude_for(PRELUDE, "local N = 9\n", "return helper(KEYS)");
+        assert!(kept.contains("local N = 9"), "{kept}");
+        assert!(!kept.contains("local N = 3"), "{kept}");
+        assert!(kept.find("local N = 9") < kept.find("local function helper"));
     }
 }
