@@ -42,10 +42,12 @@ fn defined_names(code: &str) -> Vec<String> {
 /// Whether `line` starts a new top-level piece: code at column 0 that does not close
 /// or continue the one before.
 fn starts_chunk(line: &str) -> bool {
-    let first = line.chars().next();
-    !matches!(first, None | Some(' ' | '\t' | ')' | '}'))
-        && !line.starts_with("--")
-        && !(line == "end" || line.starts_with("end ") || line.starts_with("else"))
+    let continues = matches!(line.chars().next(), None | Some(' ' | '\t' | ')' | '}'))
+        || line.starts_with("--")
+        || line == "end"
+        || line.starts_with("end ")
+        || line.starts_with("else");
+    !continues
 }
 
 fn chunks(prelude: &str) -> Vec<Chunk<'_>> {
