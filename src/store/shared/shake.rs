@@ -8,8 +8,8 @@
 //! commandstats: a script of the prelude and `return 1` against `return 1` alone).
 //!
 //! Invariants: a definition is dropped only when no kept text names it (names are read
-//! as Lua identifiers, comments ignored), so dropping is never wrong, only sometimes
-//! not done (a name in a string keeps its definition). Statements that are not `local`
+//! as Lua identifiers, whole-line comments ignored), so dropping is never wrong, only
+//! sometimes not done (a name in a string or a trailing comment keeps its definition). Statements that are not `local`
 //! definitions (the generation check) are always kept, and so is everything they name;
 //! the kept text is in the prelude's order, so every definition still precedes its use.
 
@@ -84,10 +84,11 @@ fn chunks(prelude: &str) -> Vec<Chunk<'_>> {
     out
 }
 
-/// The Lua identifiers of `code`, comments left out.
+/// The Lua identifiers of `code`, whole-line comments left out (a trailing comment is
+/// read as code: a `--` inside a string must not hide a name).
 fn identifiers(code: &str) -> impl Iterator<Item = &str> {
     code.lines()
-        .map(|l| l.split("--").next().unwrap_or_default())
+        .filter(|l| !l.trim_start().starts_with("--"))
         .flat_map(|l| l.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')))
         .filter(|w| w.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_'))
 }
@@ -185,6 +186,12 @@ local A, B = 1,
         assert!(kept.contains("local function helper(T)"));
         assert!(kept.contains("local A, B = 1,\n  2"));
         assert!(!kept.contains("unused"), "{kept}");
+    }
+
+    #[test]
+    fn dashes_in_a_string_hide_no_name() {
+        let kept = prelude_for(PRELUDE, "", "return x('a--b') + helper(1)");
+        assert!(kept.contains("local function helper"), "{kept}");
     }
 
     #[test]
