@@ -10,7 +10,8 @@
 //! hash whole key names and spread the namespace. The layout before this one (schema 1)
 //! is known to `crate::redis::schema` alone, which renames it at start.
 //!
-//! KEYS layout, shared by every script: the namespace's keys ([`NsKey`] order), then
+//! KEYS layout, shared by every script: the namespace's keys it reads ([`NsKey`] order;
+//! the shared mode's `scripts.rs` passes and names only those), then
 //! the script's own keys (a fixed number per script, such as an instance's reference
 //! hash), then one group of keys per tube the call names ([`TubeKey`] order; a reserve
 //! gets the [`RESERVE_KEYS`] of each watched tube). The Lua

@@ -16,6 +16,7 @@
 //! - `scripts`: the scripts, each with its reply type, and [`scripts::Runner`], the one
 //!   way to call them (shared by the store and the reference keeper); the KEYS layout
 //!   is `crate::redis::keys`'.
+//! - `shake`: each script's prelude cut to the definitions its body uses.
 //! - `decode`: typed reading of each reply ([`decode::Decode`]).
 //! - `connect`: connecting (commands and the wake-up subscription on connections of
 //!   their own), loading the scripts.
@@ -46,6 +47,7 @@ mod namespace;
 mod reclaim;
 mod refs;
 mod scripts;
+mod shake;
 mod store_impl;
 mod ticks;
 

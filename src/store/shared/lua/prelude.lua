@@ -12,7 +12,8 @@
 --   reference's swap-remove order), tubepos (hash tube -> 0-based list position),
 --   generation (the namespace's random token, see below).
 --
--- KEYS of every call: the namespace's keys (G), then the script's own keys (a fixed
+-- KEYS of every call: the namespace's keys the script reads (G; scripts.rs passes only
+-- those, and replaces the layout's ns_group to match), then the script's own keys (a fixed
 -- number per script: `own_key`), then one group per tube the call names (`tube_keys`).
 -- Single-tube scripts: one group; ARGV[1] the tube name, ARGV[2] the wake-up origin
 -- (see `wake`).
