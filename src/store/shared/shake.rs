@@ -9,9 +9,10 @@
 //!
 //! Invariants: a definition is dropped only when no kept text names it (names are read
 //! as Lua identifiers, whole-line comments ignored), so dropping is never wrong, only
-//! sometimes not done (a name in a string or a trailing comment keeps its definition). Statements that are not `local`
-//! definitions (the generation check) are always kept, and so is everything they name;
-//! the kept text is in the prelude's order, so every definition still precedes its use.
+//! sometimes not done (a name in a string or a trailing comment keeps its definition).
+//! Statements that are not `local` definitions (the generation check) are always kept,
+//! and so is everything they name; the kept text is in the prelude's order, so every
+//! definition still precedes its use.
 
 /// One top-level piece of the prelude: its text (with the comments before it) and the
 /// names it defines (none: a statement that always runs).
