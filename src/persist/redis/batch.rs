@@ -16,10 +16,13 @@
 //! leader does not read it). After a failed write all of it is unknown
 //! ([`Written::forget`]) and is written again whole.
 //!
-//! Allocation: arguments are written into a few reused buffers, numbers formatted on the
-//! stack, and the call is sized up front; a body is copied once, from its job record
-//! straight into the call (redis-rs then packs the call for the socket: the one copy
-//! that is not ours).
+//! Encoding: each command is one argument of the call, its words already in the
+//! script's encoding (`fenced_script::command_arg`), so redis-rs packs a handful of
+//! arguments per batch, not every word. A command's arguments are gathered in a few
+//! reused buffers, encoded as they are written (numbers formatted on the stack), and
+//! copied into the call in one piece; the call is sized up front; a body is copied
+//! once, from its job record straight into the call (redis-rs then packs the call for
+//! the socket: the one copy that is not ours).
 
 use std::time::Instant;
 
@@ -30,7 +33,7 @@ use super::figures::Figures;
 
 use super::record::meta_of;
 use crate::protocol::TubeName;
-use crate::redis::fenced_script::push_command;
+use crate::redis::fenced_script::{command_arg, encode_word};
 use crate::redis::keys::{Keys, NsKey, TubeKey};
 use crate::redis::{US, meta};
 use crate::store::JobState;
@@ -67,16 +70,18 @@ const SETS: [TubeKey; 4] = [
     TubeKey::Buried,
 ];
 
-/// The arguments of one command, in one buffer.
+/// Arguments of one command, gathered ahead in one buffer, each already encoded as a
+/// word of the batch script's command argument (`fenced_script::encode_word`).
 #[derive(Debug, Default)]
 struct Args {
     data: Vec<u8>,
+    /// Where each argument's encoding ends in `data`.
     ends: Vec<usize>,
 }
 
 impl Args {
     fn push(&mut self, a: &[u8]) {
-        self.data.extend_from_slice(a);
+        encode_word(&mut self.data, a);
         self.ends.push(self.data.len());
     }
 
@@ -98,9 +103,10 @@ impl Args {
         self.ends.len()
     }
 
-    fn get(&self, i: usize) -> &[u8] {
-        let start = if i == 0 { 0 } else { self.ends[i - 1] };
-        &self.data[start..self.ends[i]]
+    /// The encoding of arguments `from..to`, in one piece.
+    fn encoded(&self, from: usize, to: usize) -> &[u8] {
+        let start = if from == 0 { 0 } else { self.ends[from - 1] };
+        &self.data[start..self.ends[to - 1]]
     }
 
     fn clear(&mut self) {
@@ -242,10 +248,10 @@ impl Batch {
         let mut i = 0;
         while i < args.len() {
             let end = (i + per).min(args.len());
-            let words = [name.as_bytes(), key.as_bytes()]
-                .into_iter()
-                .chain((i..end).map(|j| args.get(j)));
-            push_command(&mut self.call, end - i + 2, words);
+            let mut c = command_arg(&mut self.call);
+            c.word(name.as_bytes());
+            c.word(key.as_bytes());
+            c.encoded(args.encoded(i, end));
             self.commands += 1;
             i = end;
         }
@@ -256,23 +262,23 @@ impl Batch {
     fn bodies(&mut self, key: &str, ids: &Args, of: &[usize], jobs: &[JobRecord]) {
         let per = MAX_ARGS / 2;
         for (n, chunk) in of.chunks(per).enumerate() {
-            let pairs = chunk
-                .iter()
-                .enumerate()
-                .flat_map(|(k, &j)| [ids.get(n * per + k), &jobs[j].body[..]]);
-            let words = [&b"HSET"[..], key.as_bytes()].into_iter().chain(pairs);
-            push_command(&mut self.call, 2 + 2 * chunk.len(), words);
+            let mut c = command_arg(&mut self.call);
+            c.word(b"HSET");
+            c.word(key.as_bytes());
+            for (k, &j) in chunk.iter().enumerate() {
+                let id = n * per + k;
+                c.encoded(ids.encoded(id, id + 1));
+                c.word(&jobs[j].body);
+            }
             self.commands += 1;
         }
     }
 
     /// A command with no arguments but its key.
     fn bare(&mut self, name: &'static str, key: &str) {
-        push_command(
-            &mut self.call,
-            2,
-            [name.as_bytes(), key.as_bytes()].into_iter(),
-        );
+        let mut c = command_arg(&mut self.call);
+        c.word(name.as_bytes());
+        c.word(key.as_bytes());
         self.commands += 1;
     }
 
@@ -512,24 +518,31 @@ mod tests {
     use crate::store::memory::{CutLimit, MemoryStore};
     use crate::store::{NANOS_PER_SEC, NewJob};
 
-    /// Each command of `b` as its words (after the call's eight words of fence).
+    /// Each command of `b` as its words (after the call's eight words of fence), taken
+    /// apart as the script does (MessagePack strings, one after the other).
     fn commands(b: &Batch) -> Vec<Vec<Vec<u8>>> {
-        let words: Vec<Vec<u8>> = b
-            .call
+        b.call
             .args_iter()
-            .map(|a| match a {
-                Arg::Simple(v) => v.to_vec(),
-                _ => Vec::new(),
+            .skip(8)
+            .map(|a| {
+                let Arg::Simple(mut a) = a else {
+                    panic!("a cursor argument")
+                };
+                let mut words = Vec::new();
+                while !a.is_empty() {
+                    let (len, head) = match a[0] {
+                        h @ 0xa0..=0xbf => (usize::from(h & 0x1f), 1),
+                        0xd9 => (usize::from(a[1]), 2),
+                        0xda => (usize::from(u16::from_be_bytes([a[1], a[2]])), 3),
+                        0xdb => (u32::from_be_bytes([a[1], a[2], a[3], a[4]]) as usize, 5),
+                        h => panic!("not a MessagePack string: {h:#x}"),
+                    };
+                    words.push(a[head..head + len].to_vec());
+                    a = &a[head + len..];
+                }
+                words
             })
-            .collect();
-        let mut out = Vec::new();
-        let mut i = 8;
-        while i < words.len() {
-            let n: usize = std::str::from_utf8(&words[i]).unwrap().parse().unwrap();
-            out.push(words[i + 1..i + 1 + n].to_vec());
-            i += n + 1;
-        }
-        out
+            .collect()
     }
 
     /// A job whose body was written ahead gets its metadata, sets and index entry from
