@@ -791,10 +791,11 @@ fn batches_in_flight_are_each_fenced_by_the_lease_and_the_sequence() {
 
 /// Issue 20 item 3: a batch's commands reach Redis byte for byte, one argument each
 /// (MessagePack strings the script takes apart): words of every length the encoding
-/// tells apart (up to 31 bytes, 255, 65,535 and beyond) and every byte value.
+/// tells apart (up to 31 bytes, 255, 65,535 and beyond) and every byte value; and a
+/// command in the other form (a word count, then a word per argument) among them.
 #[test]
 fn a_batch_carries_words_of_every_length_byte_for_byte() {
-    use redstalk::redis::fenced_script::{BatchFence, push_command};
+    use redstalk::redis::fenced_script::{BatchFence, push_command, push_words};
 
     let _serial = serial();
     let Some(redis) = private_redis(&[], "leader-mode tests") else {
@@ -826,11 +827,30 @@ fn a_batch_carries_words_of_every_length_byte_for_byte() {
         }
         push_command(&mut call, words.into_iter());
         let binary = value(256);
+        // The other form between two encoded commands: a word count, then each word as
+        // an argument of its own (its key beginning with a zero byte).
+        let raw = value(70_000);
+        assert_eq!(raw[240], 0);
+        push_words(
+            &mut call,
+            3,
+            [&b"SET"[..], &raw[240..300], &raw[..]].into_iter(),
+        );
         push_command(
             &mut call,
             [&b"SET"[..], &binary[..31], &binary[..]].into_iter(),
         );
         fence.send(conn, call).await.unwrap();
+        let got: Vec<u8> = ::redis::cmd("GET")
+            .arg(&raw[240..300])
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert!(
+            got == raw,
+            "the word-per-argument command: {} bytes back",
+            got.len()
+        );
         for (f, v) in fields.iter().zip(&values) {
             let got: Vec<u8> = ::redis::cmd("HGET")
                 .arg("words")

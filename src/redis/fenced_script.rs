@@ -34,11 +34,18 @@ use super::fenced::FenceError;
 use super::{Connector, RESPONSE_TIMEOUT};
 
 /// The batch script. KEYS: the lease key, the commit key. ARGV: the token, this batch's
-/// number, the number it must follow (empty: any lower one, or none), then one argument
-/// per command: its words one after the other, each a MessagePack string
-/// ([`encode_word`]), which Redis' `cmsgpack` library takes apart in C. (Measured against
-/// one argument per word, and against a length-prefixed encoding read with `struct`:
-/// bench/results/2026-11-27-leader-encode.md.)
+/// number, the number it must follow (empty: any lower one, or none), then the
+/// commands, each in one of two forms, told apart by the argument's first byte:
+/// - one argument: its words one after the other, each a MessagePack string
+///   ([`encode_word`]), which Redis' `cmsgpack` library takes apart in C
+///   ([`command_arg`]);
+/// - its word count (decimal), then each word as an argument of its own
+///   ([`push_words`]): for commands of large words (bodies), which Redis then hands to
+///   the command as they came, with no copy made in Lua.
+///
+/// Redis CPU per batch, measured against one argument per word (the script before
+/// this one), is lower for commands of small words and higher for those carrying bodies
+/// of a KiB: bench/results/2026-11-27-leader-encode.md.
 ///
 /// Versions: a script is called by its SHA, so a call always runs the script it was
 /// built for, whatever else is loaded: during a rolling upgrade an older leader's batch
@@ -64,8 +71,18 @@ elseif last >= seq then
   return redis.error_reply('OUT_OF_ORDER a later batch was applied')
 end
 redis.call('SET', KEYS[2], tag .. ARGV[2])
-for i = 4, #ARGV do
-  redis.call(cmsgpack.unpack(ARGV[i]))
+local i = 4
+local n = #ARGV
+while i <= n do
+  local command = ARGV[i]
+  if string.byte(command) < 128 then
+    local count = tonumber(command)
+    redis.call(unpack(ARGV, i + 1, i + count))
+    i = i + count + 1
+  else
+    redis.call(cmsgpack.unpack(command))
+    i = i + 1
+  end
 end
 return 1
 "#;
@@ -246,6 +263,16 @@ pub fn push_command<'a>(call: &mut redis::Cmd, words: impl Iterator<Item = &'a [
     }
 }
 
+/// Add one command of `count` words to a batch's call as its word count, then each word
+/// as an argument of its own (the script's other form, [`SCRIPT`]): for large words,
+/// which Redis then takes as they are.
+pub fn push_words<'a>(call: &mut redis::Cmd, count: usize, words: impl Iterator<Item = &'a [u8]>) {
+    call.arg(count);
+    for w in words {
+        call.arg(w);
+    }
+}
+
 /// One command being written as its argument of a batch's call, straight into the
 /// call's buffer (so a body is copied once, from where it is into the call); the
 /// argument ends when this is dropped.
@@ -285,6 +312,16 @@ pub fn encode_word(out: &mut Vec<u8>, w: &[u8]) {
     let (head, len) = word_head(w.len());
     out.extend_from_slice(&head[..len]);
     out.extend_from_slice(w);
+}
+
+/// How many bytes the MessagePack head beginning with `first` takes ([`word_head`]).
+pub fn word_head_len(first: u8) -> usize {
+    match first {
+        0xd9 => 2,
+        0xda => 3,
+        0xdb => 5,
+        _ => 1,
+    }
 }
 
 /// The MessagePack head of a string of `n` bytes (its first `.1` bytes): fixstr, str 8,

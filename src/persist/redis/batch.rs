@@ -33,7 +33,7 @@ use super::figures::Figures;
 
 use super::record::meta_of;
 use crate::protocol::TubeName;
-use crate::redis::fenced_script::{command_arg, encode_word};
+use crate::redis::fenced_script::{command_arg, encode_word, push_words, word_head_len};
 use crate::redis::keys::{Keys, NsKey, TubeKey};
 use crate::redis::{US, meta};
 use crate::store::JobState;
@@ -42,6 +42,11 @@ use crate::util::SwapList;
 
 /// At most this many arguments per command, so no one command holds Redis long.
 const MAX_ARGS: usize = 2_000;
+
+/// Bodies of this many bytes or more (on average in a command) go as arguments of their
+/// own, not MessagePack-encoded: the Lua copy of a body costs Redis more than the
+/// arguments it saves from about this size (2026-11-27-leader-encode.md).
+const LARGE_WORDS: usize = 256;
 
 /// The figures of a tube's meta hash, in this order.
 const TUBE_FIELDS: [&str; 5] = [
@@ -101,6 +106,13 @@ impl Args {
 
     fn len(&self) -> usize {
         self.ends.len()
+    }
+
+    /// Argument `i` itself (its encoding without its head).
+    fn word(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        let encoded = &self.data[start..self.ends[i]];
+        &encoded[word_head_len(encoded[0])..]
     }
 
     /// The encoding of arguments `from..to`, in one piece.
@@ -258,17 +270,32 @@ impl Batch {
     }
 
     /// `HSET key id body ...`: the bodies of `jobs[of[..]]` (their ids in `ids`), each
-    /// copied once, from its job record straight into the call.
+    /// copied once, from its job record straight into the call; bodies of
+    /// [`LARGE_WORDS`] bytes or more on average as arguments of their own.
     fn bodies(&mut self, key: &str, ids: &Args, of: &[usize], jobs: &[JobRecord]) {
         let per = MAX_ARGS / 2;
         for (n, chunk) in of.chunks(per).enumerate() {
-            let mut c = command_arg(&mut self.call);
-            c.word(b"HSET");
-            c.word(key.as_bytes());
-            for (k, &j) in chunk.iter().enumerate() {
-                let id = n * per + k;
-                c.encoded(ids.encoded(id, id + 1));
-                c.word(&jobs[j].body);
+            let pairs = chunk
+                .iter()
+                .enumerate()
+                .map(|(k, &j)| (n * per + k, &jobs[j].body[..]));
+            let bytes: usize = pairs.clone().map(|(_, b)| b.len()).sum();
+            if bytes >= LARGE_WORDS * chunk.len() {
+                let words = pairs.flat_map(|(id, body)| [ids.word(id), body]);
+                let head = [&b"HSET"[..], key.as_bytes()];
+                push_words(
+                    &mut self.call,
+                    2 + 2 * chunk.len(),
+                    head.into_iter().chain(words),
+                );
+            } else {
+                let mut c = command_arg(&mut self.call);
+                c.word(b"HSET");
+                c.word(key.as_bytes());
+                for (id, body) in pairs {
+                    c.encoded(ids.encoded(id, id + 1));
+                    c.word(body);
+                }
             }
             self.commands += 1;
         }
@@ -519,30 +546,35 @@ mod tests {
     use crate::store::{NANOS_PER_SEC, NewJob};
 
     /// Each command of `b` as its words (after the call's eight words of fence), taken
-    /// apart as the script does (MessagePack strings, one after the other).
+    /// apart as the script does: MessagePack strings in one argument, or a word count
+    /// and that many arguments.
     fn commands(b: &Batch) -> Vec<Vec<Vec<u8>>> {
-        b.call
-            .args_iter()
-            .skip(8)
-            .map(|a| {
-                let Arg::Simple(mut a) = a else {
-                    panic!("a cursor argument")
+        let mut args = b.call.args_iter().skip(8).map(|a| match a {
+            Arg::Simple(a) => a,
+            _ => panic!("a cursor argument"),
+        });
+        let mut out = Vec::new();
+        while let Some(mut a) = args.next() {
+            let mut words = Vec::new();
+            if a[0] < 128 {
+                let n: usize = std::str::from_utf8(a).unwrap().parse().unwrap();
+                words.extend(args.by_ref().take(n).map(<[u8]>::to_vec));
+                a = &[];
+            }
+            while !a.is_empty() {
+                let head = word_head_len(a[0]);
+                let len = match head {
+                    1 => usize::from(a[0] & 0x1f),
+                    2 => usize::from(a[1]),
+                    3 => usize::from(u16::from_be_bytes([a[1], a[2]])),
+                    _ => u32::from_be_bytes([a[1], a[2], a[3], a[4]]) as usize,
                 };
-                let mut words = Vec::new();
-                while !a.is_empty() {
-                    let (len, head) = match a[0] {
-                        h @ 0xa0..=0xbf => (usize::from(h & 0x1f), 1),
-                        0xd9 => (usize::from(a[1]), 2),
-                        0xda => (usize::from(u16::from_be_bytes([a[1], a[2]])), 3),
-                        0xdb => (u32::from_be_bytes([a[1], a[2], a[3], a[4]]) as usize, 5),
-                        h => panic!("not a MessagePack string: {h:#x}"),
-                    };
-                    words.push(a[head..head + len].to_vec());
-                    a = &a[head + len..];
-                }
-                words
-            })
-            .collect()
+                words.push(a[head..head + len].to_vec());
+                a = &a[head + len..];
+            }
+            out.push(words);
+        }
+        out
     }
 
     /// A job whose body was written ahead gets its metadata, sets and index entry from
@@ -596,9 +628,16 @@ mod tests {
     }
 
     /// Issue 20 item 3: the bodies go into the call straight from their jobs, each once,
-    /// next to its id, in one HSET per tube.
+    /// next to its id, in one HSET per tube: small ones MessagePack-encoded, large ones
+    /// as arguments of their own.
     #[test]
     fn each_body_is_in_the_call_once_next_to_its_id() {
+        each_body_once(100, false);
+        each_body_once(LARGE_WORDS * 4, true);
+    }
+
+    /// Bodies of `size` bytes, as arguments of their own (`raw`) or encoded.
+    fn each_body_once(size: usize, raw: bool) {
         let s = MemoryStore::journaled();
         let tube = TubeName::new(b"t").unwrap();
         s.cut(CutLimit::default());
@@ -609,7 +648,7 @@ mod tests {
                 pri: 1,
                 delay_secs: 0,
                 ttr_secs: 60,
-                body: Bytes::from(vec![b'a' + n; 100]),
+                body: Bytes::from(vec![b'a' + n; size]),
             };
             let (id, _) = s.begin_staged(&tube);
             s.put_staged(id, job, 1_700_000_000 * NANOS_PER_SEC, false);
@@ -634,8 +673,15 @@ mod tests {
         let want: Vec<(Vec<u8>, Vec<u8>)> = ids
             .iter()
             .zip(0u8..)
-            .map(|(id, n)| (id.to_string().into_bytes(), vec![b'a' + n; 100]))
+            .map(|(id, n)| (id.to_string().into_bytes(), vec![b'a' + n; size]))
             .collect();
         assert_eq!(pairs, want);
+        // Only a word count or a raw word begins with a byte under 128.
+        let raw_args = b
+            .call
+            .args_iter()
+            .skip(8)
+            .any(|a| matches!(a, Arg::Simple(a) if a[0] < 128));
+        assert_eq!(raw_args, raw, "{size}-byte bodies");
     }
 }
