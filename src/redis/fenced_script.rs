@@ -43,9 +43,9 @@ use super::{Connector, RESPONSE_TIMEOUT};
 ///   ([`push_words`]): for commands of large words (bodies), which Redis then hands to
 ///   the command as they came, with no copy made in Lua.
 ///
-/// Redis CPU per batch, measured against one argument per word (the script before
-/// this one), is lower for commands of small words and higher for those carrying bodies
-/// of a KiB: bench/results/2026-11-27-leader-encode.md.
+/// Against one argument per word (the script before this one), the first form costs
+/// Redis less per command of small words, and more for bodies of 256 bytes and up (each
+/// copied once more, into Lua), hence the second: bench/results/2026-11-27-leader-encode.md.
 ///
 /// Versions: a script is called by its SHA, so a call always runs the script it was
 /// built for, whatever else is loaded: during a rolling upgrade an older leader's batch

@@ -22,7 +22,8 @@
 //! reused buffers, encoded as they are written (numbers formatted on the stack), and
 //! copied into the call in one piece; the call is sized up front; a body is copied
 //! once, from its job record straight into the call (redis-rs then packs the call for
-//! the socket: the one copy that is not ours).
+//! the socket: the one copy that is not ours). Bodies of [`LARGE_WORDS`] bytes or more
+//! go as arguments of their own, the script's other form.
 
 use std::time::Instant;
 
