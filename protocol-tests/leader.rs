@@ -32,6 +32,8 @@
 //! - `a_namespace_lost_with_redis_closes_its_connections_and_starts_fresh` — Redis
 //!   restarted empty: the old namespace's connections are closed, the leader serves a
 //!   fresh one, and no old connection can touch a new job that reuses an old id.
+//! - `a_batch_carries_words_of_every_length_byte_for_byte` — a batch's commands, one
+//!   script argument each, reach Redis byte for byte, whatever the length of a word.
 //! - `ids_run_a_block_ahead_and_a_clean_stop_writes_the_last_exactly` — the id counter
 //!   is written a block ahead: after a kill -9 the next leader's ids are past every id
 //!   acknowledged; after a clean stop they continue with the next one.
@@ -673,6 +675,32 @@ fn a_namespace_lost_with_redis_closes_its_connections_and_starts_fresh() {
 
 // ---------------------------------------------------------------------------------------
 
+/// A runtime for driving batch fences by hand on `redis`: the connector a fence makes
+/// its connection with, and a connection of the test's own.
+fn batch_fence_setup(
+    redis: &RedisServer,
+) -> (
+    tokio::runtime::Runtime,
+    redstalk::redis::Connector,
+    ::redis::aio::MultiplexedConnection,
+) {
+    use redstalk::redis::{Connector, TlsFiles};
+    let url = redis.url();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let connector = Connector::new(&url, &TlsFiles::default(), None, "t").unwrap();
+    let c = rt.block_on(async {
+        ::redis::Client::open(url.as_str())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap()
+    });
+    (rt, connector, c)
+}
+
 /// Issue 20: each batch in flight is fenced on its own, by the lease token and the batch
 /// sequence: a takeover between two batches lets the first apply and refuses the second;
 /// a batch whose predecessor never arrived is refused; a stale batch that lands after
@@ -680,30 +708,20 @@ fn a_namespace_lost_with_redis_closes_its_connections_and_starts_fresh() {
 /// on one connection all apply, in order.
 #[test]
 fn batches_in_flight_are_each_fenced_by_the_lease_and_the_sequence() {
+    use redstalk::redis::Code;
     use redstalk::redis::fenced::FenceError;
     use redstalk::redis::fenced_script::{BatchFence, push_command};
-    use redstalk::redis::{Code, Connector, TlsFiles};
 
     let _serial = serial();
     let Some(redis) = private_redis(&[], "leader-mode tests") else {
         return;
     };
-    let url = redis.url();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let (rt, connector, mut c) = batch_fence_setup(&redis);
     rt.block_on(async {
-        let connector = Connector::new(&url, &TlsFiles::default(), None, "t").unwrap();
-        let mut c = ::redis::Client::open(url.as_str())
-            .unwrap()
-            .get_multiplexed_async_connection()
-            .await
-            .unwrap();
         let lease = "fence:leader";
         let set = |key: &'static str| move |f: &mut BatchFence| {
             let mut call = f.begin(4, 64);
-            push_command(&mut call, 3, [&b"SET"[..], key.as_bytes(), b"1"].into_iter());
+            push_command(&mut call, [&b"SET"[..], key.as_bytes(), b"1"].into_iter());
             call
         };
         let exists = |c: &mut ::redis::aio::MultiplexedConnection, key: &'static str| {
@@ -768,6 +786,93 @@ fn batches_in_flight_are_each_fenced_by_the_lease_and_the_sequence() {
             .unwrap();
         println!("fencing: ten batches in flight applied in order; last batch {tag:?}");
         assert!(tag.starts_with("B#"), "{tag}");
+    });
+}
+
+/// Issue 20 item 3: a batch's commands reach Redis byte for byte, one argument each
+/// (MessagePack strings the script takes apart): words of every length the encoding
+/// tells apart (up to 31 bytes, 255, 65,535 and beyond) and every byte value; and a
+/// command in the other form (a word count, then a word per argument) among them.
+#[test]
+fn a_batch_carries_words_of_every_length_byte_for_byte() {
+    use redstalk::redis::fenced_script::{BatchFence, push_command, push_words};
+
+    let _serial = serial();
+    let Some(redis) = private_redis(&[], "leader-mode tests") else {
+        return;
+    };
+    let (rt, connector, mut c) = batch_fence_setup(&redis);
+    rt.block_on(async {
+        let lease = "words:leader";
+        let _: () = ::redis::cmd("SET")
+            .arg(lease)
+            .arg("A")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        let mut fence = BatchFence::new(connector, lease.into(), "A".into());
+        let conn = fence.connection().await.unwrap();
+        let lengths = [0usize, 1, 31, 32, 255, 256, 65_535, 65_536, 300_000];
+        let value = |n: usize| (0..n).map(|i| (i * 7 + n) as u8).collect::<Vec<u8>>();
+        let fields: Vec<Vec<u8>> = lengths
+            .iter()
+            .map(|n| format!("f{n}").into_bytes())
+            .collect();
+        let values: Vec<Vec<u8>> = lengths.iter().map(|&n| value(n)).collect();
+        let mut call = fence.begin(2, 400_000);
+        let mut words: Vec<&[u8]> = vec![b"HSET", b"words"];
+        for (f, v) in fields.iter().zip(&values) {
+            words.push(f);
+            words.push(v);
+        }
+        push_command(&mut call, words.into_iter());
+        let binary = value(256);
+        // The other form between two encoded commands: a word count, then each word as
+        // an argument of its own (its key beginning with a zero byte).
+        let raw = value(70_000);
+        assert_eq!(raw[240], 0);
+        push_words(
+            &mut call,
+            3,
+            [&b"SET"[..], &raw[240..300], &raw[..]].into_iter(),
+        );
+        push_command(
+            &mut call,
+            [&b"SET"[..], &binary[..31], &binary[..]].into_iter(),
+        );
+        fence.send(conn, call).await.unwrap();
+        let got: Vec<u8> = ::redis::cmd("GET")
+            .arg(&raw[240..300])
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert!(
+            got == raw,
+            "the word-per-argument command: {} bytes back",
+            got.len()
+        );
+        for (f, v) in fields.iter().zip(&values) {
+            let got: Vec<u8> = ::redis::cmd("HGET")
+                .arg("words")
+                .arg(f)
+                .query_async(&mut c)
+                .await
+                .unwrap();
+            assert!(
+                got == *v,
+                "field {:?}: {} bytes back for {}",
+                String::from_utf8_lossy(f),
+                got.len(),
+                v.len()
+            );
+        }
+        let got: Vec<u8> = ::redis::cmd("GET")
+            .arg(&binary[..31])
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(got, binary);
+        println!("words of {lengths:?} bytes came back byte for byte");
     });
 }
 

@@ -23,8 +23,10 @@
 //! a clone of its connection and their command, so they run without it.
 
 use std::future::Future;
+use std::io::Write;
 use std::time::Duration;
 
+use redis::RedisWrite;
 use redis::aio::MultiplexedConnection;
 
 use super::error::{CallError, Code, Outcome};
@@ -33,7 +35,23 @@ use super::{Connector, RESPONSE_TIMEOUT};
 
 /// The batch script. KEYS: the lease key, the commit key. ARGV: the token, this batch's
 /// number, the number it must follow (empty: any lower one, or none), then the
-/// commands, each as its word count followed by its words.
+/// commands, each in one of two forms, told apart by the argument's first byte:
+/// - one argument: its words one after the other, each a MessagePack string
+///   ([`encode_word`]), which Redis' `cmsgpack` library takes apart in C
+///   ([`command_arg`]);
+/// - its word count (decimal), then each word as an argument of its own
+///   ([`push_words`]): for commands of large words (bodies), which Redis then hands to
+///   the command as they came, with no copy made in Lua.
+///
+/// Against one argument per word (the script before this one), the first form costs
+/// Redis less per command of small words, and more for bodies of 256 bytes and up (each
+/// copied once more, into Lua), hence the second: bench/results/2026-11-27-leader-encode.md.
+///
+/// Versions: a script is called by its SHA, so a call always runs the script it was
+/// built for, whatever else is loaded: during a rolling upgrade an older leader's batch
+/// (each word its own argument) runs the older script, never this one. Every version
+/// checks the same lease key and the same `<token>#<seq>` in the commit key, so the
+/// fencing holds across versions.
 pub const SCRIPT: &str = r#"#!lua
 local held = redis.call('MGET', KEYS[1], KEYS[2])
 if held[1] ~= ARGV[1] then
@@ -56,9 +74,15 @@ redis.call('SET', KEYS[2], tag .. ARGV[2])
 local i = 4
 local n = #ARGV
 while i <= n do
-  local count = tonumber(ARGV[i])
-  redis.call(unpack(ARGV, i + 1, i + count))
-  i = i + count + 1
+  local command = ARGV[i]
+  if string.byte(command) < 128 then
+    local count = tonumber(command)
+    redis.call(unpack(ARGV, i + 1, i + count))
+    i = i + count + 1
+  else
+    redis.call(cmsgpack.unpack(command))
+    i = i + 1
+  end
 end
 return 1
 "#;
@@ -137,13 +161,14 @@ impl BatchFence {
     }
 
     /// The call of the next batch, its fence set; the caller appends the batch's
-    /// commands with [`push_command`]. `words` and `bytes` size it up front (what the
-    /// commands will add, roughly), so that no body is copied again as it grows.
-    pub fn begin(&mut self, words: usize, bytes: usize) -> redis::Cmd {
+    /// commands with [`push_command`] or [`command_arg`]. `commands` and `bytes` size it
+    /// up front (what the commands will add, roughly), so that no body is copied again
+    /// as it grows.
+    pub fn begin(&mut self, commands: usize, bytes: usize) -> redis::Cmd {
         let after = if self.chained { self.seq } else { 0 };
         self.seq += 1;
         self.chained = true;
-        let mut c = redis::Cmd::with_capacity(words + 8, bytes + 256);
+        let mut c = redis::Cmd::with_capacity(commands + 8, bytes + 256);
         c.arg("EVALSHA")
             .arg(&self.sha)
             .arg(2)
@@ -228,15 +253,92 @@ impl BatchFence {
     }
 }
 
-/// Add one command of `count` words to a batch's call: its word count, then the words.
-pub fn push_command<'a>(
-    call: &mut redis::Cmd,
-    count: usize,
-    words: impl Iterator<Item = &'a [u8]>,
-) {
+/// Add one command to a batch's call, as one argument (the script's encoding,
+/// [`SCRIPT`]): redis-rs then packs a handful of arguments per batch, not every word of
+/// it.
+pub fn push_command<'a>(call: &mut redis::Cmd, words: impl Iterator<Item = &'a [u8]>) {
+    let mut arg = command_arg(call);
+    for w in words {
+        arg.word(w);
+    }
+}
+
+/// Add one command of `count` words to a batch's call as its word count, then each word
+/// as an argument of its own (the script's other form, [`SCRIPT`]): for large words,
+/// which Redis then takes as they are.
+pub fn push_words<'a>(call: &mut redis::Cmd, count: usize, words: impl Iterator<Item = &'a [u8]>) {
     call.arg(count);
     for w in words {
         call.arg(w);
+    }
+}
+
+/// One command being written as its argument of a batch's call, straight into the
+/// call's buffer (so a body is copied once, from where it is into the call); the
+/// argument ends when this is dropped.
+pub struct CommandArg<W: Write> {
+    out: W,
+}
+
+/// Begin a command as the next argument of `call`.
+pub fn command_arg(call: &mut redis::Cmd) -> CommandArg<impl Write + '_> {
+    CommandArg {
+        out: call.writer_for_next_arg(),
+    }
+}
+
+impl<W: Write> CommandArg<W> {
+    /// The next word.
+    pub fn word(&mut self, w: &[u8]) {
+        let (head, len) = word_head(w.len());
+        self.put(&head[..len]);
+        self.put(w);
+    }
+
+    /// Words already encoded by [`encode_word`].
+    pub fn encoded(&mut self, words: &[u8]) {
+        self.put(words);
+    }
+
+    fn put(&mut self, bytes: &[u8]) {
+        // The writer appends to the call's `Vec`: it never fails.
+        let _ = self.out.write_all(bytes);
+    }
+}
+
+/// `w` encoded as a word of a command's argument, appended to `out`: a command's words
+/// can be gathered ahead and written in one piece ([`CommandArg::encoded`]).
+pub fn encode_word(out: &mut Vec<u8>, w: &[u8]) {
+    let (head, len) = word_head(w.len());
+    out.extend_from_slice(&head[..len]);
+    out.extend_from_slice(w);
+}
+
+/// How many bytes the MessagePack head beginning with `first` takes ([`word_head`]).
+pub fn word_head_len(first: u8) -> usize {
+    match first {
+        0xd9 => 2,
+        0xda => 3,
+        0xdb => 5,
+        _ => 1,
+    }
+}
+
+/// The MessagePack head of a string of `n` bytes (its first `.1` bytes): fixstr, str 8,
+/// str 16 or str 32. Nothing in a batch comes near 4 GiB: with Redis a body is at most
+/// 64 MiB (`crate::cli::REDIS_MAX_JOB_SIZE`).
+fn word_head(n: usize) -> ([u8; 5], usize) {
+    match n {
+        0..32 => ([0xa0 | n as u8, 0, 0, 0, 0], 1),
+        32..256 => ([0xd9, n as u8, 0, 0, 0], 2),
+        256..65_536 => {
+            let [a, b] = (n as u16).to_be_bytes();
+            ([0xda, a, b, 0, 0], 3)
+        }
+        _ => {
+            let [a, b, c, d] = u32::try_from(n).unwrap_or(u32::MAX).to_be_bytes();
+            ([0xdb, a, b, c, d], 5)
+        }
     }
 }
 

@@ -16,10 +16,14 @@
 //! leader does not read it). After a failed write all of it is unknown
 //! ([`Written::forget`]) and is written again whole.
 //!
-//! Allocation: arguments are written into a few reused buffers, numbers formatted on the
-//! stack, and the call is sized up front; a body is copied once, from its job record
-//! straight into the call (redis-rs then packs the call for the socket: the one copy
-//! that is not ours).
+//! Encoding: each command is one argument of the call, its words already in the
+//! script's encoding (`fenced_script::command_arg`), so redis-rs packs a handful of
+//! arguments per batch, not every word. A command's arguments are gathered in a few
+//! reused buffers, encoded as they are written (numbers formatted on the stack), and
+//! copied into the call in one piece; the call is sized up front; a body is copied
+//! once, from its job record straight into the call (redis-rs then packs the call for
+//! the socket: the one copy that is not ours). Bodies of [`LARGE_WORDS`] bytes or more
+//! go as arguments of their own, the script's other form.
 
 use std::time::Instant;
 
@@ -30,7 +34,7 @@ use super::figures::Figures;
 
 use super::record::meta_of;
 use crate::protocol::TubeName;
-use crate::redis::fenced_script::push_command;
+use crate::redis::fenced_script::{command_arg, encode_word, push_words, word_head_len};
 use crate::redis::keys::{Keys, NsKey, TubeKey};
 use crate::redis::{US, meta};
 use crate::store::JobState;
@@ -39,6 +43,11 @@ use crate::util::SwapList;
 
 /// At most this many arguments per command, so no one command holds Redis long.
 const MAX_ARGS: usize = 2_000;
+
+/// Bodies of this many bytes or more (on average in a command) go as arguments of their
+/// own, not MessagePack-encoded: the Lua copy of a body costs Redis more than the
+/// arguments it saves from about this size (2026-11-27-leader-encode.md).
+const LARGE_WORDS: usize = 256;
 
 /// The figures of a tube's meta hash, in this order.
 const TUBE_FIELDS: [&str; 5] = [
@@ -67,16 +76,18 @@ const SETS: [TubeKey; 4] = [
     TubeKey::Buried,
 ];
 
-/// The arguments of one command, in one buffer.
+/// Arguments of one command, gathered ahead in one buffer, each already encoded as a
+/// word of the batch script's command argument (`fenced_script::encode_word`).
 #[derive(Debug, Default)]
 struct Args {
     data: Vec<u8>,
+    /// Where each argument's encoding ends in `data`.
     ends: Vec<usize>,
 }
 
 impl Args {
     fn push(&mut self, a: &[u8]) {
-        self.data.extend_from_slice(a);
+        encode_word(&mut self.data, a);
         self.ends.push(self.data.len());
     }
 
@@ -98,9 +109,17 @@ impl Args {
         self.ends.len()
     }
 
-    fn get(&self, i: usize) -> &[u8] {
+    /// Argument `i` itself (its encoding without its head).
+    fn word(&self, i: usize) -> &[u8] {
         let start = if i == 0 { 0 } else { self.ends[i - 1] };
-        &self.data[start..self.ends[i]]
+        let encoded = &self.data[start..self.ends[i]];
+        &encoded[word_head_len(encoded[0])..]
+    }
+
+    /// The encoding of arguments `from..to`, in one piece.
+    fn encoded(&self, from: usize, to: usize) -> &[u8] {
+        let start = if from == 0 { 0 } else { self.ends[from - 1] };
+        &self.data[start..self.ends[to - 1]]
     }
 
     fn clear(&mut self) {
@@ -242,37 +261,52 @@ impl Batch {
         let mut i = 0;
         while i < args.len() {
             let end = (i + per).min(args.len());
-            let words = [name.as_bytes(), key.as_bytes()]
-                .into_iter()
-                .chain((i..end).map(|j| args.get(j)));
-            push_command(&mut self.call, end - i + 2, words);
+            let mut c = command_arg(&mut self.call);
+            c.word(name.as_bytes());
+            c.word(key.as_bytes());
+            c.encoded(args.encoded(i, end));
             self.commands += 1;
             i = end;
         }
     }
 
     /// `HSET key id body ...`: the bodies of `jobs[of[..]]` (their ids in `ids`), each
-    /// copied once, from its job record straight into the call.
+    /// copied once, from its job record straight into the call; bodies of
+    /// [`LARGE_WORDS`] bytes or more on average as arguments of their own.
     fn bodies(&mut self, key: &str, ids: &Args, of: &[usize], jobs: &[JobRecord]) {
         let per = MAX_ARGS / 2;
         for (n, chunk) in of.chunks(per).enumerate() {
             let pairs = chunk
                 .iter()
                 .enumerate()
-                .flat_map(|(k, &j)| [ids.get(n * per + k), &jobs[j].body[..]]);
-            let words = [&b"HSET"[..], key.as_bytes()].into_iter().chain(pairs);
-            push_command(&mut self.call, 2 + 2 * chunk.len(), words);
+                .map(|(k, &j)| (n * per + k, &jobs[j].body[..]));
+            let bytes: usize = pairs.clone().map(|(_, b)| b.len()).sum();
+            if bytes >= LARGE_WORDS * chunk.len() {
+                let words = pairs.flat_map(|(id, body)| [ids.word(id), body]);
+                let head = [&b"HSET"[..], key.as_bytes()];
+                push_words(
+                    &mut self.call,
+                    2 + 2 * chunk.len(),
+                    head.into_iter().chain(words),
+                );
+            } else {
+                let mut c = command_arg(&mut self.call);
+                c.word(b"HSET");
+                c.word(key.as_bytes());
+                for (id, body) in pairs {
+                    c.encoded(ids.encoded(id, id + 1));
+                    c.word(body);
+                }
+            }
             self.commands += 1;
         }
     }
 
     /// A command with no arguments but its key.
     fn bare(&mut self, name: &'static str, key: &str) {
-        push_command(
-            &mut self.call,
-            2,
-            [name.as_bytes(), key.as_bytes()].into_iter(),
-        );
+        let mut c = command_arg(&mut self.call);
+        c.word(name.as_bytes());
+        c.word(key.as_bytes());
         self.commands += 1;
     }
 
@@ -512,22 +546,34 @@ mod tests {
     use crate::store::memory::{CutLimit, MemoryStore};
     use crate::store::{NANOS_PER_SEC, NewJob};
 
-    /// Each command of `b` as its words (after the call's eight words of fence).
+    /// Each command of `b` as its words (after the call's eight words of fence), taken
+    /// apart as the script does: MessagePack strings in one argument, or a word count
+    /// and that many arguments.
     fn commands(b: &Batch) -> Vec<Vec<Vec<u8>>> {
-        let words: Vec<Vec<u8>> = b
-            .call
-            .args_iter()
-            .map(|a| match a {
-                Arg::Simple(v) => v.to_vec(),
-                _ => Vec::new(),
-            })
-            .collect();
+        let mut args = b.call.args_iter().skip(8).map(|a| match a {
+            Arg::Simple(a) => a,
+            _ => panic!("a cursor argument"),
+        });
         let mut out = Vec::new();
-        let mut i = 8;
-        while i < words.len() {
-            let n: usize = std::str::from_utf8(&words[i]).unwrap().parse().unwrap();
-            out.push(words[i + 1..i + 1 + n].to_vec());
-            i += n + 1;
+        while let Some(mut a) = args.next() {
+            let mut words = Vec::new();
+            if a[0] < 128 {
+                let n: usize = std::str::from_utf8(a).unwrap().parse().unwrap();
+                words.extend(args.by_ref().take(n).map(<[u8]>::to_vec));
+                a = &[];
+            }
+            while !a.is_empty() {
+                let head = word_head_len(a[0]);
+                let len = match head {
+                    1 => usize::from(a[0] & 0x1f),
+                    2 => usize::from(a[1]),
+                    3 => usize::from(u16::from_be_bytes([a[1], a[2]])),
+                    _ => u32::from_be_bytes([a[1], a[2], a[3], a[4]]) as usize,
+                };
+                words.push(a[head..head + len].to_vec());
+                a = &a[head + len..];
+            }
+            out.push(words);
         }
         out
     }
@@ -583,9 +629,16 @@ mod tests {
     }
 
     /// Issue 20 item 3: the bodies go into the call straight from their jobs, each once,
-    /// next to its id, in one HSET per tube.
+    /// next to its id, in one HSET per tube: small ones MessagePack-encoded, large ones
+    /// as arguments of their own.
     #[test]
     fn each_body_is_in_the_call_once_next_to_its_id() {
+        each_body_once(100, false);
+        each_body_once(LARGE_WORDS * 4, true);
+    }
+
+    /// Bodies of `size` bytes, as arguments of their own (`raw`) or encoded.
+    fn each_body_once(size: usize, raw: bool) {
         let s = MemoryStore::journaled();
         let tube = TubeName::new(b"t").unwrap();
         s.cut(CutLimit::default());
@@ -596,7 +649,7 @@ mod tests {
                 pri: 1,
                 delay_secs: 0,
                 ttr_secs: 60,
-                body: Bytes::from(vec![b'a' + n; 100]),
+                body: Bytes::from(vec![b'a' + n; size]),
             };
             let (id, _) = s.begin_staged(&tube);
             s.put_staged(id, job, 1_700_000_000 * NANOS_PER_SEC, false);
@@ -621,8 +674,15 @@ mod tests {
         let want: Vec<(Vec<u8>, Vec<u8>)> = ids
             .iter()
             .zip(0u8..)
-            .map(|(id, n)| (id.to_string().into_bytes(), vec![b'a' + n; 100]))
+            .map(|(id, n)| (id.to_string().into_bytes(), vec![b'a' + n; size]))
             .collect();
         assert_eq!(pairs, want);
+        // Only a word count or a raw word begins with a byte under 128.
+        let raw_args = b
+            .call
+            .args_iter()
+            .skip(8)
+            .any(|a| matches!(a, Arg::Simple(a) if a[0] < 128));
+        assert_eq!(raw_args, raw, "{size}-byte bodies");
     }
 }

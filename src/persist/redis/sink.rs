@@ -92,7 +92,7 @@ impl RedisSink {
     }
 }
 
-/// About how many words and bytes the batch of `cut` takes (an overestimate for the
+/// About how many commands and bytes the batch of `cut` takes (an overestimate for the
 /// usual jobs; a call that needs more grows).
 fn call_size(cut: &Cut) -> (usize, usize) {
     let bodies: usize = cut
@@ -101,9 +101,9 @@ fn call_size(cut: &Cut) -> (usize, usize) {
         .filter(|r| r.needs_body())
         .map(|r| r.body.len())
         .sum();
-    let words = cut.jobs.len() * 10 + cut.gone.len() * 8 + cut.tubes.len() * 16 + 64;
-    let bytes = bodies + cut.jobs.len() * 160 + cut.gone.len() * 96 + cut.tubes.len() * 256;
-    (words, bytes)
+    let commands = cut.tubes.len() * 12 + 16;
+    let bytes = bodies + cut.jobs.len() * 200 + cut.gone.len() * 120 + cut.tubes.len() * 320;
+    (commands, bytes)
 }
 
 /// How many batches may be in flight at once: enough that the committer never idles
@@ -119,8 +119,8 @@ impl Sink for RedisSink {
         }
         let conn = self.fence.connection().await?;
         let chained = self.fence.chained();
-        let (words, bytes) = call_size(cut);
-        let call = self.fence.begin(words, bytes);
+        let (commands, bytes) = call_size(cut);
+        let call = self.fence.begin(commands, bytes);
         let batch = self
             .builder
             .build(call, &self.keys, &self.owner, cut, &mut self.written);
