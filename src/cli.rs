@@ -449,6 +449,8 @@ impl Cli {
                 sentinel_password: self.redis_sentinel_password.clone(),
                 wait_replicas: self.redis_wait_replicas,
                 wait_timeout: Duration::from_millis(self.redis_wait_timeout),
+                leader_lease: (self.redis_mode == RedisMode::Leader)
+                    .then(|| Duration::from_millis(self.redis_lease)),
             },
             mode: self.redis_mode,
             lease: Duration::from_millis(self.redis_lease),

@@ -170,9 +170,6 @@ pub enum ClusterError {
 impl Cluster {
     /// Connect, and refuse to start next to live shared-mode instances.
     pub async fn connect(config: ClusterConfig) -> Result<Arc<Cluster>, ClusterError> {
-        // Before the first connection: a cluster primary's node timeout is checked
-        // against the lease as that connection verifies it.
-        crate::redis::placement::set_leader_lease(config.lease);
         let (connector, conn) = redis_connection(&config.redis).await?;
         let bytes: [u8; 8] = rand::rng().random();
         let instance: Arc<str> = bytes

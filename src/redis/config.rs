@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use super::error::CallError;
+use super::target::Target;
 use super::{Connector, TlsFiles, redact};
 
 /// Where and under which prefix to keep jobs, and how to reach Redis.
@@ -24,18 +25,25 @@ pub struct RedisConfig {
     /// not wait.
     pub wait_replicas: u32,
     pub wait_timeout: Duration,
+    /// In leader mode, the lease: a Redis Cluster primary's `cluster-node-timeout` is
+    /// checked against it.
+    pub leader_lease: Option<Duration>,
 }
 
 impl RedisConfig {
     /// The connector for these options; an error says which option is wrong.
     pub fn connector(&self) -> Result<Connector, CallError> {
-        Connector::new(
+        let target = Target::new(
             &self.url,
             &self.tls,
             self.sentinel_password.as_deref(),
             &self.prefix,
         )
-        .map_err(CallError::connect)
+        .map_err(CallError::connect)?;
+        Ok(Connector::to(match self.leader_lease {
+            Some(lease) => target.with_leader_lease(lease),
+            None => target,
+        }))
     }
 }
 
@@ -52,6 +60,7 @@ impl std::fmt::Debug for RedisConfig {
             )
             .field("wait_replicas", &self.wait_replicas)
             .field("wait_timeout", &self.wait_timeout)
+            .field("leader_lease", &self.leader_lease)
             .finish()
     }
 }

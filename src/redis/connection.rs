@@ -92,9 +92,19 @@ impl Connector {
         sentinel_password: Option<&str>,
         prefix: &str,
     ) -> Result<Connector, TargetError> {
-        Ok(Connector {
-            target: Arc::new(Target::new(url, tls, sentinel_password, prefix)?),
-        })
+        Ok(Connector::to(Target::new(
+            url,
+            tls,
+            sentinel_password,
+            prefix,
+        )?))
+    }
+
+    /// The connector of `target`.
+    pub fn to(target: Target) -> Connector {
+        Connector {
+            target: Arc::new(target),
+        }
     }
 
     /// Whether the target is a Redis Cluster's slot owner (`redis+cluster://`).

@@ -55,8 +55,6 @@ pub struct Placement {
 
 static PLACES: Mutex<Vec<Placement>> = Mutex::new(Vec::new());
 
-/// The leader lease, when this process runs leader mode.
-static LEASE: Mutex<Option<Duration>> = Mutex::new(None);
 /// The primary whose node timeout was last read (or is being read).
 static CHECKED: Mutex<Option<String>> = Mutex::new(None);
 /// A node timeout that could not be read was said already.
@@ -91,12 +89,6 @@ pub fn all() -> Vec<Placement> {
     places
 }
 
-/// This process runs leader mode with `lease`: the node timeout of the cluster primary
-/// it uses is checked against it from now on.
-pub fn set_leader_lease(lease: Duration) {
-    *lock(&LEASE) = Some(lease);
-}
-
 /// What a node timeout (`None`: unreadable) means for a leader lease.
 #[derive(Debug, PartialEq, Eq)]
 enum Verdict {
@@ -117,13 +109,10 @@ fn judge(node_timeout_ms: Option<u64>, lease: Duration) -> Verdict {
     }
 }
 
-/// In leader mode, read `cluster-node-timeout` on `conn` (the slot's primary,
-/// `primary`) once per primary, and warn when it is shorter than the lease. An I/O
-/// failure leaves the check to the next connection.
-pub async fn check_node_timeout<C: ConnectionLike>(conn: &mut C, primary: &str) {
-    let Some(lease) = *lock(&LEASE) else {
-        return;
-    };
+/// Read `cluster-node-timeout` on `conn` (the slot's primary, `primary`) once per
+/// primary, and warn when it is shorter than the leader `lease`. An I/O failure leaves
+/// the check to the next connection.
+pub async fn check_node_timeout<C: ConnectionLike>(conn: &mut C, primary: &str, lease: Duration) {
     {
         let mut checked = lock(&CHECKED);
         if checked.as_deref() == Some(primary) {

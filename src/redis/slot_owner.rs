@@ -12,8 +12,9 @@
 //! others are not waited for. The answer is reused, by every target of the process, for
 //! the connections made within [`VIEW_REUSE`] after it (each candidate still proves
 //! itself), unless a MOVED reply came since or no candidate proved itself. The primary
-//! taken is recorded for `/metrics` (`placement`), and, in leader mode, its
-//! `cluster-node-timeout` is checked against the lease once per primary.
+//! taken is recorded for `/metrics` (`placement`), and, in leader mode (a target made
+//! [`SlotOwner::with_leader_lease`]), its `cluster-node-timeout` is checked against the
+//! lease once per primary.
 //!
 //! Why not redis-rs' `ClusterConnection` (docs/plans/redis-cluster.md, section 4): it
 //! re-sends a whole pipeline when any reply is a redirect or after an I/O error, so a
@@ -78,6 +79,9 @@ pub struct SlotOwner {
     secure: bool,
     certs: Option<TlsCertificates>,
     history: Mutex<History>,
+    /// In leader mode, the lease: each primary's `cluster-node-timeout` is checked
+    /// against it (docs/plans/redis-cluster.md, section 5).
+    leader_lease: Option<Duration>,
 }
 
 impl SlotOwner {
@@ -99,7 +103,14 @@ impl SlotOwner {
             secure,
             certs,
             history: Mutex::new(History::default()),
+            leader_lease: None,
         }
+    }
+
+    /// Check every primary's `cluster-node-timeout` against the leader `lease`.
+    pub(super) fn with_leader_lease(mut self, lease: Duration) -> SlotOwner {
+        self.leader_lease = Some(lease);
+        self
     }
 
     /// The slot every key of the namespace hashes to.
@@ -201,7 +212,9 @@ impl SlotOwner {
                     .get_multiplexed_async_connection_with_config(&config)
                     .await?;
                 verify_primary(&mut c, &self.history, &named).await?;
-                check_node_timeout(&mut c, &format!("{}:{}", addr.0, addr.1)).await;
+                if let Some(lease) = self.leader_lease {
+                    check_node_timeout(&mut c, &format!("{}:{}", addr.0, addr.1), lease).await;
+                }
                 Ok::<(), redis::RedisError>(())
             };
             match checked.await {

@@ -108,6 +108,16 @@ impl Target {
         }
     }
 
+    /// In leader mode: a cluster primary's `cluster-node-timeout` is checked against
+    /// the leader `lease` as each connection verifies it (other targets have no node
+    /// timeout).
+    pub fn with_leader_lease(self, lease: Duration) -> Target {
+        match self {
+            Target::Cluster(c) => Target::Cluster(c.with_leader_lease(lease)),
+            other => other,
+        }
+    }
+
     /// Whether this is a Redis Cluster's slot owner (else a standalone Redis, or one
     /// behind Sentinel, which must not be a cluster node).
     pub fn is_cluster(&self) -> bool {
