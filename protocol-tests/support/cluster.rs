@@ -114,6 +114,10 @@ impl Cluster {
                 &timeout,
                 "--repl-diskless-sync-delay",
                 "0",
+                // In the node's directory (`--dir` comes first): its elections and
+                // failure reports, for `diagnostics`.
+                "--logfile",
+                "redis.log",
             ];
             args.extend(tls.iter().map(String::as_str));
             nodes.push(match cli_tls {
@@ -316,7 +320,8 @@ impl Cluster {
     }
 
     /// What every node that answers says of the cluster (CLUSTER NODES, replication),
-    /// for a failure's message.
+    /// and the last lines of every node's log, for a failure's message (seen in CI once:
+    /// a dead primary's replica that never won an election, its cause unknown).
     pub fn diagnostics(&self) -> String {
         let mut out = String::new();
         for (i, n) in self.nodes.iter().enumerate() {
@@ -332,7 +337,11 @@ impl Cluster {
                         || l.starts_with("master_port")
                 })
                 .collect();
-            out.push_str(&format!("node {i} (port {}): {role:?}\n{nodes}\n", n.port));
+            out.push_str(&format!(
+                "node {i} (port {}): {role:?}\n{nodes}\nits log, last lines:\n{}\n",
+                n.port,
+                n.log_tail(12)
+            ));
         }
         out
     }

@@ -138,6 +138,14 @@ impl RedisServer {
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(|c| c.id())
     }
+
+    /// The last `n` lines of the log of a server started with `--logfile redis.log`
+    /// (empty when it has none).
+    pub fn log_tail(&self, n: usize) -> String {
+        let text = std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
 }
 
 impl Drop for RedisServer {
