@@ -29,6 +29,26 @@ fn replica_of(cluster: &Cluster, primary: usize) -> Option<usize> {
     })
 }
 
+/// A put/reserve/delete load on `srv`, once it runs (jobs acknowledged and deleted).
+fn running_load(srv: &ServerProc, log: &support::Log) -> Load {
+    let load = Load::for_failover(srv.addr);
+    load.wait_until(
+        "the load runs",
+        SERVED_WITHIN,
+        || log.tail(),
+        |l| l.acked.len() > 300 && l.deleted.len() > 100,
+    );
+    load
+}
+
+/// Print the load's audit and ledger under `what`, and assert nothing was lost or
+/// delivered twice (`context` names the run).
+fn report(what: &str, ledger: &support::load::Ledger, audit: &support::load::Audit, context: &str) {
+    println!("{what} ({context}): {}", audit.summary());
+    println!("{what} ({context}): {}", ledger.counts());
+    audit.assert_sound(context);
+}
+
 /// kill -9 of the primary of the namespace's slot under load, in `kind`'s mode.
 fn failover(kind: ServerKind) {
     let _serial = serial();
@@ -38,13 +58,7 @@ fn failover(kind: ServerKind) {
     // A change is acknowledged once the slot's replica has it: the failover loses none.
     let wait = ["--redis-wait-replicas", "1", "--redis-wait-timeout", "500"];
     let (mut srv, log) = redstalk_with(&cluster, kind, &prefix, &wait);
-    let load = Load::for_failover(srv.addr);
-    load.wait_until(
-        "the load runs",
-        SERVED_WITHIN,
-        || log.tail(),
-        |l| l.acked.len() > 300 && l.deleted.len() > 100,
-    );
+    let load = running_load(&srv, &log);
     let old = cluster.primary_of(slot).expect("the slot has a primary");
     let acked_at_kill = load.ledger(|l| l.acked.len());
     cluster.nodes[old].kill();
@@ -100,11 +114,12 @@ fn failover(kind: ServerKind) {
         first_ack.as_millis(),
         support::cluster::NODE_TIMEOUT_MS
     );
-    println!("cluster failover ({label} mode): {}", audit.summary());
-    println!("cluster failover ({label} mode): {}", ledger.counts());
-    audit.assert_sound(&format!(
-        "{label} mode, kill -9 of the slot's primary, --redis-wait-replicas 1"
-    ));
+    report(
+        "cluster failover",
+        &ledger,
+        &audit,
+        &format!("{label} mode, kill -9 of the slot's primary, --redis-wait-replicas 1"),
+    );
 }
 
 /// The namespace's slot moved to another primary under load, in `kind`'s mode.
@@ -114,13 +129,7 @@ fn slot_move(kind: ServerKind) {
     let prefix = format!("move-{}", kind.name());
     let slot = slot(&cluster, &prefix);
     let (mut srv, log) = redstalk(&cluster, kind, &prefix);
-    let load = Load::for_failover(srv.addr);
-    load.wait_until(
-        "the load runs",
-        SERVED_WITHIN,
-        || log.tail(),
-        |l| l.acked.len() > 300 && l.deleted.len() > 100,
-    );
+    let load = running_load(&srv, &log);
     let from = cluster.primary_of(slot).expect("the slot has a primary");
     let to = (0..3).find(|&i| i != from).unwrap();
     let errors_before = load.ledger(|l| l.internal_errors);
@@ -147,9 +156,12 @@ fn slot_move(kind: ServerKind) {
         moved_in.as_millis(),
         resumed.as_millis()
     );
-    println!("cluster slot move ({label} mode): {}", audit.summary());
-    println!("cluster slot move ({label} mode): {}", ledger.counts());
-    audit.assert_sound(&format!("{label} mode, the namespace's slot moved"));
+    report(
+        "cluster slot move",
+        &ledger,
+        &audit,
+        &format!("{label} mode, the namespace's slot moved"),
+    );
     assert_eq!(cluster.primary_of(slot), Some(to));
 }
 

@@ -5,8 +5,9 @@
 //! Invariants: every figure comes from the snapshot, whose server and tube parts are
 //! the very structs `stats` and `stats-tube` print, so a scrape and those commands
 //! agree, or, for the `redstalk_redis_*` families, from where the namespace lives in
-//! Redis (`crate::redis::placement`, handed in; none without Redis); every family has one `# HELP` and one `# TYPE` line before its samples (a
-//! per-tube family keeps them when no tube is listed); label values and help texts are
+//! Redis (`crate::redis::placement`, handed in; none without Redis); every family has
+//! one `# HELP` and one `# TYPE` line before its samples (a per-tube family keeps them
+//! when no tube is listed); label values and help texts are
 //! escaped as the format requires; histogram buckets are cumulative and end with
 //! `+Inf` equal to `_count`. Pure: no I/O, no clock. Its cost is linear in the tubes
 //! the snapshot lists (about 1 KiB of text each), which the snapshot caps.

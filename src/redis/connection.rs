@@ -6,8 +6,9 @@
 //! - [`Connector::managed`]: a [`RedisConn`], shared by clones, that reconnects by
 //!   itself (the shared store's commands, the lease, loads);
 //! - [`Connector::subscriber`]: the same, that (re)subscribes to a shard channel
-//!   (SSUBSCRIBE) on every new connection and forwards its messages; it carries nothing else, so Redis' pub/sub
-//!   output-buffer limit never applies to a connection that carries replies;
+//!   (SSUBSCRIBE) on every new connection and forwards its messages; it carries nothing
+//!   else, so Redis' pub/sub output-buffer limit never applies to a connection that
+//!   carries replies;
 //! - [`Connector::single`]: one plain connection, never replaced behind its owner's
 //!   back (leader mode's commit connection, whose WATCH belongs to one connection).
 //!
