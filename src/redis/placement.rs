@@ -60,25 +60,39 @@ static CHECKED: Mutex<Option<String>> = Mutex::new(None);
 /// A node timeout that could not be read was said already.
 static UNREADABLE_SAID: AtomicBool = AtomicBool::new(false);
 
+/// What [`record`] found: the process's first primary for the prefix, the one in use
+/// already, or another (a change, the previous one named).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Recorded {
+    First,
+    Same,
+    Changed { previous: String },
+}
+
 /// The primary `primary` of `prefix` is in use (a connection to it was just verified):
-/// recorded; a primary other than the last one counts as a change.
-pub fn record(topology: Topology, prefix: &str, slot: Option<u16>, primary: &str) {
+/// recorded; a primary other than the last one counts as a change. Every connector of
+/// the process reports here, so the caller's log line for a change is said once.
+pub fn record(topology: Topology, prefix: &str, slot: Option<u16>, primary: &str) -> Recorded {
     let mut places = lock(&PLACES);
     match places.iter_mut().find(|p| p.prefix == prefix) {
-        Some(p) if p.primary == primary => {}
+        Some(p) if p.primary == primary => Recorded::Same,
         Some(p) => {
-            p.primary = primary.to_string();
+            let previous = std::mem::replace(&mut p.primary, primary.to_string());
             p.changes += 1;
             p.topology = topology;
             p.slot = slot;
+            Recorded::Changed { previous }
         }
-        None => places.push(Placement {
-            topology,
-            prefix: prefix.to_string(),
-            slot,
-            primary: primary.to_string(),
-            changes: 0,
-        }),
+        None => {
+            places.push(Placement {
+                topology,
+                prefix: prefix.to_string(),
+                slot,
+                primary: primary.to_string(),
+                changes: 0,
+            });
+            Recorded::First
+        }
     }
 }
 
@@ -188,11 +202,19 @@ mod tests {
     #[test]
     fn a_new_primary_counts_as_a_change() {
         let prefix = "placement-test";
-        record(Topology::Cluster, prefix, Some(1), "10.0.0.1:7000");
-        record(Topology::Cluster, prefix, Some(1), "10.0.0.1:7000");
+        let first = record(Topology::Cluster, prefix, Some(1), "10.0.0.1:7000");
+        assert_eq!(first, Recorded::First);
+        let again = record(Topology::Cluster, prefix, Some(1), "10.0.0.1:7000");
+        assert_eq!(again, Recorded::Same);
         let mine = || all().into_iter().find(|p| p.prefix == prefix);
         assert_eq!(mine().map(|p| p.changes), Some(0));
-        record(Topology::Cluster, prefix, Some(1), "10.0.0.2:7000");
+        let moved = record(Topology::Cluster, prefix, Some(1), "10.0.0.2:7000");
+        assert_eq!(
+            moved,
+            Recorded::Changed {
+                previous: "10.0.0.1:7000".into()
+            }
+        );
         let p = mine().expect("recorded");
         assert_eq!((p.changes, p.primary.as_str()), (1, "10.0.0.2:7000"));
     }

@@ -33,7 +33,7 @@ use redis::{
 
 use super::history::{History, forget_history, verify_primary};
 use super::keys::slot_of;
-use super::placement::{self, Topology, check_node_timeout};
+use super::placement::{self, Recorded, Topology, check_node_timeout};
 use super::target::{ASK_TIMEOUT, HostList, address, client, no_primary};
 use crate::util::lock;
 
@@ -69,8 +69,6 @@ pub struct SlotOwner {
     learned: Mutex<Vec<Addr>>,
     /// The address of the last MOVED reply, if any.
     hint: Mutex<Option<Addr>>,
-    /// The primary last used, for the log line when it changes.
-    owner: Mutex<Option<Addr>>,
     /// The node ids of that primary's shard (itself and its replicas).
     shard: Mutex<Vec<String>>,
     prefix: String,
@@ -96,7 +94,6 @@ impl SlotOwner {
             seeds: hosts.hosts,
             learned: Mutex::new(Vec::new()),
             hint: Mutex::new(None),
-            owner: Mutex::new(None),
             shard: Mutex::new(Vec::new()),
             prefix: prefix.to_string(),
             slot: slot_of(format!("{{{prefix}}}").as_bytes()),
@@ -317,23 +314,19 @@ impl SlotOwner {
         }
     }
 
-    /// Log where the namespace lives: at the first connection, and whenever its
-    /// primary changes.
+    /// Log where the namespace lives: at the process's first connection, and whenever
+    /// its primary changes (once per process, whichever connector saw it first).
     fn note_owner(&self, addr: Addr) {
         let primary = format!("{}:{}", addr.0, addr.1);
-        placement::record(Topology::Cluster, &self.prefix, Some(self.slot), &primary);
-        let mut owner = lock(&self.owner);
-        if owner.as_ref() == Some(&addr) {
-            return;
-        }
         let tag = format!("{{{}}}", self.prefix);
-        match owner.replace(addr) {
-            None => tracing::info!(
+        match placement::record(Topology::Cluster, &self.prefix, Some(self.slot), &primary) {
+            Recorded::Same => {}
+            Recorded::First => tracing::info!(
                 prefix = %self.prefix, %tag, slot = self.slot, %primary,
                 "redis cluster: the namespace lives in one slot, on this primary"
             ),
-            Some((h, p)) => tracing::warn!(
-                prefix = %self.prefix, %tag, slot = self.slot, %primary, previous = %format!("{h}:{p}"),
+            Recorded::Changed { previous } => tracing::warn!(
+                prefix = %self.prefix, %tag, slot = self.slot, %primary, %previous,
                 "redis cluster: the namespace's slot has a new primary"
             ),
         }
