@@ -161,7 +161,7 @@ pub struct Cli {
 
     /// Leader mode: the HOST:PORT at which other instances reach this one's HTTP
     /// listener to forward operator API requests while it leads (default: the
-    /// --metrics/--http address, or --advertise's host with that port when it listens
+    /// --http address, or --advertise's host with that port when it listens
     /// on all addresses; none without an HTTP listener).
     #[arg(long, env = "REDSTALK_HTTP_ADVERTISE", value_name = "HOST:PORT")]
     pub http_advertise: Option<String>,
@@ -198,10 +198,17 @@ pub struct Cli {
     #[arg(long, env = "REDSTALK_MAX_CONNECTIONS", value_name = "N")]
     pub max_connections: Option<usize>,
 
-    /// Serve Prometheus metrics (GET /metrics) and health checks (GET /healthz,
-    /// /readyz) over HTTP on ADDR (HOST:PORT, e.g. 127.0.0.1:9100). Off by default.
-    #[arg(long, alias = "http", env = "REDSTALK_METRICS", value_name = "ADDR")]
-    pub metrics: Option<String>,
+    /// Serve HTTP on ADDR (HOST:PORT, e.g. 127.0.0.1:9100): Prometheus metrics (GET
+    /// /metrics), health checks (GET /healthz, /readyz), the operator API (/api/v1)
+    /// and the web console (/console/). Off by default. Also spelled --metrics, and
+    /// REDSTALK_METRICS.
+    #[arg(long, alias = "metrics", env = "REDSTALK_HTTP", value_name = "ADDR")]
+    pub http: Option<String>,
+
+    /// REDSTALK_METRICS, the older name of REDSTALK_HTTP (read when --http and
+    /// REDSTALK_HTTP are not given).
+    #[arg(long, hide = true, env = "REDSTALK_METRICS", value_name = "ADDR")]
+    pub metrics_env: Option<String>,
 
     /// The operator API's token (docs/API.md): changes need it, sent as
     /// `Authorization: Bearer TOKEN`. Without one, the API only reads.
@@ -232,7 +239,7 @@ pub struct Cli {
         long,
         env = "REDSTALK_ADMIN_LOGIN_LIMIT",
         value_name = "N",
-        default_value_t = crate::http::console::limit::DEFAULT_PER_PEER
+        default_value_t = crate::http::auth::DEFAULT_PER_PEER
     )]
     pub admin_login_limit: u32,
 
@@ -305,8 +312,8 @@ pub enum CliError {
     Resolve(String),
     #[error("--admin-token-file {0}: cannot read it: {1}")]
     TokenFile(String, String),
-    #[error("--metrics {0:?} is not HOST:PORT that resolves (for example 127.0.0.1:9100)")]
-    Metrics(String),
+    #[error("--http {0:?} is not HOST:PORT that resolves (for example 127.0.0.1:9100)")]
+    Http(String),
     #[error("--redis-lease {0} is too short: give at least 300 (milliseconds)")]
     Lease(u64),
     #[error(
@@ -337,12 +344,13 @@ pub struct Settings {
     pub shutdown_grace: Duration,
     /// The beanstalkd release whose replies to give (`--compat`).
     pub dialect: crate::protocol::Dialect,
-    /// Where to serve metrics over HTTP; `None`: not served.
-    pub metrics: Option<SocketAddr>,
+    /// Where the HTTP listener serves (metrics, probes, the API, the console); `None`:
+    /// not served.
+    pub http: Option<SocketAddr>,
     /// Tubes with per-tube series in /metrics.
     pub metrics_tubes: usize,
     /// Who may use the operator API.
-    pub access: crate::http::api::Access,
+    pub access: crate::http::auth::Access,
     pub warnings: Vec<String>,
 }
 
@@ -380,7 +388,7 @@ impl Cli {
             max_connections: self.max_connections.map(|n| n.max(1)),
             shutdown_grace: Duration::from_secs(self.shutdown_grace),
             dialect: self.compat,
-            metrics: self.metrics_addr()?,
+            http: self.http_addr()?,
             metrics_tubes: self.metrics_tubes,
             access: self.access()?,
             warnings,
@@ -463,7 +471,7 @@ impl Cli {
     }
 
     /// The API's access settings; the token from the flag, its variable or its file.
-    fn access(&self) -> Result<crate::http::api::Access, CliError> {
+    fn access(&self) -> Result<crate::http::auth::Access, CliError> {
         let token = match (&self.admin_token, &self.admin_token_file) {
             (Some(t), _) => Some(t.clone()),
             (None, Some(path)) => {
@@ -473,10 +481,10 @@ impl Cli {
             }
             (None, None) => None,
         };
-        Ok(crate::http::api::Access {
+        Ok(crate::http::auth::Access {
             token: token
                 .filter(|t| !t.is_empty())
-                .map(crate::http::api::Secret::new),
+                .map(crate::http::auth::Secret::new),
             reads_need_token: self.admin_read_auth,
             read_only: self.admin_read_only,
             login_limit: self.admin_login_limit,
@@ -491,7 +499,7 @@ impl Cli {
         if let Some(a) = &self.http_advertise {
             return Ok(a.clone());
         }
-        let Some(http) = self.metrics_addr()? else {
+        let Some(http) = self.http_addr()? else {
             return Ok(String::new());
         };
         if !http.ip().is_unspecified() {
@@ -505,15 +513,17 @@ impl Cli {
         Ok(format!("{host}:{}", http.port()))
     }
 
-    fn metrics_addr(&self) -> Result<Option<SocketAddr>, CliError> {
-        let Some(addr) = &self.metrics else {
+    /// The HTTP listener's address: `--http` (or `--metrics`, or `REDSTALK_HTTP`), else
+    /// `REDSTALK_METRICS`.
+    fn http_addr(&self) -> Result<Option<SocketAddr>, CliError> {
+        let Some(addr) = self.http.as_ref().or(self.metrics_env.as_ref()) else {
             return Ok(None);
         };
         addr.to_socket_addrs()
             .ok()
             .and_then(|mut addrs| addrs.next())
             .map(Some)
-            .ok_or_else(|| CliError::Metrics(addr.clone()))
+            .ok_or_else(|| CliError::Http(addr.clone()))
     }
 
     fn listen_addr(&self) -> Result<ListenAddr, CliError> {
@@ -693,12 +703,32 @@ mod tests {
     }
 
     #[test]
-    fn metrics_address_is_host_and_port() {
-        let s = parse(&["--metrics", "127.0.0.1:9100"]).validate().unwrap();
-        assert_eq!(s.metrics, Some("127.0.0.1:9100".parse().unwrap()));
-        assert!(parse(&[]).validate().unwrap().metrics.is_none());
-        let err = parse(&["--metrics", "9100"]).validate().unwrap_err();
-        assert!(err.to_string().contains("HOST:PORT"));
+    fn the_http_address_is_host_and_port_under_either_name() {
+        let s = parse(&["--http", "127.0.0.1:9100"]).validate().unwrap();
+        assert_eq!(s.http, Some("127.0.0.1:9100".parse().unwrap()));
+        let s = parse(&["--metrics", "127.0.0.1:9101"]).validate().unwrap();
+        assert_eq!(s.http, Some("127.0.0.1:9101".parse().unwrap()), "the alias");
+        // REDSTALK_METRICS, as clap reads it, when --http is not given.
+        let s = parse(&["--metrics-env", "127.0.0.1:9102"])
+            .validate()
+            .unwrap();
+        assert_eq!(s.http, Some("127.0.0.1:9102".parse().unwrap()));
+        let s = parse(&[
+            "--metrics-env",
+            "127.0.0.1:9102",
+            "--http",
+            "127.0.0.1:9103",
+        ])
+        .validate()
+        .unwrap();
+        assert_eq!(
+            s.http,
+            Some("127.0.0.1:9103".parse().unwrap()),
+            "--http first"
+        );
+        assert!(parse(&[]).validate().unwrap().http.is_none());
+        let err = parse(&["--http", "9100"]).validate().unwrap_err();
+        assert!(err.to_string().contains("--http") && err.to_string().contains("HOST:PORT"));
     }
 
     #[test]

@@ -1,5 +1,12 @@
 //! The `redstalk` binary: parse beanstalkd-style flags, bind, and serve until SIGTERM.
 //!
+//! Exit status: 0 after a clean shutdown (SIGTERM, SIGINT), and `--help`, `-v`;
+//! [`EXIT_USAGE`] (5, beanstalkd's) when the command line or the configuration it
+//! names cannot run (an unknown flag, a value out of range, an unreadable token file):
+//! fix the flags, restarting will not help; 1 when redstalk could not start or stopped
+//! on a failure (a port taken, Redis unreachable at start, a log that cannot be read),
+//! after printing why: a supervisor may restart it once the cause is fixed.
+//!
 //! Logging (stderr): warnings and errors always; `-V` adds startup (version, engine,
 //! addresses), shutdown and each connection opened or closed with its peer; `-VV` adds
 //! every request and reply. `REDSTALK_LOG` (an `EnvFilter`) overrides the level.
@@ -16,10 +23,12 @@ use tokio_util::sync::CancellationToken;
 use redstalk::cli::{Cli, EXIT_USAGE, RedisMode, Settings};
 use redstalk::cluster::{Cluster, ClusterConfig, ClusterError};
 use redstalk::engine::{Engine, EngineConfig};
+use redstalk::http::api::types::Mode;
 use redstalk::http::{self, HttpConfig, HttpListener};
 use redstalk::persist::binlog::{self, BinlogConfig};
 use redstalk::persist::engine::Persisted;
 use redstalk::redis::policy::PolicyError;
+use redstalk::server::activation::Inherited;
 use redstalk::server::{self, Direct, Listener, ServerConfig, activation, limits, signals};
 use redstalk::store::{AnyStore, Clock, MemoryStore, RedisStore};
 
@@ -94,6 +103,15 @@ enum Serving {
 }
 
 impl Serving {
+    /// Which engine serves, for the start line.
+    fn engine_name(&self) -> &'static str {
+        match self {
+            Serving::Engine(e) => e.store_name(),
+            Serving::Persisted(p) => p.engine().store_name(),
+            Serving::Cluster(_) => "redis-leader",
+        }
+    }
+
     /// What serves clients, as the HTTP listener and the drain handler see it.
     fn source(&self) -> http::Source {
         match self {
@@ -250,94 +268,145 @@ fn run(settings: Settings) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(async move {
-        let serving = start_serving(&settings).await?;
-        let drained = serving.source();
-        signals::spawn_drain_handler(move || match &drained {
-            http::Source::Engine(engine) => engine.enter_drain_mode(),
-            http::Source::Cluster(cluster) => cluster.enter_drain_mode(),
-        })
-        .context("installing the SIGUSR1 handler")?;
-        let shutdown = signals::shutdown_signal().context("installing the SIGTERM handler")?;
-        // As beanstalkd: sockets handed over by systemd replace -l/-p.
-        let listener = if inherited.is_empty() {
-            Listener::bind(&settings.listen)?
-        } else {
-            tracing::info!(
-                sockets = inherited.len(),
-                names = ?inherited.iter().filter_map(|i| i.name.as_deref()).collect::<Vec<_>>(),
-                ignored = %settings.listen,
-                "serving the sockets passed by systemd (LISTEN_FDS); -l and -p are not used"
-            );
-            Listener::inherited(inherited)?
-        };
-        let metrics_listener = settings.metrics.map(HttpListener::bind).transpose()?;
-        if let Some(user) = &settings.user {
-            server::privileges::become_user(user)?;
-        }
-        let metrics_addr = match &metrics_listener {
-            Some(m) => m
-                .local_addr()
-                .map_or_else(|_| "on".to_string(), |a| a.to_string()),
-            None => "off".to_string(),
-        };
-        let stop_metrics = CancellationToken::new();
-        let metrics_task = metrics_listener.map(|m| {
-            let source = serving.source();
-            let config = HttpConfig {
-                metrics_tubes: settings.metrics_tubes,
-                access: settings.access.clone(),
-            };
-            tokio::spawn(http::serve(source, m, config, stop_metrics.clone()))
-        });
-        let engine_name = match &serving {
-            Serving::Engine(e) => e.store_name(),
-            Serving::Persisted(p) => p.engine().store_name(),
-            Serving::Cluster(_) => "redis-leader",
-        };
-        tracing::info!(
-            version = env!("CARGO_PKG_VERSION"),
-            pid = std::process::id(),
-            engine = engine_name,
-            listen = %listener.describe(),
-            metrics = %metrics_addr,
-            "redstalk started"
-        );
-        let config = ServerConfig {
-            max_connections: budget.max_connections,
-            max_descriptors: budget.max_descriptors,
-            shutdown_grace: settings.shutdown_grace,
-        };
-        let stop = CancellationToken::new();
-        match serving {
-            Serving::Engine(engine) => {
-                let router = Direct::new(engine.clone(), stop.clone());
-                server::run(router, listener, config, stop, shutdown).await;
-                engine.shutdown().await;
-                engine.close_store().await;
-            }
-            Serving::Persisted(persisted) => {
-                let engine = persisted.engine().clone();
-                let router = Direct::new(engine.clone(), stop.clone());
-                server::run(router, listener, config, stop, shutdown).await;
-                persisted.finish().await;
-                engine.close_store().await;
-            }
-            Serving::Cluster(cluster) => {
-                let roles = tokio::spawn(cluster.clone().run(stop.clone()));
-                server::run(cluster.clone(), listener, config, stop, shutdown).await;
-                // The leadership writes its last batches and gives the lease up; then
-                // the role task ends.
-                cluster.connections_finished();
-                let _ = roles.await;
-            }
-        }
-        stop_metrics.cancel();
-        if let Some(task) = metrics_task {
-            // Its connections end within about a second.
-            let _ = task.await;
-        }
-        tracing::info!("redstalk stopped");
-        Ok(())
+    runtime.block_on(serve(settings, inherited, budget))
+}
+
+/// Start, bind, serve until SIGTERM, stop: each step a function.
+async fn serve(
+    settings: Settings,
+    inherited: Vec<Inherited>,
+    budget: limits::Budget,
+) -> anyhow::Result<()> {
+    let serving = start_serving(&settings).await?;
+    let shutdown = install_signals(&serving)?;
+    let listener = bind_beanstalk(&settings, inherited)?;
+    // Bound before the privileges go (a port below 1024), served after.
+    let http_listener = settings.http.map(HttpListener::bind).transpose()?;
+    if let Some(user) = &settings.user {
+        server::privileges::become_user(user)?;
+    }
+    let http = http_listener.map(|l| start_http(l, &settings, &serving));
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        pid = std::process::id(),
+        engine = serving.engine_name(),
+        listen = %listener.describe(),
+        http = http.as_ref().map_or("off", |h| h.addr.as_str()),
+        "redstalk started"
+    );
+    let config = ServerConfig {
+        max_connections: budget.max_connections,
+        max_descriptors: budget.max_descriptors,
+        shutdown_grace: settings.shutdown_grace,
+    };
+    serve_until_shutdown(serving, listener, config, shutdown).await;
+    if let Some(http) = http {
+        http.stop().await;
+    }
+    tracing::info!("redstalk stopped");
+    Ok(())
+}
+
+/// SIGUSR1 enters drain mode; the future that resolves on SIGTERM or SIGINT.
+fn install_signals(serving: &Serving) -> anyhow::Result<impl Future<Output = ()> + use<>> {
+    let drained = serving.source();
+    signals::spawn_drain_handler(move || match &drained {
+        http::Source::Engine(engine) => engine.enter_drain_mode(),
+        http::Source::Cluster(cluster) => cluster.enter_drain_mode(),
     })
+    .context("installing the SIGUSR1 handler")?;
+    signals::shutdown_signal().context("installing the SIGTERM handler")
+}
+
+/// The beanstalk listener: `-l`/`-p`, or, as beanstalkd, the sockets handed over by
+/// systemd in their place.
+fn bind_beanstalk(settings: &Settings, inherited: Vec<Inherited>) -> anyhow::Result<Listener> {
+    if inherited.is_empty() {
+        return Ok(Listener::bind(&settings.listen)?);
+    }
+    tracing::info!(
+        sockets = inherited.len(),
+        names = ?inherited.iter().filter_map(|i| i.name.as_deref()).collect::<Vec<_>>(),
+        ignored = %settings.listen,
+        "serving the sockets passed by systemd (LISTEN_FDS); -l and -p are not used"
+    );
+    Ok(Listener::inherited(inherited)?)
+}
+
+/// How this process keeps its jobs, as the HTTP API's `/whoami` says it.
+fn mode(settings: &Settings) -> Mode {
+    match (&settings.binlog, &settings.redis) {
+        (Some(_), _) => Mode::Binlog,
+        (None, Some(r)) if r.mode == RedisMode::Leader => Mode::Leader,
+        (None, Some(_)) => Mode::Shared,
+        (None, None) => Mode::Memory,
+    }
+}
+
+/// The HTTP listener, serving on a task of its own until stopped.
+struct HttpServing {
+    /// Where it listens, for the start line.
+    addr: String,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl HttpServing {
+    /// Stop accepting; its connections end within about a second.
+    async fn stop(self) {
+        self.stop.cancel();
+        let _ = self.task.await;
+    }
+}
+
+fn start_http(listener: HttpListener, settings: &Settings, serving: &Serving) -> HttpServing {
+    let addr = listener
+        .local_addr()
+        .map_or_else(|_| "on".to_string(), |a| a.to_string());
+    let config = HttpConfig {
+        metrics_tubes: settings.metrics_tubes,
+        access: settings.access.clone(),
+        mode: mode(settings),
+    };
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(http::serve(
+        serving.source(),
+        listener,
+        config,
+        stop.clone(),
+    ));
+    HttpServing { addr, stop, task }
+}
+
+/// Serve clients until `shutdown`, then end what serves them: an engine's tasks and
+/// store, a persisted engine's last writes, or leader mode's roles (the leadership
+/// writes its last batches and gives the lease up).
+async fn serve_until_shutdown(
+    serving: Serving,
+    listener: Listener,
+    config: ServerConfig,
+    shutdown: impl Future<Output = ()>,
+) {
+    let stop = CancellationToken::new();
+    match serving {
+        Serving::Engine(engine) => {
+            let router = Direct::new(engine.clone(), stop.clone());
+            server::run(router, listener, config, stop, shutdown).await;
+            engine.shutdown().await;
+            engine.close_store().await;
+        }
+        Serving::Persisted(persisted) => {
+            let engine = persisted.engine().clone();
+            let router = Direct::new(engine.clone(), stop.clone());
+            server::run(router, listener, config, stop, shutdown).await;
+            persisted.finish().await;
+            engine.close_store().await;
+        }
+        Serving::Cluster(cluster) => {
+            let roles = tokio::spawn(cluster.clone().run(stop.clone()));
+            server::run(cluster.clone(), listener, config, stop, shutdown).await;
+            cluster.connections_finished();
+            let _ = roles.await;
+        }
+    }
 }

@@ -46,7 +46,7 @@ use crate::store::StoreError;
 use crate::store::memory::CutLimit;
 use crate::util::lock;
 use lease::{Holder, Lease, LeaseError};
-pub use standby::{NotReady, Readiness};
+pub use standby::{NoLeaderApi, NotReady, Readiness};
 
 /// How long a new connection waits for a role (a leader to relay to, or this instance's
 /// own leadership) before it is closed.

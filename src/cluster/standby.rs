@@ -88,6 +88,22 @@ pub enum NotReady {
     AdvertiseElsewhere { address: String, reached: String },
 }
 
+/// Why a standby has no leader's API to forward to.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum NoLeaderApi {
+    #[error(
+        "the leader (instance {leader} at {address}) publishes no API address: it runs \
+         without --http, or is a version that does not publish it"
+    )]
+    NotPublished { leader: String, address: String },
+    #[error("this instance leads: it serves the API itself")]
+    Leading,
+    #[error("shutting down")]
+    Stopping,
+    #[error("no leader to forward to: {0}")]
+    NoLeader(NotReady),
+}
+
 impl Cluster {
     /// Relay new connections to `holder`, unless that is this instance's own earlier
     /// leadership (ended, but its lease not yet lapsed): then wait for it to lapse.
@@ -159,25 +175,21 @@ impl Cluster {
     }
 
     /// Where a standby forwards operator API requests: the leader's published API
-    /// address, or why there is none (this instance leads, waits for a leader, or the
-    /// leader serves no API).
-    pub fn leader_api(&self) -> Result<String, String> {
+    /// address, or why there is none.
+    pub fn leader_api(&self) -> Result<String, NoLeaderApi> {
         match &*self.role.borrow() {
             Role::Standby { api: Some(api), .. } => Ok(api.clone()),
-            Role::Standby { upstream, .. } => Err(format!(
-                "the leader (instance {} at {}) publishes no API address: it runs without \
-                 --metrics/--http, or is a version that does not publish it",
-                upstream.leader(),
-                upstream.address()
-            )),
-            Role::Leader { .. } => Err("this instance leads: it serves the API itself".into()),
-            Role::Stopped => Err("shutting down".into()),
-            Role::Unknown => Err(format!(
-                "no leader to forward to: {}",
+            Role::Standby { upstream, .. } => Err(NoLeaderApi::NotPublished {
+                leader: upstream.leader().to_string(),
+                address: upstream.address().to_string(),
+            }),
+            Role::Leader { .. } => Err(NoLeaderApi::Leading),
+            Role::Stopped => Err(NoLeaderApi::Stopping),
+            Role::Unknown => Err(NoLeaderApi::NoLeader(
                 match lock(&self.lease_error).clone() {
                     Some(err) => NotReady::Redis(err),
                     None => lock(&self.aside).clone(),
-                }
+                },
             )),
         }
     }

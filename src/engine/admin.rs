@@ -1,49 +1,77 @@
-//! The operator API's operations (issue 21), run through the same engine and store as
-//! beanstalk commands: listing, one job with its body, changes in place, put, delete,
-//! kick, pause. A change that makes a job ready serves the waiting reserves of its tube
-//! (as a kick does); a delayed one tells the timer; every change's answer waits until
-//! the store's changes are durable (`-b`, leader mode), as a beanstalk reply does.
-//! Search and bulk changes, which run in bounded steps, are in `admin_bulk.rs`.
+//! The operator API's operations, run through the same engine and store as beanstalk
+//! commands: listing, one job with its body, changes in place, put, delete, kick,
+//! pause. A change that makes a job ready serves the waiting reserves of its tube (as a
+//! kick does); a delayed one tells the timer; every change's answer waits until the
+//! store's changes are durable (`-b`, leader mode), as a beanstalk reply does. A put
+//! is the beanstalk put's own path (`Engine::insert`). Search and bulk changes, which
+//! run in bounded steps, are in `admin_bulk.rs`.
 //!
-//! Invariant: every call here is bounded (a page of at most [`MAX_LIST`] jobs, one
-//! job's change), so none holds the store long: the beanstalk port is never stalled.
+//! Invariants: every call here is bounded (a page of at most [`MAX_LIST`] jobs, one
+//! job's change), so none holds the store long: the beanstalk port is never stalled;
+//! an [`AdminError`] says what went wrong in the engine's terms (the HTTP edge decides
+//! the status).
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 
 use super::Engine;
+use super::dispatch::Inserted;
 use super::stats::JobStats;
-use crate::protocol::TubeName;
+use crate::protocol::{Put, TubeName};
 use crate::store::admin::MAX_LIST;
 use crate::store::{
-    ConnId, Edit, Edited, JobEntry, JobId, JobInfo, JobState, ListPage, ListQuery, NANOS_PER_SEC,
-    NewJob, Store, StoreError,
+    ConnId, Edit, Edited, JobEntry, JobId, JobState, ListPage, ListQuery, Store, StoreError,
 };
 
-/// Why an operator request was refused.
+/// Why an operator request was refused or failed.
 #[derive(Debug, thiserror::Error)]
 pub enum AdminError {
-    #[error("{0}")]
-    BadRequest(String),
-    #[error("{0}")]
-    NotFound(String),
-    #[error("{0}")]
-    Conflict(String),
-    #[error("{0}")]
-    Unsupported(String),
-    #[error("{0}")]
-    Unavailable(String),
+    #[error("no job {0}")]
+    NoJob(JobId),
+    #[error("no tube {0}")]
+    NoTube(TubeName),
+    /// The job's state does not take the change (the job is as it was).
+    #[error("job {id} is {}: it cannot take a {change}", state.name())]
+    Unchangeable {
+        id: JobId,
+        state: JobState,
+        change: &'static str,
+    },
+    /// A reserved job is deleted only by its holder.
+    #[error("job {0} is reserved: its holder decides")]
+    Held(JobId),
+    /// The job changed between the check and the change; nothing was done.
+    #[error("job {0} changed meanwhile; not deleted")]
+    ChangedMeanwhile(JobId),
+    /// A count outside what the request may ask for.
+    #[error("{what} must be 1 to {max}")]
+    OutOfRange { what: &'static str, max: usize },
+    #[error("reserved jobs are their holders': choose ready, delayed or buried")]
+    ReservedInBulk,
+    #[error("the body is larger than the maximum job size ({max} bytes)")]
+    TooBig { max: u32 },
+    #[error("draining: no new jobs are taken")]
+    Draining,
+    /// The store failed; whether the change may exist is the store error's to say.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The change was made, but its persistence was not confirmed in time.
+    #[error("the change was made but is not yet known to be persisted")]
+    NotPersisted(#[source] StoreError),
 }
 
-impl From<StoreError> for AdminError {
-    fn from(e: StoreError) -> AdminError {
-        match e {
-            StoreError::Unsupported { op } => {
-                AdminError::Unsupported(format!("{op} is not supported in this mode"))
-            }
-            e => AdminError::Unavailable(e.chain()),
-        }
+impl AdminError {
+    /// Whether the job was changed or taken by someone else meanwhile (a bulk change
+    /// skips it: it is no longer this request's to change).
+    pub fn changed_meanwhile(&self) -> bool {
+        matches!(
+            self,
+            AdminError::NoJob(_)
+                | AdminError::Unchangeable { .. }
+                | AdminError::Held(_)
+                | AdminError::ChangedMeanwhile(_)
+        )
     }
 }
 
@@ -55,49 +83,16 @@ pub type AdminResult<T> = Result<T, AdminError>;
 pub struct AdminJob {
     pub stats: JobStats,
     pub body_size: u64,
-    pub holder: Option<HolderInfo>,
-    pub entry: JobEntry,
+    pub holder: Option<JobHolder>,
 }
 
-/// Who holds a reserved job: the instance, the client's address, the connection.
+/// Who holds a reserved job: the instance, the client's address (known only on the
+/// holding instance), the connection.
 #[derive(Clone, Debug)]
-pub struct HolderInfo {
+pub struct JobHolder {
     pub instance: String,
     pub addr: Option<Arc<str>>,
     pub conn: u64,
-}
-
-/// A new job put through the API.
-#[derive(Clone, Debug)]
-pub struct AdminPut {
-    pub tube: TubeName,
-    pub body: Bytes,
-    pub pri: u32,
-    pub delay: u32,
-    pub ttr: u32,
-}
-
-/// `stats-job`'s figures of `j`.
-pub fn job_stats_of(j: &JobInfo) -> JobStats {
-    let now = j.now;
-    JobStats {
-        id: j.id,
-        tube: j.tube.to_string(),
-        state: j.state.name(),
-        pri: j.pri,
-        age: now.saturating_sub(j.created) / NANOS_PER_SEC,
-        delay: u64::from(j.delay_secs),
-        ttr: u64::from(j.ttr_secs),
-        time_left: j
-            .deadline
-            .map_or(0, |d| d.saturating_sub(now) / NANOS_PER_SEC),
-        file: j.file,
-        reserves: j.reserves,
-        timeouts: j.timeouts,
-        releases: j.releases,
-        buries: j.buries,
-        kicks: j.kicks,
-    }
 }
 
 impl Engine {
@@ -124,7 +119,7 @@ impl Engine {
     }
 
     fn admin_job(&self, entry: JobEntry) -> AdminJob {
-        let holder = entry.holder.as_ref().map(|h| HolderInfo {
+        let holder = entry.holder.as_ref().map(|h| JobHolder {
             instance: h.instance.clone().unwrap_or_else(|| self.host.id.clone()),
             addr: match h.instance {
                 None => self
@@ -136,19 +131,19 @@ impl Engine {
             conn: h.conn,
         });
         AdminJob {
-            stats: job_stats_of(&entry.info),
+            stats: JobStats::of(&entry.info),
             body_size: entry.body_size,
             holder,
-            entry,
         }
     }
 
     /// A page of a tube's jobs in one state (see [`ListQuery`]).
     pub async fn admin_list(&self, query: &ListQuery) -> AdminResult<(Vec<AdminJob>, ListPage)> {
         if query.limit == 0 || query.limit > MAX_LIST {
-            return Err(AdminError::BadRequest(format!(
-                "limit must be 1 to {MAX_LIST}"
-            )));
+            return Err(AdminError::OutOfRange {
+                what: "limit",
+                max: MAX_LIST,
+            });
         }
         let mut page = self.store.list_jobs(query, self.clock.now()).await?;
         let jobs = std::mem::take(&mut page.jobs)
@@ -171,7 +166,7 @@ impl Engine {
         let body = self.store.peek(id).await?;
         match (entry, body) {
             (Some(e), Some((_, body))) => Ok((self.admin_job(e), body)),
-            _ => Err(not_found(id)),
+            _ => Err(AdminError::NoJob(id)),
         }
     }
 
@@ -186,12 +181,12 @@ impl Engine {
     /// to be durable (a bulk change waits once, at its end).
     pub(super) async fn apply_edit(&self, id: JobId, edit: &Edit) -> AdminResult<JobEntry> {
         match self.store.edit(id, edit, self.clock.now()).await? {
-            Edited::NotFound => Err(not_found(id)),
-            Edited::Conflict(state) => Err(AdminError::Conflict(format!(
-                "job {id} is {}: it cannot take a {}",
-                state.name(),
-                edit.name()
-            ))),
+            Edited::NotFound => Err(AdminError::NoJob(id)),
+            Edited::Conflict(state) => Err(AdminError::Unchangeable {
+                id,
+                state,
+                change: edit.name(),
+            }),
             Edited::Done { entry, ready_in } => {
                 if let Some(tube) = ready_in {
                     self.serve([tube]).await;
@@ -208,42 +203,24 @@ impl Engine {
     /// Every change so far is durable (or the request answers `unavailable`).
     pub(super) async fn admin_durable(&self) -> AdminResult<()> {
         let upto = self.store.last_change();
-        self.store.durable(upto).await.map_err(|e| {
-            AdminError::Unavailable(format!(
-                "the change was made but is not yet known to be persisted: {}",
-                e.chain()
-            ))
-        })
+        self.store
+            .durable(upto)
+            .await
+            .map_err(AdminError::NotPersisted)
     }
 
-    /// Put a job; its id.
-    pub async fn admin_put(&self, put: AdminPut) -> AdminResult<JobId> {
-        if self.is_draining() {
-            return Err(AdminError::Unavailable(
-                "draining: no new jobs are taken".into(),
-            ));
-        }
+    /// Put a job into `tube` (as a beanstalk `put` does, uncounted); its id.
+    pub async fn admin_put(&self, tube: TubeName, put: Put) -> AdminResult<JobId> {
         if put.body.len() > self.max_job_size as usize {
-            return Err(AdminError::BadRequest(format!(
-                "the body is larger than the maximum job size ({} bytes)",
-                self.max_job_size
-            )));
+            return Err(AdminError::TooBig {
+                max: self.max_job_size,
+            });
         }
-        let now = self.clock.now();
-        let tube = put.tube.clone();
-        let job = NewJob {
-            tube: put.tube,
-            pri: put.pri,
-            delay_secs: put.delay,
-            ttr_secs: put.ttr.max(1),
-            body: put.body,
+        let id = match self.insert(tube, put).await? {
+            Inserted::Job(id) => id,
+            Inserted::Draining => return Err(AdminError::Draining),
+            Inserted::LogFull => return Err(AdminError::Store(StoreError::LogFull)),
         };
-        let id = self.store.put(job, now).await?;
-        if put.delay > 0 {
-            self.timer.hint(now + u64::from(put.delay) * NANOS_PER_SEC);
-        } else {
-            self.serve([tube]).await;
-        }
         self.admin_durable().await?;
         Ok(id)
     }
@@ -256,18 +233,14 @@ impl Engine {
 
     pub(super) async fn delete_one(&self, id: JobId) -> AdminResult<()> {
         let Some(info) = self.store.job_info(id, self.clock.now()).await? else {
-            return Err(not_found(id));
+            return Err(AdminError::NoJob(id));
         };
         if info.state == JobState::Reserved {
-            return Err(AdminError::Conflict(format!(
-                "job {id} is reserved: its holder decides"
-            )));
+            return Err(AdminError::Held(id));
         }
         // No connection holds anything as connection 0 (ids start at 1).
         if !self.store.delete(ConnId(0), id).await? {
-            return Err(AdminError::Conflict(format!(
-                "job {id} changed meanwhile; not deleted"
-            )));
+            return Err(AdminError::ChangedMeanwhile(id));
         }
         Ok(())
     }
@@ -278,7 +251,7 @@ impl Engine {
         self.admin_durable().await?;
         match self.store.job_entry(id, self.clock.now()).await? {
             Some(e) => Ok(self.admin_job(e)),
-            None => Err(not_found(id)),
+            None => Err(AdminError::NoJob(id)),
         }
     }
 
@@ -289,11 +262,12 @@ impl Engine {
                 Ok(())
             }
             None => match self.store.job_info(id, self.clock.now()).await? {
-                Some(info) => Err(AdminError::Conflict(format!(
-                    "job {id} is {}: only a buried or delayed job is kicked",
-                    info.state.name()
-                ))),
-                None => Err(not_found(id)),
+                Some(info) => Err(AdminError::Unchangeable {
+                    id,
+                    state: info.state,
+                    change: "kick",
+                }),
+                None => Err(AdminError::NoJob(id)),
             },
         }
     }
@@ -312,13 +286,9 @@ impl Engine {
     pub async fn admin_pause(&self, tube: &TubeName, secs: u32) -> AdminResult<()> {
         let now = self.clock.now();
         if !self.store.pause(tube, secs, now).await? {
-            return Err(AdminError::NotFound(format!("no tube {tube}")));
+            return Err(AdminError::NoTube(tube.clone()));
         }
         self.timer.hint(now + crate::store::pause_length(secs));
         self.admin_durable().await
     }
-}
-
-pub(super) fn not_found(id: JobId) -> AdminError {
-    AdminError::NotFound(format!("no job {id}"))
 }

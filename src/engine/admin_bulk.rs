@@ -90,9 +90,10 @@ impl Engine {
     /// One search request (see [`Search`]).
     pub async fn admin_search(&self, req: &Search) -> AdminResult<Found> {
         if req.scan == 0 || req.scan > MAX_SCAN {
-            return Err(AdminError::BadRequest(format!(
-                "scan must be 1 to {MAX_SCAN}"
-            )));
+            return Err(AdminError::OutOfRange {
+                what: "scan",
+                max: MAX_SCAN,
+            });
         }
         let mut tubes = match &req.tube {
             Some(t) => vec![t.clone()],
@@ -187,14 +188,13 @@ impl Engine {
     /// One bulk request (see [`Bulk`]).
     pub async fn admin_bulk(&self, req: &Bulk) -> AdminResult<BulkDone> {
         if req.limit == 0 || req.limit > MAX_BULK {
-            return Err(AdminError::BadRequest(format!(
-                "limit must be 1 to {MAX_BULK}"
-            )));
+            return Err(AdminError::OutOfRange {
+                what: "limit",
+                max: MAX_BULK,
+            });
         }
         if req.state == JobState::Reserved {
-            return Err(AdminError::BadRequest(
-                "reserved jobs are their holders': choose ready, delayed or buried".into(),
-            ));
+            return Err(AdminError::ReservedInBulk);
         }
         let (ids, scanned) = self.collect(req).await?;
         let mut done = BulkDone {
@@ -214,7 +214,7 @@ impl Engine {
             match result {
                 Ok(()) => done.changed += 1,
                 // Changed meanwhile by someone else: not this request's to change.
-                Err(AdminError::NotFound(_) | AdminError::Conflict(_)) => {}
+                Err(e) if e.changed_meanwhile() => {}
                 Err(e) => return Err(e),
             }
             if i % STEP == STEP - 1 {

@@ -77,9 +77,10 @@ impl Engine {
     /// Up to `limit` live connections with an id above `after`.
     pub async fn admin_clients(&self, after: u64, limit: usize) -> AdminResult<ClientsPage> {
         if limit == 0 || limit > MAX_CLIENTS {
-            return Err(AdminError::BadRequest(format!(
-                "limit must be 1 to {MAX_CLIENTS}"
-            )));
+            return Err(AdminError::OutOfRange {
+                what: "limit",
+                max: MAX_CLIENTS,
+            });
         }
         let (page, more) = self.clients.page(after, limit);
         let next = if more {

@@ -14,10 +14,19 @@ use std::sync::Arc;
 
 use super::{Ack, Answer, Engine, Outcome, Session};
 use crate::protocol::yaml;
-use crate::protocol::{Command, Counter, Put, Rejection, Reply, Request};
+use crate::protocol::{Command, Counter, Put, Rejection, Reply, Request, TubeName};
 use crate::store::{
     Change, JobId, NANOS_PER_SEC, NewJob, Store, StoreError, StoreResult, pause_length,
 };
+
+/// What [`Engine::insert`] did.
+pub(super) enum Inserted {
+    Job(JobId),
+    /// Draining (SIGUSR1): no job was made.
+    Draining,
+    /// The `-b` log's disk is full: no job was made.
+    LogFull,
+}
 
 impl Engine {
     /// Run one request for `session`. A reply comes with its acknowledgement: a
@@ -129,21 +138,10 @@ impl Engine {
 
     async fn put(&self, session: &mut Session, put: Put) -> StoreResult<Answer> {
         self.mark_producer(session);
-        if self.is_draining() {
-            self.store.burn_id().await?;
-            return Ok(self.after_latest(Reply::Draining));
-        }
-        let now = self.clock.now();
-        let tube = session.using.clone();
-        let job = NewJob {
-            tube: tube.clone(),
-            pri: put.pri,
-            delay_secs: put.delay,
-            ttr_secs: put.ttr.max(1),
-            body: put.body,
-        };
-        let id = match self.store.put(job, now).await {
-            Err(StoreError::LogFull) => {
+        let reply = match self.insert(session.using.clone(), put).await? {
+            Inserted::Job(id) => Reply::Inserted(id),
+            Inserted::Draining => Reply::Draining,
+            Inserted::LogFull => {
                 // No job was made, so the reply waits for no write (the log may be
                 // slow to take the others' changes while the disk is full); it still
                 // goes out with the replies beside it.
@@ -152,6 +150,29 @@ impl Engine {
                     ack: Ack::After(Change::NONE),
                 });
             }
+        };
+        Ok(self.after_latest(reply))
+    }
+
+    /// A put into `tube`, a client's or the operator API's: refused while draining (the
+    /// id is used up, as the reference's is) or when a full `-b` log has no room; else
+    /// the job is made, and a waiting reserve served (or the timer hinted, when
+    /// delayed) before this returns.
+    pub(super) async fn insert(&self, tube: TubeName, put: Put) -> StoreResult<Inserted> {
+        if self.is_draining() {
+            self.store.burn_id().await?;
+            return Ok(Inserted::Draining);
+        }
+        let now = self.clock.now();
+        let job = NewJob {
+            tube: tube.clone(),
+            pri: put.pri,
+            delay_secs: put.delay,
+            ttr_secs: put.ttr.max(1),
+            body: put.body,
+        };
+        let id = match self.store.put(job, now).await {
+            Err(StoreError::LogFull) => return Ok(Inserted::LogFull),
             id => id?,
         };
         if put.delay > 0 {
@@ -159,7 +180,7 @@ impl Engine {
         } else {
             self.serve([tube]).await;
         }
-        Ok(self.after_latest(Reply::Inserted(id)))
+        Ok(Inserted::Job(id))
     }
 
     /// `reserve-job`: a RESERVED acknowledged as its reservation says.

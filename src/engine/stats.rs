@@ -15,7 +15,7 @@ use bytes::Bytes;
 use super::{Counters, Engine, WaitSnapshot, host};
 use crate::protocol::yaml::Doc;
 use crate::protocol::{Counter, Dialect, TubeName};
-use crate::store::{NANOS_PER_SEC, Nanos, Store, StoreResult};
+use crate::store::{JobInfo, JobState, NANOS_PER_SEC, Nanos, Store, StoreResult};
 
 /// The protocol version redstalk implements (the reference's); `stats` reports the one
 /// it answers as ([`Dialect::version`]).
@@ -95,11 +95,11 @@ pub struct TubeStats {
 }
 
 /// Everything `stats-job` prints, in order.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JobStats {
     pub id: u64,
     pub tube: String,
-    pub state: &'static str,
+    pub state: JobState,
     pub pri: u32,
     pub age: u64,
     pub delay: u64,
@@ -233,12 +233,36 @@ impl TubeStats {
 }
 
 impl JobStats {
+    /// `stats-job`'s figures of the store's `j` (ages and time left against the time
+    /// the store read them).
+    pub fn of(j: &JobInfo) -> JobStats {
+        let now = j.now;
+        JobStats {
+            id: j.id,
+            tube: j.tube.to_string(),
+            state: j.state,
+            pri: j.pri,
+            age: now.saturating_sub(j.created) / NANOS_PER_SEC,
+            delay: u64::from(j.delay_secs),
+            ttr: u64::from(j.ttr_secs),
+            time_left: j
+                .deadline
+                .map_or(0, |d| d.saturating_sub(now) / NANOS_PER_SEC),
+            file: j.file,
+            reserves: j.reserves,
+            timeouts: j.timeouts,
+            releases: j.releases,
+            buries: j.buries,
+            kicks: j.kicks,
+        }
+    }
+
     pub fn to_yaml(&self, dialect: Dialect) -> Bytes {
         let j = self;
         let mut d = Doc::new(dialect);
         d.num("id", j.id);
         d.string("tube", &j.tube);
-        d.num("state", j.state);
+        d.num("state", j.state.name());
         d.num("pri", j.pri);
         d.num("age", j.age);
         d.num("delay", j.delay);
@@ -258,7 +282,7 @@ impl Engine {
     /// The `stats-job` figures; `None` when the job does not exist.
     pub(super) async fn job_stats(&self, id: u64, now: Nanos) -> StoreResult<Option<JobStats>> {
         let info = self.store.job_info(id, now).await?;
-        Ok(info.as_ref().map(super::admin::job_stats_of))
+        Ok(info.as_ref().map(JobStats::of))
     }
 
     /// The `stats-tube` document's figures; `None` when the tube does not exist.

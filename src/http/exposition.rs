@@ -1,6 +1,7 @@
 //! The Prometheus text exposition format (version 0.0.4) of one [`Snapshot`], rendered
 //! from [`FAMILIES`], a table that names each family, its type and help, and how its
-//! samples are read from the snapshot.
+//! samples are read from the snapshot; and of what the listener itself counts
+//! ([`ListenerFigures`], [`LISTENER_FAMILIES`], read at every scrape).
 //!
 //! Invariants: every figure comes from the snapshot, whose server and tube parts are
 //! the very structs `stats` and `stats-tube` print, so a scrape and those commands
@@ -26,18 +27,7 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 pub fn render(snap: &Snapshot, redis: &[Placement]) -> String {
     let mut text = String::with_capacity(8192 + 1024 * snap.tubes.len());
     for family in FAMILIES {
-        let _ = writeln!(
-            text,
-            "# HELP {} {}",
-            family.name,
-            escape(family.help, false)
-        );
-        let _ = writeln!(text, "# TYPE {} {}", family.name, family.kind.name());
-        let mut out = Out {
-            text: &mut text,
-            name: family.name,
-            tube: None,
-        };
+        let mut out = Out::head(&mut text, family);
         match family.samples {
             Samples::Server(value) => out.value(value(snap)),
             Samples::ServerWith(emit) => emit(snap, &mut out),
@@ -58,6 +48,28 @@ pub fn render(snap: &Snapshot, redis: &[Placement]) -> String {
                     emit(t, &mut out);
                 }
             }
+            Samples::Listener(_) => {}
+        }
+    }
+    text
+}
+
+/// What the HTTP listener counts itself: the console's event streams.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ListenerFigures {
+    /// Event streams open now.
+    pub event_streams: u64,
+    /// Live snapshots computed since the start.
+    pub live_snapshots: u64,
+}
+
+/// The exposition of the listener's own figures (sent after [`render`]'s).
+pub fn render_listener(figures: &ListenerFigures) -> String {
+    let mut text = String::with_capacity(512);
+    for family in LISTENER_FAMILIES {
+        let mut out = Out::head(&mut text, family);
+        if let Samples::Listener(value) = family.samples {
+            out.value(value(figures));
         }
     }
     text
@@ -94,6 +106,8 @@ enum Samples {
     TubeWith(fn(&TubeStats, &mut Out<'_>)),
     /// Samples per namespace this instance reaches in Redis, written by the function.
     Redis(fn(&Placement, &mut Out<'_>)),
+    /// One unlabelled sample of the listener's own figures.
+    Listener(fn(&ListenerFigures) -> u64),
 }
 
 struct Family {
@@ -309,6 +323,22 @@ const FAMILIES: &[Family] = &[
     ),
 ];
 
+/// The listener's own families, in the order of their exposition.
+const LISTENER_FAMILIES: &[Family] = &[
+    family(
+        "redstalk_console_event_streams",
+        G,
+        "Console event streams open (GET /api/v1/events).",
+        Samples::Listener(|f| f.event_streams),
+    ),
+    family(
+        "redstalk_console_snapshots_total",
+        C,
+        "Console live snapshots computed (at most one a second, while a stream is open).",
+        Samples::Listener(|f| f.live_snapshots),
+    ),
+];
+
 fn redis_info(p: &Placement, out: &mut Out<'_>) {
     let slot = p.slot.map(|s| s.to_string());
     let mut labels = vec![("topology", p.topology.name()), ("prefix", &p.prefix)];
@@ -389,7 +419,23 @@ struct Out<'a> {
     tube: Option<&'a str>,
 }
 
-impl Out<'_> {
+impl<'a> Out<'a> {
+    /// A family's `# HELP` and `# TYPE` lines, and where its samples go.
+    fn head(text: &'a mut String, family: &Family) -> Out<'a> {
+        let _ = writeln!(
+            text,
+            "# HELP {} {}",
+            family.name,
+            escape(family.help, false)
+        );
+        let _ = writeln!(text, "# TYPE {} {}", family.name, family.kind.name());
+        Out {
+            text,
+            name: family.name,
+            tube: None,
+        }
+    }
+
     fn value(&mut self, value: u64) {
         self.sample("", &[], value);
     }
@@ -510,6 +556,28 @@ mod tests {
             "redstalk_redis_info{topology=\"standalone\",prefix=\"billing\",\
              primary=\"10.0.0.7:6379\"} 1\n"
         ));
+    }
+
+    #[test]
+    fn the_listener_figures_are_families_of_their_own() {
+        let text = render_listener(&ListenerFigures {
+            event_streams: 2,
+            live_snapshots: 7,
+        });
+        assert_eq!(
+            text,
+            "# HELP redstalk_console_event_streams Console event streams open (GET /api/v1/events).\n\
+             # TYPE redstalk_console_event_streams gauge\n\
+             redstalk_console_event_streams 2\n\
+             # HELP redstalk_console_snapshots_total Console live snapshots computed (at most one a second, while a stream is open).\n\
+             # TYPE redstalk_console_snapshots_total counter\n\
+             redstalk_console_snapshots_total 7\n"
+        );
+        let main = render(&snapshot(), &[]);
+        assert!(
+            !main.contains("redstalk_console_"),
+            "not in the shared text"
+        );
     }
 
     #[test]

@@ -1,7 +1,8 @@
-//! The history sampler and `GET /api/v1/history` (docs/API.md): once a minute, one task
-//! per process reads the first [`MAX_TUBES`] tubes' tallies through
-//! [`Engine::snapshot`] and keeps each minute's deltas in an [`History`] (see
-//! `engine::history`); the API returns the last N minutes per tube.
+//! The history sampler behind `GET /api/v1/history` (docs/API.md; the route is
+//! `api::history`): once a minute, one task per process reads the first [`MAX_TUBES`]
+//! tubes' tallies through [`Engine::snapshot`] and keeps each minute's deltas in an
+//! [`History`] (see `engine::history`); [`Recorder::page`] gives the last N minutes
+//! per tube.
 //!
 //! Invariants:
 //! - one sampler per HTTP listener, started with it and ended by its stop token; it
@@ -18,17 +19,13 @@
 //! The period is a minute; `REDSTALK_HISTORY_PERIOD_MS` shortens it for tests (each
 //! "minute" of the history is then one period).
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use axum::extract::{Query, State};
-use axum::http::StatusCode;
-use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::api::{ApiError, ApiResult, ok};
-use super::{App, Source};
+use super::Source;
+use super::api::types::{HistoryPage, TubeHistory};
 use crate::cluster::Cluster;
 use crate::engine::Engine;
 use crate::engine::history::{History, KEEP, MAX_TUBES, Tally};
@@ -63,6 +60,28 @@ impl Recorder {
     /// The current period's number since the Unix epoch.
     fn period_now(&self) -> u64 {
         unix_ms() / self.period_ms
+    }
+
+    /// The last `minutes` (up to the last one that ended) of every kept tube, or of
+    /// `tube`.
+    pub fn page(&self, minutes: u64, tube: Option<&str>) -> HistoryPage {
+        let now = self.period_now().saturating_sub(1);
+        let h = lock(&self.history);
+        HistoryPage {
+            period_ms: self.period_ms,
+            now,
+            minutes,
+            tubes: h
+                .query(now, minutes, tube)
+                .into_iter()
+                .map(|(name, points)| TubeHistory {
+                    name: name.to_string(),
+                    points,
+                })
+                .collect(),
+            tubes_kept: h.tubes(),
+            tubes_omitted: h.omitted(),
+        }
     }
 }
 
@@ -161,44 +180,4 @@ async fn reload(recorder: &Recorder, cluster: &Cluster, now: u64) {
             tracing::warn!(%err, "history: could not read it back from Redis; it starts empty")
         }
     }
-}
-
-/// `GET /api/v1/history?minutes=N&tube=NAME`: the last N minutes (1 to 1,440; 60 by
-/// default) of every kept tube, or of one.
-pub(super) async fn api(
-    State(app): State<Arc<App>>,
-    Query(p): Query<HashMap<String, String>>,
-) -> ApiResult {
-    let minutes = match p.get("minutes").filter(|v| !v.is_empty()) {
-        None => 60,
-        Some(v) => match v.parse::<u64>() {
-            Ok(n) if (1..=KEEP as u64).contains(&n) => n,
-            _ => {
-                return Err(ApiError::bad_request(format!(
-                    "minutes must be 1 to {KEEP}"
-                )));
-            }
-        },
-    };
-    let tube = p.get("tube").filter(|t| !t.is_empty());
-    let r = &app.history;
-    // The last period that ended.
-    let now = r.period_now().saturating_sub(1);
-    let body = {
-        let h = lock(&r.history);
-        let tubes: Vec<_> = h
-            .query(now, minutes, tube.map(String::as_str))
-            .into_iter()
-            .map(|(name, points)| json!({"name": name, "points": points}))
-            .collect();
-        json!({
-            "period_ms": r.period_ms,
-            "now": now,
-            "minutes": minutes,
-            "tubes": tubes,
-            "tubes_kept": h.tubes(),
-            "tubes_omitted": h.omitted(),
-        })
-    };
-    ok(StatusCode::OK, body)
 }

@@ -14,8 +14,10 @@
 //!   on the blocking pool, never on the runtime's one thread;
 //! - a build is bounded by [`SCRAPE_TIMEOUT`]; a failed one is not kept (the next
 //!   scrape tries again);
-//! - the console's two figures (event streams open, snapshots computed) are read at
-//!   each scrape and sent after the shared text, which is not copied.
+//! - the listener's own figures (the console's event streams open, snapshots
+//!   computed) are read at each scrape, rendered through their own table
+//!   ([`exposition::render_listener`]) and sent after the shared text, which is not
+//!   copied.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -157,7 +159,7 @@ pub(super) async fn scrape(State(app): State<Arc<App>>) -> Response {
     };
     match app.scrapes.get(engine).await {
         Ok(text) => {
-            let console = Bytes::from(app.events.exposition());
+            let console = Bytes::from(exposition::render_listener(&app.events.figures()));
             let chunks = [text, console].map(Ok::<_, std::convert::Infallible>);
             (
                 [

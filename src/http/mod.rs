@@ -1,9 +1,11 @@
-//! The HTTP listener (`--metrics ADDR`): axum's router over hyper's HTTP/1.1. Routes:
-//! `GET /metrics` (the Prometheus exposition of [`Engine::snapshot`], see [`metrics`]),
-//! `GET /healthz` and `GET /readyz` (see [`probes`]), and the operator API under
-//! `/api/v1` (see [`api`], docs/API.md), with its live events, and the web console under
-//! `/console/` (see [`console`], docs/CONSOLE.md). Other paths are 404, other methods 405.
-//! Every response carries the console's security headers (CSP, nosniff).
+//! The HTTP listener (`--http ADDR`, also `--metrics ADDR`): axum's router over hyper's
+//! HTTP/1.1. Routes: `GET /metrics` (the Prometheus exposition of [`Engine::snapshot`],
+//! see [`metrics`]), `GET /healthz` and `GET /readyz` (see [`probes`]), the operator API
+//! under `/api/v1` (see [`api`], docs/API.md), behind its access control ([`auth`]),
+//! with its live events, and the web console under `/console/` (see [`console`],
+//! docs/CONSOLE.md), where `GET /` redirects. Other paths are 404, other methods 405
+//! (under `/api/v1`, as the API's JSON error). Every response carries the console's
+//! security headers (CSP, nosniff).
 //!
 //! Invariants (it shares the one-thread runtime with the beanstalk listener, so it must
 //! never hold the thread or grow without bound):
@@ -13,12 +15,15 @@
 //!   shedding the oldest one not in a request (see [`conns`]), so probes are answered
 //!   whatever other connections do;
 //! - every connection has deadlines: request head, response, write (see
-//!   [`connection`]); a request body is read only by the API's change routes, at most
-//!   [`api::MAX_API_BODY`] bytes;
+//!   [`connection`]); a request body is read only by the API's routes that take one
+//!   (at most [`api::MAX_API_BODY`] bytes), a standby's forwarder (the same bound) and
+//!   the console's login (at most [`console::MAX_LOGIN`]); over the bound: 413, as
+//!   the API's JSON error;
 //! - on shutdown the listener stops accepting, and connections end after their
 //!   response in progress (within a second).
 
 pub mod api;
+pub mod auth;
 pub mod connection;
 mod conns;
 pub mod console;
@@ -35,7 +40,7 @@ use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request as HttpRequest};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
+use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
@@ -46,8 +51,6 @@ use crate::engine::Engine;
 
 /// Connections open at once; beyond, the oldest idle or slow one is closed.
 pub const MAX_CONNECTIONS: usize = 256;
-/// The largest request body a route may read.
-pub const MAX_BODY: usize = 64 * 1024;
 
 /// Whose figures the listener serves.
 #[derive(Clone, Debug)]
@@ -74,7 +77,9 @@ pub struct HttpConfig {
     /// Tubes with per-tube series in `/metrics` (`--metrics-tubes`): the first by name.
     pub metrics_tubes: usize,
     /// Who may use the operator API.
-    pub access: api::Access,
+    pub access: auth::Access,
+    /// How this process keeps its jobs (the API's `/whoami` says it).
+    pub mode: api::types::Mode,
 }
 
 /// The address of the client of an HTTP request (set by [`connection`]), for the log
@@ -86,7 +91,7 @@ pub struct Peer(pub SocketAddr);
 #[derive(Debug, thiserror::Error)]
 pub enum HttpError {
     #[error(
-        "cannot serve metrics on {addr}: {cause} (is another program on that port? choose another with --metrics)"
+        "cannot serve HTTP on {addr}: {cause} (is another program on that port? choose another with --http)"
     )]
     Bind {
         addr: SocketAddr,
@@ -116,51 +121,47 @@ impl HttpListener {
 /// What the routes share.
 struct App {
     source: Source,
+    mode: api::types::Mode,
     scrapes: Arc<metrics::Scrapes>,
-    access: api::Access,
-    session: console::Session,
-    login_limit: console::limit::LoginLimit,
-    events: Arc<console::events::Events>,
+    auth: Arc<auth::Auth>,
+    events: Arc<api::Events>,
     history: Arc<history::Recorder>,
 }
 
-/// Every route: `/metrics` and the probes (GET only), and the API under `/api/v1`
-/// (its own methods, behind its access checks).
+/// Every route: `/metrics`, the probes and `/` (GET only), the API under `/api/v1`
+/// (its own methods; where each request is served decided first, then its access
+/// checks, then a standby forwards), and the console.
 fn router(source: Source, config: &HttpConfig, stop: &CancellationToken) -> Router {
     let app = Arc::new(App {
-        events: console::events::Events::start(source.clone(), stop.clone()),
+        events: api::Events::start(source.clone(), stop.clone()),
         history: history::Recorder::start(source.clone(), stop.clone()),
         source,
+        mode: config.mode,
         scrapes: metrics::Scrapes::new(config.metrics_tubes),
-        session: console::Session::new(config.access.token.as_ref()),
-        login_limit: console::limit::LoginLimit::new(
-            config.access.login_limit,
-            config.access.login_window,
-        ),
-        access: config.access.clone(),
+        auth: Arc::new(auth::Auth::new(&config.access)),
     });
     let plain = Router::new()
+        .route("/", get(|| async { Redirect::to("/console/") }))
         .route("/metrics", get(metrics::scrape))
         .route("/healthz", get(probes::healthz))
         .route("/readyz", get(probes::readyz))
         .fallback(not_found)
-        .layer(middleware::from_fn(only_get))
-        .layer(DefaultBodyLimit::max(MAX_BODY));
+        .layer(middleware::from_fn(only_get));
+    // The last layer added runs first.
     let api = api::router()
-        .route("/events", get(console::events::stream))
+        .layer(middleware::from_fn(api::forward::forward))
         .layer(middleware::from_fn_with_state(
-            app.clone(),
-            api::access::guard,
+            app.auth.clone(),
+            auth::guard,
         ))
-        // Outside the access checks: a standby's leader makes them.
         .layer(middleware::from_fn_with_state(
             app.clone(),
-            api::forward::standby,
+            api::forward::locate,
         ))
         .layer(DefaultBodyLimit::max(api::MAX_API_BODY));
     Router::new()
         .nest(api::API_PREFIX, api)
-        .merge(console::router().layer(DefaultBodyLimit::max(MAX_BODY)))
+        .merge(console::router())
         .merge(plain)
         .layer(middleware::map_response(console::security_headers))
         .with_state(app)

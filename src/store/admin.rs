@@ -54,7 +54,7 @@ pub struct ListPage {
 
 /// Who holds a reserved job.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Holder {
+pub struct ReservedBy {
     /// The instance whose connection holds it (shared mode); `None`: this one.
     pub instance: Option<String>,
     pub conn: u64,
@@ -65,7 +65,7 @@ pub struct Holder {
 pub struct JobEntry {
     pub info: JobInfo,
     pub body_size: u64,
-    pub holder: Option<Holder>,
+    pub holder: Option<ReservedBy>,
     pub key: ListKey,
 }
 

@@ -50,10 +50,6 @@ pub enum StoreError {
     /// space; puts are accepted again once the disk has room.
     #[error("put: the log's disk is full; no job was made")]
     LogFull,
-    /// This store does not do `op` (an operator API call a mode lacks): nothing was
-    /// applied.
-    #[error("{op}: not supported by this store")]
-    Unsupported { op: &'static str },
 }
 
 impl StoreError {
@@ -61,10 +57,7 @@ impl StoreError {
     pub fn may_have_applied(&self) -> bool {
         !matches!(
             self,
-            StoreError::NotApplied { .. }
-                | StoreError::NamespaceLost { .. }
-                | StoreError::LogFull
-                | StoreError::Unsupported { .. }
+            StoreError::NotApplied { .. } | StoreError::NamespaceLost { .. } | StoreError::LogFull
         )
     }
 

@@ -30,7 +30,7 @@ use crate::protocol::TubeName;
 pub use crate::time::{Clock, NANOS_PER_SEC, Nanos};
 use crate::util::lock;
 
-pub use admin::{Edit, Edited, Holder, JobEntry, ListKey, ListPage, ListQuery};
+pub use admin::{Edit, Edited, JobEntry, ListKey, ListPage, ListQuery, ReservedBy};
 pub use any::AnyStore;
 pub use durable::DurableStore;
 pub use error::{BoxError, StoreError, StoreResult};
@@ -125,8 +125,9 @@ impl LogFigures {
     }
 }
 
-/// The state of a job, as `stats-job` names it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The state of a job, as `stats-job` names it (and the operator API's JSON).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum JobState {
     Ready,
     Reserved,
@@ -135,6 +136,13 @@ pub enum JobState {
 }
 
 impl JobState {
+    pub const ALL: [JobState; 4] = [
+        JobState::Ready,
+        JobState::Reserved,
+        JobState::Delayed,
+        JobState::Buried,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             JobState::Ready => "ready",
@@ -142,6 +150,28 @@ impl JobState {
             JobState::Delayed => "delayed",
             JobState::Buried => "buried",
         }
+    }
+}
+
+impl std::fmt::Display for JobState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A state named otherwise than `stats-job` names them.
+#[derive(Debug, thiserror::Error)]
+#[error("state {0:?}: expected ready, delayed, buried or reserved")]
+pub struct UnknownState(pub String);
+
+impl std::str::FromStr for JobState {
+    type Err = UnknownState;
+
+    fn from_str(s: &str) -> Result<JobState, UnknownState> {
+        JobState::ALL
+            .into_iter()
+            .find(|state| state.name() == s)
+            .ok_or_else(|| UnknownState(s.to_string()))
     }
 }
 
@@ -410,7 +440,7 @@ pub trait Store: Send + Sync {
     /// A connection stopped watching `tube` (which may be destroyed).
     fn unwatch_tube(&self, tube: &TubeName) -> impl Future<Output = StoreResult<()>> + Send;
 
-    // The operator API's (see `admin.rs`). A store without them says so.
+    // The operator API's (see `admin.rs`).
 
     /// A page of `query.tube`'s jobs in `query.state`, in the order the server takes
     /// them, after `query.after`.
@@ -418,20 +448,14 @@ pub trait Store: Send + Sync {
         &self,
         query: &ListQuery,
         now: Nanos,
-    ) -> impl Future<Output = StoreResult<ListPage>> + Send {
-        let _ = (query, now);
-        std::future::ready(Err(StoreError::Unsupported { op: "list jobs" }))
-    }
+    ) -> impl Future<Output = StoreResult<ListPage>> + Send;
 
     /// One job's figures, body size and holder.
     fn job_entry(
         &self,
         id: JobId,
         now: Nanos,
-    ) -> impl Future<Output = StoreResult<Option<JobEntry>>> + Send {
-        let _ = (id, now);
-        std::future::ready(Err(StoreError::Unsupported { op: "job entry" }))
-    }
+    ) -> impl Future<Output = StoreResult<Option<JobEntry>>> + Send;
 
     /// Change job `id` in place, in one atomic step (see [`Edit`]).
     fn edit(
@@ -439,10 +463,7 @@ pub trait Store: Send + Sync {
         id: JobId,
         edit: &Edit,
         now: Nanos,
-    ) -> impl Future<Output = StoreResult<Edited>> + Send {
-        let _ = (id, edit, now);
-        std::future::ready(Err(StoreError::Unsupported { op: "edit job" }))
-    }
+    ) -> impl Future<Output = StoreResult<Edited>> + Send;
 
     // What the engine asks of a store besides transitions. The defaults fit a store that
     // is local to this process (the memory store).

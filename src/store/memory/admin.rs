@@ -12,7 +12,8 @@ use super::state::{Job, State};
 use crate::protocol::TubeName;
 use crate::store::admin::due;
 use crate::store::{
-    Edit, Edited, Holder, JobEntry, JobId, JobInfo, JobState, ListKey, ListPage, ListQuery, Nanos,
+    Edit, Edited, JobEntry, JobId, JobInfo, JobState, ListKey, ListPage, ListQuery, Nanos,
+    ReservedBy,
 };
 
 /// Whether `hay` contains `needle` (an empty needle is in everything).
@@ -193,7 +194,7 @@ pub(super) fn entry_of(id: JobId, j: &Job, now: Nanos) -> JobEntry {
             now,
         },
         body_size: j.body.len() as u64,
-        holder: (j.state == JobState::Reserved).then_some(Holder {
+        holder: (j.state == JobState::Reserved).then_some(ReservedBy {
             instance: None,
             conn: j.owner,
         }),

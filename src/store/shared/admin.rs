@@ -21,7 +21,7 @@ use super::decode::{Decode, JobFigures, count, fields, string};
 use crate::protocol::TubeName;
 use crate::redis::US;
 use crate::store::{
-    Edit, Edited, Holder, JobEntry, JobId, JobState, ListKey, ListPage, ListQuery, StoreResult,
+    Edit, Edited, JobEntry, JobId, JobState, ListKey, ListPage, ListQuery, ReservedBy, StoreResult,
 };
 
 /// The most body bytes one call of a search reads in Redis (a body is read whole, so
@@ -150,7 +150,7 @@ impl RedisStore {
             .then(|| {
                 let mut parts = e.owner.rsplitn(3, ':');
                 let (_, conn, instance) = (parts.next(), parts.next()?, parts.next()?);
-                Some(Holder {
+                Some(ReservedBy {
                     instance: (instance != self.instance).then(|| instance.to_string()),
                     conn: conn.parse().ok()?,
                 })

@@ -8,24 +8,27 @@
 //! - at most [`MAX_SUBSCRIBERS`] streams are open (beyond: 503), and a snapshot lists at
 //!   most [`SNAPSHOT_TUBES`] tubes (the first by name, with the total count);
 //! - a stream lasts at most [`STREAM_FOR`], within the connection's response deadline
-//!   (see `http::connection`); it tells the browser to reconnect after a second
-//!   (`retry:`), which `EventSource` does by itself. A stream ends at once on shutdown.
+//!   (see `http::connection`); its first event tells the browser to reconnect after a
+//!   second (`retry:`), which `EventSource` does by itself. A stream ends at once on
+//!   shutdown. The events are axum's ([`Sse`]); each snapshot is serialized once, for
+//!   every stream.
 
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::http::{StatusCode, header};
-use axum::response::{IntoResponse, Response};
-use serde_json::{Value, json};
+use axum::response::sse::{Event, Sse};
+use futures_util::Stream;
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::http::api::{ApiError, reads};
+use super::error::ApiError;
+use super::reads::{stats_doc, tube_doc};
+use super::types::LiveFigures;
+use crate::http::exposition::ListenerFigures;
 use crate::http::{App, Source};
 
 /// Streams open at once.
@@ -74,18 +77,12 @@ impl Events {
         self.open.load(Ordering::Relaxed)
     }
 
-    /// The console's figures in the Prometheus text format (appended to `/metrics`).
-    pub fn exposition(&self) -> String {
-        format!(
-            "# HELP redstalk_console_event_streams Console event streams open (GET /api/v1/events).\n\
-             # TYPE redstalk_console_event_streams gauge\n\
-             redstalk_console_event_streams {}\n\
-             # HELP redstalk_console_snapshots_total Console live snapshots computed (at most one a second, while a stream is open).\n\
-             # TYPE redstalk_console_snapshots_total counter\n\
-             redstalk_console_snapshots_total {}\n",
-            self.open(),
-            self.computed(),
-        )
+    /// The figures `/metrics` shows of the event streams.
+    pub fn figures(&self) -> ListenerFigures {
+        ListenerFigures {
+            event_streams: self.open() as u64,
+            live_snapshots: self.computed(),
+        }
     }
 
     /// A new subscriber, or `None` when [`MAX_SUBSCRIBERS`] are open.
@@ -133,7 +130,8 @@ async fn produce(events: Arc<Events>, source: Source, stop: CancellationToken) {
         }
         let snap = snapshot(&source).await;
         events.computed.fetch_add(1, Ordering::Relaxed);
-        events.tx.send_replace(Some(snap.to_string().into()));
+        let text = serde_json::to_string(&snap).unwrap_or_default();
+        events.tx.send_replace(Some(text.into()));
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(PERIOD) => {}
@@ -142,19 +140,27 @@ async fn produce(events: Arc<Events>, source: Source, stop: CancellationToken) {
 }
 
 /// The server's figures and the first tubes' counts, or the error that stands instead.
-async fn snapshot(source: &Source) -> Value {
+async fn snapshot(source: &Source) -> LiveFigures {
     let at = SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis());
+        .map_or(0, |d| d.as_millis() as u64);
+    let mut live = LiveFigures {
+        at,
+        stats: None,
+        tubes: None,
+        tube_count: None,
+        error: None,
+    };
     let Some(engine) = source.engine() else {
-        return json!({"at": at, "error": "this instance does not lead: no figures"});
+        live.error = Some("this instance does not lead: no figures".into());
+        return live;
     };
     let figures = async {
-        let stats = reads::stats_json(&engine).await?;
+        let stats = stats_doc(&engine).await?;
         let names = engine.admin_tubes().await?;
         let mut tubes = Vec::new();
         for name in names.iter().take(SNAPSHOT_TUBES) {
-            if let Some(t) = reads::tube_json(&engine, name).await? {
+            if let Some(t) = tube_doc(&engine, name).await? {
                 tubes.push(t);
             }
         }
@@ -162,29 +168,35 @@ async fn snapshot(source: &Source) -> Value {
     };
     match figures.await {
         Ok((stats, tubes, count)) => {
-            json!({"at": at, "stats": stats, "tubes": tubes, "tube_count": count})
+            live.stats = Some(stats);
+            live.tubes = Some(tubes);
+            live.tube_count = Some(count);
         }
-        Err(e) => json!({"at": at, "error": e.message()}),
+        Err(e) => live.error = Some(e.message().to_string()),
     }
+    live
 }
 
-/// `GET /api/v1/events`: `text/event-stream` of snapshots (`data: JSON`).
-pub(in crate::http) async fn stream(State(app): State<Arc<App>>) -> Response {
+/// `GET /api/v1/events`: `text/event-stream` of snapshots (each event's data one
+/// [`LiveFigures`] in JSON).
+pub(super) async fn stream(
+    State(app): State<Arc<App>>,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let Some(sub) = app.events.subscribe() else {
-        return ApiError::unavailable(format!(
+        return Err(ApiError::unavailable(format!(
             "{MAX_SUBSCRIBERS} event streams are open; retry later"
-        ))
-        .into_response();
+        )));
     };
     let end = Instant::now() + STREAM_FOR;
-    let first = Bytes::from_static(b"retry: 1000\n\n");
-    let frames = futures_util::stream::unfold(Some((sub, Some(first))), move |st| async move {
-        let (mut sub, first) = st?;
-        if let Some(first) = first {
+    let events = futures_util::stream::unfold((sub, true), move |(mut sub, first)| async move {
+        if first {
+            let event = Event::default().retry(Duration::from_secs(1));
             let now = sub.rx.borrow_and_update().clone();
-            let mut out = first.to_vec();
-            out.extend_from_slice(&now.map(frame).unwrap_or_default());
-            return Some((Ok::<_, Infallible>(Bytes::from(out)), Some((sub, None))));
+            let event = match now {
+                Some(now) => event.data(&*now),
+                None => event,
+            };
+            return Some((Ok(event), (sub, false)));
         }
         let stop = sub.events.stop.clone();
         loop {
@@ -195,8 +207,8 @@ pub(in crate::http) async fn stream(State(app): State<Arc<App>>) -> Response {
             match changed {
                 Ok(Ok(())) => {
                     let now = sub.rx.borrow_and_update().clone();
-                    if let Some(s) = now {
-                        return Some((Ok(Bytes::from(frame(s))), Some((sub, None))));
+                    if let Some(now) = now {
+                        return Some((Ok(Event::default().data(&*now)), (sub, false)));
                     }
                 }
                 // The time is up.
@@ -204,19 +216,7 @@ pub(in crate::http) async fn stream(State(app): State<Arc<App>>) -> Response {
             }
         }
     });
-    (
-        StatusCode::OK,
-        [
-            (header::CONTENT_TYPE, "text/event-stream"),
-            (header::CACHE_CONTROL, "no-store"),
-        ],
-        Body::from_stream(frames),
-    )
-        .into_response()
-}
-
-fn frame(snapshot: Arc<str>) -> Vec<u8> {
-    format!("data: {snapshot}\n\n").into_bytes()
+    Ok(Sse::new(events))
 }
 
 #[cfg(test)]

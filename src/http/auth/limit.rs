@@ -1,9 +1,9 @@
-//! A bound on guessing the admin token, through the console's login
-//! (`POST /console/login`) or the API's `Authorization: Bearer` (both count together):
-//! at most [`LoginLimit::per_peer`] wrong tokens per client address and
-//! [`LoginLimit::global`] in all per window (a minute by default); beyond, a request
-//! with a token answers `429` with `Retry-After` until the window ends, the right token
-//! included (a guesser cannot tell a hit from a miss while limited).
+//! A bound on guessing the admin token, wherever a token is presented (the console's
+//! login, the API's `Authorization: Bearer`; all count together): at most
+//! [`LoginLimit::per_peer`] wrong tokens per client address and [`LoginLimit::global`]
+//! in all per window (a minute by default); beyond, a token is refused with
+//! [`Limited`] until the window ends, the right token included (a guesser cannot tell
+//! a hit from a miss while limited).
 //!
 //! Invariants:
 //! - memory is bounded: at most [`MAX_PEERS`] addresses are counted in a window; the
@@ -11,18 +11,15 @@
 //! - an IPv6 client counts by its /64 (one host usually holds a whole /64);
 //! - a limit reached is logged once per window, with the address, never the token;
 //! - fixed windows: every count resets together when the window ends, so the table
-//!   never needs sweeping.
+//!   never needs sweeping;
+//! - no HTTP here: a client address in, a verdict out.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use axum::http::{HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
 use tokio::time::Instant;
-
-use crate::http::api::ApiError;
 
 /// Addresses counted in one window.
 pub const MAX_PEERS: usize = 4096;
@@ -33,7 +30,7 @@ pub const GLOBAL_FACTOR: u32 = 10;
 /// The window (a hidden flag shortens it for tests).
 pub const DEFAULT_WINDOW: Duration = Duration::from_secs(60);
 
-/// The login's guessing bound; shared by every connection of the listener.
+/// The guessing bound; shared by everything of the process that takes a token.
 #[derive(Debug)]
 pub struct LoginLimit {
     per_peer: u32,
@@ -56,20 +53,11 @@ struct Window {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limited(pub Duration);
 
-/// `429` with `Retry-After` (whole seconds, at least 1).
-impl IntoResponse for Limited {
-    fn into_response(self) -> Response {
+impl Limited {
+    /// Whole seconds to wait, at least 1 (what `Retry-After` says).
+    pub fn retry_secs(self) -> u64 {
         let left = self.0;
-        let secs = left.as_secs() + u64::from(left.subsec_nanos() > 0);
-        let mut r = ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "too_many_requests",
-            format!("too many wrong tokens: try again in {secs} s"),
-        )
-        .into_response();
-        r.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
-        r
+        (left.as_secs() + u64::from(left.subsec_nanos() > 0)).max(1)
     }
 }
 

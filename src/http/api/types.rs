@@ -1,0 +1,690 @@
+//! The operator API's contract as types: every request body, query and answer of
+//! `/api/v1` (docs/API.md), `Serialize + Deserialize`, shared by the server (which
+//! writes answers and reads requests) and redstalkctl (which does the opposite), so the
+//! two cannot drift apart.
+//!
+//! Conventions, the same for every route:
+//! - a list is paged by an opaque [`Cursor`]: the request's `cursor` (absent or empty:
+//!   from the start) and `limit`, the answer's `next_cursor` (`null`: the end). A
+//!   cursor's text may change between versions; a client only hands it back;
+//! - a count in a query is a [`Bounded`]: absent or empty takes its default, else 1 to
+//!   its maximum;
+//! - every error is an [`ErrorBody`] whose [`ErrorCode`] decides the HTTP status;
+//! - a job is a [`Job`] (`stats-job`'s figures under their names, its body size and
+//!   its holder).
+//!
+//! Invariant: pure data (serde only). Answers borrow what they can (`Cow`), so the
+//! server serializes a page of 1,000 jobs without copying their strings; a client
+//! deserializes them owned.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::str::FromStr;
+
+use serde::de::{self, Deserializer, Visitor};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::engine::admin_bulk::MAX_SCAN;
+use crate::engine::clients_list::MAX_CLIENTS;
+use crate::engine::history::{KEEP, Point};
+pub use crate::store::JobState;
+use crate::store::admin::MAX_LIST;
+
+/// A page's size as the request asks for it.
+const MAX_PAGE: u64 = MAX_LIST as u64;
+
+/// What went wrong, as a client tells errors apart (the status follows from it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// A malformed parameter, cursor or body; a count beyond its bounds (400).
+    BadRequest,
+    /// The token is missing or wrong, or none is configured for changes (401).
+    Unauthorized,
+    /// A change from another origin (403).
+    Forbidden,
+    /// A change while the server runs `--admin-read-only` (403).
+    ReadOnly,
+    /// No such job, tube or route (404).
+    NotFound,
+    /// The route does not take this method (405).
+    MethodNotAllowed,
+    /// The job's state does not take the change (409).
+    Conflict,
+    /// The request body is larger than the route reads (413).
+    PayloadTooLarge,
+    /// Too many wrong tokens from this address: retry after `Retry-After` (429).
+    TooManyRequests,
+    /// The store is down, a change is not known to be persisted, the server drains,
+    /// a standby cannot reach its leader (503).
+    Unavailable,
+    /// A code this client does not know (a newer server's).
+    #[serde(other)]
+    Unknown,
+}
+
+/// Every error's body: `{"error": {"code", "message"}}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorDetail {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+/// Where a list resumes (opaque: given by the server, handed back by the client).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Cursor(pub String);
+
+impl FromStr for Cursor {
+    type Err = std::convert::Infallible;
+
+    fn from_str(s: &str) -> Result<Cursor, Self::Err> {
+        Ok(Cursor(s.to_string()))
+    }
+}
+
+/// A list's answer: where the next page starts (`None`: this was the last).
+pub trait Paged {
+    fn next_cursor(&self) -> Option<&Cursor>;
+}
+
+/// A count in a query: `DEFAULT` when absent or empty, else 1 to `MAX`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct Bounded<const DEFAULT: u64, const MAX: u64>(u64);
+
+impl<const DEFAULT: u64, const MAX: u64> Bounded<DEFAULT, MAX> {
+    /// `n` as a client asks for it (the server checks the bounds).
+    pub fn new(n: u64) -> Self {
+        Bounded(n)
+    }
+
+    pub fn get(self) -> u64 {
+        self.0
+    }
+
+    /// As a size (the bounds are far below `usize::MAX`).
+    pub fn size(self) -> usize {
+        usize::try_from(self.0).unwrap_or(usize::MAX)
+    }
+}
+
+impl<const DEFAULT: u64, const MAX: u64> Default for Bounded<DEFAULT, MAX> {
+    fn default() -> Self {
+        Bounded(DEFAULT)
+    }
+}
+
+impl<'de, const DEFAULT: u64, const MAX: u64> Deserialize<'de> for Bounded<DEFAULT, MAX> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Count<const DEFAULT: u64, const MAX: u64>;
+        impl<const DEFAULT: u64, const MAX: u64> Visitor<'_> for Count<DEFAULT, MAX> {
+            type Value = Bounded<DEFAULT, MAX>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "a number from 1 to {MAX}")
+            }
+            fn visit_u64<E: de::Error>(self, n: u64) -> Result<Self::Value, E> {
+                if (1..=MAX).contains(&n) {
+                    Ok(Bounded(n))
+                } else {
+                    Err(E::custom(format!("must be 1 to {MAX}")))
+                }
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Self::Value, E> {
+                if s.is_empty() {
+                    return Ok(Bounded(DEFAULT));
+                }
+                let n = s
+                    .parse::<u64>()
+                    .map_err(|_| E::custom(format!("must be 1 to {MAX}")))?;
+                self.visit_u64(n)
+            }
+        }
+        d.deserialize_any(Count::<DEFAULT, MAX>)
+    }
+}
+
+/// An optional query value: absent or empty is `None`, else `T` parsed from the text.
+pub fn blank_is_none<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: FromStr,
+    T::Err: fmt::Display,
+{
+    let text = Option::<String>::deserialize(d)?;
+    match text.filter(|t| !t.is_empty()) {
+        None => Ok(None),
+        Some(t) => t.parse().map(Some).map_err(de::Error::custom),
+    }
+}
+
+// ---- reads ----
+
+/// How this instance keeps its jobs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    Memory,
+    Binlog,
+    Leader,
+    Shared,
+}
+
+/// What this instance does in its mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Serves its own engine (memory, `-b`, shared mode).
+    Serving,
+    /// Leads (leader mode).
+    Leader,
+    /// Relays its clients and forwards the API to the leader (leader mode).
+    Standby,
+}
+
+/// `GET /whoami`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WhoAmI {
+    pub version: String,
+    pub mode: Mode,
+    pub role: Role,
+    pub instance: String,
+    pub read_only: bool,
+    pub reads_need_token: bool,
+    pub changes_allowed: bool,
+}
+
+/// A stats document's figures (`stats`, `stats-tube`): beanstalkd's keys in its order,
+/// numbers as numbers, `draining` a boolean, `rusage-*` seconds as a fraction.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct StatsDoc(pub Map<String, Value>);
+
+/// `GET /tubes?cursor=&limit=`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct TubesQuery {
+    #[serde(default, deserialize_with = "blank_is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<Cursor>,
+    #[serde(default)]
+    pub limit: Bounded<50, MAX_PAGE>,
+}
+
+/// The answer of `GET /tubes`: tubes by name.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TubesPage {
+    pub tubes: Vec<StatsDoc>,
+    pub next_cursor: Option<Cursor>,
+}
+
+/// A job: `stats-job`'s figures under their names, its body size, and for a reserved
+/// job who holds it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Job<'a> {
+    pub id: u64,
+    pub tube: Cow<'a, str>,
+    pub state: JobState,
+    pub pri: u32,
+    pub age: u64,
+    pub delay: u64,
+    pub ttr: u64,
+    #[serde(rename = "time-left")]
+    pub time_left: u64,
+    pub file: u64,
+    pub reserves: u64,
+    pub timeouts: u64,
+    pub releases: u64,
+    pub buries: u64,
+    pub kicks: u64,
+    pub body_size: u64,
+    pub holder: Option<HeldBy<'a>>,
+}
+
+/// Who holds a reserved job: the instance, the client's address (known only on that
+/// instance), its connection.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldBy<'a> {
+    pub instance: Cow<'a, str>,
+    pub addr: Option<Cow<'a, str>>,
+    pub conn: u64,
+}
+
+/// `GET /tubes/{tube}/jobs?state=&cursor=&limit=`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct JobsQuery {
+    #[serde(default, deserialize_with = "blank_is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state: Option<JobState>,
+    #[serde(default, deserialize_with = "blank_is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<Cursor>,
+    #[serde(default)]
+    pub limit: Bounded<50, MAX_PAGE>,
+}
+
+/// The answer of `GET /tubes/{tube}/jobs`: in the order the server takes them.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct JobsPage<'a> {
+    pub tube: Cow<'a, str>,
+    pub state: JobState,
+    pub jobs: Vec<Job<'a>>,
+    pub next_cursor: Option<Cursor>,
+}
+
+/// How much of a job's body `GET /jobs/{id}` shows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BodyShown {
+    None,
+    #[default]
+    Preview,
+    Full,
+}
+
+impl FromStr for BodyShown {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<BodyShown, String> {
+        match s {
+            "none" => Ok(BodyShown::None),
+            "preview" => Ok(BodyShown::Preview),
+            "full" => Ok(BodyShown::Full),
+            other => Err(format!("body={other}: expected none, preview or full")),
+        }
+    }
+}
+
+/// `GET /jobs/{id}?body=&preview=`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct JobQuery {
+    #[serde(default, deserialize_with = "blank_is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub body: Option<BodyShown>,
+    #[serde(default)]
+    pub preview: Bounded<1024, 65_536>,
+}
+
+/// The answer of `GET /jobs/{id}`: the job, and its body (or its first bytes) as text
+/// when that is UTF-8, else in base64.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct JobWithBody<'a> {
+    #[serde(flatten)]
+    pub job: Job<'a>,
+    pub body_truncated: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<Cow<'a, str>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body_base64: Option<String>,
+}
+
+/// `GET /search?contains=&tube=&state=&scan=&cursor=`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct SearchQuery {
+    #[serde(default)]
+    pub contains: String,
+    #[serde(default, deserialize_with = "blank_is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tube: Option<String>,
+    #[serde(default, deserialize_with = "blank_is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state: Option<JobState>,
+    #[serde(default)]
+    pub scan: Bounded<1000, { MAX_SCAN as u64 }>,
+    #[serde(default, deserialize_with = "blank_is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<Cursor>,
+}
+
+/// The answer of `GET /search`: `done` once every job was looked at.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SearchPage<'a> {
+    pub jobs: Vec<Job<'a>>,
+    pub scanned: u64,
+    pub next_cursor: Option<Cursor>,
+    pub done: bool,
+}
+
+/// `GET /history?minutes=&tube=`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct HistoryQuery {
+    #[serde(default)]
+    pub minutes: Bounded<60, { KEEP as u64 }>,
+    #[serde(default, deserialize_with = "blank_is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tube: Option<String>,
+}
+
+/// The answer of `GET /history`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct HistoryPage {
+    pub period_ms: u64,
+    /// The last minute that ended.
+    pub now: u64,
+    pub minutes: u64,
+    pub tubes: Vec<TubeHistory>,
+    pub tubes_kept: usize,
+    pub tubes_omitted: u64,
+}
+
+/// One tube's minutes, oldest first (a minute with nothing in it is left out).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TubeHistory {
+    pub name: String,
+    pub points: Vec<Point>,
+}
+
+/// `GET /clients?cursor=&limit=`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ClientsQuery {
+    #[serde(default, deserialize_with = "blank_is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<Cursor>,
+    #[serde(default)]
+    pub limit: Bounded<100, { MAX_CLIENTS as u64 }>,
+}
+
+/// The answer of `GET /clients`: live connections by id. Times are Unix milliseconds.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ClientsPage<'a> {
+    pub clients: Vec<Client<'a>>,
+    pub next_cursor: Option<Cursor>,
+    pub total: usize,
+    pub held_complete: bool,
+    pub now: u64,
+}
+
+/// One beanstalk connection.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Client<'a> {
+    pub id: u64,
+    pub peer: Option<Cow<'a, str>>,
+    pub relayed_from: Option<Cow<'a, str>>,
+    pub since: u64,
+    pub using: Cow<'a, str>,
+    pub watching: Vec<Cow<'a, str>>,
+    pub watching_count: usize,
+    pub producer: bool,
+    pub worker: bool,
+    pub held: Vec<HeldJob<'a>>,
+    pub held_count: usize,
+    pub blocked: Option<BlockedIn<'a>>,
+    pub last_command: Option<LastCommand<'a>>,
+}
+
+/// A job a connection holds reserved.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct HeldJob<'a> {
+    pub id: u64,
+    pub tube: Cow<'a, str>,
+    /// Whole seconds left before its TTR runs out.
+    pub time_left: u64,
+}
+
+/// The reserve a connection waits in.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct BlockedIn<'a> {
+    pub since: u64,
+    /// When it gives up (timeout or DEADLINE_SOON margin); `None`: never.
+    pub until: Option<u64>,
+    pub tubes: Vec<Cow<'a, str>>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct LastCommand<'a> {
+    pub command: Cow<'a, str>,
+    pub at: u64,
+}
+
+/// One snapshot of `GET /events` (Server-Sent Events): the server's figures and the
+/// first tubes', or the error that stands instead.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct LiveFigures {
+    /// Unix milliseconds.
+    pub at: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stats: Option<StatsDoc>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tubes: Option<Vec<StatsDoc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tube_count: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+// ---- changes ----
+
+/// `POST /tubes/{tube}/jobs`: one of `body` (text) or `body_base64`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PutJob {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body_base64: Option<String>,
+    #[serde(default = "PutJob::default_pri")]
+    pub pri: u32,
+    #[serde(default)]
+    pub delay: u32,
+    #[serde(default = "PutJob::default_ttr")]
+    pub ttr: u32,
+}
+
+impl PutJob {
+    fn default_pri() -> u32 {
+        1024
+    }
+    fn default_ttr() -> u32 {
+        60
+    }
+}
+
+/// The answer of a put (201).
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct Created {
+    pub id: u64,
+}
+
+/// The answer of `DELETE /jobs/{id}`.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct Deleted {
+    pub deleted: u64,
+}
+
+/// `POST /jobs/{id}/move`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct MoveJob {
+    pub tube: String,
+}
+
+/// `POST /jobs/{id}/pri`.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct SetPri {
+    pub pri: u32,
+}
+
+/// `POST /jobs/{id}/delay` and `POST /tubes/{tube}/pause`: seconds from now.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct SetDelay {
+    pub delay: u32,
+}
+
+/// `POST /tubes/{tube}/kick`.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct KickTube {
+    pub bound: u32,
+}
+
+/// The answer of a tube's kick.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct Kicked {
+    pub kicked: u32,
+}
+
+/// The answer of a pause.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct Paused {
+    pub paused: u32,
+}
+
+/// What `POST /bulk` does to each matching job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BulkChange {
+    Move,
+    Pri,
+    Delay,
+    Bury,
+    Kick,
+    Delete,
+}
+
+impl BulkChange {
+    pub fn name(self) -> &'static str {
+        match self {
+            BulkChange::Move => "move",
+            BulkChange::Pri => "pri",
+            BulkChange::Delay => "delay",
+            BulkChange::Bury => "bury",
+            BulkChange::Kick => "kick",
+            BulkChange::Delete => "delete",
+        }
+    }
+}
+
+/// `POST /bulk`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct BulkRequest {
+    pub action: BulkChange,
+    pub filter: BulkFilter,
+    #[serde(default)]
+    pub args: BulkArgs,
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+/// Which jobs a bulk change takes (at most `limit`, in the state's order).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct BulkFilter {
+    pub tube: String,
+    pub state: JobState,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contains: Option<String>,
+    pub limit: usize,
+}
+
+/// The arguments of a bulk change (`move`: `tube`; `pri`: `pri`; `delay`: `delay`).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct BulkArgs {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tube: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pri: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay: Option<u32>,
+}
+
+/// The answer of `POST /bulk`.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
+pub struct BulkResult {
+    pub matched: u64,
+    pub changed: u64,
+    pub scanned: u64,
+    pub dry_run: bool,
+}
+
+// ---- the console's session ----
+
+/// `POST /console/login`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Login {
+    pub token: String,
+}
+
+/// The answer of a login or logout (the cookie is in `Set-Cookie`).
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct Done {
+    pub ok: bool,
+}
+
+/// `GET /console/session`: whether this browser has a session, and could have one.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct SessionState {
+    pub logged_in: bool,
+    pub token_configured: bool,
+}
+
+impl Paged for TubesPage {
+    fn next_cursor(&self) -> Option<&Cursor> {
+        self.next_cursor.as_ref()
+    }
+}
+
+impl Paged for JobsPage<'_> {
+    fn next_cursor(&self) -> Option<&Cursor> {
+        self.next_cursor.as_ref()
+    }
+}
+
+impl Paged for SearchPage<'_> {
+    fn next_cursor(&self) -> Option<&Cursor> {
+        self.next_cursor.as_ref()
+    }
+}
+
+impl Paged for ClientsPage<'_> {
+    fn next_cursor(&self) -> Option<&Cursor> {
+        self.next_cursor.as_ref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queries_read_blank_as_absent_and_check_bounds() {
+        let q: JobsQuery = serde_urlencoded::from_str("state=&cursor=&limit=").unwrap();
+        assert_eq!((q.state, q.cursor, q.limit.get()), (None, None, 50));
+        let q: JobsQuery = serde_urlencoded::from_str("state=buried&limit=1000").unwrap();
+        assert_eq!((q.state, q.limit.get()), (Some(JobState::Buried), 1000));
+        for bad in ["limit=0", "limit=1001", "limit=x", "state=gone"] {
+            assert!(
+                serde_urlencoded::from_str::<JobsQuery>(bad).is_err(),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_client_writes_the_query_the_server_reads() {
+        let q = SearchQuery {
+            contains: "a b&c".into(),
+            state: Some(JobState::Delayed),
+            scan: Bounded::new(200),
+            cursor: Some(Cursor("x-y".into())),
+            ..SearchQuery::default()
+        };
+        let text = serde_urlencoded::to_string(&q).unwrap();
+        assert!(!text.contains("tube="), "{text}");
+        let back: SearchQuery = serde_urlencoded::from_str(&text).unwrap();
+        assert_eq!(
+            (back.contains.as_str(), back.state, back.scan.get()),
+            ("a b&c", Some(JobState::Delayed), 200)
+        );
+        assert_eq!(back.cursor, q.cursor);
+    }
+
+    #[test]
+    fn an_unknown_error_code_is_read_as_unknown() {
+        let e: ErrorBody =
+            serde_json::from_str(r#"{"error": {"code": "gone_fishing", "message": "m"}}"#).unwrap();
+        assert_eq!(e.error.code, ErrorCode::Unknown);
+        let known = serde_json::to_string(&ErrorCode::PayloadTooLarge).unwrap();
+        assert_eq!(known, "\"payload_too_large\"");
+    }
+}
