@@ -1,15 +1,18 @@
-//! The client side of redstalk's admin HTTP API (`/api/v1`, the contract in the
-//! project's API spec and docs/CLI.md): JSON requests with the bearer token, error
-//! bodies mapped to the tool's errors, cursor paging.
+//! The client side of redstalk's admin HTTP API (`/api/v1`, docs/API.md): requests and
+//! answers are the server's own types (`redstalk::http::api::types`), sent with the
+//! bearer token; error bodies mapped to the tool's errors by their code; cursor paging.
 //!
 //! Invariants: the token is only ever sent in the `Authorization` header and never
-//! printed; every exchange is bounded by the tool's timeout; a 404 that carries no API
-//! error body means the server has no admin API (unsupported, exit 3), a 404 with one
-//! means the job or tube does not exist (not found, exit 5).
+//! printed; every exchange is bounded by the tool's timeout; a 404 or 405 that carries
+//! no API error body means the server has no admin API (unsupported, exit 3), one with
+//! a body says what the API refused (a 404 `not_found`: the job or tube does not
+//! exist, exit 5).
 
 use std::time::Duration;
 
-use serde_json::Value;
+use redstalk::http::api::types::{Cursor, ErrorBody, ErrorCode, Paged};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use ureq::Agent;
 
 use crate::error::{CtlError, Result};
@@ -22,6 +25,8 @@ pub struct Api {
     token: Option<String>,
     agent: Agent,
 }
+
+type Reply = std::result::Result<ureq::http::Response<ureq::Body>, ureq::Error>;
 
 impl Api {
     /// A client of the API at `base` (`http://HOST:PORT`, a trailing `/` allowed).
@@ -44,48 +49,44 @@ impl Api {
         format!("{}/api/v1{path}", self.base)
     }
 
-    fn bearer(&self) -> Option<String> {
-        self.token.as_ref().map(|t| format!("Bearer {t}"))
+    /// `req` with the bearer token, when there is one.
+    fn authorized<B>(&self, req: ureq::RequestBuilder<B>) -> ureq::RequestBuilder<B> {
+        match &self.token {
+            Some(t) => req.header("Authorization", format!("Bearer {t}")),
+            None => req,
+        }
     }
 
-    /// `GET path?query` as JSON.
-    pub fn get(&self, path: &str, query: &[(&str, String)]) -> Result<Value> {
-        let url = self.url(path);
-        let mut req = self.agent.get(&url);
-        for (k, v) in query {
-            req = req.query(*k, v);
+    /// `GET path?query`.
+    pub fn get<T: DeserializeOwned>(&self, path: &str, query: &impl Serialize) -> Result<T> {
+        let query = serde_urlencoded::to_string(query)
+            .map_err(|e| CtlError::Usage(format!("the query of {path}: {e}")))?;
+        let mut url = self.url(path);
+        if !query.is_empty() {
+            url = format!("{url}?{query}");
         }
-        if let Some(b) = self.bearer() {
-            req = req.header("Authorization", b);
-        }
-        self.finish(&url, req.call())
+        self.finish(&url, self.authorized(self.agent.get(&url)).call())
     }
 
     /// `POST path` with a JSON body.
-    pub fn post(&self, path: &str, body: &Value) -> Result<Value> {
+    pub fn post<T: DeserializeOwned>(&self, path: &str, body: &impl Serialize) -> Result<T> {
         let url = self.url(path);
-        let mut req = self.agent.post(&url);
-        if let Some(b) = self.bearer() {
-            req = req.header("Authorization", b);
-        }
-        self.finish(&url, req.send_json(body))
+        self.finish(&url, self.authorized(self.agent.post(&url)).send_json(body))
+    }
+
+    /// `POST path` of a change that takes no body.
+    pub fn post_empty<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
+        let url = self.url(path);
+        self.finish(&url, self.authorized(self.agent.post(&url)).send_empty())
     }
 
     /// `DELETE path`.
-    pub fn delete(&self, path: &str) -> Result<Value> {
+    pub fn delete<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
         let url = self.url(path);
-        let mut req = self.agent.delete(&url);
-        if let Some(b) = self.bearer() {
-            req = req.header("Authorization", b);
-        }
-        self.finish(&url, req.call())
+        self.finish(&url, self.authorized(self.agent.delete(&url)).call())
     }
 
-    fn finish(
-        &self,
-        url: &str,
-        reply: std::result::Result<ureq::http::Response<ureq::Body>, ureq::Error>,
-    ) -> Result<Value> {
+    fn finish<T: DeserializeOwned>(&self, url: &str, reply: Reply) -> Result<T> {
         let mut resp = reply.map_err(|e| self.transport(e))?;
         let status = resp.status().as_u16();
         let text = resp
@@ -94,13 +95,17 @@ impl Api {
             .limit(MAX_REPLY)
             .read_to_string()
             .map_err(|e| self.transport(e))?;
-        let json: Option<Value> = serde_json::from_str(&text).ok();
         if (200..300).contains(&status) {
-            return json.ok_or_else(|| {
-                CtlError::Unavailable(format!("{url} answered {status} without JSON"))
+            return serde_json::from_str(&text).map_err(|e| {
+                CtlError::Unavailable(format!("{url} answered {status}, not as the API does: {e}"))
             });
         }
-        Err(status_error(url, status, json.as_ref(), &text))
+        Err(status_error(
+            url,
+            status,
+            serde_json::from_str(&text).ok(),
+            &text,
+        ))
     }
 
     fn transport(&self, e: ureq::Error) -> CtlError {
@@ -115,69 +120,52 @@ impl Api {
         }
     }
 
-    /// Every entry under `key` of a cursor-paged `GET`, following `next_cursor` until it
-    /// is null or `max` entries were read; with `progress`, a count on stderr per page.
-    pub fn pages(
+    /// The pages of a cursor-paged `GET path`, from the first (`query` makes each
+    /// page's query from its cursor), handed to `each` until it says stop or the last
+    /// page came.
+    pub fn each_page<P, Q>(
         &self,
         path: &str,
-        query: &[(&str, String)],
-        key: &str,
-        max: Option<usize>,
-        progress: bool,
-    ) -> Result<Vec<Value>> {
-        let mut all = Vec::new();
-        let mut cursor: Option<String> = None;
+        query: impl Fn(Option<Cursor>) -> Q,
+        mut each: impl FnMut(P) -> bool,
+    ) -> Result<()>
+    where
+        P: Paged + DeserializeOwned,
+        Q: Serialize,
+    {
+        let mut cursor = None;
         loop {
-            let mut q = query.to_vec();
-            if let Some(c) = &cursor {
-                q.push(("cursor", c.clone()));
-            }
-            let page = self.get(path, &q)?;
-            if let Some(entries) = page.get(key).and_then(Value::as_array) {
-                all.extend(entries.iter().cloned());
-            }
-            cursor = page
-                .get("next_cursor")
-                .and_then(Value::as_str)
-                .map(str::to_string);
-            if progress {
-                eprint!("\r{} {key} read", all.len());
-            }
-            if cursor.is_none() || max.is_some_and(|m| all.len() >= m) {
-                break;
+            let page: P = self.get(path, &query(cursor.take()))?;
+            cursor = page.next_cursor().cloned();
+            if !each(page) || cursor.is_none() {
+                return Ok(());
             }
         }
-        if progress {
-            eprintln!();
-        }
-        if let Some(m) = max {
-            all.truncate(m);
-        }
-        Ok(all)
     }
 }
 
-/// The tool's error for a non-2xx answer.
-fn status_error(url: &str, status: u16, json: Option<&Value>, text: &str) -> CtlError {
-    let err = json.and_then(|j| j.get("error"));
-    let code = err.and_then(|e| e.get("code")).and_then(Value::as_str);
-    let message = err
-        .and_then(|e| e.get("message"))
-        .and_then(Value::as_str)
-        .map(str::to_string)
-        .unwrap_or_else(|| format!("{url} answered {status}: {}", text.trim()));
+/// The tool's error for a non-2xx answer, by the API's error code (by the bare status
+/// when the answer is not the API's).
+fn status_error(url: &str, status: u16, body: Option<ErrorBody>, text: &str) -> CtlError {
+    let (code, message) = match body {
+        Some(b) => (Some(b.error.code), b.error.message),
+        None => (None, format!("{url} answered {status}: {}", text.trim())),
+    };
     match (code, status) {
-        (Some("bad_request"), _) | (None, 400) => CtlError::Usage(message),
-        (Some("unauthorized" | "forbidden" | "read_only"), _) | (None, 401 | 403) => {
-            CtlError::Refused(message)
+        (Some(ErrorCode::BadRequest | ErrorCode::PayloadTooLarge), _) | (None, 400 | 413) => {
+            CtlError::Usage(message)
         }
-        (Some("not_found"), _) => CtlError::NotFound(message),
+        (Some(ErrorCode::Unauthorized | ErrorCode::Forbidden | ErrorCode::ReadOnly), _)
+        | (None, 401 | 403) => CtlError::Refused(message),
+        (Some(ErrorCode::NotFound), _) => CtlError::NotFound(message),
+        (Some(ErrorCode::MethodNotAllowed), _) => {
+            CtlError::Unsupported(format!("{url}: {message} (a redstalk of another version?)"))
+        }
         (None, 404 | 405) => CtlError::Unsupported(format!(
             "{url}: the server has no admin API (answered {status}); is it redstalk with \
-             --metrics ADDR, and is --api that address?"
+             --http ADDR, and is --api that address?"
         )),
-        (Some("conflict"), _) | (None, 409) => CtlError::Conflict(message),
-        (Some("unsupported"), _) | (None, 501) => CtlError::Unsupported(message),
+        (Some(ErrorCode::Conflict), _) | (None, 409) => CtlError::Conflict(message),
         _ => CtlError::Unavailable(message),
     }
 }
@@ -206,15 +194,32 @@ mod tests {
         assert_eq!(seg("emails.v2_x-y"), "emails.v2_x-y");
     }
 
+    fn body(code: &str) -> Option<ErrorBody> {
+        serde_json::from_str(&format!(
+            r#"{{"error": {{"code": "{code}", "message": "m"}}}}"#
+        ))
+        .ok()
+    }
+
     #[test]
     fn errors_by_code_and_by_bare_status() {
-        let body = serde_json::json!({"error": {"code": "not_found", "message": "no job 9"}});
-        let e = status_error("u", 404, Some(&body), "");
-        assert_eq!(e.exit_code(), 5);
+        assert_eq!(status_error("u", 404, body("not_found"), "").exit_code(), 5);
         assert_eq!(status_error("u", 404, None, "Not Found").exit_code(), 3);
-        let conflict = serde_json::json!({"error": {"code": "conflict", "message": "reserved"}});
-        assert_eq!(status_error("u", 409, Some(&conflict), "").exit_code(), 6);
+        assert_eq!(
+            status_error("u", 405, body("method_not_allowed"), "").exit_code(),
+            3
+        );
+        assert_eq!(status_error("u", 409, body("conflict"), "").exit_code(), 6);
+        assert_eq!(
+            status_error("u", 413, body("payload_too_large"), "").exit_code(),
+            2
+        );
+        assert_eq!(status_error("u", 403, body("read_only"), "").exit_code(), 4);
         assert_eq!(status_error("u", 401, None, "").exit_code(), 4);
         assert_eq!(status_error("u", 503, None, "").exit_code(), 7);
+        assert_eq!(
+            status_error("u", 500, body("a_new_code"), "").exit_code(),
+            7
+        );
     }
 }

@@ -11,8 +11,8 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
+use crate::dict::Dict;
 use crate::error::{CtlError, Result};
-use crate::figures::Figures;
 
 /// `stats` values that are strings even when they look like numbers.
 const STATS_STRINGS: &[&str] = &["version", "id", "hostname", "os", "platform"];
@@ -113,8 +113,8 @@ impl Beanstalk {
         }
     }
 
-    pub fn stats(&mut self) -> Result<Figures> {
-        Ok(Figures::from_yaml(
+    pub fn stats(&mut self) -> Result<Dict> {
+        Ok(Dict::from_yaml(
             &self.yaml("stats", "server")?,
             STATS_STRINGS,
         ))
@@ -129,14 +129,14 @@ impl Beanstalk {
             .collect())
     }
 
-    pub fn stats_tube(&mut self, tube: &str) -> Result<Figures> {
+    pub fn stats_tube(&mut self, tube: &str) -> Result<Dict> {
         let yaml = self.yaml(&format!("stats-tube {tube}"), &format!("tube {tube}"))?;
-        Ok(Figures::from_yaml(&yaml, &["name"]))
+        Ok(Dict::from_yaml(&yaml, &["name"]))
     }
 
-    pub fn stats_job(&mut self, id: u64) -> Result<Figures> {
+    pub fn stats_job(&mut self, id: u64) -> Result<Dict> {
         let yaml = self.yaml(&format!("stats-job {id}"), &format!("job {id}"))?;
-        Ok(Figures::from_yaml(&yaml, &["tube", "state"]))
+        Ok(Dict::from_yaml(&yaml, &["tube", "state"]))
     }
 
     /// The body of job `id` (`peek`).

@@ -12,7 +12,11 @@ use std::io::{IsTerminal, Read};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use clap::Args;
-use serde_json::{Value, json};
+use redstalk::http::api::types::{
+    BulkArgs, BulkChange, BulkFilter, BulkRequest, BulkResult, Created, Deleted, Job, JobState,
+    KickTube, Kicked, MoveJob, Paused, PutJob, SetDelay, SetPri,
+};
+use serde_json::json;
 
 use crate::Ctx;
 use crate::api::seg;
@@ -49,15 +53,19 @@ pub fn put(ctx: &Ctx, a: &PutArgs) -> Result<u8> {
     };
     let id = match ctx.api() {
         Some(api) => {
-            let mut req = json!({ "pri": a.pri, "delay": a.delay, "ttr": a.ttr });
-            match std::str::from_utf8(&body) {
-                Ok(s) => req["body"] = Value::from(s),
-                Err(_) => req["body_base64"] = Value::from(B64.encode(&body)),
-            }
-            let reply = api.post(&format!("/tubes/{}/jobs", seg(&a.tube)), &req)?;
-            reply.get("id").and_then(Value::as_u64).ok_or_else(|| {
-                CtlError::Unavailable(format!("the put's reply has no id: {reply}"))
-            })?
+            let (text, base64) = match std::str::from_utf8(&body) {
+                Ok(s) => (Some(s.to_string()), None),
+                Err(_) => (None, Some(B64.encode(&body))),
+            };
+            let req = PutJob {
+                body: text,
+                body_base64: base64,
+                pri: a.pri,
+                delay: a.delay,
+                ttr: a.ttr,
+            };
+            let created: Created = api.post(&format!("/tubes/{}/jobs", seg(&a.tube)), &req)?;
+            created.id
         }
         None => ctx.proto()?.put(&a.tube, a.pri, a.delay, a.ttr, &body)?,
     };
@@ -71,7 +79,9 @@ pub fn put(ctx: &Ctx, a: &PutArgs) -> Result<u8> {
 
 pub fn delete(ctx: &Ctx, id: u64) -> Result<u8> {
     match ctx.api() {
-        Some(api) => drop(api.delete(&format!("/jobs/{id}"))?),
+        Some(api) => {
+            let _: Deleted = api.delete(&format!("/jobs/{id}"))?;
+        }
         None => ctx.proto()?.delete(id)?,
     }
     if ctx.json {
@@ -98,7 +108,9 @@ pub struct KickArgs {
 pub fn kick(ctx: &Ctx, a: &KickArgs) -> Result<u8> {
     if let Some(id) = a.job {
         match ctx.api() {
-            Some(api) => drop(api.post(&format!("/jobs/{id}/kick"), &json!({}))?),
+            Some(api) => {
+                let _: Job = api.post_empty(&format!("/jobs/{id}/kick"))?;
+            }
             None => ctx.proto()?.kick_job(id)?,
         }
         if ctx.json {
@@ -115,8 +127,9 @@ pub fn kick(ctx: &Ctx, a: &KickArgs) -> Result<u8> {
     let kicked = match ctx.api() {
         Some(api) => {
             let path = format!("/tubes/{}/kick", seg(tube));
-            let reply = api.post(&path, &json!({ "bound": a.bound }))?;
-            reply.get("kicked").and_then(Value::as_u64).unwrap_or(0)
+            let bound = u32::try_from(a.bound).unwrap_or(u32::MAX);
+            let kicked: Kicked = api.post(&path, &KickTube { bound })?;
+            u64::from(kicked.kicked)
         }
         None => ctx.proto()?.kick(tube, a.bound)?,
     };
@@ -132,7 +145,7 @@ pub fn pause(ctx: &Ctx, tube: &str, secs: u32) -> Result<u8> {
     match ctx.api() {
         Some(api) => {
             let path = format!("/tubes/{}/pause", seg(tube));
-            drop(api.post(&path, &json!({ "delay": secs }))?);
+            let _: Paused = api.post(&path, &SetDelay { delay: secs })?;
         }
         None => ctx.proto()?.pause_tube(tube, secs)?,
     }
@@ -144,24 +157,36 @@ pub fn pause(ctx: &Ctx, tube: &str, secs: u32) -> Result<u8> {
     Ok(EXIT_OK)
 }
 
-/// `bury`, `pri`, `delay` of one job: `POST /jobs/{id}/{action}` with `arg` as its body;
-/// prints the job as it is after.
-pub fn job_action(ctx: &Ctx, id: u64, action: &str, arg: Option<(&str, u32)>) -> Result<u8> {
-    let api = ctx.need_api(action)?;
-    let body = match arg {
-        Some((k, v)) => json!({ k: v }),
-        None => json!({}),
+/// A change of one job in place (API only).
+pub enum JobChange {
+    Bury,
+    Pri(u32),
+    Delay(u32),
+}
+
+/// `bury`, `pri`, `delay` of one job: `POST /jobs/{id}/{action}`; prints the job as it
+/// is after.
+pub fn job_action(ctx: &Ctx, id: u64, change: JobChange) -> Result<u8> {
+    let (action, path) = match change {
+        JobChange::Bury => ("bury", format!("/jobs/{id}/bury")),
+        JobChange::Pri(_) => ("pri", format!("/jobs/{id}/pri")),
+        JobChange::Delay(_) => ("delay", format!("/jobs/{id}/delay")),
     };
-    let job = api.post(&format!("/jobs/{id}/{action}"), &body)?;
-    print_job(ctx, &job);
+    let api = ctx.need_api(action)?;
+    let job: Job = match change {
+        JobChange::Bury => api.post_empty(&path)?,
+        JobChange::Pri(pri) => api.post(&path, &SetPri { pri })?,
+        JobChange::Delay(delay) => api.post(&path, &SetDelay { delay })?,
+    };
+    print_job(ctx, job);
     Ok(EXIT_OK)
 }
 
-fn print_job(ctx: &Ctx, job: &Value) {
+fn print_job(ctx: &Ctx, job: Job<'_>) {
     if ctx.json {
-        print_json(job);
+        print_json(&job);
     } else {
-        print!("{}", render::jobs_table(std::slice::from_ref(job), true));
+        print!("{}", render::jobs_table(&[job], true));
     }
 }
 
@@ -177,7 +202,7 @@ pub struct MoveArgs {
     pub from: Option<String>,
     /// Bulk: the jobs' state (ready, delayed or buried).
     #[arg(long, default_value = "ready")]
-    pub state: String,
+    pub state: JobState,
     /// Bulk: the tube to move them to.
     #[arg(long)]
     pub to: Option<String>,
@@ -195,8 +220,9 @@ pub struct MoveArgs {
 pub fn move_jobs(ctx: &Ctx, a: &MoveArgs) -> Result<u8> {
     let api = ctx.need_api("move")?;
     if let (Some(id), Some(tube)) = (a.id, &a.tube) {
-        let job = api.post(&format!("/jobs/{id}/move"), &json!({ "tube": tube }))?;
-        print_job(ctx, &job);
+        let req = MoveJob { tube: tube.clone() };
+        let job: Job = api.post(&format!("/jobs/{id}/move"), &req)?;
+        print_job(ctx, job);
         return Ok(EXIT_OK);
     }
     let (Some(from), Some(to), Some(limit)) = (&a.from, &a.to, a.limit) else {
@@ -204,27 +230,30 @@ pub fn move_jobs(ctx: &Ctx, a: &MoveArgs) -> Result<u8> {
             "move needs ID TUBE, or --from TUBE --to TUBE --limit N".into(),
         ));
     };
-    let mut filter = json!({ "tube": from, "state": a.state });
-    if let Some(c) = &a.contains {
-        filter["contains"] = Value::from(c.as_str());
-    }
-    let req = |n: u64, dry_run: bool| {
-        let mut f = filter.clone();
-        f["limit"] = Value::from(n);
-        json!({ "action": "move", "filter": f, "args": { "tube": to }, "dry_run": dry_run })
+    let req = |n: u64, dry_run: bool| BulkRequest {
+        action: BulkChange::Move,
+        filter: BulkFilter {
+            tube: from.clone(),
+            state: a.state,
+            contains: a.contains.clone(),
+            limit: usize::try_from(n).unwrap_or(usize::MAX),
+        },
+        args: BulkArgs {
+            tube: Some(to.clone()),
+            ..BulkArgs::default()
+        },
+        dry_run,
     };
     let total = if a.dry_run {
-        Tally::of(&api.post("/bulk", &req(limit, true))?)
+        api.post("/bulk", &req(limit, true))?
     } else {
-        bulk_steps(limit, |n| {
-            Ok(Tally::of(&api.post("/bulk", &req(n, false))?))
-        })?
+        bulk_steps(limit, |n| api.post("/bulk", &req(n, false)))?
     };
     if ctx.json {
-        print_json(&json!({
-            "matched": total.matched, "changed": total.changed,
-            "scanned": total.scanned, "dry_run": a.dry_run,
-        }));
+        print_json(&BulkResult {
+            dry_run: a.dry_run,
+            ..total
+        });
     } else if a.dry_run {
         println!(
             "would move {} jobs from {from} to {to} (scanned {}; dry run)",
@@ -243,30 +272,11 @@ pub fn move_jobs(ctx: &Ctx, a: &MoveArgs) -> Result<u8> {
     })
 }
 
-/// The counts of a bulk reply, or their sum over steps.
-#[derive(Default, Debug, Clone, Copy)]
-struct Tally {
-    matched: u64,
-    changed: u64,
-    scanned: u64,
-}
-
-impl Tally {
-    fn of(reply: &Value) -> Tally {
-        let n = |k: &str| reply.get(k).and_then(Value::as_u64).unwrap_or(0);
-        Tally {
-            matched: n("matched"),
-            changed: n("changed"),
-            scanned: n("scanned"),
-        }
-    }
-}
-
 /// Run a bulk change of up to `limit` jobs as steps of at most [`BULK_STEP`], `step(n)`
 /// doing one; progress on stderr after each step.
-fn bulk_steps(limit: u64, mut step: impl FnMut(u64) -> Result<Tally>) -> Result<Tally> {
+fn bulk_steps(limit: u64, mut step: impl FnMut(u64) -> Result<BulkResult>) -> Result<BulkResult> {
     let tty = std::io::stderr().is_terminal();
-    let mut total = Tally::default();
+    let mut total = BulkResult::default();
     // Counted by matches, not changes: a matched job that could not change (it was
     // reserved meanwhile) left the filter's state, and the limit bounds the jobs touched.
     while total.matched < limit {
@@ -301,10 +311,11 @@ mod tests {
             asked.push(n);
             let m = n.min(left);
             left -= m;
-            Ok(Tally {
+            Ok(BulkResult {
                 matched: m,
                 changed: m,
                 scanned: m,
+                dry_run: false,
             })
         })
         .unwrap();
@@ -317,20 +328,22 @@ mod tests {
         let mut asked = Vec::new();
         let total = bulk_steps(1500, |n| {
             asked.push(n);
-            Ok(Tally {
+            Ok(BulkResult {
                 matched: n,
                 changed: n,
                 scanned: n,
+                dry_run: false,
             })
         })
         .unwrap();
         assert_eq!(asked, vec![1000, 500]);
         assert_eq!(total.changed, 1500);
         let stuck = bulk_steps(5000, |n| {
-            Ok(Tally {
+            Ok(BulkResult {
                 matched: n,
                 changed: 0,
                 scanned: n,
+                dry_run: false,
             })
         })
         .unwrap();

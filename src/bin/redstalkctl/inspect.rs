@@ -11,18 +11,22 @@ use std::io::IsTerminal;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use clap::Args;
+use redstalk::http::api::types::{
+    BodyShown, Bounded, Cursor, Job, JobQuery, JobState, JobWithBody, JobsPage, JobsQuery,
+    SearchPage, SearchQuery, StatsDoc, TubesPage, TubesQuery,
+};
 use serde_json::{Value, json};
 
 use crate::Ctx;
 use crate::api::{Api, seg};
 use crate::beanstalk::Beanstalk;
+use crate::dict::Dict;
 use crate::error::{CtlError, Result};
-use crate::figures::Figures;
 use crate::render::{self, print_json};
 
 pub fn stats(ctx: &Ctx) -> Result<u8> {
     let f = match ctx.api() {
-        Some(api) => figures_of(api.get("/stats", &[])?)?,
+        Some(api) => Dict::of_stats(api.get::<StatsDoc>("/stats", &())?),
         None => ctx.proto()?.stats()?,
     };
     if ctx.json {
@@ -39,7 +43,7 @@ pub fn tubes(ctx: &Ctx) -> Result<u8> {
         None => tubes_proto(&mut ctx.proto()?)?,
     };
     if ctx.json {
-        let list: Vec<Value> = tubes.iter().map(Figures::to_json).collect();
+        let list: Vec<Value> = tubes.iter().map(Dict::to_json).collect();
         print_json(&json!({ "tubes": list }));
     } else {
         print!("{}", render::tubes_table(&tubes));
@@ -48,7 +52,7 @@ pub fn tubes(ctx: &Ctx) -> Result<u8> {
 }
 
 /// Every tube's `stats-tube` figures over the protocol, in `list-tubes` order.
-pub fn tubes_proto(b: &mut Beanstalk) -> Result<Vec<Figures>> {
+pub fn tubes_proto(b: &mut Beanstalk) -> Result<Vec<Dict>> {
     let mut out = Vec::new();
     for name in b.list_tubes()? {
         match b.stats_tube(&name) {
@@ -62,17 +66,20 @@ pub fn tubes_proto(b: &mut Beanstalk) -> Result<Vec<Figures>> {
 }
 
 /// Every tube's figures from the API, all pages, in name order.
-pub fn tubes_api(api: &Api) -> Result<Vec<Figures>> {
-    let limit = [("limit", "1000".to_string())];
-    api.pages("/tubes", &limit, "tubes", None, false)?
-        .into_iter()
-        .map(figures_of)
-        .collect()
-}
-
-fn figures_of(v: Value) -> Result<Figures> {
-    Figures::from_json(&v)
-        .ok_or_else(|| CtlError::Unavailable(format!("expected a JSON object, got {v}")))
+pub fn tubes_api(api: &Api) -> Result<Vec<Dict>> {
+    let mut all = Vec::new();
+    api.each_page(
+        "/tubes",
+        |cursor| TubesQuery {
+            cursor,
+            limit: Bounded::new(1000),
+        },
+        |page: TubesPage| {
+            all.extend(page.tubes.into_iter().map(Dict::of_stats));
+            true
+        },
+    )?;
+    Ok(all)
 }
 
 #[derive(Args)]
@@ -86,6 +93,14 @@ pub struct JobArgs {
     pub preview: usize,
 }
 
+/// A job's body as a command shows it: its first bytes, as text or base64.
+struct Shown {
+    fields: Dict,
+    /// The bytes shown.
+    bytes: Vec<u8>,
+    truncated: bool,
+}
+
 pub fn job(ctx: &Ctx, a: &JobArgs) -> Result<u8> {
     let (figures, body) = match ctx.api() {
         Some(api) => job_api(api, a)?,
@@ -93,60 +108,73 @@ pub fn job(ctx: &Ctx, a: &JobArgs) -> Result<u8> {
     };
     if ctx.json {
         let mut all = figures;
-        all.0.extend(body.0);
+        all.0.extend(body.fields.0);
         print_json(&all.to_json());
         return Ok(0);
     }
     print!("{}", render::key_values(&figures));
     let size = figures.u64("body_size");
-    let text = match (body.get("body"), body.get("body_base64")) {
-        (Some(Value::String(s)), _) => s.clone(),
-        (_, Some(Value::String(b))) => {
-            let bytes = B64.decode(b).unwrap_or_default();
-            render::body_text(&bytes, usize::MAX)
-        }
-        _ => String::new(),
-    };
-    let cut = if body.get("body_truncated") == Some(&Value::Bool(true)) {
+    let cut = if body.truncated {
         ", shown in part"
     } else {
         ""
     };
     println!("body ({size} bytes{cut}):");
-    println!("{text}");
+    match std::str::from_utf8(&body.bytes) {
+        Ok(text) => println!("{text}"),
+        Err(_) => println!("{}", render::body_text(&body.bytes, usize::MAX)),
+    }
     Ok(0)
 }
 
-/// A job over the protocol: `stats-job` figures plus `body_size`, and the body fields.
-fn job_proto(b: &mut Beanstalk, a: &JobArgs) -> Result<(Figures, Figures)> {
+/// The body fields of a job's JSON: `body` when the shown bytes are UTF-8, else
+/// `body_base64`, and `body_truncated`.
+fn shown(bytes: Vec<u8>, truncated: bool) -> Shown {
+    let mut fields = Dict::default();
+    match std::str::from_utf8(&bytes) {
+        Ok(s) => fields.push("body", Value::from(s)),
+        Err(_) => fields.push("body_base64", Value::from(B64.encode(&bytes))),
+    }
+    fields.push("body_truncated", Value::Bool(truncated));
+    Shown {
+        fields,
+        bytes,
+        truncated,
+    }
+}
+
+/// A job over the protocol: `stats-job` figures plus `body_size`, and its body.
+fn job_proto(b: &mut Beanstalk, a: &JobArgs) -> Result<(Dict, Shown)> {
     let mut figures = b.stats_job(a.id)?;
     let body = b.peek(a.id)?;
     figures.push("body_size", Value::from(body.len()));
     let limit = if a.full { body.len() } else { a.preview };
-    let shown = &body[..body.len().min(limit)];
-    let mut fields = Figures::default();
-    match std::str::from_utf8(shown) {
-        Ok(s) => fields.push("body", Value::from(s)),
-        Err(_) => fields.push("body_base64", Value::from(B64.encode(shown))),
-    }
-    fields.push("body_truncated", Value::Bool(shown.len() < body.len()));
-    Ok((figures, fields))
+    let truncated = body.len() > limit;
+    let mut body = body;
+    body.truncate(limit);
+    Ok((figures, shown(body, truncated)))
 }
 
-/// A job from the API, its body fields apart from its figures.
-fn job_api(api: &Api, a: &JobArgs) -> Result<(Figures, Figures)> {
-    let mode = if a.full { "full" } else { "preview" };
-    let q = [
-        ("body", mode.to_string()),
-        ("preview", a.preview.to_string()),
-    ];
-    let all = figures_of(api.get(&format!("/jobs/{}", a.id), &q)?)?;
-    let is_body = |k: &str| matches!(k, "body" | "body_base64" | "body_truncated");
-    let (body, mut figures): (Vec<_>, Vec<_>) = all.0.into_iter().partition(|(k, _)| is_body(k));
-    // JSON objects come sorted by key; people read stats-job's order.
-    let rank = |k: &str| render::JOB_ORDER.iter().position(|o| *o == k);
-    figures.sort_by_key(|(k, _)| rank(k).unwrap_or(usize::MAX));
-    Ok((Figures(figures), Figures(body)))
+/// A job from the API: its figures in `stats-job`'s order (then the API's own), and
+/// its body.
+fn job_api(api: &Api, a: &JobArgs) -> Result<(Dict, Shown)> {
+    let q = JobQuery {
+        body: Some(if a.full {
+            BodyShown::Full
+        } else {
+            BodyShown::Preview
+        }),
+        preview: Bounded::new(a.preview as u64),
+    };
+    let j: JobWithBody = api.get(&format!("/jobs/{}", a.id), &q)?;
+    let bytes = match (j.body, j.body_base64) {
+        (Some(text), _) => text.into_owned().into_bytes(),
+        (None, Some(b)) => B64
+            .decode(b)
+            .map_err(|e| CtlError::Unavailable(format!("the job's body_base64: {e}")))?,
+        (None, None) => Vec::new(),
+    };
+    Ok((Dict::of(&j.job), shown(bytes, j.body_truncated)))
 }
 
 #[derive(Args)]
@@ -154,7 +182,7 @@ pub struct JobsArgs {
     pub tube: String,
     /// ready, delayed, buried or reserved.
     #[arg(long, default_value = "ready")]
-    pub state: String,
+    pub state: JobState,
     /// Jobs per page (at most 1000).
     #[arg(long, default_value_t = 50)]
     pub limit: u32,
@@ -169,36 +197,44 @@ pub struct JobsArgs {
 pub fn jobs(ctx: &Ctx, a: &JobsArgs) -> Result<u8> {
     let api = ctx.need_api("jobs")?;
     let path = format!("/tubes/{}/jobs", seg(&a.tube));
-    let mut q = vec![("state", a.state.clone()), ("limit", a.limit.to_string())];
-    let (jobs, next) = if a.all {
-        let progress = std::io::stderr().is_terminal();
-        (api.pages(&path, &q, "jobs", None, progress)?, None)
-    } else {
-        if let Some(c) = &a.cursor {
-            q.push(("cursor", c.clone()));
-        }
-        let page = api.get(&path, &q)?;
-        let jobs = page
-            .get("jobs")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
-        let next = page
-            .get("next_cursor")
-            .and_then(Value::as_str)
-            .map(str::to_string);
-        (jobs, next)
+    let query = |cursor| JobsQuery {
+        state: Some(a.state),
+        cursor,
+        limit: Bounded::new(u64::from(a.limit)),
     };
+    let mut jobs: Vec<Job<'static>> = Vec::new();
+    let mut next = None;
+    if a.all {
+        let progress = std::io::stderr().is_terminal();
+        api.each_page(&path, query, |page: JobsPage| {
+            jobs.extend(page.jobs);
+            if progress {
+                eprint!("\r{} jobs read", jobs.len());
+            }
+            true
+        })?;
+        if progress {
+            eprintln!();
+        }
+    } else {
+        let page: JobsPage = api.get(&path, &query(a.cursor.clone().map(Cursor)))?;
+        jobs = page.jobs;
+        next = page.next_cursor;
+    }
     if ctx.json {
-        print_json(&json!({
-            "tube": a.tube, "state": a.state, "jobs": jobs, "next_cursor": next,
-        }));
+        let page = JobsPage {
+            tube: a.tube.clone().into(),
+            state: a.state,
+            jobs,
+            next_cursor: next,
+        };
+        print_json(&page);
     } else {
         print!("{}", render::jobs_table(&jobs, false));
         if let Some(c) = next {
             eprintln!(
-                "more: redstalkctl jobs {} --state {} --limit {} --cursor {c}",
-                a.tube, a.state, a.limit
+                "more: redstalkctl jobs {} --state {} --limit {} --cursor {}",
+                a.tube, a.state, a.limit, c.0
             );
         }
     }
@@ -213,7 +249,7 @@ pub struct SearchArgs {
     pub tube: Option<String>,
     /// Only this state.
     #[arg(long)]
-    pub state: Option<String>,
+    pub state: Option<JobState>,
     /// Stop after this many matching jobs.
     #[arg(long, default_value_t = 100)]
     pub limit: usize,
@@ -225,48 +261,47 @@ pub struct SearchArgs {
 pub fn search(ctx: &Ctx, a: &SearchArgs) -> Result<u8> {
     let api = ctx.need_api("search")?;
     let progress = std::io::stderr().is_terminal();
-    let mut base = vec![("contains", a.substr.clone()), ("scan", a.scan.to_string())];
-    if let Some(t) = &a.tube {
-        base.push(("tube", t.clone()));
-    }
-    if let Some(s) = &a.state {
-        base.push(("state", s.clone()));
-    }
-    let (mut found, mut scanned, mut cursor, mut done) = (Vec::new(), 0u64, None, false);
-    while !done && found.len() < a.limit {
-        let mut q = base.clone();
-        if let Some(c) = &cursor {
-            q.push(("cursor", String::clone(c)));
-        }
-        let page = api.get("/search", &q)?;
-        found.extend(
-            page.get("jobs")
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default(),
-        );
-        scanned += page.get("scanned").and_then(Value::as_u64).unwrap_or(0);
-        cursor = page
-            .get("next_cursor")
-            .and_then(Value::as_str)
-            .map(str::to_string);
-        done = page.get("done").and_then(Value::as_bool).unwrap_or(true) || cursor.is_none();
+    let mut found = SearchPage {
+        jobs: Vec::new(),
+        scanned: 0,
+        next_cursor: None,
+        done: false,
+    };
+    let query = |cursor| SearchQuery {
+        contains: a.substr.clone(),
+        tube: a.tube.clone(),
+        state: a.state,
+        scan: Bounded::new(u64::from(a.scan)),
+        cursor,
+    };
+    api.each_page("/search", query, |page: SearchPage| {
+        found.jobs.extend(page.jobs);
+        found.scanned += page.scanned;
+        found.next_cursor = page.next_cursor;
+        found.done = page.done || found.next_cursor.is_none();
         if progress {
-            eprint!("\rscanned {scanned}, found {}", found.len());
+            eprint!("\rscanned {}, found {}", found.scanned, found.jobs.len());
         }
-    }
+        !found.done && found.jobs.len() < a.limit
+    })?;
     if progress {
         eprintln!();
     }
-    found.truncate(a.limit);
+    found.jobs.truncate(a.limit);
     if ctx.json {
-        print_json(&json!({
-            "jobs": found, "scanned": scanned, "done": done, "next_cursor": cursor,
-        }));
+        print_json(&found);
     } else {
-        print!("{}", render::jobs_table(&found, true));
-        let more = if done { "" } else { " (stopped at --limit)" };
-        eprintln!("{} found, {scanned} scanned{more}", found.len());
+        print!("{}", render::jobs_table(&found.jobs, true));
+        let more = if found.done {
+            ""
+        } else {
+            " (stopped at --limit)"
+        };
+        eprintln!(
+            "{} found, {} scanned{more}",
+            found.jobs.len(),
+            found.scanned
+        );
     }
     Ok(0)
 }

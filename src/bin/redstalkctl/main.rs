@@ -11,8 +11,8 @@
 mod api;
 mod beanstalk;
 mod change;
+mod dict;
 mod error;
-mod figures;
 mod inspect;
 mod render;
 mod watch;
@@ -24,6 +24,7 @@ use clap::{Parser, Subcommand};
 
 use crate::api::Api;
 use crate::beanstalk::Beanstalk;
+use crate::change::JobChange;
 use crate::error::{CtlError, Result};
 
 #[derive(Parser)]
@@ -43,8 +44,8 @@ struct Cli {
         default_value = "127.0.0.1:11300"
     )]
     server: String,
-    /// The admin HTTP API (http://HOST:PORT, redstalk's --metrics address); every
-    /// command then goes through it.
+    /// The admin HTTP API (http://HOST:PORT, redstalk's --http address); every command
+    /// then goes through it.
     #[arg(long, global = true, env = "REDSTALKCTL_API")]
     api: Option<String>,
     /// The admin token (also REDSTALK_ADMIN_TOKEN); sent only as a bearer header.
@@ -140,10 +141,10 @@ fn run(cli: Cli) -> Result<u8> {
         Cmd::Put(a) => change::put(&ctx, &a),
         Cmd::Delete { id } => change::delete(&ctx, id),
         Cmd::Kick(a) => change::kick(&ctx, &a),
-        Cmd::Bury { id } => change::job_action(&ctx, id, "bury", None),
+        Cmd::Bury { id } => change::job_action(&ctx, id, JobChange::Bury),
         Cmd::Move(a) => change::move_jobs(&ctx, &a),
-        Cmd::Pri { id, pri } => change::job_action(&ctx, id, "pri", Some(("pri", pri))),
-        Cmd::Delay { id, secs } => change::job_action(&ctx, id, "delay", Some(("delay", secs))),
+        Cmd::Pri { id, pri } => change::job_action(&ctx, id, JobChange::Pri(pri)),
+        Cmd::Delay { id, secs } => change::job_action(&ctx, id, JobChange::Delay(secs)),
         Cmd::Pause { tube, secs } => change::pause(&ctx, &tube, secs),
         Cmd::Tail(a) => watch::tail(&ctx, &a),
         Cmd::Top(a) => watch::top(&ctx, &a),

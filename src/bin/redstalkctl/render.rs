@@ -5,9 +5,10 @@
 //! always one parseable JSON document (or, for `tail`/`top`, one per line); a column
 //! whose cells are all numbers is right-aligned, others left-aligned.
 
-use serde_json::Value;
+use redstalk::http::api::types::{HeldBy, Job};
+use serde::Serialize;
 
-use crate::figures::{Figures, display};
+use crate::dict::{Dict, display};
 
 /// A table of text cells under a header row.
 pub struct Table {
@@ -73,15 +74,12 @@ impl Table {
 }
 
 /// Print `v` as pretty JSON on stdout.
-pub fn print_json(v: &Value) {
-    println!(
-        "{}",
-        serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())
-    );
+pub fn print_json(v: &impl Serialize) {
+    println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
 }
 
 /// `key: value` lines, keys padded to one width.
-pub fn key_values(f: &Figures) -> String {
+pub fn key_values(f: &Dict) -> String {
     let w = f.0.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
     f.0.iter()
         .map(|(k, v)| format!("{k:<w$}  {}\n", display(v)))
@@ -103,7 +101,7 @@ pub const TUBE_COLUMNS: &[(&str, &str)] = &[
     ("PAUSE-LEFT", "pause-time-left"),
 ];
 
-pub fn tubes_table(tubes: &[Figures]) -> String {
+pub fn tubes_table(tubes: &[Dict]) -> String {
     let headers: Vec<&str> = TUBE_COLUMNS.iter().map(|(h, _)| *h).collect();
     let mut t = Table::new(&headers);
     for f in tubes {
@@ -112,44 +110,27 @@ pub fn tubes_table(tubes: &[Figures]) -> String {
     t.render()
 }
 
-/// The order of a job's figures for people: `stats-job`'s, then the API's own.
-pub const JOB_ORDER: &[&str] = &[
-    "id",
-    "tube",
-    "state",
-    "pri",
-    "age",
-    "delay",
-    "ttr",
-    "time-left",
-    "file",
-    "reserves",
-    "timeouts",
-    "releases",
-    "buries",
-    "kicks",
-    "body_size",
-    "holder",
+/// A column's cell of a job.
+type Cell = fn(&Job<'_>) -> String;
+
+/// The columns of the jobs table: header and cell.
+const JOB_COLUMNS: &[(&str, Cell)] = &[
+    ("ID", |j| j.id.to_string()),
+    ("STATE", |j| j.state.to_string()),
+    ("PRI", |j| j.pri.to_string()),
+    ("AGE", |j| j.age.to_string()),
+    ("DELAY", |j| j.delay.to_string()),
+    ("TTR", |j| j.ttr.to_string()),
+    ("TIME-LEFT", |j| j.time_left.to_string()),
+    ("RESERVES", |j| j.reserves.to_string()),
+    ("BURIES", |j| j.buries.to_string()),
+    ("KICKS", |j| j.kicks.to_string()),
+    ("SIZE", |j| j.body_size.to_string()),
 ];
 
-/// The columns of the jobs table: header and JOB key.
-const JOB_COLUMNS: &[(&str, &str)] = &[
-    ("ID", "id"),
-    ("STATE", "state"),
-    ("PRI", "pri"),
-    ("AGE", "age"),
-    ("DELAY", "delay"),
-    ("TTR", "ttr"),
-    ("TIME-LEFT", "time-left"),
-    ("RESERVES", "reserves"),
-    ("BURIES", "buries"),
-    ("KICKS", "kicks"),
-    ("SIZE", "body_size"),
-];
-
-/// A jobs table (the API's JOB objects); with `with_tube` a TUBE column, and a HOLDER
-/// column (`addr#conn@instance`) for reserved jobs.
-pub fn jobs_table(jobs: &[Value], with_tube: bool) -> String {
+/// A jobs table; with `with_tube` a TUBE column, and a HOLDER column
+/// (`addr#conn@instance`) for reserved jobs.
+pub fn jobs_table(jobs: &[Job<'_>], with_tube: bool) -> String {
     let mut headers: Vec<&str> = JOB_COLUMNS.iter().map(|(h, _)| *h).collect();
     if with_tube {
         headers.insert(1, "TUBE");
@@ -157,23 +138,22 @@ pub fn jobs_table(jobs: &[Value], with_tube: bool) -> String {
     headers.push("HOLDER");
     let mut t = Table::new(&headers);
     for job in jobs {
-        let cell = |k: &str| job.get(k).map(display).unwrap_or_default();
-        let mut row: Vec<String> = JOB_COLUMNS.iter().map(|(_, k)| cell(k)).collect();
+        let mut row: Vec<String> = JOB_COLUMNS.iter().map(|(_, cell)| cell(job)).collect();
         if with_tube {
-            row.insert(1, cell("tube"));
+            row.insert(1, job.tube.to_string());
         }
-        row.push(holder(job.get("holder")));
+        row.push(holder(job.holder.as_ref()));
         t.row(row);
     }
     t.render()
 }
 
-fn holder(h: Option<&Value>) -> String {
-    let Some(h) = h.filter(|h| h.is_object()) else {
+fn holder(h: Option<&HeldBy<'_>>) -> String {
+    let Some(h) = h else {
         return "-".to_string();
     };
-    let part = |k: &str| h.get(k).map(display).unwrap_or_default();
-    format!("{}#{}@{}", part("addr"), part("conn"), part("instance"))
+    let addr = h.addr.as_deref().unwrap_or("-");
+    format!("{addr}#{}@{}", h.conn, h.instance)
 }
 
 /// At most `limit` bytes of `body` as text for a terminal: invalid UTF-8 replaced,
@@ -222,8 +202,12 @@ mod tests {
 
     #[test]
     fn holder_cell() {
-        let j = serde_json::json!({"holder": {"instance": "i1", "addr": "10.0.0.1:5", "conn": 7}});
-        assert_eq!(holder(j.get("holder")), "10.0.0.1:5#7@i1");
-        assert_eq!(holder(Some(&Value::Null)), "-");
+        let h = HeldBy {
+            instance: "i1".into(),
+            addr: Some("10.0.0.1:5".into()),
+            conn: 7,
+        };
+        assert_eq!(holder(Some(&h)), "10.0.0.1:5#7@i1");
+        assert_eq!(holder(None), "-");
     }
 }

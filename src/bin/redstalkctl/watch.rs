@@ -17,8 +17,8 @@ use serde_json::{Map, Value, json};
 use crate::Ctx;
 use crate::api::Api;
 use crate::beanstalk::Beanstalk;
+use crate::dict::Dict;
 use crate::error::{CtlError, Result};
-use crate::figures::Figures;
 use crate::inspect::{tubes_api, tubes_proto};
 use crate::render;
 
@@ -60,7 +60,7 @@ impl Poller<'_> {
     }
 
     /// Every tube's figures, by name.
-    fn poll(&mut self) -> Result<BTreeMap<String, Figures>> {
+    fn poll(&mut self) -> Result<BTreeMap<String, Dict>> {
         let tubes = match self {
             Poller::Api(api) => tubes_api(api)?,
             Poller::Proto(b) => tubes_proto(b)?,
@@ -88,7 +88,7 @@ fn every(a: &WatchArgs, mut refresh: impl FnMut(u64) -> Result<()>) -> Result<u8
 
 pub fn tail(ctx: &Ctx, a: &WatchArgs) -> Result<u8> {
     let mut poller = Poller::new(ctx)?;
-    let mut last: Option<BTreeMap<String, Figures>> = None;
+    let mut last: Option<BTreeMap<String, Dict>> = None;
     every(a, |_| {
         let now = poller.poll()?;
         let (secs, clock) = time_now();
@@ -121,18 +121,15 @@ fn event(text: String, json: Value) -> Event {
 }
 
 /// What `tail` prints for a refresh from `last` (`None`: the first) to `now`.
-fn tail_events(
-    last: Option<&BTreeMap<String, Figures>>,
-    now: &BTreeMap<String, Figures>,
-) -> Vec<Event> {
+fn tail_events(last: Option<&BTreeMap<String, Dict>>, now: &BTreeMap<String, Dict>) -> Vec<Event> {
     let mut out = Vec::new();
-    let tailed = |f: &Figures| -> Map<String, Value> {
+    let tailed = |f: &Dict| -> Map<String, Value> {
         TAILED
             .iter()
             .filter_map(|k| Some((k.to_string(), f.get(k)?.clone())))
             .collect()
     };
-    let summary = |f: &Figures| {
+    let summary = |f: &Dict| {
         TAILED
             .iter()
             .filter(|k| f.get(k).is_some())
@@ -188,7 +185,7 @@ fn tail_events(
 }
 
 /// `ready 3 -> 5 (+2)`.
-fn change_text(key: &str, old: &Figures, new: &Figures) -> String {
+fn change_text(key: &str, old: &Dict, new: &Dict) -> String {
     let (a, b) = (old.u64(key) as i128, new.u64(key) as i128);
     format!(
         "{} {} -> {} ({:+})",
@@ -211,9 +208,9 @@ pub fn top(ctx: &Ctx, a: &WatchArgs) -> Result<u8> {
     every(a, |n| {
         let now = poller.poll()?;
         let (secs, clock) = time_now();
-        let tubes: Vec<Figures> = now.into_values().collect();
+        let tubes: Vec<Dict> = now.into_values().collect();
         if ctx.json {
-            let list: Vec<Value> = tubes.iter().map(Figures::to_json).collect();
+            let list: Vec<Value> = tubes.iter().map(Dict::to_json).collect();
             println!("{}", json!({ "time": secs, "tubes": list }));
             return Ok(());
         }
@@ -251,9 +248,9 @@ fn time_now() -> (f64, String) {
 mod tests {
     use super::*;
 
-    fn tube(name: &str, ready: u64) -> (String, Figures) {
+    fn tube(name: &str, ready: u64) -> (String, Dict) {
         let yaml = format!("---\nname: {name}\ncurrent-jobs-ready: {ready}\ntotal-jobs: {ready}\n");
-        (name.to_string(), Figures::from_yaml(&yaml, &["name"]))
+        (name.to_string(), Dict::from_yaml(&yaml, &["name"]))
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! Figures: the named values of a `stats`, `stats-tube` or `stats-job` reply (or their
-//! admin API twins), in the order the server gave them.
+//! A dictionary: the named values of a `stats`, `stats-tube` or `stats-job` reply (or
+//! their admin API twins), in the order the server gave them, as the tool prints them.
 //!
 //! Invariants: keys are beanstalkd's YAML names on both paths (protocol and API), so
 //! the tool's tables and `--json` output are the same whichever path a command took;
@@ -7,15 +7,17 @@
 //! the caller's string keys (a `version` of `1.12` or a server `id` of digits stays a
 //! string), otherwise a JSON string.
 
+use redstalk::http::api::types::StatsDoc;
+use serde::Serialize;
 use serde_json::{Map, Value};
 
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Figures(pub Vec<(String, Value)>);
+pub struct Dict(pub Vec<(String, Value)>);
 
-impl Figures {
+impl Dict {
     /// Parse a YAML dictionary reply (`---` then `key: value` lines); values of
     /// `string_keys` stay strings.
-    pub fn from_yaml(text: &str, string_keys: &[&str]) -> Figures {
+    pub fn from_yaml(text: &str, string_keys: &[&str]) -> Dict {
         let pairs = text
             .lines()
             .filter(|l| *l != "---")
@@ -30,16 +32,20 @@ impl Figures {
                 (k.to_string(), value)
             })
             .collect();
-        Figures(pairs)
+        Dict(pairs)
     }
 
-    /// The figures of a JSON object (keys in the object's order); `None` for anything
-    /// that is not an object.
-    pub fn from_json(v: &Value) -> Option<Figures> {
-        let obj = v.as_object()?;
-        Some(Figures(
-            obj.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-        ))
+    /// An API stats document, in its order.
+    pub fn of_stats(doc: StatsDoc) -> Dict {
+        Dict(doc.0.into_iter().collect())
+    }
+
+    /// An API answer's fields, in the order its type declares them.
+    pub fn of(answer: &impl Serialize) -> Dict {
+        match serde_json::to_value(answer) {
+            Ok(Value::Object(m)) => Dict(m.into_iter().collect()),
+            _ => Dict::default(),
+        }
     }
 
     pub fn to_json(&self) -> Value {
@@ -106,7 +112,7 @@ mod tests {
 
     #[test]
     fn yaml_numbers_strings_and_quotes() {
-        let f = Figures::from_yaml(
+        let f = Dict::from_yaml(
             "---\nname: \"emails\"\ncurrent-jobs-ready: 3\nrusage-utime: 0.012000\nversion: 1.12\nid: 1234\n",
             &["version", "id"],
         );
