@@ -29,6 +29,11 @@
 //!   address: one using and watching its tubes and holding a reserved job (with its
 //!   time left), one blocked in `reserve-with-timeout` (since, until, tubes); once they
 //!   disconnect they are gone.
+//! - `every_error_is_the_documented_json_on_a_leader_and_a_standby` — memory mode, a
+//!   leader and its standby (whose forwarder reads the body itself): `PUT /jobs/1` is
+//!   405 `method_not_allowed` with `Allow` (401 without the token: the guard answers
+//!   first), a 300 KiB body 413 `payload_too_large` while 200 KiB is taken, an unknown
+//!   route 404, a bad parameter, path or JSON body 400 — each the API's JSON error.
 //! - `refusals` — on every mode: no token / wrong token 401 (`WWW-Authenticate`), no
 //!   token configured 401 for changes but reads served, read-only 403 `read_only`,
 //!   cross-origin (`Origin`, `Sec-Fetch-Site`) 403 `forbidden`, `--admin-read-auth`
@@ -93,7 +98,7 @@ impl Home {
     fn launch_as(&self, extra: &[&str], role: &str) -> (ServerProc, Api) {
         for _ in 0..5 {
             let http: SocketAddr = ([127, 0, 0, 1], support::free_port()).into();
-            let mut args = vec!["--metrics".to_string(), http.to_string()];
+            let mut args = vec!["--http".to_string(), http.to_string()];
             args.extend(extra.iter().map(|s| s.to_string()));
             let started = match self {
                 Home::Memory => ServerProc::start(ServerKind::Memory, &args).map(|s| s.unwrap()),
@@ -202,6 +207,34 @@ impl Api {
             req = req.header(*k, *v);
         }
         answer(req.send(body.to_string()))
+    }
+
+    /// Any request: status, JSON body (`Null` when not JSON), `Allow`.
+    fn send(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<String>,
+        headers: &[(&str, &str)],
+    ) -> (u16, Value, String) {
+        let request = ureq::http::Request::builder()
+            .method(method)
+            .uri(self.url(path));
+        let request = headers
+            .iter()
+            .fold(request, |r, (k, v)| r.header(*k, *v))
+            .body(body.unwrap_or_default())
+            .unwrap();
+        let mut r = agent().run(request).unwrap();
+        let allow = r
+            .headers()
+            .get("allow")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string();
+        let text = r.body_mut().read_to_string().unwrap();
+        let json = serde_json::from_str(&text).unwrap_or(Value::Null);
+        (r.status().as_u16(), json, allow)
     }
 
     /// Every job of `tube` in `state`, page by page of `limit`.
@@ -711,6 +744,96 @@ fn bulk_dry_run_counts_what_the_real_run_changes() {
         assert_eq!(api.list_all("seven", "ready", || 1000).len(), 7);
         drop(srv);
     }
+}
+
+/// The API's errors, each asked of `api` (a server with [`TOKEN`] and `-z` above 200
+/// KiB), as `name` answers them: all JSON, with the code and status docs/API.md gives.
+fn errors_are_json(name: &str, api: &Api) {
+    let auth = format!("Bearer {TOKEN}");
+    let with_token = [("authorization", auth.as_str())];
+    let code = |v: &Value| {
+        v["error"]["code"]
+            .as_str()
+            .unwrap_or("(not JSON)")
+            .to_string()
+    };
+    let (s, v, allow) = api.send("PUT", "/jobs/1", None, &with_token);
+    println!("{name}: PUT /jobs/1: {s} {v} (Allow: {allow})");
+    assert_eq!(
+        (s, code(&v).as_str()),
+        (405, "method_not_allowed"),
+        "{name}"
+    );
+    assert!(
+        allow.contains("GET") && allow.contains("DELETE"),
+        "{name}: Allow {allow:?}"
+    );
+    let (s, v, _) = api.send("PUT", "/jobs/1", None, &[]);
+    assert_eq!((s, code(&v).as_str()), (401, "unauthorized"), "{name}: {v}");
+
+    let body = |kib: usize| Some(json!({"body": "x".repeat(kib * 1024)}).to_string());
+    let (s, v, _) = api.send("POST", "/tubes/big/jobs", body(300), &with_token);
+    println!("{name}: a 300 KiB body: {s} {v}");
+    assert_eq!((s, code(&v).as_str()), (413, "payload_too_large"), "{name}");
+    let (s, v, _) = api.send("POST", "/tubes/big/jobs", body(200), &with_token);
+    assert_eq!(s, 201, "{name}: a 200 KiB body is taken: {v}");
+
+    for (method, path, body, want) in [
+        ("GET", "/nope", None, (404, "not_found")),
+        ("GET", "/tubes?limit=0", None, (400, "bad_request")),
+        (
+            "GET",
+            "/tubes/big/jobs?state=gone",
+            None,
+            (400, "bad_request"),
+        ),
+        ("GET", "/jobs/seven", None, (400, "bad_request")),
+        (
+            "GET",
+            "/tubes/big/jobs?cursor=bm90LWEta2V5",
+            None,
+            (400, "bad_request"),
+        ),
+        (
+            "POST",
+            "/jobs/1/pri",
+            Some("{".to_string()),
+            (400, "bad_request"),
+        ),
+        (
+            "POST",
+            "/jobs/1/pri",
+            Some("{}".to_string()),
+            (400, "bad_request"),
+        ),
+        ("GET", "/jobs/999999", None, (404, "not_found")),
+    ] {
+        let (s, v, _) = api.send(method, path, body, &with_token);
+        assert_eq!((s, code(&v).as_str()), want, "{name}: {method} {path}: {v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty()),
+            "{name}: {v}"
+        );
+    }
+}
+
+#[test]
+fn every_error_is_the_documented_json_on_a_leader_and_a_standby() {
+    let _serial = serial();
+    let flags = ["--admin-token", TOKEN, "-z", "300000"];
+    let (memory, api) = Home::Memory.launch(&flags);
+    errors_are_json("memory", &api);
+    drop(memory);
+    let Some(redis) = private_redis(&[], "API errors on a leader and a standby") else {
+        return;
+    };
+    let home = Home::Leader(redis);
+    let (_leader, leader_api) = home.launch(&flags);
+    let (_standby, standby_api) = home.launch_as(&flags, "standby");
+    errors_are_json("leader", &leader_api);
+    errors_are_json("standby", &standby_api);
 }
 
 #[test]

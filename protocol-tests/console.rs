@@ -1,5 +1,5 @@
 //! The web console (`/console/`, docs/CONSOLE.md) in headless Debian chromium, driven
-//! through chromedriver with fantoccini, against the real binary with `--metrics` and
+//! through chromedriver with fantoccini, against the real binary with `--http` and
 //! `--admin-token`, in memory mode and in Redis leader mode (a private redis-server from
 //! the test support; skipped loudly without one): one chromedriver, a browser session
 //! per server. Every wait is bounded; figures are printed.
@@ -20,7 +20,8 @@
 //!   forwards to the leader's): the overview loads, a job put shows up within 2 s, the
 //!   event stream's snapshots arrive one by one (not buffered by the forwarder), and a
 //!   session made on the standby changes things on the leader;
-//! - screenshots of each page, light and dark, go to docs/console/*.png (memory mode).
+//! - screenshots of each page, light and dark (memory mode), go under `target/`;
+//!   `REDSTALK_REFRESH_SCREENSHOTS=1` writes them to docs/console/*.png instead.
 //!
 //! `login_guessing_is_bounded`: after `--admin-login-limit` wrong tokens the login (and,
 //! counted the same way, the API's `Authorization: Bearer`)
@@ -103,7 +104,7 @@ impl Server {
     fn launch(mode: Mode, extra: &[&str], on_redis: Option<String>, role: &str) -> Server {
         for _ in 0..5 {
             let http: SocketAddr = ([127, 0, 0, 1], support::free_port()).into();
-            let mut args: Vec<String> = ["--metrics", &http.to_string(), "--admin-token", TOKEN]
+            let mut args: Vec<String> = ["--http", &http.to_string(), "--admin-token", TOKEN]
                 .iter()
                 .map(|s| s.to_string())
                 .collect();
@@ -272,17 +273,26 @@ async fn go(b: &Browser, url: &str) {
     .await;
 }
 
+/// Where the screenshots go: under `target/` on every run, so a test run leaves the
+/// tracked files alone; into `docs/console/` only when asked to refresh them
+/// (`REDSTALK_REFRESH_SCREENSHOTS=1`, the command docs/CONSOLE.md gives).
 fn screens_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/console")
+    if std::env::var_os("REDSTALK_REFRESH_SCREENSHOTS").is_some_and(|v| v == "1") {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/console")
+    } else {
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots")
+    }
 }
 
 async fn screenshot(b: &Browser, name: &str) {
     // Let the live figures arrive and the page settle.
     tokio::time::sleep(Duration::from_millis(1200)).await;
     let png = b.screenshot().await.unwrap();
-    std::fs::create_dir_all(screens_dir()).unwrap();
-    std::fs::write(screens_dir().join(format!("{name}.png")), &png).unwrap();
-    println!("screenshot docs/console/{name}.png: {} bytes", png.len());
+    let dir = screens_dir();
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("{name}.png"));
+    std::fs::write(&path, &png).unwrap();
+    println!("screenshot {}: {} bytes", path.display(), png.len());
 }
 
 async fn login(b: &Browser, s: &Server) {

@@ -49,7 +49,7 @@ impl Redstalk {
         let mut cmd = Command::new(support::redstalk_path());
         cmd.env("REDSTALK_HISTORY_PERIOD_MS", PERIOD_MS)
             .args(["-l", "127.0.0.1", "-p", &port.to_string()])
-            .args(["--metrics", &http.to_string()])
+            .args(["--http", &http.to_string()])
             .args(extra);
         let (child, log) = support::spawn_logged(&mut cmd).expect("spawn redstalk");
         let deadline = Instant::now() + WAIT;

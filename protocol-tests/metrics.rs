@@ -1,4 +1,5 @@
-//! The metrics listener (`--metrics ADDR`) against the real `redstalk` binary, with a
+//! The HTTP listener's metrics and probes (`--http ADDR`) against the real `redstalk`
+//! binary, with a
 //! real HTTP client (ureq) and, on the Redis engine, a private `redis-server` per test
 //! (never the Redis on 6379). Every wait is bounded, so a hung server fails a test
 //! rather than hanging it.
@@ -19,7 +20,8 @@
 //!   the same port, `/readyz` is 200 again without restarting redstalk, and `/metrics`
 //!   says where the namespace lives (`redstalk_redis_info{topology="standalone",...,
 //!   primary="127.0.0.1:PORT"}`, no slot).
-//! - `http_errors_and_limits` — unknown paths 404, non-GET 405 (with `Allow: GET`); an
+//! - `http_errors_and_limits` — `GET /` redirects to the console (303, `Location:
+//!   /console/`); unknown paths 404, non-GET 405 (with `Allow: GET`); an
 //!   oversized request head gets 431 and a firehose of header bytes does not grow the
 //!   process (RSS) or stop it answering; a request head that never ends is answered 408
 //!   and closed after the read timeout; meanwhile beanstalk commands answer at once.
@@ -689,8 +691,18 @@ fn http_errors_and_limits() {
     };
     let r = http("GET", maddr, "/nope");
     assert_eq!(r.status, 404);
-    let r = http("GET", maddr, "/");
-    assert_eq!(r.status, 404);
+    // Someone who opens the port in a browser finds the console.
+    let home = raw_exchange(
+        maddr,
+        b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    assert!(
+        home.starts_with("HTTP/1.1 303 ")
+            && home
+                .to_ascii_lowercase()
+                .contains("\r\nlocation: /console/\r\n"),
+        "{home:?}"
+    );
     for method in ["POST", "DELETE", "HEAD"] {
         let r = http(method, maddr, "/metrics");
         assert_eq!(r.status, 405, "{method}");
@@ -766,11 +778,11 @@ fn http_errors_and_limits() {
 
 // ---- cost and availability under hostile use ----
 
-/// A redstalk of `kind` serving metrics on a free port with `extra` flags.
+/// A redstalk of `kind` serving HTTP on a free port with `extra` flags.
 fn start_with(kind: ServerKind, extra: &[&str]) -> Option<(ServerProc, SocketAddr)> {
     for _ in 0..5 {
         let maddr: SocketAddr = ([127, 0, 0, 1], support::free_port()).into();
-        let mut args = vec!["--metrics".to_string(), maddr.to_string()];
+        let mut args = vec!["--http".to_string(), maddr.to_string()];
         args.extend(extra.iter().map(|a| a.to_string()));
         match ServerProc::start(kind, &args) {
             Ok(Some(srv)) => {

@@ -146,12 +146,13 @@ impl From<StoreError> for ApiError {
 /// length limit), or cut short.
 impl From<BytesRejection> for ApiError {
     fn from(r: BytesRejection) -> ApiError {
-        let code = if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ErrorCode::PayloadTooLarge
-        } else {
-            ErrorCode::BadRequest
-        };
-        ApiError::new(code, r.body_text())
+        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            return ApiError::new(
+                ErrorCode::PayloadTooLarge,
+                "the request body is larger than this route reads",
+            );
+        }
+        ApiError::bad_request(r.body_text())
     }
 }
 

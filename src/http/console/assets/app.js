@@ -1,6 +1,6 @@
 // redstalk console, core: DOM helpers (text only: never innerHTML), the API client,
-// formatting, the hash router, live events, login and the overview page.
-// pages.js adds the tube, job and search pages to `Pages`.
+// formatting, the pager of every list, the hash router, live events, login and the
+// overview page. pages.js adds the tube, job and search pages to `Pages`.
 "use strict";
 
 const API = "/api/v1";
@@ -108,6 +108,35 @@ function card(label, value, id) {
   return el("div", { class: "card" }, el("div", { class: "k" }, label),
     el("div", { class: "v", id: id }, value));
 }
+
+// A list paged by the API's cursors (every list: `cursor` in, `next_cursor` out).
+// `load(cursor)` shows one page and returns its `next_cursor`; Previous and Next (and
+// the `p` / `n` keys) walk back over the cursors seen and on to the next.
+class Pager {
+  constructor(prev, next, load) {
+    Object.assign(this, { prev, next, load, cursors: [""], index: 0, nextCursor: null });
+    prev.onclick = () => { if (this.index > 0) { this.index--; this.show(); } };
+    next.onclick = () => {
+      if (!this.nextCursor) return;
+      this.cursors[++this.index] = this.nextCursor;
+      this.show();
+    };
+    Pages.pager = { next: () => next.click(), prev: () => prev.click() };
+  }
+  get first() { return this.index === 0; }
+  // The page at the current cursor, again.
+  async reload() {
+    this.nextCursor = await this.load(this.cursors[this.index]);
+    this.prev.disabled = this.first;
+    this.next.disabled = !this.nextCursor;
+  }
+  // Back to the first page.
+  restart() { this.cursors = [""]; this.index = 0; return this.reload(); }
+  show() { this.reload().catch((e) => showError(e.message)); }
+}
+
+// `&cursor=C` for a page after the first.
+function cursorParam(c) { return c ? "&cursor=" + encodeURIComponent(c) : ""; }
 
 function tubeLink(name) {
   return el("a", { href: "#/tube/" + encodeURIComponent(name), class: "tube" }, name);
@@ -273,7 +302,6 @@ const TUBES_PAGE = 50;
 Pages.overview = async function (main) {
   const cards = el("div", { class: "cards", id: "server-cards" });
   const body = el("tbody", { id: "tubes-body" });
-  const pager = { cursors: [""], index: 0, next: null };
   const prev = el("button", { type: "button", id: "tubes-prev" }, "← Previous");
   const next = el("button", { type: "button", id: "tubes-next" }, "Next →");
   const count = el("span", { class: "muted", id: "tube-count" });
@@ -292,23 +320,13 @@ Pages.overview = async function (main) {
       el("td", {}, paused), Hist.cell(t.name));
   }
   function render(tubes) { body.replaceChildren(...tubes.map(row)); }
-  async function load() {
-    const c = pager.cursors[pager.index];
-    const r = await api("GET", "/tubes?limit=" + TUBES_PAGE + (c ? "&cursor=" + encodeURIComponent(c) : ""));
-    pager.next = r.next_cursor;
+  const pager = new Pager(prev, next, async (c) => {
+    const r = await api("GET", "/tubes?limit=" + TUBES_PAGE + cursorParam(c));
     render(r.tubes);
-    prev.disabled = pager.index === 0;
-    next.disabled = !pager.next;
-  }
-  prev.onclick = () => { if (pager.index > 0) { pager.index--; load().catch((e) => showError(e.message)); } };
-  next.onclick = () => {
-    if (!pager.next) return;
-    pager.cursors[++pager.index] = pager.next;
-    load().catch((e) => showError(e.message));
-  };
-  Pages.pager = { next: () => next.click(), prev: () => prev.click() };
+    return r.next_cursor;
+  });
   await Hist.refresh(true);
-  await load();
+  await pager.reload();
   onSnapshot((snap) => {
     if (snap.error) { showError(snap.error); return; }
     Hist.refresh(); // at most once a minute; the rows redrawn next show it
@@ -325,10 +343,10 @@ Pages.overview = async function (main) {
       card("Version", s.version));
     count.textContent = fmt.num(snap.tube_count) + " tubes";
     // The first page is the snapshot's first tubes; later pages update the rows shown.
-    if (pager.index === 0) {
+    if (pager.first) {
       render(snap.tubes.slice(0, TUBES_PAGE));
-      if (snap.tube_count > TUBES_PAGE && !pager.next) load().catch(() => {});
-      next.disabled = snap.tube_count <= TUBES_PAGE || !pager.next;
+      if (snap.tube_count > TUBES_PAGE && !pager.nextCursor) pager.reload().catch(() => {});
+      next.disabled = snap.tube_count <= TUBES_PAGE || !pager.nextCursor;
     } else {
       for (const t of snap.tubes) {
         const tr = body.querySelector('tr[data-tube="' + CSS.escape(t.name) + '"]');

@@ -1,5 +1,5 @@
 // redstalk console, the clients page (#/clients): this instance's live beanstalk
-// connections, paged by id (`after`), with their used and watched tubes, the jobs each
+// connections, paged by the API's cursors (the `Pager` of app.js), with their used and watched tubes, the jobs each
 // holds and the reserve each is blocked in. Every value reaches the page as text (see
 // app.js `el`).
 "use strict";
@@ -44,7 +44,6 @@ function clientRow(c, now) {
 
 Pages.clients = async function (main) {
   const body = el("tbody", { id: "clients-body" });
-  const pager = { afters: [""], index: 0, next: null };
   const prev = el("button", { type: "button", id: "clients-prev" }, "← Previous");
   const next = el("button", { type: "button", id: "clients-next" }, "Next →");
   const refresh = el("button", { type: "button", id: "clients-refresh" }, "Refresh");
@@ -57,27 +56,17 @@ Pages.clients = async function (main) {
         .map((h) => el("th", {}, h)))), body),
     el("div", { class: "bar" }, prev, next, refresh, where));
   let connections = null;
-  async function load() {
-    const a = pager.afters[pager.index];
-    const r = await api("GET", "/clients?limit=" + CLIENTS_PAGE + (a ? "&after=" + encodeURIComponent(a) : ""));
-    pager.next = r.next;
+  const pager = new Pager(prev, next, async (cursor) => {
+    const r = await api("GET", "/clients?limit=" + CLIENTS_PAGE + cursorParam(cursor));
     body.replaceChildren(...r.clients.map((c) => clientRow(c, r.now)));
     if (!r.clients.length) body.append(el("tr", {}, el("td", { colspan: 9, class: "muted" }, "no connections")));
-    prev.disabled = pager.index === 0;
-    next.disabled = !pager.next;
     where.textContent = "page " + (pager.index + 1) + ", " + fmt.num(r.total) + " connections" +
       (r.held_complete ? "" : " (held jobs: only the first tubes were looked through)");
-  }
-  const reload = () => load().catch((e) => showError(e.message));
-  prev.onclick = () => { if (pager.index > 0) { pager.index--; reload(); } };
-  next.onclick = () => {
-    if (!pager.next) return;
-    pager.afters[++pager.index] = pager.next;
-    reload();
-  };
+    return r.next_cursor;
+  });
+  const reload = () => pager.show();
   refresh.onclick = reload;
-  Pages.pager = { next: () => next.click(), prev: () => prev.click() };
-  await load();
+  await pager.reload();
   // Reloaded when the number of connections changes (the live snapshot says so).
   onSnapshot((snap) => {
     const n = snap.stats && snap.stats["current-connections"];

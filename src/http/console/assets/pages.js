@@ -1,4 +1,5 @@
-// redstalk console, pages: a tube (its jobs by state, paged by the API's cursors,
+// redstalk console, pages: a tube (its jobs by state, paged by the API's cursors (the
+// `Pager` of app.js),
 // selected and acted on; pause; put), a job (figures, body as text / JSON / hex,
 // download) and the body search. Every value reaches the page as text (see app.js `el`).
 "use strict";
@@ -93,7 +94,6 @@ Pages.tube = async function (main, parts, params) {
   const figures = el("div", { class: "cards", id: "tube-cards" });
   const body = el("tbody", { id: "jobs-body" });
   const selected = new Set();
-  const pager = { cursors: [""], index: 0, next: null };
   const limit = el("select", { id: "page-size", "aria-label": "jobs per page" },
     ...[50, 100, 500, 1000].map((n) => el("option", { value: n }, n + " per page")));
   const prev = el("button", { type: "button", id: "jobs-prev" }, "← Previous");
@@ -103,23 +103,20 @@ Pages.tube = async function (main, parts, params) {
   const tabs = el("nav", { class: "bar tabs", "aria-label": "job states" }, ...STATES.map((s) =>
     el("a", { href: "#/tube/" + encodeURIComponent(name) + "?state=" + s, id: "tab-" + s,
       "aria-current": s === state ? "page" : null }, s)));
-  const reload = () => Promise.all([loadJobs(), loadTube()]).catch((e) => showError(e.message));
-  async function loadTube() {
-    const t = await api("GET", "/tubes/" + encodeURIComponent(name));
-    figures.replaceChildren(...tubeFigures(t));
-  }
-  async function loadJobs() {
-    const c = pager.cursors[pager.index];
+  const pager = new Pager(prev, next, async (c) => {
     const r = await api("GET", "/tubes/" + encodeURIComponent(name) + "/jobs?state=" + state +
-      "&limit=" + limit.value + (c ? "&cursor=" + encodeURIComponent(c) : ""));
-    pager.next = r.next_cursor;
+      "&limit=" + limit.value + cursorParam(c));
     selected.clear();
     all.checked = false;
     body.replaceChildren(...r.jobs.map((j) => jobRow(j, selected, toggle)));
     if (!r.jobs.length) body.append(el("tr", {}, el("td", { colspan: 10, class: "muted" }, "no " + state + " jobs")));
-    prev.disabled = pager.index === 0;
-    next.disabled = !pager.next;
     where.textContent = "page " + (pager.index + 1) + " (" + r.jobs.length + " jobs)";
+    return r.next_cursor;
+  });
+  const reload = () => Promise.all([pager.reload(), loadTube()]).catch((e) => showError(e.message));
+  async function loadTube() {
+    const t = await api("GET", "/tubes/" + encodeURIComponent(name));
+    figures.replaceChildren(...tubeFigures(t));
   }
   function toggle(id, on) {
     if (on) selected.add(id); else selected.delete(id);
@@ -131,14 +128,7 @@ Pages.tube = async function (main, parts, params) {
     box.checked = all.checked;
     toggle(Number(tr.dataset.id), all.checked);
   }));
-  prev.onclick = () => { if (pager.index > 0) { pager.index--; loadJobs().catch((e) => showError(e.message)); } };
-  next.onclick = () => {
-    if (!pager.next) return;
-    pager.cursors[++pager.index] = pager.next;
-    loadJobs().catch((e) => showError(e.message));
-  };
-  limit.onchange = () => { pager.cursors = [""]; pager.index = 0; loadJobs().catch((e) => showError(e.message)); };
-  Pages.pager = { next: () => next.click(), prev: () => prev.click() };
+  limit.onchange = () => pager.restart().catch((e) => showError(e.message));
   main.append(el("h1", {}, "Tube ", el("span", { id: "tube-name" }, name)), figures, tubeControls(name, reload),
     tabs, jobActions(() => [...selected], reload),
     el("table", { id: "jobs" }, el("thead", {}, el("tr", {}, el("th", {}, all),
@@ -154,7 +144,7 @@ Pages.tube = async function (main, parts, params) {
     figures.replaceChildren(...tubeFigures(t));
     // New jobs show up by themselves on the first page while nothing is selected.
     const key = STATES.map((s) => t["current-jobs-" + s]).join(",") + "," + t["total-jobs"];
-    if (last && key !== last && pager.index === 0 && !selected.size) loadJobs().catch(() => {});
+    if (last && key !== last && pager.first && !selected.size) pager.reload().catch(() => {});
     last = key;
   });
 };
