@@ -151,12 +151,20 @@ fn agent() -> ureq::Agent {
         .into()
 }
 
-fn answer(r: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> (u16, Value, String) {
+type Reply = Result<ureq::http::Response<ureq::Body>, ureq::Error>;
+
+/// Status, JSON body (`Null` when not JSON) and `WWW-Authenticate`.
+fn answer(r: Reply) -> (u16, Value, String) {
+    answer_with(r, "www-authenticate")
+}
+
+/// Status, JSON body (`Null` when not JSON) and the header `name`.
+fn answer_with(r: Reply, name: &str) -> (u16, Value, String) {
     let mut r = r.unwrap();
     let status = r.status().as_u16();
-    let www = r
+    let header = r
         .headers()
-        .get("www-authenticate")
+        .get(name)
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default()
         .to_string();
@@ -164,7 +172,7 @@ fn answer(r: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> (u16, Val
     (
         status,
         serde_json::from_str(&text).unwrap_or(Value::Null),
-        www,
+        header,
     )
 }
 
@@ -225,16 +233,7 @@ impl Api {
             .fold(request, |r, (k, v)| r.header(*k, *v))
             .body(body.unwrap_or_default())
             .unwrap();
-        let mut r = agent().run(request).unwrap();
-        let allow = r
-            .headers()
-            .get("allow")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_string();
-        let text = r.body_mut().read_to_string().unwrap();
-        let json = serde_json::from_str(&text).unwrap_or(Value::Null);
-        (r.status().as_u16(), json, allow)
+        answer_with(agent().run(request), "allow")
     }
 
     /// Every job of `tube` in `state`, page by page of `limit`.

@@ -94,8 +94,10 @@ pub struct TubeStats {
     pub wait_sum_us: u64,
 }
 
-/// Everything `stats-job` prints, in order.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Everything `stats-job` prints, in order (and the operator API's job, under the same
+/// names).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub struct JobStats {
     pub id: u64,
     pub tube: String,

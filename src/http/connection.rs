@@ -8,7 +8,8 @@
 //!   keep-alive connection lasts [`HEAD_TIMEOUT`] too;
 //! - a response must be produced within [`RESPONSE_TIMEOUT`] (else 503) and written
 //!   within [`WRITE_TIMEOUT`] more (else the connection is dropped);
-//! - a request body is read only by the API's change routes (bounded there);
+//! - a request body is read only by the routes that take one, each within its bound
+//!   (the API's, a standby's forwarder, the console's login; see `http`);
 //!   hyper's read buffer is at most [`MAX_BUF`];
 //! - the connection ends when it is shed (see [`super::conns`]), and on shutdown after
 //!   its response in progress, within [`STOP_GRACE`];

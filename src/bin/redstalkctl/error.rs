@@ -17,8 +17,8 @@ pub enum CtlError {
     /// The command line or its values are wrong (also the API's `bad_request`).
     #[error("{0}")]
     Usage(String),
-    /// The command needs the admin API (no `--api`, or the server has none or refuses it
-    /// in this mode), or the server does not know a protocol command.
+    /// The command needs the admin API (no `--api`, or the server has none, or does not
+    /// take the request), or the server does not know a protocol command.
     #[error("{0}")]
     Unsupported(String),
     /// The API refused the change or read: missing or wrong token, read-only, cross-origin.

@@ -13,7 +13,7 @@ use base64::engine::general_purpose::STANDARD as B64;
 use clap::Args;
 use redstalk::http::api::types::{
     BodyShown, Bounded, Cursor, Job, JobQuery, JobState, JobWithBody, JobsPage, JobsQuery,
-    SearchPage, SearchQuery, StatsDoc, TubesPage, TubesQuery,
+    PageQuery, SearchPage, SearchQuery, StatsDoc, TubesPage, TubesQuery,
 };
 use serde_json::{Value, json};
 
@@ -70,10 +70,7 @@ pub fn tubes_api(api: &Api) -> Result<Vec<Dict>> {
     let mut all = Vec::new();
     api.each_page(
         "/tubes",
-        |cursor| TubesQuery {
-            cursor,
-            limit: Bounded::new(1000),
-        },
+        |cursor| TubesQuery::new(cursor, 1000),
         |page: TubesPage| {
             all.extend(page.tubes.into_iter().map(Dict::of_stats));
             true
@@ -199,8 +196,7 @@ pub fn jobs(ctx: &Ctx, a: &JobsArgs) -> Result<u8> {
     let path = format!("/tubes/{}/jobs", seg(&a.tube));
     let query = |cursor| JobsQuery {
         state: Some(a.state),
-        cursor,
-        limit: Bounded::new(u64::from(a.limit)),
+        page: PageQuery::new(cursor, u64::from(a.limit)),
     };
     let mut jobs: Vec<Job<'static>> = Vec::new();
     let mut next = None;

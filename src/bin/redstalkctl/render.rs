@@ -115,16 +115,16 @@ type Cell = fn(&Job<'_>) -> String;
 
 /// The columns of the jobs table: header and cell.
 const JOB_COLUMNS: &[(&str, Cell)] = &[
-    ("ID", |j| j.id.to_string()),
-    ("STATE", |j| j.state.to_string()),
-    ("PRI", |j| j.pri.to_string()),
-    ("AGE", |j| j.age.to_string()),
-    ("DELAY", |j| j.delay.to_string()),
-    ("TTR", |j| j.ttr.to_string()),
-    ("TIME-LEFT", |j| j.time_left.to_string()),
-    ("RESERVES", |j| j.reserves.to_string()),
-    ("BURIES", |j| j.buries.to_string()),
-    ("KICKS", |j| j.kicks.to_string()),
+    ("ID", |j| j.stats.id.to_string()),
+    ("STATE", |j| j.stats.state.to_string()),
+    ("PRI", |j| j.stats.pri.to_string()),
+    ("AGE", |j| j.stats.age.to_string()),
+    ("DELAY", |j| j.stats.delay.to_string()),
+    ("TTR", |j| j.stats.ttr.to_string()),
+    ("TIME-LEFT", |j| j.stats.time_left.to_string()),
+    ("RESERVES", |j| j.stats.reserves.to_string()),
+    ("BURIES", |j| j.stats.buries.to_string()),
+    ("KICKS", |j| j.stats.kicks.to_string()),
     ("SIZE", |j| j.body_size.to_string()),
 ];
 
@@ -140,7 +140,7 @@ pub fn jobs_table(jobs: &[Job<'_>], with_tube: bool) -> String {
     for job in jobs {
         let mut row: Vec<String> = JOB_COLUMNS.iter().map(|(_, cell)| cell(job)).collect();
         if with_tube {
-            row.insert(1, job.tube.to_string());
+            row.insert(1, job.stats.tube.clone());
         }
         row.push(holder(job.holder.as_ref()));
         t.row(row);

@@ -63,22 +63,8 @@ pub fn ok(status: StatusCode, body: impl Serialize) -> ApiResult {
 /// (bench/results/2026-11-26-admin-api.md), on the thread that also serves the
 /// beanstalk port.
 pub fn job_view(j: &AdminJob) -> Job<'_> {
-    let s = &j.stats;
     Job {
-        id: s.id,
-        tube: Cow::Borrowed(&s.tube),
-        state: s.state,
-        pri: s.pri,
-        age: s.age,
-        delay: s.delay,
-        ttr: s.ttr,
-        time_left: s.time_left,
-        file: s.file,
-        reserves: s.reserves,
-        timeouts: s.timeouts,
-        releases: s.releases,
-        buries: s.buries,
-        kicks: s.kicks,
+        stats: Cow::Borrowed(&j.stats),
         body_size: j.body_size,
         holder: j.holder.as_ref().map(|h| HeldBy {
             instance: Cow::Borrowed(&h.instance),

@@ -140,8 +140,8 @@ pub(super) async fn jobs(
     let query = ListQuery {
         tube: tube.clone(),
         state,
-        after: decode(q.cursor.as_ref())?,
-        limit: q.limit.size(),
+        after: decode(q.page.cursor.as_ref())?,
+        limit: q.page.limit.size(),
         scan: usize::MAX,
         contains: None,
     };

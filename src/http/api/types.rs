@@ -25,6 +25,7 @@ use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::engine::JobStats;
 use crate::engine::admin_bulk::MAX_SCAN;
 use crate::engine::clients_list::MAX_CLIENTS;
 use crate::engine::history::{KEEP, Point};
@@ -206,15 +207,29 @@ pub struct WhoAmI {
 #[serde(transparent)]
 pub struct StatsDoc(pub Map<String, Value>);
 
-/// `GET /tubes?cursor=&limit=`.
+/// Which page of a list: after `cursor` (none: the first), at most `limit` entries
+/// (`DEFAULT` when not given, at most `MAX`).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct TubesQuery {
+pub struct PageQuery<const DEFAULT: u64, const MAX: u64> {
     #[serde(default, deserialize_with = "blank_is_none")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cursor: Option<Cursor>,
     #[serde(default)]
-    pub limit: Bounded<50, MAX_PAGE>,
+    pub limit: Bounded<DEFAULT, MAX>,
 }
+
+impl<const DEFAULT: u64, const MAX: u64> PageQuery<DEFAULT, MAX> {
+    /// The page after `cursor`, of `limit` entries.
+    pub fn new(cursor: Option<Cursor>, limit: u64) -> Self {
+        PageQuery {
+            cursor,
+            limit: Bounded::new(limit),
+        }
+    }
+}
+
+/// `GET /tubes?cursor=&limit=`.
+pub type TubesQuery = PageQuery<50, MAX_PAGE>;
 
 /// The answer of `GET /tubes`: tubes by name.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -227,21 +242,8 @@ pub struct TubesPage {
 /// job who holds it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Job<'a> {
-    pub id: u64,
-    pub tube: Cow<'a, str>,
-    pub state: JobState,
-    pub pri: u32,
-    pub age: u64,
-    pub delay: u64,
-    pub ttr: u64,
-    #[serde(rename = "time-left")]
-    pub time_left: u64,
-    pub file: u64,
-    pub reserves: u64,
-    pub timeouts: u64,
-    pub releases: u64,
-    pub buries: u64,
-    pub kicks: u64,
+    #[serde(flatten)]
+    pub stats: Cow<'a, JobStats>,
     pub body_size: u64,
     pub holder: Option<HeldBy<'a>>,
 }
@@ -261,11 +263,8 @@ pub struct JobsQuery {
     #[serde(default, deserialize_with = "blank_is_none")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub state: Option<JobState>,
-    #[serde(default, deserialize_with = "blank_is_none")]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cursor: Option<Cursor>,
-    #[serde(default)]
-    pub limit: Bounded<50, MAX_PAGE>,
+    #[serde(flatten)]
+    pub page: PageQuery<50, MAX_PAGE>,
 }
 
 /// The answer of `GET /tubes/{tube}/jobs`: in the order the server takes them.
@@ -380,14 +379,7 @@ pub struct TubeHistory {
 }
 
 /// `GET /clients?cursor=&limit=`.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct ClientsQuery {
-    #[serde(default, deserialize_with = "blank_is_none")]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cursor: Option<Cursor>,
-    #[serde(default)]
-    pub limit: Bounded<100, { MAX_CLIENTS as u64 }>,
-}
+pub type ClientsQuery = PageQuery<100, { MAX_CLIENTS as u64 }>;
 
 /// The answer of `GET /clients`: live connections by id. Times are Unix milliseconds.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -649,9 +641,17 @@ mod tests {
     #[test]
     fn queries_read_blank_as_absent_and_check_bounds() {
         let q: JobsQuery = serde_urlencoded::from_str("state=&cursor=&limit=").unwrap();
-        assert_eq!((q.state, q.cursor, q.limit.get()), (None, None, 50));
+        assert_eq!(
+            (q.state, q.page.cursor, q.page.limit.get()),
+            (None, None, 50)
+        );
         let q: JobsQuery = serde_urlencoded::from_str("state=buried&limit=1000").unwrap();
-        assert_eq!((q.state, q.limit.get()), (Some(JobState::Buried), 1000));
+        assert_eq!(
+            (q.state, q.page.limit.get()),
+            (Some(JobState::Buried), 1000)
+        );
+        let q: JobsQuery = serde_urlencoded::from_str("cursor=abc").unwrap();
+        assert_eq!(q.page.cursor, Some(Cursor("abc".into())));
         for bad in ["limit=0", "limit=1001", "limit=x", "state=gone"] {
             assert!(
                 serde_urlencoded::from_str::<JobsQuery>(bad).is_err(),
@@ -677,6 +677,41 @@ mod tests {
             ("a b&c", Some(JobState::Delayed), 200)
         );
         assert_eq!(back.cursor, q.cursor);
+    }
+
+    #[test]
+    fn a_job_is_stats_jobs_figures_then_its_size_and_holder() {
+        let job = Job {
+            stats: Cow::Owned(JobStats {
+                id: 7,
+                tube: "emails".into(),
+                state: JobState::Reserved,
+                pri: 1024,
+                age: 12,
+                delay: 0,
+                ttr: 60,
+                time_left: 48,
+                file: 0,
+                reserves: 1,
+                timeouts: 0,
+                releases: 0,
+                buries: 0,
+                kicks: 0,
+            }),
+            body_size: 118,
+            holder: Some(HeldBy {
+                instance: "e7c5".into(),
+                addr: None,
+                conn: 42,
+            }),
+        };
+        let text = serde_json::to_string(&job).unwrap();
+        assert_eq!(
+            text,
+            r#"{"id":7,"tube":"emails","state":"reserved","pri":1024,"age":12,"delay":0,"ttr":60,"time-left":48,"file":0,"reserves":1,"timeouts":0,"releases":0,"buries":0,"kicks":0,"body_size":118,"holder":{"instance":"e7c5","addr":null,"conn":42}}"#
+        );
+        let back: Job = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, job);
     }
 
     #[test]
