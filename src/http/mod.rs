@@ -83,7 +83,7 @@ pub struct HttpConfig {
 }
 
 /// The address of the client of an HTTP request (set by [`connection`]), for the log
-/// of each change.
+/// of each change and the token's guessing bound.
 #[derive(Clone, Copy, Debug)]
 pub struct Peer(pub SocketAddr);
 
