@@ -13,6 +13,11 @@ for BullMQ. Every run passes the pids of the peer's server processes (`--cpu-pid
 it reports their CPU time during its measured phase, and for a peer on Redis that
 Redis' address (`--redis-info`), so it reports the commands Redis ran in that phase.
 
+A peer may be reached over TLS (`tls`): redstalk's own TLS listener with a token (the
+token of the built-in admin, or of a role scoped to the bench's tubes), or beanstalkd
+behind Debian's stunnel4, the set-up beanstalkd's users run today. The certificates
+(a CA of the run's own and a server certificate for 127.0.0.1) are made with openssl.
+
 `baseline_copy` makes a copy of a redstalk peer that runs another redstalk binary (a
 build of another commit), named `NAME@base`, so one compare run measures both builds.
 
@@ -47,10 +52,13 @@ class Peer:
     redis-server, a Redis Cluster of three primaries (each with the peer's AOF setting);
     "{redis}" becomes its redis+cluster:// URL, and the Redis figures are those of the
     primary owning the namespace's slot. binary: the redstalk program to run instead of
-    the one built here (a baseline copy's)."""
+    the one built here (a baseline copy's). tls: None; "token" (redstalk's TLS listener,
+    every connection sending the admin token first); "role" (the same with the token of
+    a role the roles file scopes to the bench's tubes, so every command passes the
+    role check); "stunnel" (the server behind stunnel4)."""
 
     def __init__(self, name, label, kind, args=(), redis=None, needs=(), extra_if_known=(),
-                 cycle_only=False, replica=False, binary=None, cluster=False):
+                 cycle_only=False, replica=False, binary=None, cluster=False, tls=None):
         self.name = name
         self.label = label
         self.kind = kind
@@ -62,6 +70,7 @@ class Peer:
         self.replica = replica
         self.binary = binary
         self.cluster = cluster
+        self.tls = tls
 
 
 REDIS_ARGS = ["--redis", "{redis}", "--redis-prefix", "bench"]
@@ -109,6 +118,16 @@ PEERS[-2:-2] = [
          "redstalk", REDIS_ARGS + ["--redis-mode", "leader"], redis="everysec", cluster=True,
          needs=["--redis-mode"]),
 ]
+# TLS (issue 30): redstalk's TLS listener with a token, unrestricted and under a role;
+# beanstalkd behind stunnel4.
+PEERS[-2:-2] = [
+    Peer("memory-tls", "redstalk, memory engine, TLS listener, auth with the admin token",
+         "redstalk", tls="token", needs=["--listen", "--tls-cert"]),
+    Peer("memory-tls-role", "redstalk, memory engine, TLS listener, auth with a role's token "
+         "(put scoped to bench* tubes: every command checked)",
+         "redstalk", tls="role", needs=["--listen", "--tls-cert", "--roles"]),
+    Peer("beanstalkd-stunnel", "beanstalkd behind stunnel4 (TLS)", "beanstalkd", tls="stunnel"),
+]
 PEER_BY_NAME = {p.name: p for p in PEERS}
 DEFAULT_PEERS = [p.name for p in PEERS]
 
@@ -121,7 +140,36 @@ def baseline_copy(peer, binary):
     return Peer(peer.name + BASELINE_SUFFIX, peer.label + ", baseline build", peer.kind,
                 peer.args, redis=peer.redis, needs=peer.needs, extra_if_known=peer.extra_if_known,
                 cycle_only=peer.cycle_only, replica=peer.replica, binary=binary,
-                cluster=peer.cluster)
+                cluster=peer.cluster, tls=peer.tls)
+
+
+# The token of the TLS peers (a bench's own server: not a secret worth the name).
+BENCH_TOKEN = "redstalk-bench-token-0123456789"
+ROLE_TOKEN = "redstalk-bench-role-token-0123456789"
+
+
+def make_certs(tmp):
+    """A CA and a server certificate for 127.0.0.1 in `tmp`/tls; the directory."""
+    d = os.path.join(tmp, "tls")
+    if os.path.exists(os.path.join(d, "server.pem")):
+        return d
+    os.makedirs(d, exist_ok=True)
+
+    def ssl(*args):
+        subprocess.run(["openssl"] + list(args), cwd=d, check=True, capture_output=True)
+
+    ssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=bench ca",
+        "-keyout", "ca.key", "-out", "ca.pem")
+    with open(os.path.join(d, "server.ext"), "w") as f:
+        f.write("subjectAltName=IP:127.0.0.1\n")
+    ssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=server", "-keyout", "server.key",
+        "-out", "server.csr")
+    ssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+        "-CAcreateserial", "-days", "2", "-extfile", "server.ext", "-out", "server.pem")
+    with open(os.path.join(d, "roles.toml"), "w") as f:
+        f.write('[roles.bench]\nput = ["bench*"]\nreserve = ["*"]\nread = ["*"]\nmanage = true\n'
+                '[[token]]\nname = "bench"\ntoken = "%s"\nrole = "bench"\n' % ROLE_TOKEN)
+    return d
 
 
 def program(peer, bins):
@@ -155,6 +203,10 @@ def unavailable(peer, bins, redstalk_help):
     if peer.kind == "bullmq":
         if not bins.get("node") or not bins.get("npm"):
             return "node and npm are not on PATH"
+    if peer.tls == "stunnel" and not bins.get("stunnel4"):
+        return "stunnel4 is not on PATH (Debian: apt-get install stunnel4)"
+    if peer.tls and not shutil.which("openssl"):
+        return "openssl is not on PATH (it makes the certificates)"
     return None
 
 
@@ -269,6 +321,8 @@ class Server:
         self.redis = None
         self.replica = None
         self.nodes = []  # a cluster's other primaries (processes)
+        self.stunnel = None  # the TLS terminator in front of the server (stunnel4)
+        self.certs = None  # the TLS peers' certificates (a directory)
         self.redis_port = None
         self.port = None
         self.cmd = None
@@ -281,7 +335,8 @@ class Server:
 
     def cpu_pids(self):
         """The processes whose CPU time is the server's work."""
-        return [p.pid for p in (self.proc, self.redis, self.replica, *self.nodes) if p is not None]
+        return [p.pid for p in (self.proc, self.redis, self.replica, self.stunnel, *self.nodes)
+                if p is not None]
 
     def runs(self, args):
         """Whether the scenario with these redstalk-bench arguments applies."""
@@ -369,16 +424,44 @@ class Server:
         for flag, more in p.extra_if_known:
             if flag_known(redstalk_help, flag):
                 args += more
+        if p.tls in ("token", "role"):
+            self.certs = make_certs(self.tmp)
+            tls_port = free_port()
+            args += ["--listen", "127.0.0.1:%d,tls,auth=token" % tls_port,
+                     "--tls-cert", os.path.join(self.certs, "server.pem"),
+                     "--tls-key", os.path.join(self.certs, "server.key")]
+            args += (["--admin-token", BENCH_TOKEN] if p.tls == "token"
+                     else ["--roles", os.path.join(self.certs, "roles.toml")])
         self.cmd = [program(p, bins), "-l", "127.0.0.1", "-p", str(self.port)] + args
         self.proc = self._spawn(self.cmd, self.name + ".log")
         wait_port(self.port, self.proc, self.name)
+        if p.tls in ("token", "role"):
+            self.port = tls_port
+        elif p.tls == "stunnel":
+            self._start_stunnel(bins)
+
+    def _start_stunnel(self, bins):
+        """stunnel4 in front of the server: TLS on a new port, plain to the server's."""
+        self.certs = make_certs(self.tmp)
+        port = free_port()
+        conf = os.path.join(self.tmp, self.name + "-stunnel.conf")
+        with open(conf, "w") as f:
+            f.write("foreground = yes\npid =\nsyslog = no\ndebug = 3\n"
+                    "[beanstalk]\naccept = 127.0.0.1:%d\nconnect = 127.0.0.1:%d\n"
+                    "cert = %s\nkey = %s\n"
+                    % (port, self.port, os.path.join(self.certs, "server.pem"),
+                       os.path.join(self.certs, "server.key")))
+        self.stunnel = self._spawn([bins["stunnel4"], conf], self.name + "-stunnel.log")
+        wait_port(port, self.stunnel, "stunnel4 for " + self.name)
+        self.port = port
 
     def alive(self):
-        return all(p is None or p.poll() is None for p in (self.proc, self.redis, self.replica, *self.nodes)) \
+        return all(p is None or p.poll() is None
+                   for p in (self.proc, self.redis, self.replica, self.stunnel, *self.nodes)) \
             and self.proc is not None
 
     def stop(self):
-        for p in (self.proc, self.redis, self.replica, *self.nodes):
+        for p in (self.stunnel, self.proc, self.redis, self.replica, *self.nodes):
             if p is not None and p.poll() is None:
                 p.terminate()
                 try:
@@ -410,6 +493,10 @@ class Server:
                     + meters + list(extra))
         cmd = [bins["redstalk-bench"]] + list(args) + ["-a", self.addr, "-t", str(duration), "--json",
                                                        "--label", self.name] + meters + list(extra)
+        if self.peer.tls:
+            cmd += ["--tls-ca", os.path.join(self.certs, "ca.pem")]
+        if self.peer.tls in ("token", "role"):
+            cmd += ["--auth", BENCH_TOKEN if self.peer.tls == "token" else ROLE_TOKEN]
         if check_empty:
             cmd.append("--check-server-empty")
         return cmd

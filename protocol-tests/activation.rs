@@ -440,3 +440,47 @@ fn redstalk_serves_every_passed_socket() {
     drop(srv);
     let _ = std::fs::remove_file(&path);
 }
+
+/// A passed socket named by `--listen fd:NAME` gets that listener's policy (here a
+/// role that may do nothing); the others stay open.
+#[test]
+fn a_passed_socket_named_by_listen_gets_its_policy() {
+    let Some(activator) = activator() else { return };
+    let dir =
+        std::env::temp_dir().join(format!("redstalk-activation-roles-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let roles = dir.join("roles.toml");
+    std::fs::write(&roles, "[roles.nothing]\n").unwrap();
+    let roles = roles.display().to_string();
+    let (open, locked) = (free_port(), free_port());
+    let mut cmd = Command::new(&activator);
+    cmd.args([
+        "-l",
+        &format!("127.0.0.1:{open}"),
+        "-l",
+        &format!("127.0.0.1:{locked}"),
+    ])
+    .arg("--fdname=open:locked")
+    .arg(redstalk_path())
+    .args(["--listen", "fd:locked,role=nothing", "--roles", &roles]);
+    let mut srv = Activated::spawn("redstalk", &mut cmd);
+    let started = Instant::now();
+    while !(is_listening_by(srv.pid(), open) && is_listening_by(srv.pid(), locked)) {
+        assert!(
+            started.elapsed() < WAIT,
+            "not listening: {}",
+            srv.log.tail()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let ask = |s: TcpStream| {
+        (&s).write_all(b"list-tubes\r\n").unwrap();
+        let mut line = String::new();
+        BufReader::new(&s).read_line(&mut line).unwrap();
+        line.trim_end().to_string()
+    };
+    assert_eq!(ask(srv.tcp(locked)), "FORBIDDEN");
+    assert!(ask(srv.tcp(open)).starts_with("OK "));
+    drop(srv);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,4 +1,4 @@
-//! redstalk on a Redis Cluster (issue 23), against real processes: six private
+//! redstalk on a Redis Cluster, against real processes: six private
 //! `redis-server --cluster-enabled yes` (support/cluster.rs), never the Redis on 6379.
 //!
 //! What the tests prove:
@@ -377,7 +377,7 @@ fn corpus(kind: ServerKind, prefix: &str) {
         runner::run_corpus_on_redis(kind.redis_mode().unwrap(), &cluster.url(), prefix, 3);
     println!(
         "cluster: protocol corpus in {} mode: {ran} cases ran, {skipped} skipped (another \
-         release), {} failed, in {} s",
+         release, or extensions pending), {} failed, in {} s",
         kind.redis_mode().unwrap(),
         failed.len(),
         t.elapsed().as_secs()

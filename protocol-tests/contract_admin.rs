@@ -199,8 +199,8 @@ pub async fn admin_edits(s: &AnyStore) {
 
     let (e, ready_in) = done(edit(s, b, Edit::Delay(LONG)).await);
     assert_eq!(
-        (e.info.state, e.info.delay_secs, ready_in),
-        (JobState::Delayed, LONG, None)
+        (e.info.state, e.info.delay_ms, ready_in),
+        (JobState::Delayed, u64::from(LONG) * 1000, None)
     );
     let (e, ready_in) = done(edit(s, b, Edit::Delay(0)).await);
     assert_eq!((e.info.state, ready_in), (JobState::Ready, Some(t("p"))));

@@ -82,19 +82,7 @@ const STORM_CONNECT: Duration = Duration::from_secs(20);
 const RSS_LIMIT_KB: u64 = 200 * 1024;
 
 fn seed() -> u64 {
-    let seed = std::env::var("REDSTALK_FAULTS_SEED")
-        .ok()
-        .and_then(|s| match s.strip_prefix("0x") {
-            Some(hex) => u64::from_str_radix(hex, 16).ok(),
-            None => s.parse().ok(),
-        })
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64)
-        });
-    println!("REDSTALK_FAULTS_SEED={seed:#x}");
-    seed
+    support::rng::seed_from_env()
 }
 
 fn ms(d: Duration) -> u128 {

@@ -22,6 +22,9 @@
 //! - `a_namespace_reopens_in_either_mode` — jobs in every state, buried order, a pause,
 //!   per-tube and global counters and the id counter survive a stop and a start in the
 //!   other mode, both ways.
+//! - `milliseconds_survive_a_reopen_in_either_mode` — a delay and a TTR written in
+//!   milliseconds (docs/EXTENSIONS.md) by one mode are kept to the millisecond by the
+//!   other: the delayed job is due at its original time, the TTR lapses after 1.5 s.
 //! - `redis_away_answers_within_a_second_and_session_commands_never_wait` — with Redis
 //!   killed, a put answers INTERNAL_ERROR within about a second, `list-tube-used` at
 //!   once; the leader serves again when Redis is back.
@@ -46,7 +49,7 @@ mod support;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use support::client::Client;
+use support::client::{Client, MsJobs};
 use support::load::{Load, LoadConfig, wait_drained};
 use support::redis::{RedisServer, private_redis};
 use support::{Log, ServerKind, ServerProc, redstalk_on_as, serial, wait_served};
@@ -75,6 +78,35 @@ fn load_config(producers: usize, workers: usize) -> LoadConfig {
     }
 }
 
+fn reopen_in_milliseconds(from: ServerKind, to: ServerKind) {
+    let Some(redis) = private_redis(&[], "leader-mode tests") else {
+        return;
+    };
+    let prefix = format!("l-ms-{}", from.name());
+    let (first, log1) = redstalk_on_as(from, &redis, &prefix, &[]);
+    wait_served(first.addr, REPLY, &log1);
+    let mut c = Client::connect(first.addr, "producer");
+    let jobs = MsJobs::put(&mut c, 4500);
+    stop(first);
+    drop(c);
+    let (second, log2) = redstalk_on_as(to, &redis, &prefix, &[]);
+    wait_served(second.addr, REPLY, &log2);
+    let mut c = Client::connect(second.addr, "worker");
+    jobs.check(
+        &mut c,
+        &format!("milliseconds {} -> {}", from.name(), to.name()),
+    );
+    drop(c);
+    stop(second);
+}
+
+#[test]
+fn milliseconds_survive_a_reopen_in_either_mode() {
+    let _serial = serial();
+    reopen_in_milliseconds(ServerKind::Redis, ServerKind::Leader);
+    reopen_in_milliseconds(ServerKind::Leader, ServerKind::Redis);
+}
+
 // ---------------------------------------------------------------------------------------
 
 #[test]
@@ -82,7 +114,7 @@ fn failover_to_a_standby_under_load_loses_no_acknowledged_job() {
     failover_under_load("KILL");
 }
 
-/// Issue 20: a leader frozen (SIGSTOP) with batches in flight, its lease taken over,
+/// A leader frozen (SIGSTOP) with batches in flight, its lease taken over,
 /// then resumed: nothing it sends applies after its lease (the batch sequence key
 /// keeps the new leader's token), and no acknowledged job is lost.
 #[test]
@@ -701,7 +733,7 @@ fn batch_fence_setup(
     (rt, connector, c)
 }
 
-/// Issue 20: each batch in flight is fenced on its own, by the lease token and the batch
+/// Each batch in flight is fenced on its own, by the lease token and the batch
 /// sequence: a takeover between two batches lets the first apply and refuses the second;
 /// a batch whose predecessor never arrived is refused; a stale batch that lands after
 /// a newer one is refused; a lease renewal aborts nothing; ten batches in flight at once
@@ -789,7 +821,7 @@ fn batches_in_flight_are_each_fenced_by_the_lease_and_the_sequence() {
     });
 }
 
-/// Issue 20 item 3: a batch's commands reach Redis byte for byte, one argument each
+/// A batch's commands reach Redis byte for byte, one argument each
 /// (MessagePack strings the script takes apart): words of every length the encoding
 /// tells apart (up to 31 bytes, 255, 65,535 and beyond) and every byte value; and a
 /// command in the other form (a word count, then a word per argument) among them.
@@ -876,7 +908,7 @@ fn a_batch_carries_words_of_every_length_byte_for_byte() {
     });
 }
 
-/// Issue 20: a tube's counters are written at most once a second, but they are written
+/// A tube's counters are written at most once a second, but they are written
 /// (by the sink's own timer) when no later change comes to carry them.
 #[test]
 fn held_back_tube_figures_reach_redis_within_a_second_or_so() {
@@ -918,7 +950,7 @@ fn held_back_tube_figures_reach_redis_within_a_second_or_so() {
     assert!(started.elapsed() < Duration::from_secs(3));
 }
 
-/// Issue 20: the id counter is written a block of ids ahead (not with every put), so a
+/// The id counter is written a block of ids ahead (not with every put), so a
 /// leader killed with SIGKILL never lets the next one hand out an id it acknowledged;
 /// a clean stop writes the exact last id, so the next leader continues with the next
 /// one; the namespace's `total-jobs`, held back, still reaches Redis by the sink's timer.

@@ -1,4 +1,4 @@
-//! Many redstalk instances on one Redis (issue 3, point 4), proven against real
+//! Many redstalk instances on one Redis, proven against real
 //! processes: every test starts its own private `redis-server` and two or three
 //! `redstalk --redis URL --redis-prefix NAME` processes sharing it, and talks to them
 //! over plain blocking sockets. Every wait is bounded, so a misbehaving server fails a

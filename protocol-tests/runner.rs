@@ -15,8 +15,16 @@
 //!   README allows (volatile `stats` values, `*` wildcards) and a line diff on mismatch.
 //!
 //! One libtest-mimic trial is created per (target, case), named `<target>::<case>`; a
-//! target is a server kind, or `memory-1.12`. A case may hold only from or only before a
+//! target is a server kind, or `memory-1.12`, or a kind reached through a TLS listener
+//! that takes a token (`memory-tls-token`, `leader-tls-token`: every connection sends
+//! `auth <token>` first and reads `AUTHENTICATED`, then plays the case) or a client
+//! certificate (`memory-tls-cert`, `leader-tls-cert`). A case may hold only from or only before a
 //! release (`#! only:`, `#! before:`): it is skipped on a target answering as another.
+//! A case says whether it is about redstalk's extensions (`#! extensions: on`, the cases
+//! in `cases/extensions/`: never played against beanstalkd; each names the extension
+//! families it needs, `#! needs:`, and is pending until the engine serves them all,
+//! [`SERVED_FAMILIES`]) or about what a line gets with them off (`#! extensions: off`:
+//! played against beanstalkd, and against redstalk started with [`EXTENSIONS_OFF_ARGS`]).
 //! Trials are independent (each has its own server on its own port) and run in parallel.
 
 // A test reports failure by panicking: unwrap and expect are how it says so.
@@ -27,12 +35,15 @@ pub(crate) mod support;
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::{ErrorKind, Read, Write};
-use std::net::{Shutdown, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use libtest_mimic::{Arguments, Completion, Failed, Trial};
+use redstalk::engine::SERVED_FAMILIES;
+use redstalk::protocol::{Families, Family};
+use support::tls::Sock;
 use support::yaml::{self, LOG_STATS_KEYS, VOLATILE_STATS_KEYS, split_key};
 use support::{ServerKind, ServerProc};
 
@@ -42,6 +53,9 @@ const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
 const WINDOW_GRACE: Duration = Duration::from_secs(1);
 /// The longest `close` waits for the server to close its side.
 const CLOSE_WAIT: Duration = Duration::from_secs(2);
+/// What redstalk is started with for a `#! extensions: off` case (they are on by
+/// default).
+const EXTENSIONS_OFF_ARGS: &[&str] = &["--extensions", "off"];
 /// After a mismatch, how long to keep reading to show what else the server sent.
 const DIAGNOSTIC_READ: Duration = Duration::from_millis(200);
 /// Pause after `signal NAME`, so a server that handles signals asynchronously has
@@ -64,6 +78,11 @@ struct Case {
     /// Release constraints from `#! only:` (at least) and `#! before:` (below).
     only: Vec<ReleaseBound>,
     before: Vec<ReleaseBound>,
+    /// `#! extensions: on` (`Some(true)`) or `off` (`Some(false)`).
+    extensions: Option<bool>,
+    /// `#! needs:`: the extension families an extension case needs (`None`: not said;
+    /// an extension case must say, `#! needs: none` for a case that needs none).
+    needs: Option<Families>,
     steps: Vec<Step>,
 }
 
@@ -251,6 +270,38 @@ fn parse_ms(s: &str, line: usize, what: &str) -> Result<u64, ParseError> {
     })
 }
 
+/// `#! needs:`'s families (`none`: no family, a case about the extended grammar
+/// itself).
+fn parse_needs(tokens: &str) -> Result<Families, String> {
+    if tokens.trim() == "none" {
+        return Ok(Families::NONE);
+    }
+    let mut needs = Families::NONE;
+    for token in tokens.split_whitespace() {
+        let Some(family) = Family::ALL.into_iter().find(|f| f.name() == token) else {
+            let known: Vec<&str> = Family::ALL.iter().map(|f| f.name()).collect();
+            return Err(format!(
+                "`#! needs:` takes extension families ({}) or `none`, not `{token}`",
+                known.join(", ")
+            ));
+        };
+        needs = needs.with(family);
+    }
+    match needs {
+        Families::NONE => Err("`#! needs:` names no family (write `none`)".to_string()),
+        needs => Ok(needs),
+    }
+}
+
+/// The families of `needs` that this build does not serve yet, by name.
+fn unserved(needs: Families) -> Vec<&'static str> {
+    needs
+        .iter()
+        .filter(|f| !SERVED_FAMILIES.contains(*f))
+        .map(Family::name)
+        .collect()
+}
+
 /// Parse a whole case file.
 fn parse_case(display_path: String, content: &str) -> Result<Case, ParseError> {
     let mut case = Case {
@@ -258,6 +309,8 @@ fn parse_case(display_path: String, content: &str) -> Result<Case, ParseError> {
         args: Vec::new(),
         only: Vec::new(),
         before: Vec::new(),
+        extensions: None,
+        needs: None,
         steps: Vec::new(),
     };
     // An open YAML block: index of its step in `case.steps`.
@@ -283,6 +336,19 @@ fn parse_case(display_path: String, content: &str) -> Result<Case, ParseError> {
             let header = header.trim();
             if let Some(args) = header.strip_prefix("args:") {
                 case.args.extend(args.split_whitespace().map(String::from));
+            } else if let Some(value) = header.strip_prefix("extensions:") {
+                case.extensions = Some(match value.trim() {
+                    "on" => true,
+                    "off" => false,
+                    other => {
+                        return perr(
+                            line,
+                            format!("`#! extensions:` takes `on` or `off`, not `{other}`"),
+                        );
+                    }
+                });
+            } else if let Some(tokens) = header.strip_prefix("needs:") {
+                case.needs = Some(parse_needs(tokens).map_err(|msg| ParseError { line, msg })?);
             } else if let Some((which, tokens)) = header
                 .strip_prefix("only:")
                 .map(|t| ("only", t))
@@ -309,7 +375,7 @@ fn parse_case(display_path: String, content: &str) -> Result<Case, ParseError> {
                 return perr(
                     line,
                     format!(
-                        "unknown header `#!{header}` (known: `#! args:`, `#! only:`, `#! before:`)"
+                        "unknown header `#!{header}` (known: `#! args:`, `#! only:`, `#! before:`, `#! extensions:`, `#! needs:`)"
                     ),
                 );
             }
@@ -553,7 +619,7 @@ fn parse_version(s: &str) -> Option<Vec<u64>> {
 
 /// One client connection of a case.
 struct Conn {
-    stream: TcpStream,
+    stream: Sock,
     /// When the last send on this connection finished (or when it was opened).
     last_send: Instant,
 }
@@ -566,6 +632,8 @@ struct Player<'a> {
     /// its form).
     release: Option<&'a [u64]>,
     conns: HashMap<char, Conn>,
+    /// Through a TLS listener: where, and how each connection authenticates.
+    tls: Option<(SocketAddr, &'a TlsVia)>,
 }
 
 /// Why a read stopped early.
@@ -578,11 +646,16 @@ enum ReadEnd {
 impl<'a> Player<'a> {
     fn conn(&mut self, name: char) -> Result<&mut Conn, String> {
         if !self.conns.contains_key(&name) {
-            let stream = TcpStream::connect(self.server.addr)
-                .map_err(|e| format!("connect `{name}` to {}: {e}", self.server.addr))?;
-            stream
-                .set_nodelay(true)
-                .map_err(|e| format!("set TCP_NODELAY: {e}"))?;
+            let stream = match self.tls {
+                None => {
+                    let s = TcpStream::connect(self.server.addr)
+                        .map_err(|e| format!("connect `{name}` to {}: {e}", self.server.addr))?;
+                    s.set_nodelay(true)
+                        .map_err(|e| format!("set TCP_NODELAY: {e}"))?;
+                    Sock::Plain(s)
+                }
+                Some((addr, via)) => via.connect(addr).map_err(|e| format!("`{name}`: {e}"))?,
+            };
             self.conns.insert(
                 name,
                 Conn {
@@ -658,7 +731,7 @@ impl<'a> Player<'a> {
                     // connection's next command to the kernel: on a loaded machine it
                     // may deliver them in either order, even to beanstalkd.) Both
                     // servers close the socket only after the hang-up is fully handled.
-                    let _ = c.stream.shutdown(Shutdown::Write);
+                    let _ = c.stream.shutdown_write();
                     let deadline = Instant::now() + CLOSE_WAIT;
                     let mut buf = [0u8; 4096];
                     while Self::read_some(&mut c.stream, &mut buf, deadline).is_ok() {}
@@ -668,7 +741,7 @@ impl<'a> Player<'a> {
             Action::Shutdown(conn) => {
                 let c = self.conn(*conn)?;
                 c.stream
-                    .shutdown(Shutdown::Write)
+                    .shutdown_write()
                     .map_err(|e| format!("shutdown of `{conn}` failed: {e}"))
             }
             Action::Sleep(ms) => {
@@ -684,11 +757,7 @@ impl<'a> Player<'a> {
     }
 
     /// Read up to `buf.len()` bytes from `conn`, waiting until `deadline`.
-    fn read_some(
-        stream: &mut TcpStream,
-        buf: &mut [u8],
-        deadline: Instant,
-    ) -> Result<usize, ReadEnd> {
+    fn read_some(stream: &mut Sock, buf: &mut [u8], deadline: Instant) -> Result<usize, ReadEnd> {
         loop {
             let now = Instant::now();
             if now >= deadline {
@@ -710,7 +779,7 @@ impl<'a> Player<'a> {
     }
 
     /// After a mismatch: read whatever else arrives soon, to show it in the message.
-    fn drain_for_diagnostics(stream: &mut TcpStream, got: &mut Vec<u8>) {
+    fn drain_for_diagnostics(stream: &mut Sock, got: &mut Vec<u8>) {
         let deadline = Instant::now() + DIAGNOSTIC_READ;
         let mut buf = [0u8; 4096];
         while got.len() < 16 * 1024 {
@@ -946,7 +1015,7 @@ impl<'a> Player<'a> {
         names.sort_unstable();
         for name in names {
             let c = self.conns.get_mut(&name).expect("listed connection");
-            if c.stream.set_nonblocking(true).is_err() {
+            if c.stream.tcp().set_nonblocking(true).is_err() {
                 continue;
             }
             let mut got = Vec::new();
@@ -1110,9 +1179,18 @@ fn cases_dir() -> PathBuf {
 /// One case file: its stem, and the parsed case or the `file:line: message` error.
 type Discovered = (String, Result<Arc<Case>, String>);
 
-/// Every `cases/*.txt`, sorted by name.
+/// Every `cases/*.txt`, then every `cases/extensions/*.txt` (stem `extensions/<name>`),
+/// each sorted by name.
 fn discover() -> Result<Vec<Discovered>, String> {
-    let dir = cases_dir();
+    let mut cases = discover_in("", false)?;
+    cases.extend(discover_in("extensions", true)?);
+    Ok(cases)
+}
+
+/// The cases of `cases/<sub>`; those of `cases/extensions/` must say `#! extensions: on`,
+/// and no other may.
+fn discover_in(sub: &str, extension_cases: bool) -> Result<Vec<Discovered>, String> {
+    let dir = cases_dir().join(sub);
     let entries = std::fs::read_dir(&dir).map_err(|e| format!("read {}: {e}", dir.display()))?;
     let mut paths: Vec<PathBuf> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -1121,19 +1199,30 @@ fn discover() -> Result<Vec<Discovered>, String> {
     paths.sort();
     let mut cases = Vec::new();
     for path in paths {
-        let stem = path
+        let name = path
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let display = format!(
-            "protocol-tests/cases/{}",
-            path.file_name()
-                .map(|f| f.to_string_lossy())
-                .unwrap_or_default()
-        );
+        let file = path
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let (stem, display) = match sub {
+            "" => (name, format!("protocol-tests/cases/{file}")),
+            _ => (
+                format!("{sub}/{name}"),
+                format!("protocol-tests/cases/{sub}/{file}"),
+            ),
+        };
         let parsed = match std::fs::read_to_string(&path) {
             Err(e) => Err(format!("{display}: cannot read: {e}")),
             Ok(content) => match parse_case(display.clone(), &content) {
+                Ok(case) if (case.extensions == Some(true)) != extension_cases => Err(format!(
+                    "{display}: malformed case file: a case under cases/extensions/ says `#! extensions: on`, and only those do"
+                )),
+                Ok(case) if case.needs.is_some() != extension_cases => Err(format!(
+                    "{display}: malformed case file: a case under cases/extensions/ says which families it needs (`#! needs:`), and only those do"
+                )),
                 Ok(case) => Ok(Arc::new(case)),
                 Err(ParseError { line, msg }) => {
                     Err(format!("{display}:{line}: malformed case file: {msg}"))
@@ -1159,11 +1248,96 @@ fn oracle_version() -> Option<&'static [u64]> {
 }
 
 /// Where a trial runs: a server kind, answering as 1.13 or (redstalk's `--compat
-/// 1.12`) as 1.12.
+/// 1.12`) as 1.12, reached plainly or through a TLS listener.
 #[derive(Clone, Copy)]
 struct Target {
     kind: ServerKind,
     as_1_12: bool,
+    tls: Option<Tls>,
+}
+
+/// How a TLS target's connections authenticate.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Tls {
+    Token,
+    Cert,
+}
+
+/// The token of the TLS token targets (`--admin-token`).
+const TLS_TOKEN: &str = "protocol-corpus-token-0123456789";
+
+/// A TLS target's client side: the certificates (made once per run) and its way in.
+struct TlsVia {
+    how: Tls,
+    certs: Arc<support::certs::Certs>,
+    config: Arc<rustls::ClientConfig>,
+}
+
+impl TlsVia {
+    fn new(how: Tls) -> TlsVia {
+        static CERTS: OnceLock<Arc<support::certs::Certs>> = OnceLock::new();
+        let certs = CERTS
+            .get_or_init(|| {
+                let certs = support::certs::Certs::make();
+                std::fs::write(certs.path("relay-secret"), "protocol-corpus-relay-secret\n")
+                    .expect("write the relay secret");
+                Arc::new(certs)
+            })
+            .clone();
+        let client = (certs.path("client.pem"), certs.path("client.key"));
+        let config = support::tls::client_config(
+            &certs.path("ca.pem"),
+            (how == Tls::Cert).then_some((client.0.as_str(), client.1.as_str())),
+        );
+        TlsVia { how, certs, config }
+    }
+
+    /// redstalk's arguments for a TLS listener on `port` of this kind, for a server of
+    /// `kind` (leader mode with an authenticating listener also needs the instance
+    /// secret its standbys prove).
+    fn args(&self, port: u16, kind: ServerKind) -> Vec<String> {
+        let mut args = vec![
+            "--listen".to_string(),
+            match self.how {
+                Tls::Token => format!("127.0.0.1:{port},tls,auth=token"),
+                Tls::Cert => format!("127.0.0.1:{port},auth=cert"),
+            },
+            "--tls-cert".into(),
+            self.certs.path("server.pem"),
+            "--tls-key".into(),
+            self.certs.path("server.key"),
+        ];
+        match self.how {
+            Tls::Token => args.extend(["--admin-token".into(), TLS_TOKEN.into()]),
+            Tls::Cert => args.extend(["--tls-client-ca".into(), self.certs.path("ca.pem")]),
+        }
+        if kind == ServerKind::Leader {
+            args.extend([
+                "--relay-secret-file".into(),
+                self.certs.path("relay-secret"),
+            ]);
+        }
+        args
+    }
+
+    /// A connection through the TLS listener at `addr`, authenticated.
+    fn connect(&self, addr: SocketAddr) -> Result<Sock, String> {
+        let mut s = Sock::tls(addr, &self.config).map_err(|e| format!("TLS to {addr}: {e}"))?;
+        if self.how == Tls::Token {
+            s.write_all(format!("auth {TLS_TOKEN}\r\n").as_bytes())
+                .map_err(|e| format!("send auth: {e}"))?;
+            let want = b"AUTHENTICATED\r\n";
+            let mut got = vec![0u8; want.len()];
+            s.set_read_timeout(Some(REPLY_TIMEOUT))
+                .map_err(|e| e.to_string())?;
+            s.read_exact(&mut got)
+                .map_err(|e| format!("read the answer to auth: {e}"))?;
+            if got != want {
+                return Err(format!("auth answered {}", show(&got)));
+            }
+        }
+        Ok(s)
+    }
 }
 
 impl Target {
@@ -1173,6 +1347,7 @@ impl Target {
             .map(|kind| Target {
                 kind,
                 as_1_12: false,
+                tls: None,
             })
             .collect();
         // The switch lives in the protocol and engine layers, which every store
@@ -1180,14 +1355,28 @@ impl Target {
         all.push(Target {
             kind: ServerKind::Memory,
             as_1_12: true,
+            tls: None,
         });
+        // Through TLS: the memory engine, and leader mode (its acknowledgements wait
+        // for Redis, so replies of a TLS connection are held back as a plain one's).
+        for kind in [ServerKind::Memory, ServerKind::Leader] {
+            for tls in [Tls::Token, Tls::Cert] {
+                all.push(Target {
+                    kind,
+                    as_1_12: false,
+                    tls: Some(tls),
+                });
+            }
+        }
         all
     }
 
     fn name(self) -> String {
-        match self.as_1_12 {
-            true => format!("{}-1.12", self.kind.name()),
-            false => self.kind.name().to_string(),
+        match (self.as_1_12, self.tls) {
+            (true, _) => format!("{}-1.12", self.kind.name()),
+            (false, Some(Tls::Token)) => format!("{}-tls-token", self.kind.name()),
+            (false, Some(Tls::Cert)) => format!("{}-tls-cert", self.kind.name()),
+            (false, None) => self.kind.name().to_string(),
         }
     }
 
@@ -1239,20 +1428,59 @@ fn run_trial_on(
     if let Some(why) = skipped(case, release) {
         return Ok(Completion::ignored_with(why));
     }
+    if case.extensions == Some(true) {
+        if kind == ServerKind::Beanstalkd {
+            return Ok(Completion::ignored_with(
+                "a redstalk extension: beanstalkd has none",
+            ));
+        }
+        let pending = unserved(case.needs.unwrap_or(Families::ALL));
+        if !pending.is_empty() {
+            return Ok(Completion::ignored_with(format!(
+                "pending: the engine does not serve {} yet (issue 31)",
+                pending.join(", ")
+            )));
+        }
+    }
     let mut args = case.args.clone();
+    if case.extensions == Some(false) && kind != ServerKind::Beanstalkd {
+        args.extend(EXTENSIONS_OFF_ARGS.iter().map(|a| a.to_string()));
+    }
     if target.as_1_12 {
         args.extend(["--compat".to_string(), "1.12".to_string()]);
     }
-    let started = match on {
-        Some((url, prefix, extra)) => {
-            args.extend_from_slice(extra);
-            ServerProc::start_on_redis_as(kind, url, prefix, &args).map(Some)
+    let via = target.tls.map(TlsVia::new);
+    if let Some((_, _, extra)) = on {
+        args.extend_from_slice(extra);
+    }
+    // The TLS listener's port, like `-p`'s, is free when picked and may be taken by
+    // another process before the server binds it (seen once in 3,350 trials): a start
+    // that finds it in use is made again on another.
+    let mut tries = 0;
+    let (started, tls_port) = loop {
+        let tls_port = support::free_port();
+        let mut args = args.clone();
+        if let Some(via) = &via {
+            args.extend(via.args(tls_port, kind));
         }
-        None => ServerProc::start(kind, &args),
+        let started = match on {
+            Some((url, prefix, _)) => {
+                ServerProc::start_on_redis_as(kind, url, prefix, &args).map(Some)
+            }
+            None => ServerProc::start(kind, &args),
+        };
+        tries += 1;
+        match started {
+            Err(e) if via.is_some() && tries < 5 && e.contains("Address already in use") => {}
+            started => break (started, tls_port),
+        }
     };
     let mut server = match started {
         Ok(Some(server)) => server,
-        Ok(None) => return Ok(Completion::ignored_with("beanstalkd is not installed")),
+        Ok(None) if kind == ServerKind::Beanstalkd => {
+            return Ok(Completion::ignored_with("beanstalkd is not installed"));
+        }
+        Ok(None) => return Ok(Completion::ignored_with("redis-server is not installed")),
         Err(e) => {
             return Err(
                 format!("{}: cannot start {}: {e}", case.display_path, target.name()).into(),
@@ -1262,11 +1490,13 @@ fn run_trial_on(
     // Drained from the start (so a chatty server never blocks on a full pipe) and shown
     // with a failure: the server's own account of what happened.
     let log = server.capture_stderr();
+    let tls_addr: SocketAddr = ([127, 0, 0, 1], tls_port).into();
     let mut player = Player {
         case,
         server: &server,
         release,
         conns: HashMap::new(),
+        tls: via.as_ref().map(|v| (tls_addr, v)),
     };
     player.run().map_err(|detail| {
         let said = log.tail();
@@ -1283,7 +1513,8 @@ fn run_trial_on(
 /// `url`, which the caller brings (a Redis Cluster: `protocol-tests/cluster.rs`): each
 /// case gets a fresh namespace, `prefix` and its number, and `threads` cases run at
 /// once. Returns how many cases ran, how many were skipped (they hold for another
-/// release), and the failures (`case: what differed`).
+/// release, or need an extension family not served yet), and the failures (`case:
+/// what differed`).
 pub fn run_corpus_on_redis(
     mode: &str,
     url: &str,
@@ -1333,6 +1564,7 @@ pub fn run_cases_on_redis(
     let target = Target {
         kind,
         as_1_12: false,
+        tls: None,
     };
     let next = std::sync::atomic::AtomicUsize::new(0);
     let results = std::sync::Mutex::new((0, 0, Vec::new()));
@@ -1379,6 +1611,16 @@ fn main() {
             std::process::exit(101);
         }
     };
+    let pending = cases
+        .iter()
+        .filter_map(|(_, parsed)| parsed.as_ref().ok()?.needs)
+        .filter(|&needs| !unserved(needs).is_empty())
+        .count();
+    if pending > 0 {
+        eprintln!(
+            "protocol runner: {pending} extension case(s) pending (their families are not served yet; ignored on every target)"
+        );
+    }
     let mut trials = Vec::new();
     for target in Target::all() {
         for (stem, parsed) in &cases {

@@ -128,6 +128,11 @@ fn secs(n: u32) -> Nanos {
     u64::from(n) * NANOS_PER_SEC
 }
 
+/// Whole seconds as the store takes a duration (ms).
+fn ms(secs: u32) -> u64 {
+    u64::from(secs) * 1000
+}
+
 /// Assert that `value` is within [`SLACK`] of `[lo, hi]`.
 fn assert_near(what: &str, value: Nanos, lo: Nanos, hi: Nanos) {
     assert!(
@@ -140,8 +145,8 @@ async fn put(s: &AnyStore, tube: &str, pri: u32, delay: u32, ttr: u32, body: &st
     let job = NewJob {
         tube: t(tube),
         pri,
-        delay_secs: delay,
-        ttr_secs: ttr,
+        delay_ms: ms(delay),
+        ttr_ms: ms(ttr),
         body: Bytes::copy_from_slice(body.as_bytes()),
     };
     s.put(job, now(s)).await.expect("put")
@@ -158,7 +163,7 @@ async fn reserve_job(s: &AnyStore, conn: ConnId, id: JobId) -> Option<Reserved> 
 }
 
 async fn release(s: &AnyStore, conn: ConnId, id: JobId, pri: u32, delay: u32) -> Option<String> {
-    s.release(conn, id, pri, delay, now(s))
+    s.release(conn, id, pri, ms(delay), now(s))
         .await
         .expect("release")
         .map(|t| t.to_string())
@@ -263,7 +268,7 @@ async fn put_and_reserve_order(s: &AnyStore) {
         let Some(r) = reserve(s, C1, &["a", "b"]).await else {
             break;
         };
-        let ttr = secs(job(s, r.id).await.ttr_secs);
+        let ttr = job(s, r.id).await.ttr_ms * 1_000_000;
         assert_near("reserve deadline", r.deadline, before + ttr, now(s) + ttr);
         got.push((r.id, r.tube.to_string(), r.body));
     }
@@ -288,7 +293,7 @@ async fn put_and_reserve_order(s: &AnyStore) {
 
     let j = job(s, a3).await;
     assert_eq!(j.state, JobState::Reserved);
-    assert_eq!((j.pri, j.ttr_secs, j.delay_secs), (u32::MAX, 7, 0));
+    assert_eq!((j.pri, j.ttr_ms, j.delay_ms), (u32::MAX, 7000, 0));
     assert_eq!(counters(&j), [1, 0, 0, 0, 0]);
     assert!(j.deadline.is_some(), "a reserved job has a deadline");
     let x = totals(s).await;
@@ -302,7 +307,7 @@ async fn pause_skips_tube(s: &AnyStore) {
     let a = put(s, "a", 0, 0, LONG, "a").await;
     let b = put(s, "b", 100, 0, LONG, "b").await;
     let before = now(s);
-    assert!(s.pause(&t("a"), LONG, now(s)).await.expect("pause"));
+    assert!(s.pause(&t("a"), ms(LONG), now(s)).await.expect("pause"));
     let ti = tube_of(s, "a").await;
     assert_eq!(ti.pause, secs(LONG), "pause as set");
     assert_near(
@@ -448,7 +453,7 @@ async fn holder_only(s: &AnyStore) {
     assert_eq!(release(s, C1, j, 70, 0).await.as_deref(), Some("x"));
     let info = job(s, j).await;
     assert_eq!(
-        (info.state, info.pri, info.delay_secs),
+        (info.state, info.pri, info.delay_ms),
         (JobState::Ready, 70, 0)
     );
     assert_eq!(counters(&info), [1, 0, 1, 0, 0]);
@@ -460,7 +465,7 @@ async fn holder_only(s: &AnyStore) {
     assert_eq!(r.id, k, "pri 60 before the released job's new pri 70");
     assert_eq!(release(s, C1, k, 60, LONG).await.as_deref(), Some("x"));
     let info = job(s, k).await;
-    assert_eq!((info.state, info.delay_secs), (JobState::Delayed, LONG));
+    assert_eq!((info.state, info.delay_ms), (JobState::Delayed, ms(LONG)));
     assert!(info.deadline.is_some(), "a delayed job has a due time");
     assert_eq!(counts(&tube_of(s, "x").await), [1, 1, 0, 1, 0]);
 
@@ -648,7 +653,7 @@ async fn figures(s: &AnyStore) {
         (j.id, j.tube.as_str(), j.state),
         (delayed, "f", JobState::Delayed)
     );
-    assert_eq!((j.pri, j.delay_secs, j.ttr_secs), (0, LONG, 3));
+    assert_eq!((j.pri, j.delay_ms, j.ttr_ms), (0, ms(LONG), 3000));
     assert_eq!(counters(&j), [0; 5]);
     assert_near("created", j.created, before, after);
     let due = j.deadline.expect("a delayed job's due time");
@@ -740,7 +745,7 @@ async fn refs_and_gc(s: &AnyStore) {
     assert_eq!((ti.using, ti.watching), (2, 1));
     let id = put(s, "a", 1, 0, LONG, "x").await;
     assert!(delete(s, C1, id).await);
-    assert!(s.pause(&a, LONG, now(s)).await.expect("pause"));
+    assert!(s.pause(&a, ms(LONG), now(s)).await.expect("pause"));
     let ti = tube_of(s, "a").await;
     assert_eq!((ti.total_jobs, ti.cmd_delete, ti.cmd_pause), (1, 1, 1));
     assert!(ti.pause > 0);
@@ -1266,8 +1271,8 @@ struct JobFigs {
     tube: TubeName,
     state: JobState,
     pri: u32,
-    delay_secs: u32,
-    ttr_secs: u32,
+    delay_ms: u64,
+    ttr_ms: u64,
     has_deadline: bool,
     counters: [u64; 5],
 }
@@ -1279,8 +1284,8 @@ impl From<JobInfo> for JobFigs {
             tube: j.tube.clone(),
             state: j.state,
             pri: j.pri,
-            delay_secs: j.delay_secs,
-            ttr_secs: j.ttr_secs,
+            delay_ms: j.delay_ms,
+            ttr_ms: j.ttr_ms,
             has_deadline: j.deadline.is_some(),
             counters: counters(&j),
         }
@@ -1357,8 +1362,8 @@ async fn apply(s: &AnyStore, op: &Op, now: Nanos) -> StoreResult<Out> {
             let job = NewJob {
                 tube: tube.clone(),
                 pri: *pri,
-                delay_secs: *delay,
-                ttr_secs: *ttr,
+                delay_ms: ms(*delay),
+                ttr_ms: ms(*ttr),
                 body: body.clone(),
             };
             Out::Id(s.put(job, now).await?)
@@ -1372,7 +1377,7 @@ async fn apply(s: &AnyStore, op: &Op, now: Nanos) -> StoreResult<Out> {
             id,
             pri,
             delay,
-        } => Out::Tube(s.release(*conn, *id, *pri, *delay, now).await?),
+        } => Out::Tube(s.release(*conn, *id, *pri, ms(*delay), now).await?),
         Op::Bury { conn, id, pri } => Out::Bool(s.bury(*conn, *id, *pri).await?),
         Op::Touch { conn, id } => Out::Bool(s.touch(*conn, *id, now).await?.is_some()),
         Op::Kick { tube, bound } => Out::Count(s.kick(tube, *bound, now).await?),
@@ -1385,7 +1390,7 @@ async fn apply(s: &AnyStore, op: &Op, now: Nanos) -> StoreResult<Out> {
         Op::TubeInfo { tube } => Out::TubeFigs(s.tube_info(tube, now).await?.map(TubeFigs::from)),
         Op::Totals => Out::Totals(s.totals().await?),
         Op::ListTubes => Out::Tubes(s.list_tubes().await?),
-        Op::Pause { tube, delay } => Out::Bool(s.pause(tube, *delay, now).await?),
+        Op::Pause { tube, delay } => Out::Bool(s.pause(tube, ms(*delay), now).await?),
         Op::HasReady { watched } => Out::Bool(s.has_ready(watched).await?),
         Op::SoonestDeadline { conn } => Out::Bool(s.soonest_deadline(*conn).await?.is_some()),
         Op::NextDeadline => Out::Bool(s.next_deadline().await?.is_some()),

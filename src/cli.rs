@@ -12,9 +12,13 @@ use std::time::Duration;
 
 use clap::{ArgAction, Parser};
 
+use crate::access::{AccessConfig, Secret};
 use crate::persist::binlog::{BinlogConfig, DEFAULT_FILE_SIZE, DEFAULT_FSYNC_MS, Fsync};
 use crate::protocol::codec::{DEFAULT_MAX_JOB_SIZE, MAX_JOB_SIZE_LIMIT};
 use crate::server::ListenAddr;
+use crate::server::policy::{AuthMode, ListenerSpec, SpecAddr};
+use crate::server::security::{DEFAULT_AUTH_TIMEOUT, DEFAULT_MAX_PENDING};
+use crate::server::tls::CertFiles;
 
 /// The reference's exit code for a usage error.
 pub const EXIT_USAGE: u8 = 5;
@@ -23,17 +27,83 @@ pub const EXIT_USAGE: u8 = 5;
 #[command(
     name = "redstalk",
     about = "A beanstalkd-compatible job queue server.",
+    long_about = "A beanstalkd-compatible job queue server: it speaks the beanstalkd text \
+        protocol byte for byte, so beanstalk clients work with it unchanged.\n\n\
+        Jobs live in memory (the default, as beanstalkd without -b), in a local \
+        write-ahead log (-b DIR, as beanstalkd's binlog), or in Redis (--redis URL), where \
+        several instances serve one queue: in leader mode one instance serves from memory \
+        and writes every change to Redis before acknowledging it while the others relay \
+        to it and take over when it dies; in shared mode every command is one Lua script \
+        in Redis. With --http it also serves Prometheus metrics, health checks, a JSON \
+        operator API and a web console.",
+    version = crate::build_info::VERSION,
     disable_help_flag = true,
     disable_version_flag = true
 )]
 pub struct Cli {
     /// Listen on ADDR (default 0.0.0.0), or on a unix socket with `unix:/path`.
-    #[arg(short = 'l', value_name = "ADDR", default_value = "0.0.0.0")]
-    pub listen: String,
+    #[arg(short = 'l', value_name = "ADDR")]
+    pub listen: Option<String>,
 
     /// Listen on PORT (default 11300).
-    #[arg(short = 'p', value_name = "PORT", default_value_t = 11300)]
-    pub port: u16,
+    #[arg(short = 'p', value_name = "PORT")]
+    pub port: Option<u16>,
+
+    /// Another listener (repeatable): ADDRESS[,tls][,auth=MODE][,role=ROLE], ADDRESS
+    /// being HOST:PORT, unix:/path or fd:NAME (a socket systemd passed), MODE none,
+    /// token, cert, token-or-cert or relay. Given without -l or -p, it replaces the
+    /// default listener. See docs/SECURITY.md.
+    #[arg(
+        long = "listen",
+        env = "REDSTALK_LISTEN",
+        value_name = "SPEC",
+        value_delimiter = ' '
+    )]
+    pub listeners: Vec<ListenerSpec>,
+
+    /// The certificate (PEM, with its chain) of every TLS listener.
+    #[arg(long, env = "REDSTALK_TLS_CERT", value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// The key (PEM) of --tls-cert.
+    #[arg(long, env = "REDSTALK_TLS_KEY", value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+
+    /// The CA (PEM) client certificates must chain to (auth=cert, auth=token-or-cert).
+    #[arg(long, env = "REDSTALK_TLS_CLIENT_CA", value_name = "FILE")]
+    pub tls_client_ca: Option<PathBuf>,
+
+    /// The roles file (TOML): roles scoped to tubes, and the tokens and client
+    /// certificates that have them, for the beanstalk port and the HTTP API; read
+    /// again on SIGHUP. See docs/SECURITY.md.
+    #[arg(long, env = "REDSTALK_ROLES", value_name = "FILE")]
+    pub roles: Option<PathBuf>,
+
+    /// Seconds a client of a token listener has to send `auth` (after its TLS
+    /// handshake, which has 10 s of its own).
+    #[arg(
+        long,
+        env = "REDSTALK_AUTH_TIMEOUT",
+        value_name = "SECS",
+        default_value_t = DEFAULT_AUTH_TIMEOUT.as_secs()
+    )]
+    pub auth_timeout: u64,
+
+    /// Connections handshaking or not yet authenticated at most, all TLS and token
+    /// listeners together; more are closed at accept.
+    #[arg(
+        long,
+        env = "REDSTALK_MAX_PENDING",
+        value_name = "N",
+        default_value_t = DEFAULT_MAX_PENDING
+    )]
+    pub max_pending: usize,
+
+    /// Leader mode: the instance secret (the file's first line), the same on every
+    /// instance: a standby proves it before the leader serves a client it relays
+    /// under that client's role. Needed with any authenticating listener or roles.
+    #[arg(long, env = "REDSTALK_RELAY_SECRET_FILE", value_name = "FILE")]
+    pub relay_secret_file: Option<PathBuf>,
 
     /// Maximum job size in bytes (default 65535, at most 1073741824).
     // Read as the reference reads it (`sscanf("%zu")`), so `-z -5` is a value, not a flag.
@@ -54,13 +124,18 @@ pub struct Cli {
     #[arg(short = 'V', action = ArgAction::Count)]
     pub verbose: u8,
 
-    /// Print the version and exit.
+    /// Print the version and exit (with -V: the commit too; -VV: the compiler).
     #[arg(short = 'v', action = ArgAction::SetTrue)]
     pub version: bool,
 
     /// Print this help and exit.
     #[arg(short = 'h', long = "help", action = ArgAction::SetTrue)]
     pub help: bool,
+
+    /// Write the man page and the shell completions under DIR and exit (the Debian
+    /// package's build runs it: src/manual/).
+    #[arg(long, value_name = "DIR", hide = true)]
+    pub write_manual: Option<PathBuf>,
 
     /// Keep jobs across restarts in a write-ahead log in DIR (beanstalkd's -b).
     #[arg(short = 'b', value_name = "DIR")]
@@ -89,10 +164,12 @@ pub struct Cli {
 
     /// Keep jobs in Redis at URL: durable, and shared by every redstalk instance with
     /// the same URL and prefix. Without it, jobs live in memory. URL:
-    /// redis://[USER:PASSWORD@]HOST:PORT[/DB], rediss://... (TLS), or
+    /// redis://[USER:PASSWORD@]HOST:PORT[/DB], rediss://... (TLS);
     /// redis+sentinel://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]/MASTER_NAME[/DB]
     /// (rediss+sentinel:// with TLS): the primary the sentinels name, followed across
-    /// failovers; the credentials are the data nodes'.
+    /// failovers, the credentials the data nodes'; or
+    /// redis+cluster://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...] (rediss+cluster://
+    /// with TLS): a Redis Cluster, from any of its nodes.
     #[arg(long, env = "REDSTALK_REDIS", value_name = "URL")]
     pub redis: Option<String>,
 
@@ -192,6 +269,12 @@ pub struct Cli {
     #[arg(long, env = "REDSTALK_REDIS_ALLOW_EVICTION")]
     pub redis_allow_eviction: bool,
 
+    /// Answer puts OUT_OF_MEMORY once the process's memory nears BYTES (85% of it in
+    /// use), rather than be killed at a container's limit. Default: the memory limit of
+    /// the cgroup redstalk runs in, if it has one.
+    #[arg(long, env = "REDSTALK_MEMORY_LIMIT", value_name = "BYTES", value_parser = parse_size)]
+    pub memory_limit: Option<u64>,
+
     /// Close new connections beyond this many open ones (default: as many as the file
     /// descriptor limit allows, at most 65536; a client relayed to the leader takes two
     /// descriptors).
@@ -232,14 +315,15 @@ pub struct Cli {
     #[arg(long, env = "REDSTALK_ADMIN_READ_ONLY")]
     pub admin_read_only: bool,
 
-    /// The console's login and the API's Authorization: Bearer take at most N wrong
-    /// tokens per client address a minute (ten times N from all addresses), then answer
-    /// 429 until the minute ends. 0: no bound.
+    /// The console's login, the API's Authorization: Bearer and the beanstalk port's
+    /// `auth` take at most N wrong tokens per client address a minute (ten times N from
+    /// all addresses), then refuse every token (429, UNAUTHORIZED) until the minute
+    /// ends. 0: no bound.
     #[arg(
         long,
         env = "REDSTALK_ADMIN_LOGIN_LIMIT",
         value_name = "N",
-        default_value_t = crate::http::auth::DEFAULT_PER_PEER
+        default_value_t = crate::access::DEFAULT_PER_PEER
     )]
     pub admin_login_limit: u32,
 
@@ -263,6 +347,18 @@ pub struct Cli {
     #[arg(long, env = "REDSTALK_COMPAT", value_name = "VERSION", default_value_t)]
     pub compat: crate::protocol::Dialect,
 
+    /// Speak redstalk's protocol extensions (docs/EXTENSIONS.md: `list-extensions`
+    /// and the families it names) besides beanstalkd's commands, or not: `off` answers
+    /// every extension line exactly as beanstalkd does.
+    #[arg(
+        long,
+        env = "REDSTALK_EXTENSIONS",
+        value_name = "on|off",
+        value_enum,
+        default_value = "on"
+    )]
+    pub extensions: Switch,
+
     /// On SIGTERM/SIGINT, wait this many seconds for connections to finish.
     #[arg(
         long,
@@ -277,6 +373,13 @@ pub struct Cli {
 /// put of 128 MiB took 1.2 s and 256 MiB exceeded the 1 s command timeout; half of what
 /// worked leaves room for a loaded machine.
 pub const REDIS_MAX_JOB_SIZE: u32 = 64 << 20;
+
+/// An option that is on or off (`--extensions`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Switch {
+    On,
+    Off,
+}
 
 /// How redstalk instances share a Redis namespace (see `--redis-mode`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -312,6 +415,10 @@ pub enum CliError {
     Resolve(String),
     #[error("--admin-token-file {0}: cannot read it: {1}")]
     TokenFile(String, String),
+    #[error("--relay-secret-file {0}: cannot read it: {1}")]
+    SecretFile(String, String),
+    #[error("{0}")]
+    Listeners(String),
     #[error("--http {0:?} is not HOST:PORT that resolves (for example 127.0.0.1:9100)")]
     Http(String),
     #[error("--redis-lease {0} is too short: give at least 300 (milliseconds)")]
@@ -331,7 +438,20 @@ pub enum CliError {
 /// Settings derived from the flags.
 #[derive(Clone, Debug)]
 pub struct Settings {
+    /// The default listener's address (`-l`, `-p`).
     pub listen: ListenAddr,
+    /// Whether the default listener is served (not when only `--listen` is given).
+    pub default_listener: bool,
+    /// `--listen`.
+    pub listeners: Vec<ListenerSpec>,
+    /// The TLS files of TLS listeners (`None`: there are none).
+    pub tls: Option<CertFiles>,
+    /// Roles, tokens and the guessing bound.
+    pub access_config: AccessConfig,
+    pub auth_timeout: Duration,
+    pub max_pending: usize,
+    /// Leader mode's instance secret.
+    pub relay_secret: Option<Secret>,
     /// `None`: the in-memory engine.
     pub redis: Option<RedisSettings>,
     /// `-b DIR`: the memory engine with a write-ahead log.
@@ -341,15 +461,19 @@ pub struct Settings {
     pub verbose: u8,
     /// `--max-connections`, when given (else the file descriptor limit decides).
     pub max_connections: Option<usize>,
+    /// `--memory-limit`, when given (else the cgroup's limit, if any).
+    pub memory_limit: Option<u64>,
     pub shutdown_grace: Duration,
     /// The beanstalkd release whose replies to give (`--compat`).
     pub dialect: crate::protocol::Dialect,
+    /// Whether connections speak the protocol extensions (`--extensions`).
+    pub extensions: bool,
     /// Where the HTTP listener serves (metrics, probes, the API, the console); `None`:
     /// not served.
     pub http: Option<SocketAddr>,
     /// Tubes with per-tube series in /metrics.
     pub metrics_tubes: usize,
-    /// Who may use the operator API.
+    /// The operator API's own settings.
     pub access: crate::http::auth::Access,
     pub warnings: Vec<String>,
 }
@@ -378,7 +502,17 @@ impl Cli {
         if redis.is_some() && max_job_size > REDIS_MAX_JOB_SIZE {
             return Err(CliError::RedisJobSize(max_job_size));
         }
+        let tls = self.tls_files(&mut warnings)?;
         Ok(Settings {
+            default_listener: self.listeners.is_empty()
+                || self.listen.is_some()
+                || self.port.is_some(),
+            listeners: self.listeners.clone(),
+            tls,
+            access_config: self.access_config()?,
+            auth_timeout: Duration::from_secs(self.auth_timeout.max(1)),
+            max_pending: self.max_pending.max(1),
+            relay_secret: self.relay_secret()?,
             listen,
             redis,
             binlog,
@@ -386,11 +520,13 @@ impl Cli {
             user: self.user.clone(),
             verbose: self.verbose,
             max_connections: self.max_connections.map(|n| n.max(1)),
+            memory_limit: self.memory_limit,
             shutdown_grace: Duration::from_secs(self.shutdown_grace),
             dialect: self.compat,
+            extensions: self.extensions == Switch::On,
             http: self.http_addr()?,
             metrics_tubes: self.metrics_tubes,
-            access: self.access()?,
+            access: self.access(),
             warnings,
         })
     }
@@ -430,12 +566,28 @@ impl Cli {
         }
         crate::redis::keys::check_prefix(&self.redis_prefix)?;
         crate::redis::target::check_cluster_url(url, self.redis_sentinel_password.is_some())?;
-        let advertise = match (&self.advertise, listen) {
+        // Where standbys relay: the default listener, else the first plain TCP
+        // `--listen` that instances may relay to (auth=none or relay).
+        let relay_to = if self.listeners.is_empty() || self.listen.is_some() || self.port.is_some()
+        {
+            Some(listen.clone())
+        } else {
+            self.listeners.iter().find_map(|l| match &l.addr {
+                SpecAddr::Tcp(a)
+                    if !l.policy.tls
+                        && matches!(l.policy.auth, AuthMode::None | AuthMode::Relay) =>
+                {
+                    Some(ListenAddr::Tcp(*a))
+                }
+                _ => None,
+            })
+        };
+        let advertise = match (&self.advertise, &relay_to) {
             (Some(a), _) => a.clone(),
-            (None, ListenAddr::Tcp(sa)) if !sa.ip().is_unspecified() => sa.to_string(),
-            (None, ListenAddr::Tcp(sa)) => format!("{}:{}", hostname(), sa.port()),
+            (None, Some(ListenAddr::Tcp(sa))) if !sa.ip().is_unspecified() => sa.to_string(),
+            (None, Some(ListenAddr::Tcp(sa))) => format!("{}:{}", hostname(), sa.port()),
             // A single instance needs none; others cannot relay to it (they say so).
-            (None, ListenAddr::Unix(_)) => String::new(),
+            (None, Some(ListenAddr::Unix(_)) | None) => String::new(),
         };
         if advertise.is_empty() && self.redis_mode == RedisMode::Leader {
             warnings.push(
@@ -459,6 +611,8 @@ impl Cli {
                 wait_timeout: Duration::from_millis(self.redis_wait_timeout),
                 leader_lease: (self.redis_mode == RedisMode::Leader)
                     .then(|| Duration::from_millis(self.redis_lease)),
+                // The process's one: every connector is made from these options.
+                lookups: crate::redis::Lookups::default(),
             },
             mode: self.redis_mode,
             lease: Duration::from_millis(self.redis_lease),
@@ -470,8 +624,62 @@ impl Cli {
         })
     }
 
-    /// The API's access settings; the token from the flag, its variable or its file.
-    fn access(&self) -> Result<crate::http::auth::Access, CliError> {
+    /// The TLS files every TLS listener needs; what is missing is said here.
+    fn tls_files(&self, warnings: &mut Vec<String>) -> Result<Option<CertFiles>, CliError> {
+        let any_tls = self.listeners.iter().any(|l| l.policy.tls);
+        let wants_ca = self
+            .listeners
+            .iter()
+            .any(|l| matches!(l.policy.auth, AuthMode::Cert | AuthMode::TokenOrCert));
+        if !any_tls {
+            if self.tls_cert.is_some() || self.tls_key.is_some() || self.tls_client_ca.is_some() {
+                warnings.push(
+                    "--tls-cert, --tls-key and --tls-client-ca have no effect without a TLS \
+                     --listen"
+                        .to_string(),
+                );
+            }
+            return Ok(None);
+        }
+        let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) else {
+            return Err(CliError::Listeners(
+                "a TLS --listen needs --tls-cert FILE and --tls-key FILE (PEM)".into(),
+            ));
+        };
+        if wants_ca && self.tls_client_ca.is_none() {
+            return Err(CliError::Listeners(
+                "auth=cert and auth=token-or-cert need --tls-client-ca FILE: the CA (PEM) \
+                 client certificates must chain to"
+                    .into(),
+            ));
+        }
+        Ok(Some(CertFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+            client_ca: self.tls_client_ca.clone(),
+        }))
+    }
+
+    /// The instance secret of `--relay-secret-file` (its first line).
+    fn relay_secret(&self) -> Result<Option<Secret>, CliError> {
+        let Some(path) = &self.relay_secret_file else {
+            return Ok(None);
+        };
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| CliError::SecretFile(path.display().to_string(), e.to_string()))?;
+        let secret = text.lines().next().unwrap_or_default().trim().to_string();
+        if secret.len() < 16 {
+            return Err(CliError::SecretFile(
+                path.display().to_string(),
+                "the secret (its first line) must be at least 16 characters".into(),
+            ));
+        }
+        Ok(Some(Secret::new(secret)))
+    }
+
+    /// Who holds which token: the roles file, and `--admin-token` (flag, variable or
+    /// file) as an identity of the role `admin`.
+    fn access_config(&self) -> Result<AccessConfig, CliError> {
         let token = match (&self.admin_token, &self.admin_token_file) {
             (Some(t), _) => Some(t.clone()),
             (None, Some(path)) => {
@@ -481,15 +689,20 @@ impl Cli {
             }
             (None, None) => None,
         };
-        Ok(crate::http::auth::Access {
-            token: token
-                .filter(|t| !t.is_empty())
-                .map(crate::http::auth::Secret::new),
-            reads_need_token: self.admin_read_auth,
-            read_only: self.admin_read_only,
+        Ok(AccessConfig {
+            roles_file: self.roles.clone(),
+            admin_token: token.filter(|t| !t.is_empty()).map(Secret::new),
             login_limit: self.admin_login_limit,
             login_window: Duration::from_millis(self.admin_login_window_ms),
         })
+    }
+
+    /// The API's own settings.
+    fn access(&self) -> crate::http::auth::Access {
+        crate::http::auth::Access {
+            reads_need_token: self.admin_read_auth,
+            read_only: self.admin_read_only,
+        }
     }
 
     /// `--http-advertise`, or what the HTTP listener's address says: itself when it
@@ -527,18 +740,20 @@ impl Cli {
     }
 
     fn listen_addr(&self) -> Result<ListenAddr, CliError> {
-        if let Some(path) = self.listen.strip_prefix("unix:") {
+        let host = self.listen.as_deref().unwrap_or("0.0.0.0");
+        let port = self.port.unwrap_or(11300);
+        if let Some(path) = host.strip_prefix("unix:") {
             return Ok(ListenAddr::Unix(PathBuf::from(path)));
         }
-        if let Ok(ip) = self.listen.parse::<IpAddr>() {
-            return Ok(ListenAddr::Tcp(SocketAddr::new(ip, self.port)));
+        if let Ok(ip) = host.parse::<IpAddr>() {
+            return Ok(ListenAddr::Tcp(SocketAddr::new(ip, port)));
         }
-        (self.listen.as_str(), self.port)
+        (host, port)
             .to_socket_addrs()
             .ok()
             .and_then(|mut addrs| addrs.next())
             .map(ListenAddr::Tcp)
-            .ok_or_else(|| CliError::Resolve(self.listen.clone()))
+            .ok_or_else(|| CliError::Resolve(host.to_string()))
     }
 }
 
@@ -596,7 +811,7 @@ mod tests {
         assert_eq!(s.listen, ListenAddr::Tcp("127.0.0.1:1234".parse().unwrap()));
         assert_eq!(s.max_job_size, 10);
         let c = parse(&["-Vp", "99"]);
-        assert_eq!((c.verbose, c.port), (1, 99));
+        assert_eq!((c.verbose, c.port), (1, Some(99)));
     }
 
     #[test]
@@ -749,6 +964,38 @@ mod tests {
             parse(&["-z", &above]).validate().is_ok(),
             "memory: no limit"
         );
+    }
+
+    #[test]
+    fn listeners_need_their_files_and_replace_the_default_only_when_alone() {
+        let s = parse(&[]).validate().unwrap();
+        assert!(s.default_listener && s.listeners.is_empty() && s.tls.is_none());
+        let tls = ["--listen", "127.0.0.1:11301,tls,auth=token"];
+        let err = parse(&tls).validate().unwrap_err();
+        assert!(err.to_string().contains("--tls-cert"), "{err}");
+        let files = ["--tls-cert", "c.pem", "--tls-key", "k.pem"];
+        let s = parse(&[&tls[..], &files[..]].concat()).validate().unwrap();
+        assert!(!s.default_listener, "--listen alone replaces -l/-p");
+        assert!(s.tls.is_some_and(|t| t.client_ca.is_none()));
+        let s = parse(&[&tls[..], &files[..], &["-p", "11300"]].concat())
+            .validate()
+            .unwrap();
+        assert!(s.default_listener, "-p keeps it beside --listen");
+        let cert = ["--listen", "127.0.0.1:11302,auth=cert"];
+        let err = parse(&[&cert[..], &files[..]].concat())
+            .validate()
+            .unwrap_err();
+        assert!(err.to_string().contains("--tls-client-ca"), "{err}");
+        // Leader mode advertises the listener instances relay to.
+        let s = parse(&[
+            "--listen",
+            "10.0.0.5:11310,auth=relay",
+            "--redis",
+            "redis://127.0.0.1:1/0",
+        ])
+        .validate()
+        .unwrap();
+        assert_eq!(s.redis.unwrap().advertise, "10.0.0.5:11310");
     }
 
     #[test]

@@ -9,6 +9,9 @@
 //!             `lock`, the one poison-tolerant mutex guard
 //! protocol/   bytes <-> values: codec (framing), parse (one line -> a command),
 //!             command, reply, yaml. No I/O, no clock.
+//! access/     who may do what, on the beanstalk port and the HTTP API: tokens and
+//!             their guessing bound, roles and the roles file, the check of a
+//!             connection's commands against its role
 //! redis/      what both Redis modes use: the options, connections (the URL, TLS,
 //!             sentinels, following a failover, bounded waits), the key schema, the
 //!             job metadata format, fenced transactions, the eviction policy check,
@@ -24,8 +27,9 @@
 //!             of live connections; every reply comes with its acknowledgement (now,
 //!             or once change N is durable)
 //! persist/    group commit: the committer takes cuts of a journaled memory store and
-//!             writes them through a Sink (redis/: leader mode's fenced MULTI/EXEC
-//!             batches and the loader; binlog/: `-b DIR`'s local log and its replay);
+//!             writes them through a Sink (redis/: leader mode's batches, one fenced
+//!             script call each, and the loader; binlog/: `-b DIR`'s local log and its
+//!             replay);
 //!             engine: the one place a persisted engine is built and ended
 //! server/     sockets: listeners (and systemd's), one task per connection (serve with
 //!             an engine, or relay to the leader, as the Router says; replies held
@@ -36,15 +40,21 @@
 //!             capped per tube), /healthz, /readyz, the operator API (/api/v1) and
 //!             the web console; every connection bounded
 //! cli         beanstalkd's flags and redstalk's own
+//! build_info  the version, commit and toolchain of this build (`-v`, `-Vv`)
+//! manual      man pages and shell completions from the clap definitions, and the
+//!             README's flag tables checked against them
 //! ```
 //!
 //! The binary (`main.rs`) parses the flags, starts what serves clients (an engine on a
 //! store, or a cluster of roles), binds, and runs the server until SIGTERM.
 
+pub mod access;
+pub mod build_info;
 pub mod cli;
 pub mod cluster;
 pub mod engine;
 pub mod http;
+pub mod manual;
 pub mod persist;
 pub mod protocol;
 pub mod redis;

@@ -20,17 +20,25 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use redstalk::cli::{Cli, EXIT_USAGE, RedisMode, Settings};
+use redstalk::access::Control;
+use redstalk::build_info;
+use redstalk::cli::{Cli, EXIT_USAGE, RedisMode, RedisSettings, Settings};
 use redstalk::cluster::{Cluster, ClusterConfig, ClusterError};
 use redstalk::engine::{Engine, EngineConfig};
 use redstalk::http::api::types::Mode;
 use redstalk::http::{self, HttpConfig, HttpListener};
+use redstalk::manual::{self, Section};
 use redstalk::persist::binlog::{self, BinlogConfig};
 use redstalk::persist::engine::Persisted;
 use redstalk::redis::policy::PolicyError;
 use redstalk::server::activation::Inherited;
-use redstalk::server::{self, Direct, Listener, ServerConfig, activation, limits, signals};
+use redstalk::server::policy::AuthMode;
+use redstalk::server::tls::Tls;
+use redstalk::server::{
+    self, Direct, Listener, Security, ServerConfig, activation, limits, signals,
+};
 use redstalk::store::{AnyStore, Clock, MemoryStore, RedisStore};
+use redstalk::util::memory::{self, LimitSource, MemoryBudget};
 
 fn main() -> ExitCode {
     // The TLS provider for Redis connections, chosen here rather than left to rustls'
@@ -51,11 +59,18 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     if cli.version {
-        println!(
-            "redstalk {} (beanstalkd protocol 1.13)",
-            env!("CARGO_PKG_VERSION")
-        );
+        println!("{}", build_info::version_line(cli.verbose));
         return ExitCode::SUCCESS;
+    }
+    if let Some(dir) = &cli.write_manual {
+        use clap::CommandFactory;
+        return match manual::write_manual(Cli::command(), MAN_SECTIONS, dir) {
+            Ok(_) => ExitCode::SUCCESS,
+            Err(err) => {
+                eprintln!("redstalk: --write-manual {}: {err}", dir.display());
+                ExitCode::FAILURE
+            }
+        };
     }
     let settings = match cli.validate() {
         Ok(s) => s,
@@ -77,6 +92,54 @@ fn main() -> ExitCode {
     }
 }
 
+/// What `man redstalk` says after the options (the options come from the flags).
+const MAN_SECTIONS: &[Section] = &[
+    Section {
+        title: "ENVIRONMENT",
+        paragraphs: &[
+            "Each long option also reads the variable its description names ([env: ...]); \
+             the flag wins when both are given.",
+            "REDSTALK_LOG\tA log filter (tracing's EnvFilter syntax, e.g. \
+             redstalk=debug,warn); it overrides -V and -VV. Logs go to stderr.",
+            "LISTEN_FDS, LISTEN_PID\tSockets passed by systemd (socket activation, as \
+             redstalk.socket does): redstalk serves every one of them and ignores -l and -p.",
+        ],
+    },
+    Section {
+        title: "SIGNALS",
+        paragraphs: &[
+            "SIGTERM, SIGINT\tStop accepting, let each connection finish the command it is \
+             running (at most --shutdown-grace seconds), exit 0.",
+            "SIGUSR1\tDrain mode, as in beanstalkd: puts answer DRAINING.",
+        ],
+    },
+    Section {
+        title: "EXIT STATUS",
+        paragraphs: &[
+            "0\tA clean shutdown, or -h, -v.",
+            "1\tredstalk could not start or stopped on a failure (a port taken, Redis \
+             unreachable at start, a log that cannot be read), after saying why.",
+            "5\tThe command line cannot run (an unknown flag, a value out of range), as \
+             beanstalkd: restarting will not help.",
+        ],
+    },
+    Section {
+        title: "FILES",
+        paragraphs: &[
+            "/etc/default/redstalk\tThe settings redstalk.service passes (the Debian package).",
+            "/var/lib/redstalk\tThe service's state directory: give -b /var/lib/redstalk \
+             to keep jobs there across restarts.",
+            "/lib/systemd/system/redstalk.service, redstalk.socket\tThe units.",
+            "/usr/share/doc/redstalk/\tREADME.md and the guides (OPERATIONS.md, BINLOG.md, \
+             LEADER.md, REDIS.md, API.md, CLI.md).",
+        ],
+    },
+    Section {
+        title: "SEE ALSO",
+        paragraphs: &["redstalkctl(1), redstalk-namespace(1), beanstalkd(1)"],
+    },
+];
+
 fn init_logging(verbose: u8) {
     let level = match verbose {
         0 => "warn",
@@ -84,7 +147,11 @@ fn init_logging(verbose: u8) {
         _ => "debug",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("REDSTALK_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("redstalk={level},warn")));
+        // rustls warns of what clients send (an IP address as SNI, say): a client must
+        // not be able to fill the log; its errors still show.
+        .unwrap_or_else(|_| {
+            tracing_subscriber::EnvFilter::new(format!("redstalk={level},rustls=error,warn"))
+        });
     // Colour codes only on a terminal: logs sent to a file or journal stay plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     tracing_subscriber::fmt()
@@ -149,9 +216,24 @@ fn start_binlog(config: &BinlogConfig, engine_config: EngineConfig) -> anyhow::R
 /// happens here, so that "listening" means "ready" (and a SIGUSR1 sent then is not
 /// fatal).
 async fn start_serving(settings: &Settings) -> anyhow::Result<Serving> {
+    let memory = MemoryBudget::configure(settings.memory_limit).map(|b| {
+        let source = match b.source() {
+            LimitSource::Option => "--memory-limit",
+            LimitSource::Cgroup => "the cgroup's memory limit",
+        };
+        tracing::info!(
+            limit = b.limit(),
+            source,
+            "memory budget: puts answer OUT_OF_MEMORY once {:.0}% of it is in use",
+            memory::ADMIT_SHARE * 100.0
+        );
+        Arc::new(b)
+    });
     let engine_config = EngineConfig {
         max_job_size: settings.max_job_size,
+        memory,
         dialect: settings.dialect,
+        extensions: settings.extensions,
     };
     if let Some(config) = &settings.binlog {
         return start_binlog(config, engine_config);
@@ -160,16 +242,6 @@ async fn start_serving(settings: &Settings) -> anyhow::Result<Serving> {
         let store = AnyStore::Memory(MemoryStore::new());
         return Ok(Serving::Engine(Engine::start(store, engine_config)));
     };
-    // The reason follows (`{err:#}` prints the chain): no answer, a refused password
-    // (WRONGPASS/NOAUTH), a certificate not trusted...; the URL without credentials.
-    let unreachable = || {
-        format!(
-            "cannot start: cannot use Redis at {} (start Redis or fix --redis / \
-             REDSTALK_REDIS and its options, then start redstalk again; once running, \
-             redstalk rides out Redis outages by itself)",
-            redstalk::redis::redact(&redis.config.url)
-        )
-    };
     // Both modes, before anything else touches the namespace: its key layout.
     redstalk::redis::schema::prepare(&redis.config)
         .await
@@ -177,51 +249,78 @@ async fn start_serving(settings: &Settings) -> anyhow::Result<Serving> {
             if err.is_refusal() {
                 anyhow::anyhow!("cannot start: {err}")
             } else {
-                anyhow::Error::new(err).context(unreachable())
+                anyhow::Error::new(err).context(unreachable(redis))
             }
         })?;
     match redis.mode {
-        RedisMode::Shared => {
-            redstalk::cluster::refuse_if_leader_mode(&redis.config)
-                .await
-                .map_err(|err| match err {
-                    ClusterError::Lease(mode) => anyhow::anyhow!("cannot start: {mode}"),
-                    other => anyhow::Error::new(other).context(unreachable()),
-                })?;
-            let store = RedisStore::connect(&redis.config)
-                .await
-                .with_context(unreachable)?;
-            store
-                .check_eviction_policy(redis.allow_eviction)
-                .await
-                .map_err(|err| anyhow::anyhow!("cannot start: {err}"))?;
-            Ok(Serving::Engine(Engine::start(
-                AnyStore::Redis(store),
-                engine_config,
-            )))
-        }
-        RedisMode::Leader => {
-            let cluster = Cluster::connect(ClusterConfig {
-                redis: redis.config.clone(),
-                advertise: redis.advertise.clone(),
-                http_advertise: redis.http_advertise.clone(),
-                lease: redis.lease,
-                engine: engine_config,
-                wait_replicas: redis.wait_replicas,
-                wait_timeout: redis.wait_timeout,
-                allow_eviction: redis.allow_eviction,
-            })
-            .await
-            .map_err(|err| match err {
-                ClusterError::Lease(mode) => anyhow::anyhow!("cannot start: {mode}"),
-                ClusterError::Policy(policy @ PolicyError::Evicting(_)) => {
-                    anyhow::anyhow!("cannot start: {policy}")
-                }
-                other => anyhow::Error::new(other).context(unreachable()),
-            })?;
-            Ok(Serving::Cluster(cluster))
-        }
+        RedisMode::Shared => start_shared(redis, engine_config).await,
+        RedisMode::Leader => start_leader(redis, settings, engine_config).await,
     }
+}
+
+/// Why a start that could not use Redis failed; the reason follows (`{err:#}` prints
+/// the chain): no answer, a refused password (WRONGPASS/NOAUTH), a certificate not
+/// trusted...; the URL without credentials.
+fn unreachable(redis: &RedisSettings) -> String {
+    format!(
+        "cannot start: cannot use Redis at {} (start Redis or fix --redis / \
+         REDSTALK_REDIS and its options, then start redstalk again; once running, \
+         redstalk rides out Redis outages by itself)",
+        redstalk::redis::redact(&redis.config.url)
+    )
+}
+
+/// Redis shared mode: an engine over the Redis store, once no leader mode runs on the
+/// namespace and the eviction policy is safe.
+async fn start_shared(
+    redis: &RedisSettings,
+    engine_config: EngineConfig,
+) -> anyhow::Result<Serving> {
+    redstalk::cluster::refuse_if_leader_mode(&redis.config)
+        .await
+        .map_err(|err| match err {
+            ClusterError::Lease(mode) => anyhow::anyhow!("cannot start: {mode}"),
+            other => anyhow::Error::new(other).context(unreachable(redis)),
+        })?;
+    let store = RedisStore::connect(&redis.config)
+        .await
+        .with_context(|| unreachable(redis))?;
+    store
+        .check_eviction_policy(redis.allow_eviction)
+        .await
+        .map_err(|err| anyhow::anyhow!("cannot start: {err}"))?;
+    Ok(Serving::Engine(Engine::start(
+        AnyStore::Redis(store),
+        engine_config,
+    )))
+}
+
+/// Redis leader mode: this instance joins the cluster (it leads or stands by).
+async fn start_leader(
+    redis: &RedisSettings,
+    settings: &Settings,
+    engine_config: EngineConfig,
+) -> anyhow::Result<Serving> {
+    let cluster = Cluster::connect(ClusterConfig {
+        redis: redis.config.clone(),
+        advertise: redis.advertise.clone(),
+        http_advertise: redis.http_advertise.clone(),
+        lease: redis.lease,
+        engine: engine_config,
+        wait_replicas: redis.wait_replicas,
+        wait_timeout: redis.wait_timeout,
+        allow_eviction: redis.allow_eviction,
+        relay_secret: settings.relay_secret.clone(),
+    })
+    .await
+    .map_err(|err| match err {
+        ClusterError::Lease(mode) => anyhow::anyhow!("cannot start: {mode}"),
+        ClusterError::Policy(policy @ PolicyError::Evicting(_)) => {
+            anyhow::anyhow!("cannot start: {policy}")
+        }
+        other => anyhow::Error::new(other).context(unreachable(redis)),
+    })?;
+    Ok(Serving::Cluster(cluster))
 }
 
 /// Raise the open files limit to its hard limit, and derive the connection limits from
@@ -277,17 +376,20 @@ async fn serve(
     inherited: Vec<Inherited>,
     budget: limits::Budget,
 ) -> anyhow::Result<()> {
+    let security = security(&settings)?;
     let serving = start_serving(&settings).await?;
-    let shutdown = install_signals(&serving)?;
+    let shutdown = install_signals(&serving, &security)?;
     let listener = bind_beanstalk(&settings, inherited)?;
     // Bound before the privileges go (a port below 1024), served after.
     let http_listener = settings.http.map(HttpListener::bind).transpose()?;
     if let Some(user) = &settings.user {
         server::privileges::become_user(user)?;
     }
-    let http = http_listener.map(|l| start_http(l, &settings, &serving));
+    let http =
+        http_listener.map(|l| start_http(l, &settings, &serving, &security, listener.ports()));
     tracing::info!(
-        version = env!("CARGO_PKG_VERSION"),
+        version = build_info::VERSION,
+        commit = build_info::COMMIT,
         pid = std::process::id(),
         engine = serving.engine_name(),
         listen = %listener.describe(),
@@ -298,6 +400,7 @@ async fn serve(
         max_connections: budget.max_connections,
         max_descriptors: budget.max_descriptors,
         shutdown_grace: settings.shutdown_grace,
+        security,
     };
     serve_until_shutdown(serving, listener, config, shutdown).await;
     if let Some(http) = http {
@@ -307,30 +410,103 @@ async fn serve(
     Ok(())
 }
 
-/// SIGUSR1 enters drain mode; the future that resolves on SIGTERM or SIGINT.
-fn install_signals(serving: &Serving) -> anyhow::Result<impl Future<Output = ()> + use<>> {
+/// SIGUSR1 enters drain mode; SIGHUP reloads the roles and TLS files (when there
+/// are any); the future that resolves on SIGTERM or SIGINT.
+fn install_signals(
+    serving: &Serving,
+    security: &Arc<Security>,
+) -> anyhow::Result<impl Future<Output = ()> + use<>> {
     let drained = serving.source();
     signals::spawn_drain_handler(move || match &drained {
         http::Source::Engine(engine) => engine.enter_drain_mode(),
         http::Source::Cluster(cluster) => cluster.enter_drain_mode(),
     })
     .context("installing the SIGUSR1 handler")?;
+    if security.tls.is_some() || security.control.config().roles_file.is_some() {
+        let security = security.clone();
+        signals::spawn_reload_handler(move || security.reload())
+            .context("installing the SIGHUP handler")?;
+    }
     signals::shutdown_signal().context("installing the SIGTERM handler")
 }
 
-/// The beanstalk listener: `-l`/`-p`, or, as beanstalkd, the sockets handed over by
-/// systemd in their place.
-fn bind_beanstalk(settings: &Settings, inherited: Vec<Inherited>) -> anyhow::Result<Listener> {
-    if inherited.is_empty() {
-        return Ok(Listener::bind(&settings.listen)?);
+/// Who may connect: the roles file, the TLS files, the pending bound. A file that
+/// cannot be used stops the start, saying why.
+fn security(settings: &Settings) -> anyhow::Result<Arc<Security>> {
+    let control = Control::new(settings.access_config.clone())?;
+    if let Some(path) = &settings.access_config.roles_file
+        && let Some(warning) = redstalk::access::readable_by_others(path)
+    {
+        tracing::warn!("{warning}");
     }
-    tracing::info!(
-        sockets = inherited.len(),
-        names = ?inherited.iter().filter_map(|i| i.name.as_deref()).collect::<Vec<_>>(),
-        ignored = %settings.listen,
-        "serving the sockets passed by systemd (LISTEN_FDS); -l and -p are not used"
-    );
-    Ok(Listener::inherited(inherited)?)
+    let roles = control.roles();
+    for spec in &settings.listeners {
+        if let Some(role) = &spec.policy.role
+            && roles.role(role).is_none()
+        {
+            anyhow::bail!(
+                "--listen {}: role={role} is not defined in the roles file (--roles)",
+                spec.addr
+            );
+        }
+        if spec.policy.auth.takes_tokens() && roles.tokens().is_empty() {
+            tracing::warn!(
+                listener = %spec.addr,
+                "a token listener, but no token is configured (--roles with [[token]], or \
+                 --admin-token): every auth is refused"
+            );
+        }
+        if spec.policy.auth == AuthMode::Cert
+            && settings.access_config.roles_file.is_some()
+            && !roles.has_certs()
+        {
+            tracing::warn!(
+                listener = %spec.addr,
+                "a certificate listener, but the roles file names no [[cert]]: every client \
+                 certificate is refused"
+            );
+        }
+    }
+    let leader_mode = matches!(&settings.redis, Some(r) if r.mode == RedisMode::Leader);
+    let relays = settings
+        .listeners
+        .iter()
+        .any(|l| l.policy.auth == AuthMode::Relay);
+    if relays && !leader_mode {
+        anyhow::bail!("auth=relay listeners are for leader mode's instances (--redis-mode leader)");
+    }
+    let restricted = settings.access_config.roles_file.is_some()
+        || settings.listeners.iter().any(|l| !l.policy.is_open());
+    if leader_mode && restricted && settings.relay_secret.is_none() {
+        anyhow::bail!(
+            "leader mode with authenticating listeners or a roles file needs \
+             --relay-secret-file FILE (the same on every instance): a standby proves it \
+             before the leader serves a client it relays under that client's role"
+        );
+    }
+    let tls = settings.tls.clone().map(Tls::load).transpose()?;
+    Ok(Security::new(
+        control,
+        tls,
+        settings.max_pending,
+        settings.auth_timeout,
+        settings.relay_secret.clone(),
+    ))
+}
+
+/// The beanstalk listeners: `-l`/`-p` (or, as beanstalkd, the sockets handed over by
+/// systemd in their place) and every `--listen`.
+fn bind_beanstalk(settings: &Settings, inherited: Vec<Inherited>) -> anyhow::Result<Listener> {
+    if !inherited.is_empty() {
+        tracing::info!(
+            sockets = inherited.len(),
+            names = ?inherited.iter().filter_map(|i| i.name.as_deref()).collect::<Vec<_>>(),
+            ignored = %settings.listen,
+            "serving the sockets passed by systemd (LISTEN_FDS); -l and -p are not used"
+        );
+    }
+    let default = settings.default_listener.then_some(&settings.listen);
+    Ok(Listener::bind_all(default, &settings.listeners, inherited)?)
 }
 
 /// How this process keeps its jobs, as the HTTP API's `/whoami` says it.
@@ -359,14 +535,27 @@ impl HttpServing {
     }
 }
 
-fn start_http(listener: HttpListener, settings: &Settings, serving: &Serving) -> HttpServing {
+fn start_http(
+    listener: HttpListener,
+    settings: &Settings,
+    serving: &Serving,
+    security: &Arc<Security>,
+    ports: Vec<Arc<server::listen::Port>>,
+) -> HttpServing {
     let addr = listener
         .local_addr()
         .map_or_else(|_| "on".to_string(), |a| a.to_string());
     let config = HttpConfig {
         metrics_tubes: settings.metrics_tubes,
         access: settings.access.clone(),
+        security: security.clone(),
+        ports,
         mode: mode(settings),
+        placements: settings
+            .redis
+            .as_ref()
+            .map(|r| r.config.lookups.placements().clone())
+            .unwrap_or_default(),
     };
     let stop = CancellationToken::new();
     let task = tokio::spawn(http::serve(

@@ -20,6 +20,27 @@ pub fn secs(secs: u32) -> Nanos {
     u64::from(secs) * NANOS_PER_SEC
 }
 
+/// `ms` milliseconds as [`Nanos`].
+pub fn millis(ms: u64) -> Nanos {
+    ms.saturating_mul(1_000_000)
+}
+
+/// `secs` whole seconds (beanstalkd's unit) in milliseconds (the store's).
+pub fn secs_as_ms(secs: u32) -> u64 {
+    u64::from(secs) * 1000
+}
+
+/// Whether `ms` milliseconds are whole seconds: a duration a client could have written
+/// in beanstalkd's unit, which persisted formats keep in their first layout.
+pub fn is_whole_secs(ms: u64) -> bool {
+    ms.is_multiple_of(1000)
+}
+
+/// Whole seconds, as beanstalkd shows a duration (rounded down), of `ms` milliseconds.
+pub fn whole_secs(ms: u64) -> u64 {
+    ms / 1000
+}
+
 #[derive(Clone, Copy, Debug)]
 pub struct Clock {
     base_wall: Nanos,
@@ -44,11 +65,11 @@ impl Clock {
         }
     }
 
-    /// A clock that reads `now` at this instant (for example the Redis clock).
-    pub fn starting_at(now: Nanos) -> Clock {
+    /// A clock that read `now` at `instant` (a past one: when a reading arrived).
+    pub fn reading_at(now: Nanos, instant: tokio::time::Instant) -> Clock {
         Clock {
             base_wall: now,
-            base_instant: tokio::time::Instant::now(),
+            base_instant: instant,
         }
     }
 

@@ -53,6 +53,14 @@ pub struct Args {
     #[arg(short = 'a', long, default_value = "127.0.0.1:11300")]
     pub addr: String,
 
+    /// Connect over TLS, trusting the CA in this PEM file (a server's TLS listener).
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca: Option<std::path::PathBuf>,
+
+    /// Send `auth TOKEN` first on every connection (a token listener).
+    #[arg(long, value_name = "TOKEN")]
+    pub auth: Option<String>,
+
     /// Address for the worker and draining connections, when they should talk to
     /// another server than the producers (such as a second redstalk on the same Redis).
     #[arg(long, value_name = "HOST:PORT")]

@@ -1,14 +1,101 @@
-//! One beanstalk connection with pipelined requests.
+//! One beanstalk connection with pipelined requests, plain or TLS (with a token sent
+//! first, for a listener that asks for one).
 //!
 //! Commands are appended to a write buffer ([`Conn::put`], [`Conn::command`]) and sent
 //! together by [`Conn::flush`]; replies come back in order through [`Conn::read_reply`].
 //! Nothing here knows about scenarios: it frames the text protocol, that is all.
+//!
+//! How connections are made (TLS, token) is set once at start ([`configure`]) for
+//! every connection of the run.
 
 use std::io::Write as _;
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
+use std::task::{Context as TaskContext, Poll};
 
 use anyhow::{Context, Result, bail};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{
+    AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, ReadBuf,
+};
 use tokio::net::TcpStream;
+
+/// How every connection of the run is made.
+struct Dial {
+    tls: Option<tokio_rustls::TlsConnector>,
+    token: Option<String>,
+}
+
+static DIAL: OnceLock<Dial> = OnceLock::new();
+
+/// Connect over TLS trusting the CA in `ca` (PEM) when given, and send `auth <token>`
+/// first when given. Call once, before any connection.
+pub fn configure(ca: Option<&std::path::Path>, token: Option<String>) -> Result<()> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let tls = match ca {
+        None => None,
+        Some(ca) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in CertificateDer::pem_file_iter(ca).context("reading --tls-ca")? {
+                roots.add(cert.context("reading --tls-ca")?)?;
+            }
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let config = rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()?
+                .with_root_certificates(roots)
+                .with_no_client_auth();
+            Some(tokio_rustls::TlsConnector::from(Arc::new(config)))
+        }
+    };
+    let _ = DIAL.set(Dial { tls, token });
+    Ok(())
+}
+
+/// A connection's bytes: plain TCP or TLS.
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
+}
 
 /// A reply line (and body, where the protocol sends one).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,7 +140,7 @@ impl Reply {
 
 /// A connection to a beanstalk server.
 pub struct Conn {
-    stream: BufReader<TcpStream>,
+    stream: BufReader<Stream>,
     wbuf: Vec<u8>,
     line: Vec<u8>,
 }
@@ -65,11 +152,29 @@ impl Conn {
             .await
             .with_context(|| format!("connecting to {addr}"))?;
         stream.set_nodelay(true).context("setting TCP_NODELAY")?;
-        Ok(Conn {
+        let dial = DIAL.get();
+        let stream = match dial.and_then(|d| d.tls.as_ref()) {
+            None => Stream::Plain(stream),
+            Some(tls) => {
+                let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+                let name = rustls::pki_types::ServerName::try_from(host.to_string())
+                    .context("the server's name for TLS")?;
+                let tls = tls.connect(name, stream).await.context("TLS handshake")?;
+                Stream::Tls(Box::new(tls))
+            }
+        };
+        let mut conn = Conn {
             stream: BufReader::with_capacity(64 * 1024, stream),
             wbuf: Vec::with_capacity(16 * 1024),
             line: Vec::with_capacity(128),
-        })
+        };
+        if let Some(token) = dial.and_then(|d| d.token.as_ref()) {
+            match conn.call(&format!("auth {token}")).await? {
+                Reply::Other(l) if l == "AUTHENTICATED" => {}
+                other => bail!("auth answered {}", other.describe()),
+            }
+        }
+        Ok(conn)
     }
 
     /// Queue `put <pri> <delay> <ttr> <len>` and a body of `len` bytes written in place by

@@ -30,6 +30,10 @@ fn main() -> ExitCode {
         eprintln!("redstalk-bench: {msg}");
         return ExitCode::from(2);
     }
+    if let Err(err) = client::configure(args.tls_ca.as_deref(), args.auth.clone()) {
+        eprintln!("redstalk-bench: {err:#}");
+        return ExitCode::from(2);
+    }
     match run(args) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),

@@ -1,7 +1,8 @@
-//! Certificates for the tests of TLS to Redis, made with the `openssl` command line: a
-//! CA of the test's own, a server certificate for 127.0.0.1 and localhost (which Redis
-//! also presents as a client, on a TLS cluster bus and replication link), a client
-//! certificate, and a second CA that signed nothing. Removed when dropped.
+//! Certificates for the tests of TLS (to Redis, and on redstalk's own listeners), made
+//! with the `openssl` command line: a CA of the test's own, a server certificate for
+//! 127.0.0.1 and localhost (which Redis also presents as a client, on a TLS cluster bus
+//! and replication link), a client certificate, and a second CA that signed nothing;
+//! more client certificates on demand ([`Certs::issue`]). Removed when dropped.
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -22,19 +23,7 @@ impl Certs {
             free_port()
         ));
         std::fs::create_dir_all(&dir).unwrap();
-        let ssl = |args: &[&str]| {
-            let out = Command::new("openssl")
-                .args(args)
-                .current_dir(&dir)
-                .stdin(Stdio::null())
-                .output()
-                .expect("run openssl");
-            assert!(
-                out.status.success(),
-                "openssl {args:?}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        };
+        let ssl = |args: &[&str]| openssl(&dir, args);
         for ca in ["ca", "other-ca"] {
             ssl(&[
                 "req",
@@ -92,9 +81,66 @@ impl Certs {
         Certs { dir }
     }
 
+    /// Issue `{name}.pem` and `{name}.key`: a client certificate with subject CN `cn`,
+    /// the subject alternative names `san` (e.g. `DNS:worker-1.example.com`; empty:
+    /// none), signed by `ca` (`ca` or `other-ca`), valid for `days` (negative: already
+    /// expired).
+    pub fn issue(&self, name: &str, cn: &str, san: &str, ca: &str, days: i32) {
+        let mut ext = String::from("extendedKeyUsage=clientAuth\n");
+        if !san.is_empty() {
+            ext.push_str(&format!("subjectAltName={san}\n"));
+        }
+        std::fs::write(self.dir.join(format!("{name}.ext")), ext).unwrap();
+        let ssl = |args: &[&str]| openssl(&self.dir, args);
+        ssl(&[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            &format!("/CN={cn}"),
+            "-keyout",
+            &format!("{name}.key"),
+            "-out",
+            &format!("{name}.csr"),
+        ]);
+        ssl(&[
+            "x509",
+            "-req",
+            "-in",
+            &format!("{name}.csr"),
+            "-CA",
+            &format!("{ca}.pem"),
+            "-CAkey",
+            &format!("{ca}.key"),
+            "-CAcreateserial",
+            "-days",
+            &days.to_string(),
+            "-extfile",
+            &format!("{name}.ext"),
+            "-out",
+            &format!("{name}.pem"),
+        ]);
+    }
+
     pub fn path(&self, name: &str) -> String {
         self.dir.join(name).display().to_string()
     }
+}
+
+/// Run `openssl ARGS` in `dir`; panics, with its error output, when it fails.
+fn openssl(dir: &std::path::Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run openssl");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 impl Drop for Certs {

@@ -47,7 +47,7 @@ impl Reply {
 
 pub struct Client {
     pub name: String,
-    sock: TcpStream,
+    sock: super::tls::Sock,
     buf: Vec<u8>,
     /// The bound on each reply read by the convenience methods.
     pub timeout: Duration,
@@ -70,8 +70,14 @@ impl Client {
 
     /// A client on a connection opened elsewhere (e.g. one of many raw sockets).
     pub fn from_stream(sock: TcpStream, name: impl Into<String>) -> io::Result<Client> {
-        sock.set_nodelay(true)?;
-        sock.set_write_timeout(Some(Duration::from_secs(30)))?;
+        Self::from_sock(super::tls::Sock::Plain(sock), name)
+    }
+
+    /// A client on a plain or TLS connection.
+    pub fn from_sock(sock: super::tls::Sock, name: impl Into<String>) -> io::Result<Client> {
+        sock.tcp().set_nodelay(true)?;
+        sock.tcp()
+            .set_write_timeout(Some(Duration::from_secs(30)))?;
         Ok(Client {
             name: name.into(),
             sock,
@@ -82,7 +88,12 @@ impl Client {
 
     /// The underlying socket (e.g. to shut it down).
     pub fn socket(&self) -> &TcpStream {
-        &self.sock
+        self.sock.tcp()
+    }
+
+    /// Stop sending (a TLS close_notify first, on TLS).
+    pub fn shutdown_write(&mut self) -> io::Result<()> {
+        self.sock.shutdown_write()
     }
 
     /// Write raw bytes.
@@ -323,6 +334,20 @@ impl Client {
             .unwrap_or_else(|| panic!("{}: {line:?} has no {key}: {d:?}", self.name))
     }
 
+    /// How long after `since` job `id` was seen ready (`stats-job` polled every 20 ms);
+    /// panics once `limit` has passed.
+    pub fn ready_after(&mut self, id: u64, since: Instant, limit: Duration) -> Duration {
+        while self.dict_value(&format!("stats-job {id}"), "state") != "ready" {
+            assert!(
+                since.elapsed() < limit,
+                "{}: job {id} never became ready",
+                self.name
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        since.elapsed()
+    }
+
     /// One `stats` value.
     pub fn stat(&mut self, key: &str) -> String {
         self.dict_value("stats", key)
@@ -378,4 +403,62 @@ pub fn parse_list(yaml: &str) -> Vec<String> {
         .filter_map(|l| l.strip_prefix("- "))
         .map(|v| v.trim_matches('"').to_string())
         .collect()
+}
+
+/// The jobs a persistence test puts in milliseconds (docs/EXTENSIONS.md): one delayed
+/// `delay_ms`, one ready with a TTR of 1500ms.
+pub struct MsJobs {
+    pub delayed: u64,
+    pub short: u64,
+    pub delay_ms: u64,
+    pub put_at: Instant,
+}
+
+impl MsJobs {
+    /// Put them, into the used tube.
+    pub fn put(c: &mut Client, delay_ms: u64) -> MsJobs {
+        c.send(format!("put 0 {delay_ms}ms 60 1\r\nd\r\n").as_bytes());
+        let delayed = c.reply().id().expect("INSERTED");
+        let put_at = Instant::now();
+        c.send(b"put 0 0 1500ms 1\r\nt\r\n");
+        let short = c.reply().id().expect("INSERTED");
+        MsJobs {
+            delayed,
+            short,
+            delay_ms,
+            put_at,
+        }
+    }
+
+    /// Check them through `c` (watching their tube) on a server that read them back
+    /// (`what` says how): `stats-job` in whole seconds, the TTR lapsing 1.5 s after a
+    /// reserve (not 1 s), the delayed job due at its original millisecond.
+    pub fn check(&self, c: &mut Client, what: &str) {
+        let secs = (self.delay_ms / 1000).to_string();
+        assert_eq!(
+            c.dict_value(&format!("stats-job {}", self.delayed), "delay"),
+            secs
+        );
+        assert_eq!(
+            c.dict_value(&format!("stats-job {}", self.short), "ttr"),
+            "1"
+        );
+        assert_eq!(c.reserve().0, self.short);
+        let held = c.ready_after(self.short, Instant::now(), Duration::from_secs(10));
+        let limit = Duration::from_millis(self.delay_ms) + Duration::from_secs(20);
+        let due = c.ready_after(self.delayed, self.put_at, limit);
+        println!(
+            "{what}: a 1500ms TTR lapsed {} ms after the reserve, a {}ms delay came due {} ms \
+             after the put",
+            held.as_millis(),
+            self.delay_ms,
+            due.as_millis()
+        );
+        assert!(
+            held >= Duration::from_millis(1450),
+            "{what}: the TTR lost its ms"
+        );
+        let early = Duration::from_millis(self.delay_ms - 50);
+        assert!(due >= early, "{what}: the delay lost its milliseconds");
+    }
 }

@@ -177,6 +177,16 @@ impl Cluster {
     }
 
     fn join(&self) -> Result<(), String> {
+        // Distinct config epochs before the nodes meet, as `redis-cli --cluster create`
+        // gives them: left at 0, the nodes settle their collisions by bumping epochs
+        // after meeting, and a primary killed before every node heard its bump left its
+        // replica asking with the old epoch, denied by the node that had heard it, for
+        // good ("Failover auth denied ... slot 0 epoch (4) > reqEpoch (1)", seen once in
+        // the gate).
+        for i in 0..6 {
+            let epoch = (i + 1).to_string();
+            self.run(i, &["CLUSTER", "SET-CONFIG-EPOCH", &epoch])?;
+        }
         for (i, (from, to)) in SLOTS.iter().enumerate() {
             let (from, to) = (from.to_string(), to.to_string());
             self.run(i, &["CLUSTER", "ADDSLOTSRANGE", &from, &to])?;
@@ -208,7 +218,36 @@ impl Cluster {
                 self.cli(i, &["INFO", "replication"])
                     .is_some_and(|r| r.contains("master_link_status:up"))
             })
-        })
+        })?;
+        wait_until(
+            "every node sees the same config epoch of every node",
+            Duration::from_secs(30),
+            || self.epochs_agree(),
+        )
+    }
+
+    /// Whether the six nodes' `CLUSTER NODES` give each node the same config epoch (its
+    /// seventh field), so a failover's vote finds no stale epoch anywhere.
+    fn epochs_agree(&self) -> bool {
+        let mut seen: std::collections::HashMap<String, String> = Default::default();
+        for i in 0..6 {
+            let Some(nodes) = self.cli(i, &["CLUSTER", "NODES"]) else {
+                return false;
+            };
+            for line in nodes.lines() {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                let (Some(id), Some(epoch)) = (fields.first(), fields.get(6)) else {
+                    return false;
+                };
+                let first = seen
+                    .entry(id.to_string())
+                    .or_insert_with(|| epoch.to_string());
+                if first != epoch {
+                    return false;
+                }
+            }
+        }
+        seen.len() == 6
     }
 
     /// The seeds of a `redis+cluster://` URL: every node's address.
@@ -235,16 +274,8 @@ impl Cluster {
     /// NODES`, its `myself` line), among the nodes that answer.
     pub fn primary_of(&self, slot: u16) -> Option<usize> {
         (0..self.nodes.len()).find(|&i| {
-            let Some(nodes) = self.cli(i, &["CLUSTER", "NODES"]) else {
-                return false;
-            };
-            nodes.lines().any(|l| {
-                let f: Vec<&str> = l.split_whitespace().collect();
-                f.len() > 8
-                    && f[2].contains("myself")
-                    && f[2].contains("master")
-                    && f[8..].iter().any(|r| covers(r, slot))
-            })
+            self.cli(i, &["CLUSTER", "NODES"])
+                .is_some_and(|nodes| claims_slot(&nodes, slot))
         })
     }
 
@@ -358,9 +389,21 @@ impl Cluster {
     }
 }
 
+/// Whether `nodes` (a node's `CLUSTER NODES`) says that node itself (`myself`) is the
+/// primary of `slot`.
+pub fn claims_slot(nodes: &str, slot: u16) -> bool {
+    nodes.lines().any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        f.len() > 8
+            && f[2].contains("myself")
+            && f[2].contains("master")
+            && f[8..].iter().any(|r| covers(r, slot))
+    })
+}
+
 /// Whether a `CLUSTER NODES` slot field (`N` or `A-B`; migrations `[..]` aside) holds
 /// `slot`.
-fn covers(range: &str, slot: u16) -> bool {
+pub fn covers(range: &str, slot: u16) -> bool {
     let parse = |s: &str| s.parse::<u16>().ok();
     match range.split_once('-') {
         Some((a, b)) => {

@@ -12,13 +12,20 @@
 #![allow(dead_code)]
 
 pub mod certs;
+pub mod cgroup;
 pub mod client;
 pub mod cluster;
+pub mod history;
 pub mod load;
 pub mod namespace;
+pub mod netfault;
+pub mod netprocs;
 pub mod redis;
 pub mod rng;
 pub mod sentinel;
+pub mod tls;
+pub mod tmpfs;
+pub mod workload;
 pub mod yaml;
 
 use std::io::Read;
@@ -326,6 +333,20 @@ pub fn is_listening_by(pid: u32, port: u16) -> bool {
     })
 }
 
+/// Wait until `child` itself listens on 127.0.0.1:`port`; fails the test, showing
+/// `log`, when it exits first or `within` passes.
+pub fn wait_child_listening(child: &mut Child, port: u16, within: Duration, log: &Log) {
+    let start = Instant::now();
+    while !is_listening_by(child.id(), port) {
+        assert!(
+            start.elapsed() < within && matches!(child.try_wait(), Ok(None)),
+            "the server did not listen on port {port}: {}",
+            log.tail()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// Wait up to `timeout` for `child` to exit by itself. `None` while it still runs (it
 /// is then left running).
 pub fn wait_exit(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
@@ -350,6 +371,25 @@ pub fn redstalk_on(redis: &redis::RedisServer, prefix: &str) -> (ServerProc, Log
 /// The lease leader-mode tests give their instances, so a failover takes about a
 /// second (the default is 3 s).
 pub const TEST_LEASE_MS: &str = "1000";
+
+/// The arguments that put redstalk in Redis `mode` (`shared` or `leader`) on `url`
+/// under `prefix`; leader mode gets the tests' short lease.
+pub fn redis_args(url: &str, prefix: &str, mode: &str) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "--redis",
+        url,
+        "--redis-prefix",
+        prefix,
+        "--redis-mode",
+        mode,
+    ]
+    .map(String::from)
+    .to_vec();
+    if mode == "leader" {
+        args.extend(["--redis-lease".into(), TEST_LEASE_MS.into()]);
+    }
+    args
+}
 
 /// redstalk in `kind`'s Redis mode (shared or leader) on an existing Redis under
 /// `prefix`, with `extra` arguments; leader mode gets the tests' short lease.

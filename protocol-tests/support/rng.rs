@@ -3,6 +3,24 @@
 
 pub struct Rng(u64);
 
+/// The fault tests' seed: `REDSTALK_FAULTS_SEED` (decimal or 0x-hex), else one from the
+/// clock; printed, so a run can be replayed.
+pub fn seed_from_env() -> u64 {
+    let seed = std::env::var("REDSTALK_FAULTS_SEED")
+        .ok()
+        .and_then(|s| match s.strip_prefix("0x") {
+            Some(hex) => u64::from_str_radix(hex, 16).ok(),
+            None => s.parse().ok(),
+        })
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64)
+        });
+    println!("REDSTALK_FAULTS_SEED={seed:#x}");
+    seed
+}
+
 impl Rng {
     pub fn new(seed: u64) -> Rng {
         Rng(seed)

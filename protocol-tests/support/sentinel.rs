@@ -27,9 +27,17 @@ pub struct Sentinels {
 /// One `redis-cli` command against 127.0.0.1:`port`: its output, or `None` when it
 /// failed (the server is down).
 pub fn cli(port: u16, args: &[&str]) -> Option<String> {
-    let out = Command::new("redis-cli")
-        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
-        .args(args)
+    cli_output(
+        Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+            .args(args),
+    )
+}
+
+/// Run `cmd` (a `redis-cli` command line) with no input: its output, or `None` when it
+/// failed.
+pub fn cli_output(cmd: &mut Command) -> Option<String> {
+    let out = cmd
         .stdin(Stdio::null())
         .stderr(Stdio::null())
         .output()
@@ -54,7 +62,13 @@ impl Sentinels {
     /// each other; `None` (after a notice) when redis-server is missing and not
     /// required.
     pub fn start() -> Option<Sentinels> {
-        let primary = super::redis::private_redis(&[], "sentinel tests")?;
+        Self::start_with(&[])
+    }
+
+    /// [`Sentinels::start`] with `primary_extra` arguments for the primary (its
+    /// `--dir`, its persistence...).
+    pub fn start_with(primary_extra: &[&str]) -> Option<Sentinels> {
+        let primary = super::redis::private_redis(primary_extra, "sentinel tests")?;
         let port = primary.port.to_string();
         let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port])
             .expect("start the replica");

@@ -10,6 +10,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+use redstalk::manual::{self, Section};
 use redstalk::redis::copy::{CopyPlan, CopyReport, copy};
 use redstalk::redis::keys::{check_prefix, slot_of};
 use redstalk::redis::{Connector, RESPONSE_TIMEOUT, RedisConn, TlsFiles, redact};
@@ -23,11 +24,11 @@ use redstalk::redis::{Connector, RESPONSE_TIMEOUT, RedisConn, TlsFiles, redact};
 )]
 struct Cli {
     #[command(subcommand)]
-    command: Command,
+    command: Cmd,
 }
 
 #[derive(Subcommand)]
-enum Command {
+enum Cmd {
     /// The hash tag and Redis Cluster slot of each prefix (a namespace lives in one
     /// slot: choose prefixes whose slots sit on different primaries).
     Slots {
@@ -67,13 +68,44 @@ enum Command {
         #[arg(long, env = "REDSTALK_REDIS_SENTINEL_PASSWORD")]
         sentinel_password: Option<String>,
     },
+    /// Write the man pages and the shell completions under DIR (the Debian package's
+    /// build runs it: src/manual/).
+    #[command(hide = true)]
+    WriteManual { dir: std::path::PathBuf },
 }
+
+/// What `man redstalk-namespace` says after the options and commands.
+const MAN_SECTIONS: &[Section] = &[
+    Section {
+        title: "EXIT STATUS",
+        paragraphs: &[
+            "0\tdone.",
+            "1\tthe copy was refused or failed (the message says why and what to do).",
+            "2\ta bad command line or prefix.",
+            "3\ta Redis could not be reached.",
+        ],
+    },
+    Section {
+        title: "SEE ALSO",
+        paragraphs: &["redstalk(1); /usr/share/doc/redstalk/SCALING.md"],
+    },
+];
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Slots { prefixes } => slots(&prefixes),
-        Command::Copy {
+        Cmd::Slots { prefixes } => slots(&prefixes),
+        Cmd::WriteManual { dir } => {
+            use clap::CommandFactory;
+            match manual::write_manual(Cli::command(), MAN_SECTIONS, &dir) {
+                Ok(_) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("redstalk-namespace: write-manual {}: {e}", dir.display());
+                    ExitCode::from(2)
+                }
+            }
+        }
+        Cmd::Copy {
             from,
             to,
             prefix,

@@ -22,8 +22,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::lease::{self, Acquired, Lease};
-use super::takeover::{Prepared, Unprepared};
-use super::{BATCH_LIMIT, Cluster, NotReady, Role};
+use super::takeover::{Restored, Unprepared};
+use super::{BATCH_LIMIT, Cluster, Duty, NotReady};
 use crate::persist::committer::Ended;
 use crate::persist::engine::{Parts, Persisted};
 use crate::persist::redis::{RedisSink, stager};
@@ -84,7 +84,7 @@ impl Cluster {
             "took the lead: loading the namespace from Redis"
         );
         let started = Instant::now();
-        let prepared = match self.prepare(&term.token, &term.ends).await {
+        let restored = match self.prepare(&term.token, &term.ends).await {
             Ok(p) => p,
             Err(why) => {
                 match &why {
@@ -95,8 +95,8 @@ impl Cluster {
                 return;
             }
         };
-        let jobs = prepared.jobs;
-        let mut persisted = self.start_persisted(prepared, &term);
+        let jobs = restored.jobs;
+        let mut persisted = self.start_persisted(restored, &term);
         tracing::info!(
             epoch = term.epoch,
             jobs,
@@ -113,14 +113,14 @@ impl Cluster {
 
     /// The persisted engine of a leadership: its committer writes to Redis, fenced by
     /// the lease, and large bodies go ahead of their jobs on a connection of their own.
-    fn start_persisted(&self, prepared: Prepared, term: &Term) -> Persisted {
-        let Prepared {
+    fn start_persisted(&self, restored: Restored, term: &Term) -> Persisted {
+        let Restored {
             memory,
             tube_list,
             clock,
             counters,
             ..
-        } = prepared;
+        } = restored;
         let sink = RedisSink::new(
             self.connector.clone(),
             self.conn.clone(),
@@ -166,7 +166,7 @@ impl Cluster {
     /// Publish the role and serve until the term ends (a shutdown, the lease lost) or
     /// the committer does (another instance fenced it).
     async fn serve_term(&self, term: &Term, persisted: &mut Persisted) {
-        self.set_role(Role::Leader {
+        self.set_role(Duty::Leader {
             engine: persisted.engine().clone(),
             term: term.ends.clone(),
         });
@@ -226,5 +226,6 @@ impl Cluster {
             &self.config.advertise,
             self.config.lease,
         )
+        .confirmed_by(self.config.wait_replicas, self.config.wait_timeout)
     }
 }

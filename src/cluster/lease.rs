@@ -137,6 +137,11 @@ pub struct Lease {
     /// This instance's API address, published with its lease ('' for none).
     api: String,
     length: Duration,
+    /// `--redis-wait-replicas`: an acquisition or renewal counts only once this many
+    /// replicas confirm it (see [`Lease::confirmed_by`]).
+    replicas: u32,
+    /// How long a renewal waits for them.
+    replica_wait: Duration,
     acquire: redis::Script,
     renew: redis::Script,
     release: redis::Script,
@@ -160,6 +165,8 @@ impl Lease {
             me: format!("{instance}|{address}"),
             api: String::new(),
             length,
+            replicas: 0,
+            replica_wait: Duration::ZERO,
             acquire: redis::Script::new(ACQUIRE),
             renew: redis::Script::new(RENEW),
             release: redis::Script::new(RELEASE),
@@ -171,6 +178,56 @@ impl Lease {
     pub fn publishing_api(mut self, api: &str) -> Lease {
         self.api = api.to_string();
         self
+    }
+
+    /// Count an acquisition or renewal only once `replicas` replicas have it (Redis
+    /// `WAIT`, up to `wait`, at most a quarter of the lease). A change is acknowledged
+    /// only once that many replicas have it (`--redis-wait-replicas`); the lease must be
+    /// held to the same rule, or a leader whose primary was cut off from its replicas
+    /// renews its lease there, unreplicated, while a failover promotes a replica on
+    /// which the lease lapses and another instance takes it: two leaders, a job held
+    /// through each (protocol-tests/partitions_failover.rs). Unconfirmed, a renewal
+    /// fails (the leader steps down when its validity ends) and an acquisition is
+    /// given back.
+    pub fn confirmed_by(mut self, replicas: u32, wait: Duration) -> Lease {
+        self.replicas = replicas;
+        self.replica_wait = wait.min(self.length / 4);
+        self
+    }
+
+    /// The `WAIT` that confirms a lease change, when one is asked for.
+    fn wait_for_replicas(&self, pipe: &mut redis::Pipeline) {
+        if self.replicas > 0 {
+            pipe.cmd("WAIT")
+                .arg(self.replicas)
+                .arg(self.replica_wait.as_millis() as u64);
+        }
+    }
+
+    /// Whether `confirmed` (a `WAIT`'s reply) is enough replicas for `op`.
+    fn check_confirmed(
+        &self,
+        op: &'static str,
+        confirmed: Option<redis::RedisResult<i64>>,
+    ) -> Result<(), StoreError> {
+        let Some(confirmed) = confirmed else {
+            return Ok(());
+        };
+        let n = confirmed.map_err(|e| StoreError::redis(op, e))?;
+        if n >= i64::from(self.replicas) {
+            return Ok(());
+        }
+        Err(StoreError::TimedOut {
+            op,
+            source: Some(
+                format!(
+                    "{n} of {} replicas confirmed it within {:?} (--redis-wait-replicas): a \
+                     failover could promote a replica without it",
+                    self.replicas, self.replica_wait
+                )
+                .into(),
+            ),
+        })
     }
 
     /// The key batches are fenced by.
@@ -236,38 +293,96 @@ impl Lease {
     /// Take the lease if nobody holds it; `None` when someone does.
     pub async fn try_acquire(&self) -> Result<Option<Acquired>, LeaseError> {
         let sent = Instant::now();
-        let token: redis::RedisResult<Option<String>> = self
-            .acquire
-            .key(&self.key)
-            .key(&self.epoch_key)
-            .key(&self.registry_key)
-            .key(&self.api_key)
-            .arg(&self.me)
-            .arg(self.length.as_millis() as u64)
-            .arg(&self.api)
-            .invoke_async(&mut self.conn.clone())
-            .await;
-        match token {
-            Ok(t) => Ok(t.as_deref().and_then(Holder::parse).map(|holder| Acquired {
-                holder,
-                valid_until: self.valid_until(sent),
-            })),
-            Err(e) if Code::of(&e) == Some(Code::SharedModeLive) => Err(LeaseError::SharedModeLive),
-            Err(e) => Err(LeaseError::Store(StoreError::redis("take the lease", e))),
+        let length = self.length.as_millis() as u64;
+        let (token, confirmed): (redis::RedisResult<Option<String>>, _) = if self.replicas == 0 {
+            let token = self
+                .acquire
+                .key(&self.key)
+                .key(&self.epoch_key)
+                .key(&self.registry_key)
+                .key(&self.api_key)
+                .arg(&self.me)
+                .arg(length)
+                .arg(&self.api)
+                .invoke_async(&mut self.conn.clone())
+                .await;
+            (token, None)
+        } else {
+            let mut pipe = redis::pipe();
+            pipe.cmd("EVAL")
+                .arg(ACQUIRE)
+                .arg(4)
+                .arg(&self.key)
+                .arg(&self.epoch_key)
+                .arg(&self.registry_key)
+                .arg(&self.api_key)
+                .arg(&self.me)
+                .arg(length)
+                .arg(&self.api);
+            self.wait_for_replicas(&mut pipe);
+            let (token, confirmed) = pipe
+                .ignore_errors()
+                .query_async(&mut self.conn.clone())
+                .await
+                .map_err(|e| StoreError::redis("take the lease", e))?;
+            (token, Some(confirmed))
+        };
+        let token = match token {
+            Ok(t) => t,
+            Err(e) if Code::of(&e) == Some(Code::SharedModeLive) => {
+                return Err(LeaseError::SharedModeLive);
+            }
+            Err(e) => return Err(LeaseError::Store(StoreError::redis("take the lease", e))),
+        };
+        let Some(holder) = token.as_deref().and_then(Holder::parse) else {
+            return Ok(None);
+        };
+        if let Err(err) = self.check_confirmed("take the lease", confirmed) {
+            // Not ours to lead on: a failover now could lose it. Give it back.
+            let _ = self.release(&holder.token).await;
+            return Err(LeaseError::Store(err));
         }
+        Ok(Some(Acquired {
+            holder,
+            valid_until: self.valid_until(sent),
+        }))
     }
 
     /// Extend the lease held with `token`; false when it is no longer ours.
+    /// With replicas to confirm it, a renewal they do not confirm is an error (the lease
+    /// is not extended).
     pub async fn renew(&self, token: &str) -> Result<bool, StoreError> {
-        let renewed: i64 = self
-            .renew
-            .key(&self.key)
+        let length = self.length.as_millis() as u64;
+        if self.replicas == 0 {
+            let renewed: i64 = self
+                .renew
+                .key(&self.key)
+                .arg(token)
+                .arg(length)
+                .invoke_async(&mut self.conn.clone())
+                .await
+                .map_err(|e| StoreError::redis("renew the lease", e))?;
+            return Ok(renewed == 1);
+        }
+        let mut pipe = redis::pipe();
+        pipe.cmd("EVAL")
+            .arg(RENEW)
+            .arg(1)
+            .arg(&self.key)
             .arg(token)
-            .arg(self.length.as_millis() as u64)
-            .invoke_async(&mut self.conn.clone())
+            .arg(length);
+        self.wait_for_replicas(&mut pipe);
+        let (renewed, confirmed): (redis::RedisResult<i64>, redis::RedisResult<i64>) = pipe
+            .ignore_errors()
+            .query_async(&mut self.conn.clone())
             .await
             .map_err(|e| StoreError::redis("renew the lease", e))?;
-        Ok(renewed == 1)
+        let renewed = renewed.map_err(|e| StoreError::redis("renew the lease", e))?;
+        if renewed != 1 {
+            return Ok(false);
+        }
+        self.check_confirmed("renew the lease", Some(confirmed))?;
+        Ok(true)
     }
 
     /// Give the lease up (a clean shutdown), so a standby takes over at once.
@@ -345,6 +460,15 @@ mod tests {
     use super::*;
     use crate::redis::{Connector, TlsFiles};
     use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+
+    /// The lease's scripts compile (SCRIPT LOAD into a real redis-server).
+    #[test]
+    fn the_lease_scripts_load_into_redis() {
+        crate::redis::testing::assert_scripts_load(
+            "the lease scripts' load test",
+            &[("acquire", ACQUIRE), ("renew", RENEW), ("release", RELEASE)],
+        );
+    }
 
     /// A stand-in for Redis: `+OK` to every command, and to a script call (the lease's
     /// acquisition) a token for this test's instance, `delay` late.

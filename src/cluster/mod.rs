@@ -51,6 +51,8 @@ pub use standby::{NoLeaderApi, NotReady, Readiness};
 /// How long a new connection waits for a role (a leader to relay to, or this instance's
 /// own leadership) before it is closed.
 const ROUTE_WAIT: Duration = Duration::from_secs(5);
+/// How often a waiting connection looks whether the lease became unreadable.
+const ROUTE_POLL: Duration = Duration::from_millis(100);
 /// A batch carries at most this much (one script call; Redis runs it whole).
 const BATCH_LIMIT: CutLimit = CutLimit {
     records: 5_000,
@@ -74,11 +76,14 @@ pub struct ClusterConfig {
     /// Acknowledge a batch once this many replicas confirm it (0: do not wait).
     pub wait_replicas: u32,
     pub wait_timeout: Duration,
+    /// The instance secret relay greetings prove (`--relay-secret-file`).
+    pub relay_secret: Option<crate::access::Secret>,
 }
 
-/// What a new connection gets.
+/// This instance's part in leader mode, what a new connection gets (its *role* in
+/// docs/LEADER.md; a `Duty` so as not to be read as an access role, `crate::access::Role`).
 #[derive(Clone)]
-enum Role {
+enum Duty {
     /// Starting, loading, or between leaders: wait.
     Unknown,
     /// Shutting down: nothing (the connection is closed at once).
@@ -106,7 +111,7 @@ pub struct Cluster {
     conn: RedisConn,
     keys: Keys,
     lease: Lease,
-    role: watch::Sender<Role>,
+    role: watch::Sender<Duty>,
     /// SIGUSR1 was received: every engine this instance leads with refuses puts.
     draining: std::sync::atomic::AtomicBool,
     /// Cancelled once the server has finished its connections at a clean shutdown:
@@ -185,7 +190,8 @@ impl Cluster {
             &config.advertise,
             config.lease,
         )
-        .publishing_api(&config.http_advertise);
+        .publishing_api(&config.http_advertise)
+        .confirmed_by(config.wait_replicas, config.wait_timeout);
         let cluster = Arc::new(Cluster {
             keys,
             config,
@@ -193,7 +199,7 @@ impl Cluster {
             connector,
             conn,
             lease,
-            role: watch::Sender::new(Role::Unknown),
+            role: watch::Sender::new(Duty::Unknown),
             draining: std::sync::atomic::AtomicBool::new(false),
             connections_finished: CancellationToken::new(),
             aside: std::sync::Mutex::new(NotReady::Starting),
@@ -226,17 +232,17 @@ impl Cluster {
 
     /// Publish `role`, ending the previous one's term; once stopped, the role stays
     /// `Stopped` (and `role`'s term is ended at once).
-    fn set_role(&self, role: Role) {
+    fn set_role(&self, role: Duty) {
         let mut role = Some(role);
         let mut old = None;
         self.role.send_if_modified(|current| {
-            if matches!(current, Role::Stopped) {
+            if matches!(current, Duty::Stopped) {
                 return false;
             }
             old = role.take().map(|r| std::mem::replace(current, r));
             true
         });
-        if let Some(Role::Leader { term, .. } | Role::Standby { term, .. }) = old.or(role) {
+        if let Some(Duty::Leader { term, .. } | Duty::Standby { term, .. }) = old.or(role) {
             term.cancel();
         }
     }
@@ -244,21 +250,21 @@ impl Cluster {
     /// Lead and relay no more: new connections are closed at once.
     fn stop_roles(&self) {
         *lock(&self.aside) = NotReady::ShuttingDown;
-        self.set_role(Role::Stopped);
+        self.set_role(Duty::Stopped);
     }
 
     /// Neither lead nor relay (new connections wait for a role), because of `why`.
     fn stand_aside(&self, why: NotReady) {
         *lock(&self.aside) = why;
-        if !matches!(&*self.role.borrow(), Role::Unknown) {
-            self.set_role(Role::Unknown);
+        if !matches!(&*self.role.borrow(), Duty::Unknown) {
+            self.set_role(Duty::Unknown);
         }
     }
 
     /// The engine of this instance's leadership, when it leads.
     pub fn engine(&self) -> Option<Arc<Engine>> {
         match &*self.role.borrow() {
-            Role::Leader { engine, .. } => Some(engine.clone()),
+            Duty::Leader { engine, .. } => Some(engine.clone()),
             _ => None,
         }
     }
@@ -355,22 +361,37 @@ impl Cluster {
 }
 
 impl Router for Arc<Cluster> {
+    /// The role for a new connection: waited for up to [`ROUTE_WAIT`] while there is
+    /// none (a failover, a load), but not while this instance cannot read the lease
+    /// (Redis out of reach): it can then neither lead nor tell which instance does, and
+    /// the client is closed at once (it may try another instance) rather than held for
+    /// nothing. A client already waiting when the lease becomes unreadable is closed
+    /// within [`ROUTE_POLL`].
     async fn route(&self) -> Option<Route> {
         let mut role = self.role.subscribe();
-        let known = role.wait_for(|r| !matches!(r, Role::Unknown));
-        let role = tokio::time::timeout(ROUTE_WAIT, known)
-            .await
-            .ok()?
-            .ok()?
-            .clone();
+        let deadline = tokio::time::Instant::now() + ROUTE_WAIT;
+        let role = loop {
+            let current = role.borrow_and_update().clone();
+            if !matches!(current, Duty::Unknown) {
+                break current;
+            }
+            if lock(&self.lease_error).is_some() {
+                return None;
+            }
+            tokio::select! {
+                changed = role.changed() => changed.ok()?,
+                _ = tokio::time::sleep(ROUTE_POLL) => {}
+                _ = tokio::time::sleep_until(deadline) => return None,
+            }
+        };
         match role {
-            Role::Leader { engine, term } => Some(Route::Serve {
+            Duty::Leader { engine, term } => Some(Route::Serve {
                 engine,
                 term,
                 greeting: Some(self.instance.clone()),
             }),
-            Role::Standby { upstream, term, .. } => Some(Route::Relay(upstream, term)),
-            Role::Unknown | Role::Stopped => None,
+            Duty::Standby { upstream, term, .. } => Some(Route::Relay(upstream, term)),
+            Duty::Unknown | Duty::Stopped => None,
         }
     }
 }

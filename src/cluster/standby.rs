@@ -20,8 +20,8 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::lease::Holder;
-use super::{Cluster, Role, lock};
-use crate::server::hello::Answer;
+use super::{Cluster, Duty, lock};
+use crate::server::hello::{HelloReply, Relayed};
 use crate::server::relay::{self, RelayError, Upstream};
 
 /// How old the last check of the leader may be for readiness to rely on it.
@@ -113,7 +113,7 @@ impl Cluster {
             return;
         }
         let same =
-            matches!(&*self.role.borrow(), Role::Standby { epoch, .. } if *epoch == holder.epoch);
+            matches!(&*self.role.borrow(), Duty::Standby { epoch, .. } if *epoch == holder.epoch);
         if same {
             return;
         }
@@ -127,9 +127,10 @@ impl Cluster {
             holder.address,
             holder.instance,
             self.instance.clone(),
+            self.config.relay_secret.clone(),
         ));
         let term = stop.child_token();
-        self.set_role(Role::Standby {
+        self.set_role(Duty::Standby {
             epoch: holder.epoch,
             upstream: upstream.clone(),
             api: holder.api,
@@ -152,9 +153,20 @@ impl Cluster {
         if address.is_empty() {
             return;
         }
-        let problem = match relay::greet(address, &self.instance, true).await {
-            Ok((_, Answer::Leader(id) | Answer::Standby(id))) if *id == *self.instance => None,
-            Ok((_, Answer::Leader(reached) | Answer::Standby(reached))) => {
+        let secret = self.config.relay_secret.as_ref();
+        let greeted = relay::greet(address, &self.instance, true, secret, &Relayed::Open).await;
+        let problem = match greeted {
+            Ok((_, HelloReply::Leader(id) | HelloReply::Standby(id) | HelloReply::Nonce(id)))
+                if *id == *self.instance =>
+            {
+                None
+            }
+            Ok((
+                _,
+                HelloReply::Leader(reached)
+                | HelloReply::Standby(reached)
+                | HelloReply::Nonce(reached),
+            )) => {
                 let problem = NotReady::AdvertiseElsewhere {
                     address: address.to_string(),
                     reached,
@@ -178,14 +190,14 @@ impl Cluster {
     /// address, or why there is none.
     pub fn leader_api(&self) -> Result<String, NoLeaderApi> {
         match &*self.role.borrow() {
-            Role::Standby { api: Some(api), .. } => Ok(api.clone()),
-            Role::Standby { upstream, .. } => Err(NoLeaderApi::NotPublished {
+            Duty::Standby { api: Some(api), .. } => Ok(api.clone()),
+            Duty::Standby { upstream, .. } => Err(NoLeaderApi::NotPublished {
                 leader: upstream.leader().to_string(),
                 address: upstream.address().to_string(),
             }),
-            Role::Leader { .. } => Err(NoLeaderApi::Leading),
-            Role::Stopped => Err(NoLeaderApi::Stopping),
-            Role::Unknown => Err(NoLeaderApi::NoLeader(
+            Duty::Leader { .. } => Err(NoLeaderApi::Leading),
+            Duty::Stopped => Err(NoLeaderApi::Stopping),
+            Duty::Unknown => Err(NoLeaderApi::NoLeader(
                 match lock(&self.lease_error).clone() {
                     Some(err) => NotReady::Redis(err),
                     None => lock(&self.aside).clone(),
@@ -200,16 +212,16 @@ impl Cluster {
     pub async fn readiness(&self) -> Readiness {
         let role = self.role.borrow().clone();
         match role {
-            Role::Leader { .. } => Readiness::Leading,
-            Role::Stopped => Readiness::NotReady(NotReady::ShuttingDown),
-            Role::Unknown => {
+            Duty::Leader { .. } => Readiness::Leading,
+            Duty::Stopped => Readiness::NotReady(NotReady::ShuttingDown),
+            Duty::Unknown => {
                 let why = match lock(&self.lease_error).clone() {
                     Some(err) => NotReady::Redis(err),
                     None => lock(&self.aside).clone(),
                 };
                 Readiness::NotReady(why)
             }
-            Role::Standby { upstream, .. } => {
+            Duty::Standby { upstream, .. } => {
                 if let Some(problem) = lock(&self.advertise_problem).clone() {
                     return Readiness::NotReady(problem);
                 }

@@ -6,8 +6,6 @@
 //! lease keeper renews through a long load. A shutdown, or the lease lost, ends the
 //! load at once (the caller then gives the lease up).
 
-use std::time::Instant;
-
 use tokio_util::sync::CancellationToken;
 
 use super::{Cluster, until_cancelled};
@@ -18,8 +16,8 @@ use crate::redis::keys::TubeKey;
 use crate::store::memory::StoreCounters;
 use crate::store::{Clock, MemoryStore, StoreError};
 
-/// What a new leadership serves from.
-pub(super) struct Prepared {
+/// What a new leadership serves from: the namespace restored into a memory store.
+pub(super) struct Restored {
     pub(super) memory: MemoryStore,
     pub(super) tube_list: crate::util::SwapList<TubeName>,
     pub(super) clock: Clock,
@@ -46,7 +44,7 @@ impl Cluster {
         &self,
         token: &str,
         term: &CancellationToken,
-    ) -> Result<Prepared, Unprepared> {
+    ) -> Result<Restored, Unprepared> {
         let (snapshot, tube_list, clock) = until_cancelled(term, self.load_namespace(token))
             .await
             .ok_or(Unprepared::Stopped)?
@@ -61,7 +59,7 @@ impl Cluster {
             .await
             .ok_or(Unprepared::Stopped)?
             .map_err(Unprepared::Build)?;
-        Ok(Prepared {
+        Ok(Restored {
             memory,
             tube_list,
             clock,
@@ -82,14 +80,9 @@ impl Cluster {
         ),
         StoreError,
     > {
-        let asked = Instant::now();
-        let (secs, micros): (u64, u64) = redis::cmd("TIME")
-            .query_async(&mut self.conn.clone())
+        let clock = crate::redis::clock::read_clock(&mut self.conn.clone())
             .await
             .map_err(|e| StoreError::redis("TIME", e))?;
-        // Redis read its clock about half a round trip ago.
-        let now = secs * 1_000_000_000 + micros * 1_000 + asked.elapsed().as_nanos() as u64 / 2;
-        let clock = Clock::starting_at(now);
         let loaded = load(&self.conn, &self.keys).await?;
         if loaded.damaged > 0 {
             tracing::error!(

@@ -216,7 +216,7 @@ impl Engine {
                 max: self.max_job_size,
             });
         }
-        let id = match self.insert(tube, put).await? {
+        let id = match self.insert(tube, put.into()).await? {
             Inserted::Job(id) => id,
             Inserted::Draining => return Err(AdminError::Draining),
             Inserted::LogFull => return Err(AdminError::Store(StoreError::LogFull)),
@@ -285,10 +285,11 @@ impl Engine {
     /// `pause-tube`.
     pub async fn admin_pause(&self, tube: &TubeName, secs: u32) -> AdminResult<()> {
         let now = self.clock.now();
-        if !self.store.pause(tube, secs, now).await? {
+        let delay_ms = crate::time::secs_as_ms(secs);
+        if !self.store.pause(tube, delay_ms, now).await? {
             return Err(AdminError::NoTube(tube.clone()));
         }
-        self.timer.hint(now + crate::store::pause_length(secs));
+        self.timer.hint(now + crate::store::pause_length(delay_ms));
         self.admin_durable().await
     }
 }

@@ -1,5 +1,5 @@
-//! The registry of live client connections, for the operator API's `clients` listing
-//! (issue 22): each connection's peer, start, used and watched tubes, producer/worker
+//! The registry of live client connections, for the operator API's `clients` listing:
+//! each connection's peer, start, used and watched tubes, producer/worker
 //! flags and last command. What a connection holds is the store's to say (the holder of
 //! each reserved job) and whether it waits is the waiters registry's; the listing
 //! (`clients_list.rs`) joins them.
@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::protocol::{Command, Counter, Request, TubeName};
+use crate::protocol::{Command, Counter, EXTENSION_VERBS, Extension, Request, TubeName};
 use crate::store::{ConnId, Nanos};
 use crate::util::lock;
 
@@ -38,7 +38,7 @@ pub struct ClientState {
     /// Leader mode: the standby (instance id) that relays this client.
     pub relayed_from: Option<Arc<str>>,
     pub using: TubeName,
-    /// The first watched tubes only (`clients_list::SHOWN_TUBES`): a copy of the whole
+    /// The first watched tubes only ([`SHOWN_TUBES`]): a copy of the whole
     /// list after each `watch` would cost a client watching n tubes O(n²).
     pub watching: Arc<[TubeName]>,
     pub watching_count: usize,
@@ -75,9 +75,18 @@ impl Client {
 
     /// Note the request being run at `now`.
     pub(super) fn note_request(&self, req: &Request, now: Nanos) {
+        self.note_code(command_code(req), now);
+    }
+
+    /// Note the extension being run at `now`.
+    pub(super) fn note_extension(&self, ext: &Extension, now: Nanos) {
+        self.note_code(extension_code(ext), now);
+    }
+
+    fn note_code(&self, code: u8, now: Nanos) {
         let ms = now / 1_000_000;
         self.last
-            .store((ms << 8) | u64::from(command_code(req)), Ordering::Relaxed);
+            .store((ms << 8) | u64::from(code), Ordering::Relaxed);
     }
 
     /// The last request's command name and time (ns since the epoch, ms precision).
@@ -87,10 +96,19 @@ impl Client {
     }
 }
 
+/// Watched tubes a client's entry keeps, and a listing shows, per connection (the
+/// count is always given).
+pub const SHOWN_TUBES: usize = 20;
+
 const CODE_RESERVE_JOB: u8 = 100;
 const CODE_KICK_JOB: u8 = 101;
 const CODE_QUIT: u8 = 102;
 const CODE_REJECTED: u8 = 103;
+/// A command with no counter that is not named above (none today): shown as `?`, never
+/// as another command.
+const CODE_UNNAMED: u8 = 104;
+/// The extension verbs, from here on, by [`EXTENSION_VERBS`] index.
+const CODE_EXTENSION: u8 = 110;
 
 /// A request's command as a small code (a [`Counter`]'s index + 1, or one of the
 /// uncounted commands).
@@ -98,14 +116,22 @@ fn command_code(req: &Request) -> u8 {
     match req {
         Request::Put(_) => Counter::Put.index() as u8 + 1,
         Request::Rejected(_) => CODE_REJECTED,
-        Request::Command(cmd) => match cmd.counter() {
-            Some(c) => c.index() as u8 + 1,
-            None => match cmd {
-                Command::ReserveJob(_) => CODE_RESERVE_JOB,
-                Command::KickJob(_) => CODE_KICK_JOB,
-                _ => CODE_QUIT,
-            },
+        Request::Command(cmd) => match (cmd.counter(), cmd) {
+            (Some(c), _) => c.index() as u8 + 1,
+            (None, Command::ReserveJob(_)) => CODE_RESERVE_JOB,
+            (None, Command::KickJob(_)) => CODE_KICK_JOB,
+            (None, Command::Quit) => CODE_QUIT,
+            (None, _) => CODE_UNNAMED,
         },
+    }
+}
+
+/// An extension's code: a standard verb with extended arguments is that verb's.
+fn extension_code(ext: &Extension) -> u8 {
+    match (ext.counter(), ext.verb_index()) {
+        (Some(c), _) => c.index() as u8 + 1,
+        (None, Some(i)) => CODE_EXTENSION + i as u8,
+        (None, None) => CODE_UNNAMED,
     }
 }
 
@@ -115,6 +141,10 @@ fn command_name(code: u8) -> &'static str {
         CODE_KICK_JOB => "kick-job",
         CODE_QUIT => "quit",
         CODE_REJECTED => "(rejected)",
+        CODE_UNNAMED => "?",
+        c if c >= CODE_EXTENSION => EXTENSION_VERBS
+            .get(usize::from(c - CODE_EXTENSION))
+            .map_or("?", |(verb, _)| verb),
         c => Counter::ALL
             .get(usize::from(c).wrapping_sub(1))
             .map_or("?", |c| c.key().trim_start_matches("cmd-")),
@@ -171,6 +201,19 @@ mod tests {
         assert_eq!(c.last_command(), Some(("list-tubes", 5_000_000_000)));
         c.note_request(&Request::Command(Command::ReserveJob(3)), 6_000_000_000);
         assert_eq!(c.last_command(), Some(("reserve-job", 6_000_000_000)));
+        c.note_request(&Request::Command(Command::KickJob(3)), 7_000_000_000);
+        assert_eq!(c.last_command(), Some(("kick-job", 7_000_000_000)));
+        c.note_request(&Request::Command(Command::Quit), 8_000_000_000);
+        assert_eq!(c.last_command(), Some(("quit", 8_000_000_000)));
+        c.note_extension(&Extension::ListExtensions, 9_000_000_000);
+        assert_eq!(c.last_command(), Some(("list-extensions", 9_000_000_000)));
+        let release = Extension::Release {
+            id: 1,
+            pri: 0,
+            delay: crate::protocol::ext::Millis::ZERO,
+        };
+        c.note_extension(&release, 10_000_000_000);
+        assert_eq!(c.last_command(), Some(("release", 10_000_000_000)));
     }
 
     #[test]

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 
 use super::admin::{AdminError, AdminResult};
+use super::clients::SHOWN_TUBES;
 use super::{Blocked, Engine};
 use crate::protocol::TubeName;
 use crate::store::admin::MAX_LIST;
@@ -21,8 +22,6 @@ use crate::store::{JobId, JobState, ListQuery, Nanos, Store};
 
 /// The largest page of connections.
 pub const MAX_CLIENTS: usize = 1_000;
-/// Watched tubes shown per connection (the count is always given).
-pub const SHOWN_TUBES: usize = 20;
 /// Held jobs shown per connection (the count is always given).
 pub const SHOWN_HELD: usize = 10;
 /// Tubes whose reserved jobs one listing looks through.

@@ -7,12 +7,14 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use crate::protocol::Counter;
+use crate::protocol::{Counter, EXTENSION_VERBS};
 use crate::time::Nanos;
 
 #[derive(Debug, Default)]
 pub struct Counters {
     cmd: [AtomicU64; Counter::ALL.len()],
+    /// Extension verbs, by [`EXTENSION_VERBS`] index: `/metrics` only, never `stats`.
+    extension: [AtomicU64; EXTENSION_VERBS.len()],
     pub connections: AtomicU64,
     pub total_connections: AtomicU64,
     pub producers: AtomicU64,
@@ -23,6 +25,17 @@ pub struct Counters {
 impl Counters {
     pub fn count(&self, c: Counter) {
         self.cmd[c.index()].fetch_add(1, Relaxed);
+    }
+
+    /// An extension verb, by its [`EXTENSION_VERBS`] index.
+    pub fn count_extension(&self, index: usize) {
+        if let Some(c) = self.extension.get(index) {
+            c.fetch_add(1, Relaxed);
+        }
+    }
+
+    pub fn extension_snapshot(&self) -> [u64; EXTENSION_VERBS.len()] {
+        std::array::from_fn(|i| self.extension[i].load(Relaxed))
     }
 
     pub fn cmd_snapshot(&self) -> [u64; Counter::ALL.len()] {

@@ -16,8 +16,9 @@ use super::{Ack, Answer, Engine, Outcome, Session};
 use crate::protocol::yaml;
 use crate::protocol::{Command, Counter, Put, Rejection, Reply, Request, TubeName};
 use crate::store::{
-    Change, JobId, NANOS_PER_SEC, NewJob, Store, StoreError, StoreResult, pause_length,
+    Change, JobId, MIN_TTR_MS, NewJob, Store, StoreError, StoreResult, pause_length,
 };
+use crate::time::{millis, secs_as_ms};
 
 /// What [`Engine::insert`] did.
 pub(super) enum Inserted {
@@ -36,66 +37,96 @@ impl Engine {
     /// changes up to the moment it was made are.
     pub async fn execute(self: &Arc<Self>, session: &mut Session, req: Request) -> Outcome {
         session.client.note_request(&req, self.clock.now());
-        let cmd = match req {
-            Request::Command(cmd) => cmd,
+        match req {
+            Request::Command(cmd) => self.command(session, cmd).await,
             Request::Put(put) => {
                 self.counters.count(Counter::Put);
-                let answer = self.put(session, put).await;
-                return Outcome::Reply(self.or_failed(session, answer));
+                let answer = self.put(session, put.into()).await;
+                Outcome::Reply(self.or_failed(session, answer))
             }
             Request::Rejected(r) => {
                 let reply = self.rejected(session, r).await;
                 let reply = reply.unwrap_or_else(|err| self.failed(session, err));
-                return Outcome::Reply(Answer::now(reply));
-            }
-        };
-        match cmd {
-            Command::Quit => Outcome::Quit,
-            Command::Reserve => {
-                self.counters.count(Counter::Reserve);
-                let outcome = self.reserve(session, None).await;
-                outcome.unwrap_or_else(|err| Outcome::Reply(self.or_failed(session, Err(err))))
-            }
-            Command::ReserveWithTimeout(timeout) => match timeout.read_as(self.dialect) {
-                // A number only 1.12 reads (the parser could not know which release
-                // answers): BAD_FORMAT, not counted, as 1.13 answers it.
-                None => Outcome::Reply(self.after_latest(Reply::BadFormat)),
-                Some(secs) => {
-                    self.counters.count(Counter::ReserveWithTimeout);
-                    let outcome = self.reserve(session, secs).await;
-                    outcome.unwrap_or_else(|err| Outcome::Reply(self.or_failed(session, Err(err))))
-                }
-            },
-            Command::ReserveJob(id) => {
-                let answer = self.reserve_job(session, id).await;
-                Outcome::Reply(self.or_failed(session, answer))
-            }
-            Command::Use(_)
-            | Command::Watch(_)
-            | Command::Ignore(_)
-            | Command::ListTubeUsed
-            | Command::ListTubesWatched => {
-                if let Some(c) = cmd.counter() {
-                    self.counters.count(c);
-                }
-                let reply = self.session_command(session, cmd).await;
-                Outcome::Reply(Answer::now(
-                    reply.unwrap_or_else(|err| self.failed(session, err)),
-                ))
-            }
-            cmd => {
-                if let Some(c) = cmd.counter() {
-                    self.counters.count(c);
-                }
-                let reply = self.command(session, cmd).await;
-                let reply = reply.unwrap_or_else(|err| self.failed(session, err));
-                Outcome::Reply(self.after_latest(reply))
+                Outcome::Reply(Answer::now(reply))
             }
         }
     }
 
+    /// Run one command: counted as the reference counts (every command with a
+    /// counter, but a reserve-with-timeout only once its number reads), then routed by
+    /// how its reply is acknowledged.
+    async fn command(self: &Arc<Self>, session: &mut Session, cmd: Command) -> Outcome {
+        if !matches!(cmd, Command::ReserveWithTimeout(_))
+            && let Some(c) = cmd.counter()
+        {
+            self.counters.count(c);
+        }
+        let s = session;
+        let ran = match cmd {
+            Command::Quit => return Outcome::Quit,
+            Command::Reserve => return self.reserve_or_failed(s, None).await,
+            Command::ReserveWithTimeout(timeout) => match timeout.read_as(self.dialect) {
+                // A number only 1.12 reads (the parser could not know which release
+                // answers): BAD_FORMAT, not counted, as 1.13 answers it.
+                None => Ran::Store(Ok(Reply::BadFormat)),
+                Some(secs) => {
+                    self.counters.count(Counter::ReserveWithTimeout);
+                    return self.reserve_or_failed(s, secs).await;
+                }
+            },
+            Command::ReserveJob(id) => {
+                let answer = self.reserve_job(s, id).await;
+                return Outcome::Reply(self.or_failed(s, answer));
+            }
+            Command::Use(tube) => Ran::Own(self.use_tube(s, tube).await),
+            Command::Watch(tube) => Ran::Own(self.watch(s, tube).await),
+            Command::Ignore(tube) => Ran::Own(self.ignore(s, tube).await),
+            Command::ListTubeUsed => Ran::Own(Ok(Reply::Using(s.using.clone()))),
+            Command::ListTubesWatched => {
+                Ran::Own(Ok(Reply::Ok(yaml::tube_list(s.watching.iter()))))
+            }
+            Command::Delete(id) => Ran::Store(self.delete(s, id).await),
+            Command::Release { id, pri, delay } => {
+                Ran::Store(self.release(s, id, pri, secs_as_ms(delay)).await)
+            }
+            Command::Bury { id, pri } => Ran::Store(self.bury(s, id, pri).await),
+            Command::Touch(id) => Ran::Store(self.touch(s, id).await),
+            Command::Peek(id) => Ran::Store(self.store.peek(id).await.map(found_job)),
+            Command::PeekReady => Ran::Store(self.store.peek_ready(&s.using).await.map(found_job)),
+            Command::PeekDelayed => {
+                Ran::Store(self.store.peek_delayed(&s.using).await.map(found_job))
+            }
+            Command::PeekBuried => {
+                Ran::Store(self.store.peek_buried(&s.using).await.map(found_job))
+            }
+            Command::Kick(bound) => Ran::Store(self.kick(s, bound).await),
+            Command::KickJob(id) => Ran::Store(self.kick_job(id).await),
+            Command::StatsJob(id) => Ran::Store(self.stats_job(id).await),
+            Command::StatsTube(tube) => Ran::Store(self.stats_tube(&tube).await),
+            Command::Stats => Ran::Store(self.stats().await),
+            Command::ListTubes => Ran::Store(self.list_tubes().await),
+            Command::PauseTube { tube, delay } => {
+                Ran::Store(self.pause(&tube, secs_as_ms(delay)).await)
+            }
+        };
+        Outcome::Reply(match ran {
+            Ran::Own(reply) => Answer::now(reply.unwrap_or_else(|err| self.failed(s, err))),
+            Ran::Store(reply) => self.after_latest(reply.unwrap_or_else(|err| self.failed(s, err))),
+        })
+    }
+
+    /// A reserve (`timeout`: with one), or INTERNAL_ERROR.
+    async fn reserve_or_failed(
+        self: &Arc<Self>,
+        session: &mut Session,
+        timeout: Option<u32>,
+    ) -> Outcome {
+        let outcome = self.reserve(session, timeout).await;
+        outcome.unwrap_or_else(|err| Outcome::Reply(self.or_failed(session, Err(err))))
+    }
+
     /// A store failure: logged, and answered INTERNAL_ERROR.
-    fn failed(&self, session: &Session, err: StoreError) -> Reply {
+    pub(super) fn failed(&self, session: &Session, err: StoreError) -> Reply {
         tracing::warn!(
             %err,
             conn = session.id.0,
@@ -105,7 +136,7 @@ impl Engine {
     }
 
     /// The answer, or INTERNAL_ERROR once the store's changes so far are durable.
-    fn or_failed(&self, session: &Session, answer: StoreResult<Answer>) -> Answer {
+    pub(super) fn or_failed(&self, session: &Session, answer: StoreResult<Answer>) -> Answer {
         answer.unwrap_or_else(|err| self.after_latest(self.failed(session, err)))
     }
 
@@ -136,7 +167,7 @@ impl Engine {
         Ok(r.into())
     }
 
-    async fn put(&self, session: &mut Session, put: Put) -> StoreResult<Answer> {
+    pub(super) async fn put(&self, session: &mut Session, put: TimedPut) -> StoreResult<Answer> {
         self.mark_producer(session);
         let reply = match self.insert(session.using.clone(), put).await? {
             Inserted::Job(id) => Reply::Inserted(id),
@@ -158,7 +189,7 @@ impl Engine {
     /// id is used up, as the reference's is) or when a full `-b` log has no room; else
     /// the job is made, and a waiting reserve served (or the timer hinted, when
     /// delayed) before this returns.
-    pub(super) async fn insert(&self, tube: TubeName, put: Put) -> StoreResult<Inserted> {
+    pub(super) async fn insert(&self, tube: TubeName, put: TimedPut) -> StoreResult<Inserted> {
         if self.is_draining() {
             self.store.burn_id().await?;
             return Ok(Inserted::Draining);
@@ -167,16 +198,16 @@ impl Engine {
         let job = NewJob {
             tube: tube.clone(),
             pri: put.pri,
-            delay_secs: put.delay,
-            ttr_secs: put.ttr.max(1),
+            delay_ms: put.delay_ms,
+            ttr_ms: put.ttr_ms.max(MIN_TTR_MS),
             body: put.body,
         };
         let id = match self.store.put(job, now).await {
             Err(StoreError::LogFull) => return Ok(Inserted::LogFull),
             id => id?,
         };
-        if put.delay > 0 {
-            self.timer.hint(now + u64::from(put.delay) * NANOS_PER_SEC);
+        if put.delay_ms > 0 {
+            self.timer.hint(now + millis(put.delay_ms));
         } else {
             self.serve([tube]).await;
         }
@@ -195,128 +226,164 @@ impl Engine {
         })
     }
 
-    /// A session's own commands: they change only the session (and the store's count
-    /// of its references), so their replies never wait for a write.
-    async fn session_command(&self, s: &mut Session, cmd: Command) -> StoreResult<Reply> {
-        Ok(match cmd {
-            // A reference change that fails is undone before INTERNAL_ERROR, so the
-            // session and the store's count of references never disagree; releasing a
-            // reference cannot fail visibly (the store reconciles it later).
-            Command::Use(tube) => {
-                if tube != s.using {
-                    if let Err(err) = self.store.use_tube(&tube).await {
-                        let _ = self.store.unuse_tube(&tube).await;
-                        return Err(err);
-                    }
-                    let _ = self.store.unuse_tube(&s.using).await;
-                    s.using = tube;
-                    s.publish();
-                }
-                Reply::Using(s.using.clone())
+    /// `use`: a session's own command. Session commands change only the session (and
+    /// the store's count of its references), so their replies never wait for a write.
+    /// A reference change that fails is undone before INTERNAL_ERROR, so the session
+    /// and the store's count of references never disagree; releasing a reference
+    /// cannot fail visibly (the store reconciles it later).
+    async fn use_tube(&self, s: &mut Session, tube: TubeName) -> StoreResult<Reply> {
+        if tube != s.using {
+            if let Err(err) = self.store.use_tube(&tube).await {
+                let _ = self.store.unuse_tube(&tube).await;
+                return Err(err);
             }
-            Command::Watch(tube) => {
-                if !s.watching.contains(&tube) {
-                    if let Err(err) = self.store.watch_tube(&tube).await {
-                        let _ = self.store.unwatch_tube(&tube).await;
-                        return Err(err);
-                    }
-                    s.watching.insert(tube);
-                    s.watch_list_changed();
-                    s.publish();
-                }
-                Reply::Watching(s.watching.len())
+            let _ = self.store.unuse_tube(&s.using).await;
+            s.using = tube;
+            s.publish();
+        }
+        Ok(Reply::Using(s.using.clone()))
+    }
+
+    /// `watch`, a session's own command (see [`Engine::use_tube`]).
+    async fn watch(&self, s: &mut Session, tube: TubeName) -> StoreResult<Reply> {
+        if !s.watching.contains(&tube) {
+            if let Err(err) = self.store.watch_tube(&tube).await {
+                let _ = self.store.unwatch_tube(&tube).await;
+                return Err(err);
             }
-            Command::Ignore(tube) => {
-                if s.watching.contains(&tube) {
-                    if s.watching.len() < 2 {
-                        return Ok(Reply::NotIgnored);
-                    }
-                    s.watching.remove(&tube);
-                    s.watch_list_changed();
-                    s.publish();
-                    let _ = self.store.unwatch_tube(&tube).await;
-                }
-                Reply::Watching(s.watching.len())
+            s.watching.insert(tube);
+            s.watch_list_changed();
+            s.publish();
+        }
+        Ok(Reply::Watching(s.watching.len()))
+    }
+
+    /// `ignore`, a session's own command (see [`Engine::use_tube`]).
+    async fn ignore(&self, s: &mut Session, tube: TubeName) -> StoreResult<Reply> {
+        if s.watching.contains(&tube) {
+            if s.watching.len() < 2 {
+                return Ok(Reply::NotIgnored);
             }
-            Command::ListTubeUsed => Reply::Using(s.using.clone()),
-            Command::ListTubesWatched => Reply::Ok(yaml::tube_list(s.watching.iter())),
-            // Not a session's own command (see `execute`).
-            _ => Reply::InternalError,
+            s.watching.remove(&tube);
+            s.watch_list_changed();
+            s.publish();
+            let _ = self.store.unwatch_tube(&tube).await;
+        }
+        Ok(Reply::Watching(s.watching.len()))
+    }
+
+    async fn delete(&self, s: &Session, id: JobId) -> StoreResult<Reply> {
+        Ok(found(self.store.delete(s.id, id).await?, Reply::Deleted))
+    }
+
+    pub(super) async fn release(
+        &self,
+        s: &Session,
+        id: JobId,
+        pri: u32,
+        delay_ms: u64,
+    ) -> StoreResult<Reply> {
+        let now = self.clock.now();
+        let Some(tube) = self.store.release(s.id, id, pri, delay_ms, now).await? else {
+            return Ok(Reply::NotFound);
+        };
+        if delay_ms > 0 {
+            self.timer.hint(now + millis(delay_ms));
+        } else {
+            self.serve([tube]).await;
+        }
+        Ok(Reply::Released)
+    }
+
+    async fn bury(&self, s: &Session, id: JobId, pri: u32) -> StoreResult<Reply> {
+        Ok(found(self.store.bury(s.id, id, pri).await?, Reply::Buried))
+    }
+
+    async fn touch(&self, s: &Session, id: JobId) -> StoreResult<Reply> {
+        let touched = self
+            .store
+            .touch(s.id, id, self.clock.now())
+            .await?
+            .is_some();
+        Ok(found(touched, Reply::Touched))
+    }
+
+    async fn kick(&self, s: &Session, bound: u32) -> StoreResult<Reply> {
+        let n = self.store.kick(&s.using, bound, self.clock.now()).await?;
+        if n > 0 {
+            self.serve([s.using.clone()]).await;
+        }
+        Ok(Reply::Kicked(n))
+    }
+
+    async fn kick_job(&self, id: JobId) -> StoreResult<Reply> {
+        let Some(tube) = self.store.kick_job(id, self.clock.now()).await? else {
+            return Ok(Reply::NotFound);
+        };
+        self.serve([tube]).await;
+        Ok(Reply::KickedJob)
+    }
+
+    async fn stats_job(&self, id: JobId) -> StoreResult<Reply> {
+        Ok(match self.job_stats(id, self.clock.now()).await? {
+            Some(stats) => Reply::Ok(stats.to_yaml(self.dialect)),
+            None => Reply::NotFound,
         })
     }
 
-    async fn command(&self, s: &mut Session, cmd: Command) -> StoreResult<Reply> {
-        let now = self.clock.now();
-        Ok(match cmd {
-            Command::Delete(id) => found(self.store.delete(s.id, id).await?, Reply::Deleted),
-            Command::Release { id, pri, delay } => {
-                match self.store.release(s.id, id, pri, delay, now).await? {
-                    Some(tube) => {
-                        if delay > 0 {
-                            self.timer.hint(now + u64::from(delay) * NANOS_PER_SEC);
-                        } else {
-                            self.serve([tube]).await;
-                        }
-                        Reply::Released
-                    }
-                    None => Reply::NotFound,
-                }
-            }
-            Command::Bury { id, pri } => {
-                found(self.store.bury(s.id, id, pri).await?, Reply::Buried)
-            }
-            Command::Touch(id) => found(
-                self.store.touch(s.id, id, now).await?.is_some(),
-                Reply::Touched,
-            ),
-            Command::Peek(id) => found_job(self.store.peek(id).await?),
-            Command::PeekReady => found_job(self.store.peek_ready(&s.using).await?),
-            Command::PeekDelayed => found_job(self.store.peek_delayed(&s.using).await?),
-            Command::PeekBuried => found_job(self.store.peek_buried(&s.using).await?),
-            Command::Kick(bound) => {
-                let n = self.store.kick(&s.using, bound, now).await?;
-                if n > 0 {
-                    self.serve([s.using.clone()]).await;
-                }
-                Reply::Kicked(n)
-            }
-            Command::KickJob(id) => match self.store.kick_job(id, now).await? {
-                Some(tube) => {
-                    self.serve([tube]).await;
-                    Reply::KickedJob
-                }
-                None => Reply::NotFound,
-            },
-            Command::StatsJob(id) => match self.job_stats(id, now).await? {
-                Some(stats) => Reply::Ok(stats.to_yaml(self.dialect)),
-                None => Reply::NotFound,
-            },
-            Command::StatsTube(tube) => match self.tube_stats(&tube, now).await? {
-                Some(stats) => Reply::Ok(stats.to_yaml(self.dialect)),
-                None => Reply::NotFound,
-            },
-            Command::Stats => Reply::Ok(self.server_stats(now).await?.to_yaml(self.dialect)),
-            Command::ListTubes => Reply::Ok(yaml::tube_list(&self.store.list_tubes().await?)),
-            Command::PauseTube { tube, delay } => {
-                if self.store.pause(&tube, delay, now).await? {
-                    self.timer.hint(now + pause_length(delay));
-                    Reply::Paused
-                } else {
-                    Reply::NotFound
-                }
-            }
-            // Handled by `execute`.
-            Command::Quit
-            | Command::Reserve
-            | Command::ReserveWithTimeout(_)
-            | Command::ReserveJob(_)
-            | Command::Use(_)
-            | Command::Watch(_)
-            | Command::Ignore(_)
-            | Command::ListTubeUsed
-            | Command::ListTubesWatched => Reply::InternalError,
+    async fn stats_tube(&self, tube: &TubeName) -> StoreResult<Reply> {
+        Ok(match self.tube_stats(tube, self.clock.now()).await? {
+            Some(stats) => Reply::Ok(stats.to_yaml(self.dialect)),
+            None => Reply::NotFound,
         })
     }
+
+    async fn stats(&self) -> StoreResult<Reply> {
+        let stats = self.server_stats(self.clock.now()).await?;
+        Ok(Reply::Ok(stats.to_yaml(self.dialect)))
+    }
+
+    async fn list_tubes(&self) -> StoreResult<Reply> {
+        Ok(Reply::Ok(yaml::tube_list(&self.store.list_tubes().await?)))
+    }
+
+    pub(super) async fn pause(&self, tube: &TubeName, delay_ms: u64) -> StoreResult<Reply> {
+        let now = self.clock.now();
+        if !self.store.pause(tube, delay_ms, now).await? {
+            return Ok(Reply::NotFound);
+        }
+        self.timer.hint(now + pause_length(delay_ms));
+        Ok(Reply::Paused)
+    }
+}
+
+/// A put's values as the engine takes them, durations in milliseconds: beanstalkd's
+/// `put` (whole seconds, converted here), an extension's put or the operator API's.
+pub struct TimedPut {
+    pub pri: u32,
+    pub delay_ms: u64,
+    /// Raised to [`MIN_TTR_MS`] by the engine.
+    pub ttr_ms: u64,
+    pub body: bytes::Bytes,
+}
+
+impl From<Put> for TimedPut {
+    fn from(put: Put) -> TimedPut {
+        TimedPut {
+            pri: put.pri,
+            delay_ms: secs_as_ms(put.delay),
+            ttr_ms: secs_as_ms(put.ttr),
+            body: put.body,
+        }
+    }
+}
+
+/// A command's reply, by how it is acknowledged.
+enum Ran {
+    /// A session's own command: at once (it wrote nothing).
+    Own(StoreResult<Reply>),
+    /// Any other: once the store's changes so far are durable.
+    Store(StoreResult<Reply>),
 }
 
 fn found(ok: bool, reply: Reply) -> Reply {

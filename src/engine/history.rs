@@ -1,11 +1,11 @@
 //! The console's history: per tube, per minute, how many jobs were put, reserved and
 //! deleted and how long the reserved ones had waited as ready. A sampler
-//! (`http::history`) hands [`History::record`] the tubes' cumulative tallies once a
+//! (`http::history`) hands [`TubeMinutes::record`] the tubes' cumulative tallies once a
 //! minute; this keeps the deltas.
 //!
 //! Invariants (100,000 tubes must not blow memory):
 //! - at most [`MAX_TUBES`] tubes are kept, the first by name as the sampler lists
-//!   them; the others are counted ([`History::omitted`]), not kept;
+//!   them; the others are counted ([`TubeMinutes::omitted`]), not kept;
 //! - a tube keeps at most [`KEEP`] minutes, and only minutes with something in them
 //!   (an idle tube costs its name and an empty ring); a tube with no point within
 //!   [`KEEP`] minutes is forgotten;
@@ -79,7 +79,7 @@ impl Tally {
 
 /// Every kept tube's minutes, and the last sample's tallies to take deltas from.
 #[derive(Debug, Default)]
-pub struct History {
+pub struct TubeMinutes {
     tubes: BTreeMap<String, VecDeque<Point>>,
     last: Option<HashMap<String, Tally>>,
     omitted: u64,
@@ -87,9 +87,9 @@ pub struct History {
     latest: u64,
 }
 
-impl History {
+impl TubeMinutes {
     /// The tallies of `tubes` at `minute` (at most [`MAX_TUBES`] of them are taken;
-    /// `omitted` more exist). The first sample (or the first after [`History::rebase`])
+    /// `omitted` more exist). The first sample (or the first after [`TubeMinutes::rebase`])
     /// only sets the base; later ones record each tube's delta as that minute's point.
     pub fn record(&mut self, minute: u64, tubes: &[(String, Tally)], omitted: u64) {
         let kept = tubes.len().min(MAX_TUBES);
@@ -119,7 +119,7 @@ impl History {
     /// Forget every point and the base (a new leader reads its history back from
     /// Redis instead).
     pub fn clear(&mut self) {
-        *self = History::default();
+        *self = TubeMinutes::default();
     }
 
     /// Every tube's point of `minute` (what a leader writes to Redis).
@@ -212,7 +212,7 @@ mod tests {
 
     #[test]
     fn records_deltas_after_a_base() {
-        let mut h = History::default();
+        let mut h = TubeMinutes::default();
         h.record(10, &[("a".into(), tally(5, 2, 1, 0))], 0);
         assert_eq!(h.tubes(), 0, "the first sample is the base");
         h.record(
@@ -246,7 +246,7 @@ mod tests {
 
     #[test]
     fn bounds_minutes_and_tubes() {
-        let mut h = History::default();
+        let mut h = TubeMinutes::default();
         let many: Vec<(String, Tally)> = (0..MAX_TUBES + 7)
             .map(|i| (format!("t{i:06}"), tally(0, 0, 0, 0)))
             .collect();
@@ -279,7 +279,7 @@ mod tests {
 
     #[test]
     fn query_window() {
-        let mut h = History::default();
+        let mut h = TubeMinutes::default();
         for m in [1, 5, 9] {
             h.push(
                 "a",

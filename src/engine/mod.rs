@@ -8,6 +8,8 @@
 //! - `dispatch.rs`: [`Engine::execute`] and every command except reserve; each reply
 //!   comes back with its acknowledgement ([`Answer`]: now, or once change N is
 //!   durable).
+//! - `extension.rs`: [`Engine::execute_extension`], the protocol extensions
+//!   (docs/EXTENSIONS.md), and which of their families this build serves.
 //! - `reserve.rs`: `reserve` and `reserve-with-timeout`: DEADLINE_SOON, the waiter.
 //! - `serve.rs`: serve passes, run by one task, that hand ready jobs to waiters.
 //! - `waiters.rs`: the registry of waiting connections and the claim protocol.
@@ -40,6 +42,7 @@ pub mod admin_bulk;
 pub mod clients;
 pub mod clients_list;
 mod dispatch;
+mod extension;
 mod reserve;
 mod serve;
 mod waiting;
@@ -55,6 +58,7 @@ pub mod waiters;
 #[cfg(test)]
 mod tests;
 
+use crate::util::memory::MemoryBudget;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -68,6 +72,7 @@ use crate::util::lock;
 
 pub use crate::time::Clock;
 pub use counters::{Counters, WAIT_BUCKETS, WaitSnapshot};
+pub use extension::SERVED_FAMILIES;
 pub use host::HostInfo;
 pub use session::Session;
 pub use stats::{BinlogStats, JobStats, PROTOCOL_VERSION, ServerStats, Snapshot, TubeStats};
@@ -79,8 +84,12 @@ pub use waiting::Waiting;
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
     pub max_job_size: u32,
+    /// Puts answer OUT_OF_MEMORY past this budget (`--memory-limit`, or the cgroup's).
+    pub memory: Option<Arc<MemoryBudget>>,
     /// The beanstalkd release whose replies to give (`--compat`).
     pub dialect: Dialect,
+    /// Whether connections speak the protocol extensions (`--extensions`).
+    pub extensions: bool,
 }
 
 /// When a reply may be written: its acknowledgement, decided by the engine with the
@@ -148,7 +157,9 @@ pub struct Engine {
     host: HostInfo,
     started: Nanos,
     max_job_size: u32,
+    memory: Option<Arc<MemoryBudget>>,
     dialect: Dialect,
+    extensions: bool,
     draining: AtomicBool,
     /// Requests for serve passes, to the serve task (see `serve.rs`). Unbounded, and
     /// bounded in practice by the connections: each sends at most one request per
@@ -184,7 +195,9 @@ impl Engine {
             host: HostInfo::detect(),
             started: clock.now(),
             max_job_size: config.max_job_size,
+            memory: config.memory,
             dialect: config.dialect,
+            extensions: config.extensions,
             draining: AtomicBool::new(false),
             serve_requests,
             wakeups: AtomicU64::new(0),
@@ -236,6 +249,11 @@ impl Engine {
 
     pub fn max_job_size(&self) -> u32 {
         self.max_job_size
+    }
+
+    /// The memory budget puts are admitted against, if any.
+    pub fn memory_budget(&self) -> Option<Arc<MemoryBudget>> {
+        self.memory.clone()
     }
 
     /// The store's last change (see [`Store::durable`]).

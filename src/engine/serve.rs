@@ -82,7 +82,8 @@ impl Round {
         self.tubes.is_empty() && self.done.is_empty()
     }
 
-    /// Add `tubes`; how many wake-ups that was.
+    /// Add `tubes`, each a wake-up (it may have made one job ready); returns how many
+    /// it added.
     fn add(&mut self, tubes: impl IntoIterator<Item = TubeName>) -> usize {
         let before = self.wakeups;
         for t in tubes {
@@ -141,13 +142,13 @@ impl Inbox {
 
     /// Tubes that gained ready jobs without a request (another instance's event, a job
     /// returned by a pass): counted as a wake-up for `reserve.rs`, then served next.
-    /// How many wake-ups that was.
-    fn add_unrequested(&mut self, tubes: impl IntoIterator<Item = TubeName>) -> usize {
+    fn add_unrequested(&mut self, tubes: impl IntoIterator<Item = TubeName>) {
         self.engine.count_wakeup();
-        self.next.add(tubes)
+        self.next.add(tubes);
     }
 
-    /// Move everything already queued into the next round; how many wake-ups that was.
+    /// Move everything already queued into the next round; returns how many wake-ups
+    /// (tubes) it added, by which a running pass grows its batch.
     fn collect(&mut self) -> usize {
         let mut wakeups = 0;
         while let Ok(r) = self.requests.try_recv() {

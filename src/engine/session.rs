@@ -10,8 +10,7 @@
 
 use std::sync::Arc;
 
-use super::clients::Client;
-use super::clients_list::SHOWN_TUBES;
+use super::clients::{Client, SHOWN_TUBES};
 use crate::protocol::TubeName;
 use crate::store::ConnId;
 use crate::util::SwapList;

@@ -35,6 +35,9 @@ pub struct Snapshot {
     /// Tubes that existed but were beyond that limit.
     pub tubes_omitted: u64,
     pub wait: WaitSnapshot,
+    /// The extension verbs served and how often each ran (`/metrics` only, never
+    /// `stats`: rule 3 of docs/EXTENSIONS.md).
+    pub extension_commands: Vec<(&'static str, u64)>,
 }
 
 /// Everything `stats` prints, in order.
@@ -245,8 +248,8 @@ impl JobStats {
             state: j.state,
             pri: j.pri,
             age: now.saturating_sub(j.created) / NANOS_PER_SEC,
-            delay: u64::from(j.delay_secs),
-            ttr: u64::from(j.ttr_secs),
+            delay: crate::time::whole_secs(j.delay_ms),
+            ttr: crate::time::whole_secs(j.ttr_ms),
             time_left: j
                 .deadline
                 .map_or(0, |d| d.saturating_sub(now) / NANOS_PER_SEC),
@@ -403,6 +406,7 @@ impl Engine {
             tubes,
             tubes_omitted: (listed - names.len()) as u64,
             wait: self.counters.wait.snapshot(),
+            extension_commands: self.extension_commands(),
         })
     }
 }

@@ -53,8 +53,9 @@ pub enum Delivery {
     GaveUp(GiveUp),
 }
 
+/// One reserve waiting for a job.
 #[derive(Debug)]
-struct Entry {
+struct Waiter {
     conn: ConnId,
     watched: Arc<[TubeName]>,
     /// When it began to wait, and when it gives up (for the clients listing).
@@ -68,12 +69,12 @@ struct Entry {
 #[derive(Debug, Default)]
 struct Registry {
     next_seq: u64,
-    entries: BTreeMap<u64, Entry>,
+    entries: BTreeMap<u64, Waiter>,
     by_tube: HashMap<TubeName, BTreeSet<u64>>,
 }
 
 impl Registry {
-    fn remove(&mut self, seq: u64) -> Option<Entry> {
+    fn remove(&mut self, seq: u64) -> Option<Waiter> {
         let entry = self.entries.remove(&seq)?;
         for t in entry.watched.iter() {
             if let Some(set) = self.by_tube.get_mut(t) {
@@ -181,7 +182,7 @@ impl Waiters {
         }
         r.entries.insert(
             seq,
-            Entry {
+            Waiter {
                 conn,
                 watched,
                 since,

@@ -72,11 +72,11 @@ impl ConnState {
 #[derive(Debug)]
 pub(super) struct Conns {
     limit: usize,
-    table: Mutex<Table>,
+    table: Mutex<ConnTable>,
 }
 
 #[derive(Debug)]
-struct Table {
+struct ConnTable {
     next_id: u64,
     /// By id, so in order of arrival.
     open: BTreeMap<u64, Arc<ConnState>>,
@@ -88,7 +88,7 @@ impl Conns {
     pub(super) fn new(limit: usize) -> Arc<Conns> {
         Arc::new(Conns {
             limit: limit.max(1),
-            table: Mutex::new(Table {
+            table: Mutex::new(ConnTable {
                 next_id: 0,
                 open: BTreeMap::new(),
                 shed_since_warning: 0,

@@ -1,7 +1,9 @@
 //! The Prometheus text exposition format (version 0.0.4) of one [`Snapshot`], rendered
 //! from [`FAMILIES`], a table that names each family, its type and help, and how its
-//! samples are read from the snapshot; and of what the listener itself counts
-//! ([`ListenerFigures`], [`LISTENER_FAMILIES`], read at every scrape).
+//! samples are read from the snapshot; of what the listener itself counts
+//! ([`ListenerFigures`], [`LISTENER_FAMILIES`], read at every scrape); and of who tried
+//! to connect to the beanstalk port ([`AccessFigures`], [`ACCESS_FAMILIES`], read at
+//! every scrape).
 //!
 //! Invariants: every figure comes from the snapshot, whose server and tube parts are
 //! the very structs `stats` and `stats-tube` print, so a scrape and those commands
@@ -48,7 +50,7 @@ pub fn render(snap: &Snapshot, redis: &[Placement]) -> String {
                     emit(t, &mut out);
                 }
             }
-            Samples::Listener(_) => {}
+            Samples::Listener(_) | Samples::Access(_) => {}
         }
     }
     text
@@ -75,20 +77,50 @@ pub fn render_listener(figures: &ListenerFigures) -> String {
     text
 }
 
+/// Who tried to connect to the beanstalk port (read from `server::Security` and the
+/// listeners at every scrape).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AccessFigures {
+    /// Per listener: its address, connections accepted since the start, open now.
+    pub listeners: Vec<(String, u64, u64)>,
+    /// Connections handshaking or not yet authenticated now.
+    pub pending: u64,
+    /// Connections closed at accept: too many pending.
+    pub pending_refused: u64,
+    pub handshake_failures: Vec<(&'static str, u64)>,
+    pub auth_failures: Vec<(&'static str, u64)>,
+    /// Commands answered FORBIDDEN, by role.
+    pub refusals: Vec<(String, u64)>,
+    /// SIGHUP reloads, by what (`roles`, `tls`) and outcome (`ok`, `failed`).
+    pub reloads: Vec<((&'static str, &'static str), u64)>,
+}
+
+/// The exposition of the access figures (sent after [`render_listener`]'s).
+pub fn render_access(figures: &AccessFigures) -> String {
+    let mut text = String::with_capacity(1024);
+    for family in ACCESS_FAMILIES {
+        let mut out = Out::head(&mut text, family);
+        if let Samples::Access(emit) = family.samples {
+            emit(figures, &mut out);
+        }
+    }
+    text
+}
+
 /// A family's type, as its `# TYPE` line says it.
 #[derive(Clone, Copy)]
-enum Kind {
+enum MetricKind {
     Counter,
     Gauge,
     Histogram,
 }
 
-impl Kind {
+impl MetricKind {
     fn name(self) -> &'static str {
         match self {
-            Kind::Counter => "counter",
-            Kind::Gauge => "gauge",
-            Kind::Histogram => "histogram",
+            MetricKind::Counter => "counter",
+            MetricKind::Gauge => "gauge",
+            MetricKind::Histogram => "histogram",
         }
     }
 }
@@ -108,16 +140,23 @@ enum Samples {
     Redis(fn(&Placement, &mut Out<'_>)),
     /// One unlabelled sample of the listener's own figures.
     Listener(fn(&ListenerFigures) -> u64),
+    /// Samples of the access figures, written by the function.
+    Access(fn(&AccessFigures, &mut Out<'_>)),
 }
 
 struct Family {
     name: &'static str,
-    kind: Kind,
+    kind: MetricKind,
     help: &'static str,
     samples: Samples,
 }
 
-const fn family(name: &'static str, kind: Kind, help: &'static str, samples: Samples) -> Family {
+const fn family(
+    name: &'static str,
+    kind: MetricKind,
+    help: &'static str,
+    samples: Samples,
+) -> Family {
     Family {
         name,
         kind,
@@ -126,7 +165,7 @@ const fn family(name: &'static str, kind: Kind, help: &'static str, samples: Sam
     }
 }
 
-use Kind::{Counter as C, Gauge as G};
+use MetricKind::{Counter as C, Gauge as G};
 
 /// Every family, in the order of the exposition.
 const FAMILIES: &[Family] = &[
@@ -157,7 +196,7 @@ const FAMILIES: &[Family] = &[
     family(
         "redstalk_commands_total",
         C,
-        "Commands received by this instance, by kind (stats cmd-*).",
+        "Commands received by this instance, by kind (stats cmd-*; the extension verbs, which stats does not count, too).",
         Samples::ServerWith(commands),
     ),
     family(
@@ -305,7 +344,7 @@ const FAMILIES: &[Family] = &[
     ),
     family(
         "redstalk_job_wait_seconds",
-        Kind::Histogram,
+        MetricKind::Histogram,
         "How long a job had been ready when a reserve on this instance took it (since its put, the end of its delay, its release, kick or lapsed reservation); a delayed or buried job taken by reserve-job counts 0.",
         Samples::ServerWith(wait),
     ),
@@ -336,6 +375,82 @@ const LISTENER_FAMILIES: &[Family] = &[
         C,
         "Console live snapshots computed (at most one a second, while a stream is open).",
         Samples::Listener(|f| f.live_snapshots),
+    ),
+];
+
+/// The access families, in the order of their exposition.
+const ACCESS_FAMILIES: &[Family] = &[
+    family(
+        "redstalk_listener_connections_total",
+        C,
+        "Connections accepted per beanstalk listener since the start (before TLS and authentication).",
+        Samples::Access(|f, out| {
+            for (l, accepted, _) in &f.listeners {
+                out.sample("", &[("listener", l)], accepted);
+            }
+        }),
+    ),
+    family(
+        "redstalk_listener_connections",
+        G,
+        "Connections open per beanstalk listener (authenticated or not).",
+        Samples::Access(|f, out| {
+            for (l, _, open) in &f.listeners {
+                out.sample("", &[("listener", l)], open);
+            }
+        }),
+    ),
+    family(
+        "redstalk_pending_connections",
+        G,
+        "Connections handshaking or not yet authenticated (at most --max-pending).",
+        Samples::Access(|f, out| out.value(f.pending)),
+    ),
+    family(
+        "redstalk_pending_refused_total",
+        C,
+        "Connections closed at accept because --max-pending connections were pending.",
+        Samples::Access(|f, out| out.value(f.pending_refused)),
+    ),
+    family(
+        "redstalk_tls_handshake_failures_total",
+        C,
+        "Failed TLS handshakes on the beanstalk port, by reason.",
+        Samples::Access(|f, out| {
+            for (reason, n) in &f.handshake_failures {
+                out.sample("", &[("reason", reason)], n);
+            }
+        }),
+    ),
+    family(
+        "redstalk_auth_failures_total",
+        C,
+        "Clients of the beanstalk port refused before they were served (or when their identity was revoked), by reason.",
+        Samples::Access(|f, out| {
+            for (reason, n) in &f.auth_failures {
+                out.sample("", &[("reason", reason)], n);
+            }
+        }),
+    ),
+    family(
+        "redstalk_refusals_total",
+        C,
+        "Commands answered FORBIDDEN (the connection's role may not run them), by role.",
+        Samples::Access(|f, out| {
+            for (role, n) in &f.refusals {
+                out.sample("", &[("role", role)], n);
+            }
+        }),
+    ),
+    family(
+        "redstalk_reloads_total",
+        C,
+        "SIGHUP reloads of the roles file and the TLS files, by what and outcome (failed: the old ones stay).",
+        Samples::Access(|f, out| {
+            for ((what, outcome), n) in &f.reloads {
+                out.sample("", &[("what", what), ("outcome", outcome)], n);
+            }
+        }),
     ),
 ];
 
@@ -381,6 +496,9 @@ fn commands(snap: &Snapshot, out: &mut Out<'_>) {
     for c in Counter::ALL {
         let name = c.key().trim_start_matches("cmd-");
         out.sample("", &[("command", name)], snap.server.cmd[c.index()]);
+    }
+    for (verb, n) in &snap.extension_commands {
+        out.sample("", &[("command", verb)], n);
     }
 }
 
@@ -500,6 +618,7 @@ mod tests {
             }],
             tubes_omitted: 3,
             wait: WaitSnapshot::default(),
+            extension_commands: vec![("list-extensions", 4)],
         }
     }
 
@@ -540,6 +659,7 @@ mod tests {
         assert!(text.contains("redstalk_job_wait_seconds_bucket{le=\"+Inf\"} 0\n"));
         assert!(text.contains("redstalk_job_wait_seconds_sum 0\n"));
         assert!(text.contains("redstalk_commands_total{command=\"reserve-with-timeout\"} 0\n"));
+        assert!(text.contains("redstalk_commands_total{command=\"list-extensions\"} 4\n"));
         assert!(text.contains("redstalk_cpu_seconds_total{mode=\"user\"} 0.000000\n"));
         assert!(text.contains(
             "redstalk_redis_info{topology=\"cluster\",prefix=\"billing\",slot=\"12682\",\

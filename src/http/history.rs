@@ -1,7 +1,7 @@
 //! The history sampler behind `GET /api/v1/history` (docs/API.md; the route is
 //! `api::history`): once a minute, one task per process reads the first [`MAX_TUBES`]
-//! tubes' tallies through [`Engine::snapshot`] and keeps each minute's deltas in an
-//! [`History`] (see `engine::history`); [`Recorder::page`] gives the last N minutes
+//! tubes' tallies through [`Engine::snapshot`] and keeps each minute's deltas in a
+//! [`TubeMinutes`] (see `engine::history`); [`Recorder::page`] gives the last N minutes
 //! per tube.
 //!
 //! Invariants:
@@ -28,7 +28,7 @@ use super::Source;
 use super::api::types::{HistoryPage, TubeHistory};
 use crate::cluster::Cluster;
 use crate::engine::Engine;
-use crate::engine::history::{History, KEEP, MAX_TUBES, Tally};
+use crate::engine::history::{KEEP, MAX_TUBES, Tally, TubeMinutes};
 use crate::util::lock;
 
 /// The sampler's period unless the environment shortens it.
@@ -37,7 +37,7 @@ pub const PERIOD: Duration = Duration::from_secs(60);
 /// The history and its period.
 #[derive(Debug)]
 pub struct Recorder {
-    history: Mutex<History>,
+    history: Mutex<TubeMinutes>,
     period_ms: u64,
 }
 
@@ -50,7 +50,7 @@ impl Recorder {
             .filter(|&ms| ms >= 10)
             .unwrap_or(PERIOD.as_millis() as u64);
         let recorder = Arc::new(Recorder {
-            history: Mutex::new(History::default()),
+            history: Mutex::new(TubeMinutes::default()),
             period_ms,
         });
         tokio::spawn(sample(recorder.clone(), source, stop));

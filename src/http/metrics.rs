@@ -31,6 +31,7 @@ use futures_util::future::{BoxFuture, Shared};
 
 use super::{App, exposition};
 use crate::engine::Engine;
+use crate::redis::placement::Placements;
 use crate::store::StoreError;
 use crate::util::lock;
 
@@ -52,25 +53,28 @@ pub enum ScrapeError {
     Build(Arc<str>),
 }
 
-type Pending = Shared<BoxFuture<'static, Result<Bytes, ScrapeError>>>;
+type ScrapeInFlight = Shared<BoxFuture<'static, Result<Bytes, ScrapeError>>>;
 
 /// The exposition being built, or the last one built.
 enum Slot {
     Empty,
-    Building(Pending),
+    Building(ScrapeInFlight),
     Built { until: Instant, text: Bytes },
 }
 
 /// The shared builder of expositions (one per listener).
 pub(super) struct Scrapes {
     max_tubes: usize,
+    /// Where the process's Redis namespaces live (none without Redis).
+    placements: Arc<Placements>,
     slot: Mutex<Slot>,
 }
 
 impl Scrapes {
-    pub(super) fn new(max_tubes: usize) -> Arc<Scrapes> {
+    pub(super) fn new(max_tubes: usize, placements: Arc<Placements>) -> Arc<Scrapes> {
         Arc::new(Scrapes {
             max_tubes,
+            placements,
             slot: Mutex::new(Slot::Empty),
         })
     }
@@ -98,7 +102,7 @@ impl Scrapes {
 
     /// Start building an exposition on a task of its own (so that it completes, and
     /// updates the slot, even if every scraper waiting for it goes away).
-    fn build(self: &Arc<Self>, engine: Arc<Engine>) -> Pending {
+    fn build(self: &Arc<Self>, engine: Arc<Engine>) -> ScrapeInFlight {
         let this = self.clone();
         let task = tokio::spawn(async move {
             let started = Instant::now();
@@ -132,7 +136,7 @@ impl Scrapes {
             .map_err(|e| ScrapeError::Store(Arc::new(e)))?;
         let snapshot_ms = started.elapsed().as_millis() as u64;
         let (listed, omitted) = (snap.tubes.len(), snap.tubes_omitted);
-        let redis = crate::redis::placement::all();
+        let redis = self.placements.all();
         let text = tokio::task::spawn_blocking(move || exposition::render(&snap, &redis))
             .await
             .map_err(|err| ScrapeError::Build(err.to_string().into()))?;
@@ -152,6 +156,31 @@ impl Scrapes {
     }
 }
 
+/// Who tried to connect to the beanstalk port, now.
+fn access_figures(app: &App) -> exposition::AccessFigures {
+    use std::sync::atomic::Ordering::Relaxed;
+    let s = &app.security;
+    exposition::AccessFigures {
+        listeners: app
+            .ports
+            .iter()
+            .map(|p| {
+                (
+                    p.label.clone(),
+                    p.accepted.load(Relaxed),
+                    p.open.load(Relaxed),
+                )
+            })
+            .collect(),
+        pending: s.pending_now() as u64,
+        pending_refused: s.figures.pending_refused(),
+        handshake_failures: s.figures.handshake_failures(),
+        auth_failures: s.figures.auth_failures(),
+        refusals: s.figures.refusals(),
+        reloads: s.figures.reloads(),
+    }
+}
+
 /// `GET /metrics`.
 pub(super) async fn scrape(State(app): State<Arc<App>>) -> Response {
     let Some(engine) = app.source.engine() else {
@@ -160,7 +189,8 @@ pub(super) async fn scrape(State(app): State<Arc<App>>) -> Response {
     match app.scrapes.get(engine).await {
         Ok(text) => {
             let console = Bytes::from(exposition::render_listener(&app.events.figures()));
-            let chunks = [text, console].map(Ok::<_, std::convert::Infallible>);
+            let access = Bytes::from(exposition::render_access(&access_figures(&app)));
+            let chunks = [text, console, access].map(Ok::<_, std::convert::Infallible>);
             (
                 [
                     (header::CONTENT_TYPE, exposition::CONTENT_TYPE),
@@ -195,10 +225,12 @@ mod tests {
             AnyStore::Memory(MemoryStore::new()),
             EngineConfig {
                 max_job_size: 65535,
+                memory: None,
                 dialect: Default::default(),
+                extensions: true,
             },
         );
-        let scrapes = Scrapes::new(10);
+        let scrapes = Scrapes::new(10, Arc::default());
         let all = futures_util::future::join_all((0..8).map(|_| scrapes.get(engine.clone()))).await;
         let first = all[0].as_ref().map(|b| b.as_ptr()).ok();
         assert!(first.is_some());

@@ -48,6 +48,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cluster::Cluster;
 use crate::engine::Engine;
+use crate::redis::placement::Placements;
 
 /// Connections open at once; beyond, the oldest idle or slow one is closed.
 pub const MAX_CONNECTIONS: usize = 256;
@@ -76,10 +77,18 @@ impl Source {
 pub struct HttpConfig {
     /// Tubes with per-tube series in `/metrics` (`--metrics-tubes`): the first by name.
     pub metrics_tubes: usize,
-    /// Who may use the operator API.
+    /// The operator API's own settings (read auth, read-only).
     pub access: auth::Access,
+    /// Who may connect to the beanstalk port (its roles and token check are the
+    /// API's too), and its figures.
+    pub security: Arc<crate::server::Security>,
+    /// The beanstalk listeners (their figures).
+    pub ports: Vec<Arc<crate::server::listen::Port>>,
     /// How this process keeps its jobs (the API's `/whoami` says it).
     pub mode: api::types::Mode,
+    /// Where the process's Redis namespaces live, for `/metrics` (the value its Redis
+    /// connectors record into; empty without Redis).
+    pub placements: Arc<Placements>,
 }
 
 /// The address of the client of an HTTP request (set by [`connection`]), for the log
@@ -124,6 +133,8 @@ struct App {
     mode: api::types::Mode,
     scrapes: Arc<metrics::Scrapes>,
     auth: Arc<auth::Auth>,
+    security: Arc<crate::server::Security>,
+    ports: Vec<Arc<crate::server::listen::Port>>,
     events: Arc<api::Events>,
     history: Arc<history::Recorder>,
 }
@@ -137,8 +148,13 @@ fn router(source: Source, config: &HttpConfig, stop: &CancellationToken) -> Rout
         history: history::Recorder::start(source.clone(), stop.clone()),
         source,
         mode: config.mode,
-        scrapes: metrics::Scrapes::new(config.metrics_tubes),
-        auth: Arc::new(auth::Auth::new(&config.access)),
+        scrapes: metrics::Scrapes::new(config.metrics_tubes, config.placements.clone()),
+        auth: Arc::new(auth::Auth::new(
+            &config.access,
+            config.security.control.clone(),
+        )),
+        security: config.security.clone(),
+        ports: config.ports.clone(),
     });
     let plain = Router::new()
         .route("/", get(|| async { Redirect::to("/console/") }))

@@ -2,8 +2,9 @@
 //! store's changes in batches, and the sinks it writes to.
 //!
 //! - [`committer`]: the one task per persisted store that takes cuts of the store and
-//!   writes them through a [`Sink`], one batch at a time; every change made while a
-//!   batch is in flight goes into the next one (group commit).
+//!   writes them through a [`Sink`], as many batches in flight as the sink takes
+//!   ([`Sink::depth`]: one for `-b`, several for leader mode); every change made while
+//!   the sink is busy goes into the next one (group commit).
 //! - [`engine`]: the one place a persisted engine is built and ended: restored store,
 //!   commit link, committer, durable store, engine, final flush (`-b` and leader mode).
 //! - [`redis`]: the Redis sink of leader mode (one script call per batch, fenced by the

@@ -7,6 +7,11 @@
 //! overflow rejected, nothing after the last one), `kick`'s `strtoul` leniency,
 //! `reserve-with-timeout`'s tolerance of trailing junk, and `pause-tube` counting itself
 //! before it validates anything. Pure: no I/O, no state.
+//!
+//! Under the extended grammar ([`parse_line_in`]) a line is read by the standard grammar
+//! first, and only a line it rejects (or a put it flags for trailing text) is offered
+//! to the extension grammar ([`super::ext::parse`]): no line the reference accepts can
+//! change meaning.
 
 use nom::bytes::complete::{take_while, take_while1};
 use nom::character::complete::digit1;
@@ -15,15 +20,23 @@ use nom::{IResult, Parser};
 use super::command::{
     Command, Counter, PutHeader, Rejection, Timeout, TubeName, is_tube_name_byte,
 };
+use super::ext::parse::{ExtendedPutHeader, extend};
+use super::ext::{Extension, Grammar};
 
 /// A parsed line: a command, or a put header whose body the codec must still frame.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Line {
     Command(Command),
     Put(PutHeader),
+    /// Only under [`Grammar::Extended`]. Boxed, as in [`Frame`]: a line is moved
+    /// through every layer of the parse, and beanstalkd's own lines should not pay for
+    /// the size of the rare extended ones.
+    Extension(Box<Extension>),
+    /// A put in the extended grammar (only under [`Grammar::Extended`]).
+    ExtendedPut(Box<ExtendedPutHeader>),
 }
 
-const BAD: Rejection = Rejection::BadFormat { counted: None };
+pub(in crate::protocol) const BAD: Rejection = Rejection::BadFormat { counted: None };
 
 /// The reference's dispatch prefixes, in its order; the first that matches wins.
 #[derive(Clone, Copy)]
@@ -83,8 +96,21 @@ const PREFIXES: [(&[u8], Verb); 25] = [
     (b"pause-tube", Verb::PauseTube),
 ];
 
-/// Parse one command line (the bytes before CRLF).
+/// Parse one command line (the bytes before CRLF) in beanstalkd's grammar.
 pub fn parse_line(line: &[u8]) -> Result<Line, Rejection> {
+    parse_line_in(line, Grammar::Standard)
+}
+
+/// Parse one command line in `grammar`.
+pub fn parse_line_in(line: &[u8], grammar: Grammar) -> Result<Line, Rejection> {
+    let standard = parse_standard(line);
+    match grammar {
+        Grammar::Standard => standard,
+        Grammar::Extended(served) => extend(line, standard, served),
+    }
+}
+
+fn parse_standard(line: &[u8]) -> Result<Line, Rejection> {
     // The reference NUL-terminates the line and rejects it if strlen disagrees.
     if line.contains(&0) {
         return Err(BAD);
@@ -191,20 +217,23 @@ fn last_u64(args: &[u8]) -> Result<u64, Rejection> {
 }
 
 /// Run `p` and require that it consumed the rest of the line.
-fn last<T>(input: &[u8], mut p: impl FnMut(&[u8]) -> IResult<&[u8], T>) -> Result<T, Rejection> {
+pub(in crate::protocol) fn last<T>(
+    input: &[u8],
+    mut p: impl FnMut(&[u8]) -> IResult<&[u8], T>,
+) -> Result<T, Rejection> {
     match p(input) {
         Ok((b"", v)) => Ok(v),
         _ => Err(BAD),
     }
 }
 
-fn spaces(input: &[u8]) -> IResult<&[u8], &[u8]> {
+pub(in crate::protocol) fn spaces(input: &[u8]) -> IResult<&[u8], &[u8]> {
     take_while(|b| b == b' ').parse(input)
 }
 
 /// Unsigned decimal that fits in `T`: leading spaces (not tabs) skipped, the first byte
 /// must be a digit (no sign), leading zeros are decimal, overflow is an error.
-fn number<T: TryFrom<u64>>(input: &[u8]) -> IResult<&[u8], T> {
+pub(in crate::protocol) fn number<T: TryFrom<u64>>(input: &[u8]) -> IResult<&[u8], T> {
     let (rest, (_, digits)) = (spaces, digit1).parse(input)?;
     let fail = || {
         nom::Err::Error(nom::error::Error::new(
@@ -217,7 +246,7 @@ fn number<T: TryFrom<u64>>(input: &[u8]) -> IResult<&[u8], T> {
     Ok((rest, value))
 }
 
-fn decimal(digits: &[u8]) -> Option<u64> {
+pub(in crate::protocol) fn decimal(digits: &[u8]) -> Option<u64> {
     digits.iter().try_fold(0u64, |acc, d| {
         acc.checked_mul(10)?.checked_add(u64::from(d - b'0'))
     })
@@ -281,8 +310,8 @@ mod tests {
     fn cmd(line: &str) -> Result<Command, Rejection> {
         match parse_line(line.as_bytes()) {
             Ok(Line::Command(c)) => Ok(c),
-            Ok(Line::Put(h)) => panic!("unexpected put {h:?}"),
             Err(e) => Err(e),
+            Ok(other) => panic!("unexpected {other:?}"),
         }
     }
 

@@ -52,11 +52,16 @@ impl Doc {
 
 /// `list-tubes` / `list-tubes-watched`: names are not quoted.
 pub fn tube_list<'a>(names: impl IntoIterator<Item = &'a TubeName>) -> Bytes {
+    name_list(names.into_iter().map(TubeName::as_str))
+}
+
+/// A YAML list of bare names (`list-tubes`' form; `list-extensions` uses it too).
+pub fn name_list<'a>(names: impl IntoIterator<Item = &'a str>) -> Bytes {
     // The same in every release.
     let mut d = Doc::new(Dialect::default());
     for n in names {
         d.text.push_str("- ");
-        d.text.push_str(n.as_str());
+        d.text.push_str(n);
         d.text.push('\n');
     }
     d.done()

@@ -1,14 +1,15 @@
 //! The Redis options of both modes: where Redis is (`--redis`, its TLS files and the
 //! sentinels' password), the prefix of every key, and how many replicas a change waits
-//! for.
+//! for; and what the connectors made from them share ([`Lookups`]).
 //!
-//! Invariant: the options are never shown with their credentials (see the `Debug`
-//! impl).
+//! Invariants: the options are never shown with their credentials (see the `Debug`
+//! impl); a process reads its options once, so every connector it makes from them (and
+//! their clones) shares one [`Lookups`].
 
 use std::time::Duration;
 
 use super::error::CallError;
-use super::target::Target;
+use super::target::{Lookups, Target};
 use super::{Connector, TlsFiles, redact};
 
 /// Where and under which prefix to keep jobs, and how to reach Redis.
@@ -28,6 +29,9 @@ pub struct RedisConfig {
     /// In leader mode, the lease: a Redis Cluster primary's `cluster-node-timeout` is
     /// checked against it.
     pub leader_lease: Option<Duration>,
+    /// What every connector made from these options shares (where the namespace was
+    /// found, for `/metrics`; a cluster's last answer).
+    pub lookups: Lookups,
 }
 
 impl RedisConfig {
@@ -38,6 +42,7 @@ impl RedisConfig {
             &self.tls,
             self.sentinel_password.as_deref(),
             &self.prefix,
+            &self.lookups,
         )
         .map_err(CallError::connect)?;
         Ok(Connector::to(match self.leader_lease {

@@ -10,7 +10,10 @@
 //!   else, so Redis' pub/sub output-buffer limit never applies to a connection that
 //!   carries replies;
 //! - [`Connector::single`]: one plain connection, never replaced behind its owner's
-//!   back (leader mode's commit connection, whose WATCH belongs to one connection).
+//!   back (the fences of `fenced.rs`: a [`Fenced`](super::fenced::Fenced) connection's
+//!   WATCH is state of that one connection, and leader mode's batches, several in
+//!   flight, must reach Redis in the order sent, on a connection their script was
+//!   loaded on).
 //!
 //! Failover: every new connection asks the [`Target`] for the primary, so with
 //! sentinels it goes wherever they point now. A connection is given up (and a new one
@@ -61,10 +64,13 @@ use tokio::sync::{Notify, mpsc};
 
 use super::error::Code;
 use super::redirect::{command_redirected, pipeline_redirected, resend_after};
-use super::target::{CertificateProblem, Target, TargetError, TlsFiles};
+use super::target::{CertificateProblem, Lookups, Target, TargetError, TlsFiles};
 
 /// How long one attempt to connect may take (asking the sentinels included).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// How many attempts a managed connection's first connection (a start) makes when
+/// they time out; see [`Connector::start`].
+const FIRST_ATTEMPTS: u32 = 3;
 /// How long a command may wait for its reply before it fails.
 pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(1);
 /// How long after an outage began a call may still wait for a new connection.
@@ -87,6 +93,9 @@ impl std::fmt::Debug for Connector {
 }
 
 impl Connector {
+    /// A connector that shares nothing with others (a tool's, a test's); a server's are
+    /// made from its options ([`RedisConfig::connector`](super::RedisConfig::connector)),
+    /// which share the process's [`Lookups`].
     pub fn new(
         url: &str,
         tls: &TlsFiles,
@@ -98,6 +107,7 @@ impl Connector {
             tls,
             sentinel_password,
             prefix,
+            &Lookups::default(),
         )?))
     }
 
@@ -161,7 +171,7 @@ impl Connector {
             role,
             response_timeout,
             subscription,
-            state: Mutex::new(State::Down {
+            link: Mutex::new(Link::Down {
                 since: Instant::now(),
                 failures: 0,
                 last: None,
@@ -170,8 +180,8 @@ impl Connector {
             changed: Notify::new(),
             hurry: Notify::new(),
         });
-        let conn = inner.establish(1).await?;
-        inner.set(State::Up {
+        let conn = inner.first_connection().await?;
+        inner.set(Link::Up {
             conn,
             generation: 1,
         });
@@ -192,14 +202,15 @@ struct Inner {
     role: &'static str,
     response_timeout: Duration,
     subscription: Option<(String, mpsc::UnboundedSender<PushInfo>)>,
-    state: Mutex<State>,
-    /// Told whenever the state changes (connected, or an attempt failed).
+    link: Mutex<Link>,
+    /// Told whenever the link changes (connected, or an attempt failed).
     changed: Notify,
     /// Told by a call that waits: the next attempt should not wait out its backoff.
     hurry: Notify,
 }
 
-enum State {
+/// The connection's link to Redis: up (with its connection), or being made again.
+enum Link {
     Up {
         conn: MultiplexedConnection,
         generation: u64,
@@ -217,13 +228,38 @@ enum State {
 }
 
 impl Inner {
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        lock(&self.state)
+    fn lock(&self) -> std::sync::MutexGuard<'_, Link> {
+        lock(&self.link)
     }
 
-    fn set(&self, state: State) {
-        *self.lock() = state;
+    fn set(&self, link: Link) {
+        *self.lock() = link;
         self.changed.notify_waiters();
+    }
+
+    /// The first connection, made while its owner starts. An attempt that timed out is
+    /// made again, up to [`FIRST_ATTEMPTS`] in all: Redis was reached but slow (a loaded
+    /// machine; on a Redis Cluster over TLS one attempt is three rounds of handshakes:
+    /// the nodes asked, the candidate proved, the connection made), and a start should
+    /// not fail for one slow second when the running server rides out much longer
+    /// outages. Anything else (refused, credentials, a certificate) fails at once, so a
+    /// start against an absent or misconfigured Redis says so at once.
+    async fn first_connection(self: &Arc<Inner>) -> RedisResult<MultiplexedConnection> {
+        let mut attempt = 1;
+        loop {
+            match self.establish(1).await {
+                Err(e) if e.is_timeout() && attempt < FIRST_ATTEMPTS => {
+                    tracing::warn!(
+                        role = self.role,
+                        attempt,
+                        err = %e,
+                        "Redis was slow to answer while connecting; trying again"
+                    );
+                    attempt += 1;
+                }
+                done => return done,
+            }
+        }
     }
 
     /// A new connection to the current primary, subscribed when this one is a
@@ -272,8 +308,8 @@ impl Inner {
             tokio::pin!(changed);
             changed.as_mut().enable();
             let deadline = match &*self.lock() {
-                State::Up { conn, generation } => return Ok((conn.clone(), *generation)),
-                State::Down {
+                Link::Up { conn, generation } => return Ok((conn.clone(), *generation)),
+                Link::Down {
                     since,
                     failures,
                     last,
@@ -320,12 +356,12 @@ impl Inner {
     /// make a new one in the background (once per connection).
     fn lost(self: &Arc<Inner>, generation: u64, since: Instant, why: &dyn std::fmt::Display) {
         {
-            let mut state = self.lock();
-            match &*state {
-                State::Up { generation: g, .. } if *g == generation => {}
+            let mut link = self.lock();
+            match &*link {
+                Link::Up { generation: g, .. } if *g == generation => {}
                 _ => return,
             }
-            *state = State::Down {
+            *link = Link::Down {
                 since,
                 failures: 0,
                 last: None,
@@ -347,9 +383,7 @@ impl Inner {
     ) {
         match result {
             Err(e) if unusable(e) => {
-                if let Some((addr, _slot)) = e.redirect_node()
-                    && Code::of(e) == Some(Code::Moved)
-                {
+                if let Some(addr) = moved_address(Code::of(e), e.detail()) {
                     self.target.moved_to(addr);
                 }
                 self.lost(generation, since, e)
@@ -361,9 +395,7 @@ impl Inner {
                     _ => None,
                 });
                 if let Some(e) = moved {
-                    if Code::of_reply(e) == Code::Moved
-                        && let Some(addr) = e.details().and_then(|d| d.split_whitespace().nth(1))
-                    {
+                    if let Some(addr) = moved_address(Some(Code::of_reply(e)), e.details()) {
                         self.target.moved_to(addr);
                     }
                     self.lost(
@@ -379,6 +411,15 @@ impl Inner {
             Err(_) => {}
         }
     }
+}
+
+/// The `HOST:PORT` a MOVED reply names (`MOVED <slot> <HOST:PORT>`), from its code and
+/// detail, whether it came as an error or as a value among a pipeline's replies.
+fn moved_address(code: Option<Code>, detail: Option<&str>) -> Option<&str> {
+    if code != Some(Code::Moved) {
+        return None;
+    }
+    detail?.split_ascii_whitespace().nth(1)
 }
 
 /// Whether an error means the connection (or the server behind it, no longer primary
@@ -400,7 +441,9 @@ async fn within_connect_timeout<T>(
         Ok(r) => r.map_err(CertificateProblem::explain),
         Err(_) => Err(std::io::Error::new(
             std::io::ErrorKind::TimedOut,
-            "Redis (or a sentinel) did not answer within 1 s while connecting",
+            format!(
+                "Redis (or a sentinel) did not answer within {CONNECT_TIMEOUT:?} while connecting"
+            ),
         )
         .into()),
     }
@@ -413,15 +456,15 @@ async fn reconnect(weak: Weak<Inner>) {
     loop {
         let Some(inner) = weak.upgrade() else { return };
         let (since, generation) = match &*inner.lock() {
-            State::Down {
+            Link::Down {
                 since, generation, ..
             } => (*since, *generation + 1),
-            State::Up { .. } => return,
+            Link::Up { .. } => return,
         };
         attempts += 1;
         match inner.establish(generation).await {
             Ok(conn) => {
-                inner.set(State::Up { conn, generation });
+                inner.set(Link::Up { conn, generation });
                 tracing::warn!(
                     role = inner.role,
                     attempts,
@@ -435,7 +478,7 @@ async fn reconnect(weak: Weak<Inner>) {
                 if attempts == 1 || attempts.is_multiple_of(20) {
                     tracing::warn!(role = inner.role, attempts, err = %e, "cannot reach Redis yet");
                 }
-                if let State::Down { failures, last, .. } = &mut *inner.lock() {
+                if let Link::Down { failures, last, .. } = &mut *inner.lock() {
                     *failures += 1;
                     *last = Some(e);
                 }
@@ -497,7 +540,7 @@ impl ConnectionLike for RedisConn {
                 let result = conn.req_packed_command(cmd).await;
                 self.inner
                     .check(&result, std::slice::from_ref, generation, first);
-                match resend_after(first, tries) {
+                match resend_after(first, tries, WAIT_LIMIT) {
                     Some(pause) if command_redirected(&result) => tokio::time::sleep(pause).await,
                     _ => return result,
                 }
@@ -521,7 +564,7 @@ impl ConnectionLike for RedisConn {
                 self.inner.check(&result, Vec::as_slice, generation, first);
                 let redirected =
                     matches!(&result, Ok(v) if pipeline_redirected(pipeline, offset, v));
-                match resend_after(first, tries) {
+                match resend_after(first, tries, WAIT_LIMIT) {
                     Some(pause) if redirected => tokio::time::sleep(pause).await,
                     _ => return result,
                 }
@@ -532,8 +575,79 @@ impl ConnectionLike for RedisConn {
 
     fn get_db(&self) -> i64 {
         match &*self.inner.lock() {
-            State::Up { conn, .. } => conn.get_db(),
-            State::Down { .. } => 0,
+            Link::Up { conn, .. } => conn.get_db(),
+            Link::Down { .. } => 0,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::redis::error::error_reply;
+
+    #[test]
+    fn a_moved_reply_names_its_address_as_an_error_or_as_a_value() {
+        let e = error_reply("MOVED 12682 127.0.0.1:7002");
+        assert_eq!(
+            moved_address(Code::of(&e), e.detail()),
+            Some("127.0.0.1:7002")
+        );
+        let Ok(Value::ServerError(v)) = redis::parse_redis_value(b"-MOVED 1 [::1]:7003\r\n") else {
+            panic!("an error reply parses to a value");
+        };
+        assert_eq!(
+            moved_address(Some(Code::of_reply(&v)), v.details()),
+            Some("[::1]:7003")
+        );
+        let ask = error_reply("ASK 12682 127.0.0.1:7002");
+        assert_eq!(moved_address(Code::of(&ask), ask.detail()), None);
+        assert_eq!(moved_address(Some(Code::Moved), None), None);
+    }
+
+    fn connector_to(addr: std::net::SocketAddr) -> Connector {
+        Connector::new(&format!("redis://{addr}"), &TlsFiles::default(), None, "t")
+            .expect("a plain URL")
+    }
+
+    /// A Redis that takes connections and never answers: a start tries it
+    /// FIRST_ATTEMPTS times (each attempt a connection of its own), then says it timed out.
+    #[tokio::test]
+    async fn a_start_tries_a_silent_redis_again_before_it_gives_up() {
+        let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = silent.local_addr().unwrap();
+        let held = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((socket, _)) = silent.accept().await {
+                held.push(socket);
+                println!("connection {} taken, never answered", held.len());
+            }
+        });
+        let started = Instant::now();
+        let err = connector_to(addr)
+            .managed("test", RESPONSE_TIMEOUT)
+            .await
+            .err()
+            .expect("a silent Redis cannot be connected to");
+        println!("gave up after {:?}: {err}", started.elapsed());
+        assert!(err.is_timeout(), "{err}");
+        assert!(started.elapsed() >= CONNECT_TIMEOUT * FIRST_ATTEMPTS);
+        held.abort();
+    }
+
+    /// Nothing listens: the start fails on its first attempt, without waiting.
+    #[tokio::test]
+    async fn a_start_against_a_closed_port_fails_on_its_first_attempt() {
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = closed.local_addr().unwrap();
+        drop(closed);
+        let started = Instant::now();
+        let err = connector_to(addr)
+            .managed("test", RESPONSE_TIMEOUT)
+            .await
+            .err()
+            .expect("nothing listens");
+        println!("failed after {:?}: {err}", started.elapsed());
+        assert!(!err.is_timeout() && err.is_connection_refusal(), "{err}");
     }
 }

@@ -3,9 +3,9 @@
 //! docs/SCALING.md).
 //!
 //! The copy, in order: the source must be of this version's layout (schema 2); every
-//! instance is locked out of the source (the lock-out script of [`super::schema`]: it
-//! refuses while a lease is held or a heartbeat lives, else writes [`COPYING`] into the
-//! lease key, with no expiry); the target must hold no key of the new namespace, or only
+//! instance is locked out of the source ([`super::lockout`]: it refuses while a lease
+//! is held or a heartbeat lives, else writes [`COPYING`] into the lease key, with no
+//! expiry); the target must hold no key of the new namespace, or only
 //! those of an interrupted copy (`resume`); every key of the source (SCAN `{P}:*`, each
 //! name once) is copied by type in bounded chunks (HSCAN/ZSCAN/SSCAN/LRANGE, GET) into
 //! the same name under the new tag, with its expiry; the sizes of every key are compared
@@ -29,12 +29,8 @@ use redis::RedisError;
 
 use super::RedisConn;
 use super::keys::{Keys, NsKey, TubeKey, scan_pattern};
-use super::schema::{LockOut, VERSION, lock_out};
-
-/// The lease key's value while a copy reads the source.
-pub const COPYING: &str = "0|copy|redstalk-namespace";
-/// The lease key's value once the namespace was moved away (no instance serves it).
-pub const MOVED: &str = "0|moved|redstalk-namespace";
+use super::lockout::{COPYING, LockOut, MOVED, lift, lock_out};
+use super::schema::VERSION;
 
 /// Keys scanned per SCAN call, list entries per LRANGE, members per ZSCAN/SSCAN.
 const CHUNK: usize = 1000;
@@ -121,9 +117,14 @@ fn err(op: &'static str, side: &'static str) -> impl FnOnce(RedisError) -> CopyE
     move |source| CopyError::Redis { op, side, source }
 }
 
+/// Run the write `cmd` (`op` in errors) on the target.
+async fn write(to: &mut RedisConn, cmd: &redis::Cmd, op: &'static str) -> Result<(), CopyError> {
+    cmd.query_async::<()>(to).await.map_err(err(op, "target"))
+}
+
 /// The Redis types a namespace holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
+enum KeyType {
     String,
     Hash,
     Zset,
@@ -131,14 +132,14 @@ enum Kind {
     Set,
 }
 
-impl Kind {
-    fn parse(key: &str, name: &str) -> Result<Kind, CopyError> {
+impl KeyType {
+    fn parse(key: &str, name: &str) -> Result<KeyType, CopyError> {
         Ok(match name {
-            "string" => Kind::String,
-            "hash" => Kind::Hash,
-            "zset" => Kind::Zset,
-            "list" => Kind::List,
-            "set" => Kind::Set,
+            "string" => KeyType::String,
+            "hash" => KeyType::Hash,
+            "zset" => KeyType::Zset,
+            "list" => KeyType::List,
+            "set" => KeyType::Set,
             other => {
                 return Err(CopyError::UnexpectedType {
                     key: key.to_string(),
@@ -151,11 +152,11 @@ impl Kind {
     /// The command that counts a key's entries (a string counts as one).
     fn size_cmd(self, key: &str) -> redis::Cmd {
         let name = match self {
-            Kind::String => "EXISTS",
-            Kind::Hash => "HLEN",
-            Kind::Zset => "ZCARD",
-            Kind::List => "LLEN",
-            Kind::Set => "SCARD",
+            KeyType::String => "EXISTS",
+            KeyType::Hash => "HLEN",
+            KeyType::Zset => "ZCARD",
+            KeyType::List => "LLEN",
+            KeyType::Set => "SCARD",
         };
         let mut cmd = redis::cmd(name);
         cmd.arg(key);
@@ -183,12 +184,12 @@ pub async fn copy(
             return Err(e);
         }
     };
-    redis::cmd("SET")
-        .arg(dst.schema())
-        .arg(VERSION)
-        .query_async::<()>(to)
-        .await
-        .map_err(err("SET schema", "target"))?;
+    write(
+        to,
+        redis::cmd("SET").arg(dst.schema()).arg(VERSION),
+        "SET schema",
+    )
+    .await?;
     if plan.keep_source {
         unlock(from, &src).await?;
     } else {
@@ -300,15 +301,9 @@ async fn lock(conn: &mut RedisConn, keys: &Keys) -> Result<(), CopyError> {
 
 /// Lifts the copy's lock (only its own value).
 async fn unlock(conn: &mut RedisConn, keys: &Keys) -> Result<(), CopyError> {
-    redis::Script::new(
-        "#!lua\nif redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end\nreturn 0",
-    )
-    .key(keys.leader())
-    .arg(COPYING)
-    .invoke_async::<i64>(conn)
-    .await
-    .map(|_| ())
-    .map_err(err("lift the lock", "source"))
+    lift(conn, &keys.leader(), COPYING)
+        .await
+        .map_err(err("lift the lock", "source"))
 }
 
 /// Every key of the namespace, once each, but those of running processes.
@@ -347,23 +342,14 @@ async fn copy_locked(
         if kind == "none" {
             continue; // gone since the scan: an expired history minute
         }
-        let kind = Kind::parse(key, &kind)?;
+        let kind = KeyType::parse(key, &kind)?;
         let target = format!("{}{}", dst.tag(), &key[src.tag().len()..]);
         if resume {
-            redis::cmd("DEL")
-                .arg(&target)
-                .query_async::<()>(to)
-                .await
-                .map_err(err("DEL", "target"))?;
+            write(to, redis::cmd("DEL").arg(&target), "DEL").await?;
         }
         entries += copy_key(from, to, key, &target, kind).await?;
         if pttl > 0 {
-            redis::cmd("PEXPIRE")
-                .arg(&target)
-                .arg(pttl)
-                .query_async::<()>(to)
-                .await
-                .map_err(err("PEXPIRE", "target"))?;
+            write(to, redis::cmd("PEXPIRE").arg(&target).arg(pttl), "PEXPIRE").await?;
         }
         copied.push((key.clone(), target, kind));
     }
@@ -383,48 +369,69 @@ async fn copy_key(
     to: &mut RedisConn,
     key: &str,
     target: &str,
-    kind: Kind,
+    kind: KeyType,
 ) -> Result<u64, CopyError> {
-    if kind == Kind::String {
-        let value: Vec<u8> = redis::cmd("GET")
-            .arg(key)
-            .query_async(from)
-            .await
-            .map_err(err("GET", "source"))?;
-        redis::cmd("SET")
-            .arg(target)
-            .arg(value)
-            .query_async::<()>(to)
-            .await
-            .map_err(err("SET", "target"))?;
-        return Ok(1);
-    }
-    if kind == Kind::List {
-        let mut start = 0usize;
-        loop {
-            let items: Vec<Vec<u8>> = redis::cmd("LRANGE")
-                .arg(key)
-                .arg(start)
-                .arg(start + CHUNK - 1)
-                .query_async(from)
-                .await
-                .map_err(err("LRANGE", "source"))?;
-            if items.is_empty() {
-                return Ok(start as u64);
-            }
-            start += items.len();
-            redis::cmd("RPUSH")
-                .arg(target)
-                .arg(items)
-                .query_async::<()>(to)
-                .await
-                .map_err(err("RPUSH", "target"))?;
+    match kind {
+        KeyType::String => copy_string(from, to, key, target).await,
+        KeyType::List => copy_list(from, to, key, target).await,
+        KeyType::Hash | KeyType::Zset | KeyType::Set => {
+            copy_scanned(from, to, key, target, kind).await
         }
     }
-    let (scan, write, count) = match kind {
-        Kind::Hash => ("HSCAN", "HSET", HASH_CHUNK),
-        Kind::Zset => ("ZSCAN", "ZADD", CHUNK),
-        _ => ("SSCAN", "SADD", CHUNK),
+}
+
+/// A string: one GET, one SET.
+async fn copy_string(
+    from: &mut RedisConn,
+    to: &mut RedisConn,
+    key: &str,
+    target: &str,
+) -> Result<u64, CopyError> {
+    let value: Vec<u8> = redis::cmd("GET")
+        .arg(key)
+        .query_async(from)
+        .await
+        .map_err(err("GET", "source"))?;
+    write(to, redis::cmd("SET").arg(target).arg(value), "SET").await?;
+    Ok(1)
+}
+
+/// A list, [`CHUNK`] entries at a time, in order.
+async fn copy_list(
+    from: &mut RedisConn,
+    to: &mut RedisConn,
+    key: &str,
+    target: &str,
+) -> Result<u64, CopyError> {
+    let mut start = 0usize;
+    loop {
+        let items: Vec<Vec<u8>> = redis::cmd("LRANGE")
+            .arg(key)
+            .arg(start)
+            .arg(start + CHUNK - 1)
+            .query_async(from)
+            .await
+            .map_err(err("LRANGE", "source"))?;
+        if items.is_empty() {
+            return Ok(start as u64);
+        }
+        start += items.len();
+        write(to, redis::cmd("RPUSH").arg(target).arg(items), "RPUSH").await?;
+    }
+}
+
+/// A hash, sorted set or set, a scan's chunk at a time (HSCAN, ZSCAN, SSCAN).
+async fn copy_scanned(
+    from: &mut RedisConn,
+    to: &mut RedisConn,
+    key: &str,
+    target: &str,
+    kind: KeyType,
+) -> Result<u64, CopyError> {
+    let (scan, count) = match kind {
+        KeyType::Hash => ("HSCAN", HASH_CHUNK),
+        KeyType::Zset => ("ZSCAN", CHUNK),
+        _ => ("SSCAN", CHUNK),
     };
     let (mut cursor, mut written) = (0u64, 0u64);
     loop {
@@ -437,28 +444,9 @@ async fn copy_key(
             .await
             .map_err(err("SCAN a key", "source"))?;
         if !items.is_empty() {
-            let mut cmd = redis::cmd(write);
-            cmd.arg(target);
-            if kind == Kind::Zset {
-                // ZSCAN gives member, score; ZADD takes score, member (the score as
-                // Redis printed it, so it is kept exactly).
-                for pair in items.chunks(2) {
-                    if let [member, score] = pair {
-                        cmd.arg(score).arg(member);
-                    }
-                }
-                written += items.len() as u64 / 2;
-            } else {
-                written += if kind == Kind::Hash {
-                    items.len() as u64 / 2
-                } else {
-                    items.len() as u64
-                };
-                cmd.arg(items);
-            }
-            cmd.query_async::<()>(to)
-                .await
-                .map_err(err("write a chunk", "target"))?;
+            let (cmd, entries) = write_chunk(target, kind, items);
+            write(to, &cmd, "write a chunk").await?;
+            written += entries;
         }
         if next == 0 {
             return Ok(written);
@@ -467,10 +455,45 @@ async fn copy_key(
     }
 }
 
+/// The command writing one scanned chunk `items` of a `kind` key into `target`, and
+/// how many entries it holds.
+fn write_chunk(target: &str, kind: KeyType, items: Vec<Vec<u8>>) -> (redis::Cmd, u64) {
+    let write = match kind {
+        KeyType::Hash => "HSET",
+        KeyType::Zset => "ZADD",
+        _ => "SADD",
+    };
+    let mut cmd = redis::cmd(write);
+    cmd.arg(target);
+    let entries = match kind {
+        KeyType::Zset => {
+            // ZSCAN gives member, score; ZADD takes score, member (the score as Redis
+            // printed it, so it is kept exactly).
+            for pair in items.chunks(2) {
+                if let [member, score] = pair {
+                    cmd.arg(score).arg(member);
+                }
+            }
+            items.len() as u64 / 2
+        }
+        KeyType::Hash => {
+            let n = items.len() as u64 / 2;
+            cmd.arg(items);
+            n
+        }
+        _ => {
+            let n = items.len() as u64;
+            cmd.arg(items);
+            n
+        }
+    };
+    (cmd, entries)
+}
+
 /// Sizes of `keys` (entries of each), in one pipeline per chunk.
 async fn sizes(
     conn: &mut RedisConn,
-    keys: &[(&str, Kind)],
+    keys: &[(&str, KeyType)],
     side: &'static str,
 ) -> Result<Vec<u64>, CopyError> {
     let mut out = Vec::with_capacity(keys.len());
@@ -491,10 +514,10 @@ async fn sizes(
 async fn verify(
     from: &mut RedisConn,
     to: &mut RedisConn,
-    copied: &[(String, String, Kind)],
+    copied: &[(String, String, KeyType)],
 ) -> Result<(), CopyError> {
-    let source: Vec<(&str, Kind)> = copied.iter().map(|(k, _, t)| (k.as_str(), *t)).collect();
-    let target: Vec<(&str, Kind)> = copied.iter().map(|(_, k, t)| (k.as_str(), *t)).collect();
+    let source: Vec<(&str, KeyType)> = copied.iter().map(|(k, _, t)| (k.as_str(), *t)).collect();
+    let target: Vec<(&str, KeyType)> = copied.iter().map(|(_, k, t)| (k.as_str(), *t)).collect();
     let (a, b) = (
         sizes(from, &source, "source").await?,
         sizes(to, &target, "target").await?,
@@ -565,7 +588,7 @@ async fn count(conn: &mut RedisConn, key: &str, side: &'static str) -> Result<u6
     if kind == "none" {
         return Ok(0);
     }
-    Kind::parse(key, &kind)?
+    KeyType::parse(key, &kind)?
         .size_cmd(key)
         .query_async(conn)
         .await

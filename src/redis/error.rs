@@ -2,10 +2,10 @@
 //! error reply, by its code (`READONLY`, `OOM`, `NOSCRIPT`..., and the scripts' own
 //! codes such as `NAMESPACE_LOST` and `DAMAGED`), never by searching its text.
 //!
-//! [`Code`] names the codes redstalk acts on; [`Outcome`] says what a failure means
-//! for the caller (nothing applied, maybe applied, an unreadable reply, the namespace
-//! gone); [`CallError`] is a failed call with its outcome and Redis' own error as its
-//! source, which the store turns into its `StoreError` unchanged in meaning.
+//! [`Code`] names the codes redstalk acts on; [`Fate`] says what became of a failed
+//! call, for its caller (nothing applied, maybe applied, an unreadable reply, the
+//! namespace gone); [`CallError`] is a failed call with its fate and Redis' own error as
+//! its source, which the store turns into its `StoreError` unchanged in meaning.
 
 use redis::{ErrorKind, RedisError, ServerError};
 
@@ -160,9 +160,10 @@ pub fn redis_error_in<'e>(err: &'e (dyn std::error::Error + 'static)) -> Option<
     None
 }
 
-/// What a failed call means for its caller.
+/// What became of a failed call, as its caller must take it (not the engine's
+/// `Outcome`, which is a command's reply).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
+pub enum Fate {
     /// Redis never ran it (a refused connection, an error reply: READONLY, OOM,
     /// NOAUTH...): nothing was applied.
     NotApplied,
@@ -175,22 +176,22 @@ pub enum Outcome {
     NamespaceLost,
 }
 
-impl Outcome {
+impl Fate {
     /// What `e` means for the call that got it.
-    pub fn of(e: &RedisError) -> Outcome {
+    pub fn of(e: &RedisError) -> Fate {
         if Code::of(e) == Some(Code::NamespaceLost) {
-            return Outcome::NamespaceLost;
+            return Fate::NamespaceLost;
         }
         match e.kind() {
-            ErrorKind::Parse | ErrorKind::UnexpectedReturnType => Outcome::BadReply,
+            ErrorKind::Parse | ErrorKind::UnexpectedReturnType => Fate::BadReply,
             // Extension: an error reply whose code redis-rs has no name for (WRONGPASS...).
             ErrorKind::Server(_)
             | ErrorKind::Extension
             | ErrorKind::AuthenticationFailed
             | ErrorKind::InvalidClientConfig
-            | ErrorKind::Client => Outcome::NotApplied,
-            _ if e.is_connection_refusal() => Outcome::NotApplied,
-            _ => Outcome::MayHaveApplied,
+            | ErrorKind::Client => Fate::NotApplied,
+            _ if e.is_connection_refusal() => Fate::NotApplied,
+            _ => Fate::MayHaveApplied,
         }
     }
 }
@@ -198,20 +199,20 @@ impl Outcome {
 /// A Redis call that failed: which (`op` names the script or command), what that means
 /// for the caller, and why.
 #[derive(Debug, thiserror::Error)]
-#[error("{op}: {}", describe(*outcome))]
+#[error("{op}: {}", describe(*fate))]
 pub struct CallError {
     pub op: &'static str,
-    pub outcome: Outcome,
+    pub fate: Fate,
     #[source]
     pub source: BoxError,
 }
 
-fn describe(outcome: Outcome) -> &'static str {
-    match outcome {
-        Outcome::NotApplied => "Redis did not run it; nothing was applied",
-        Outcome::MayHaveApplied => "no answer from Redis in time; it may have been applied",
-        Outcome::BadReply => "unexpected reply from Redis",
-        Outcome::NamespaceLost => "the Redis namespace it was made for is gone",
+fn describe(fate: Fate) -> &'static str {
+    match fate {
+        Fate::NotApplied => "Redis did not run it; nothing was applied",
+        Fate::MayHaveApplied => "no answer from Redis in time; it may have been applied",
+        Fate::BadReply => "unexpected reply from Redis",
+        Fate::NamespaceLost => "the Redis namespace it was made for is gone",
     }
 }
 
@@ -220,7 +221,7 @@ impl CallError {
     pub fn new(op: &'static str, e: RedisError) -> CallError {
         CallError {
             op,
-            outcome: Outcome::of(&e),
+            fate: Fate::of(&e),
             source: Box::new(e),
         }
     }
@@ -231,7 +232,7 @@ impl CallError {
     pub fn connect(e: impl Into<BoxError>) -> CallError {
         CallError {
             op: "connect",
-            outcome: Outcome::NotApplied,
+            fate: Fate::NotApplied,
             source: e.into(),
         }
     }
@@ -240,7 +241,7 @@ impl CallError {
     pub fn bad_reply(op: &'static str, detail: impl Into<String>) -> CallError {
         CallError {
             op,
-            outcome: Outcome::BadReply,
+            fate: Fate::BadReply,
             source: detail.into().into(),
         }
     }
@@ -316,7 +317,7 @@ mod tests {
         ] {
             let e = reply(text);
             assert_eq!(Code::of(&e), Some(code), "{text}");
-            eprintln!("{text:?} -> {code:?}, {:?}", Outcome::of(&e));
+            eprintln!("{text:?} -> {code:?}, {:?}", Fate::of(&e));
         }
         // The text alone decides nothing: a script error that names READONLY in its
         // message is still a script error.
@@ -331,22 +332,19 @@ mod tests {
     }
 
     #[test]
-    fn outcomes_follow_the_kind_and_code() {
-        assert_eq!(Outcome::of(&reply("READONLY no")), Outcome::NotApplied);
+    fn fates_follow_the_kind_and_code() {
+        assert_eq!(Fate::of(&reply("READONLY no")), Fate::NotApplied);
         for redirect in ["MOVED 1 h:1", "ASK 1 h:1", "TRYAGAIN x", "CLUSTERDOWN x"] {
             let e = reply(redirect);
-            assert_eq!(Outcome::of(&e), Outcome::NotApplied, "{redirect}");
+            assert_eq!(Fate::of(&e), Fate::NotApplied, "{redirect}");
             assert!(Code::of(&e).unwrap().redirected(), "{redirect}");
         }
-        assert_eq!(
-            Outcome::of(&reply("NAMESPACE_LOST gone")),
-            Outcome::NamespaceLost
-        );
+        assert_eq!(Fate::of(&reply("NAMESPACE_LOST gone")), Fate::NamespaceLost);
         let refused: RedisError =
             std::io::Error::from(std::io::ErrorKind::ConnectionRefused).into();
-        assert_eq!(Outcome::of(&refused), Outcome::NotApplied);
+        assert_eq!(Fate::of(&refused), Fate::NotApplied);
         let timed_out: RedisError = std::io::Error::from(std::io::ErrorKind::TimedOut).into();
-        assert_eq!(Outcome::of(&timed_out), Outcome::MayHaveApplied);
+        assert_eq!(Fate::of(&timed_out), Fate::MayHaveApplied);
     }
 
     #[test]

@@ -18,11 +18,12 @@
 
 use std::time::Duration;
 
-use redis::Value;
 use redis::aio::MultiplexedConnection;
+use redis::{RedisResult, Value};
 
-use super::error::{CallError, Outcome};
-use super::{Connector, RESPONSE_TIMEOUT};
+use super::Connector;
+use super::error::{CallError, Fate};
+use super::replicas::ReplicaWait;
 
 /// Why a transaction was not applied (or may not have been).
 #[derive(Debug, thiserror::Error)]
@@ -31,7 +32,7 @@ pub enum FenceError {
     /// gone). Nothing was applied; this token will never write again.
     #[error("fenced: the key no longer holds this instance's token")]
     Fenced,
-    /// The write failed; its outcome says whether it may have been applied.
+    /// The write failed; its fate says whether it may have been applied.
     #[error(transparent)]
     Failed(#[from] CallError),
 }
@@ -40,22 +41,60 @@ pub enum FenceError {
 /// write counts as failed.
 const EXEC_ATTEMPTS: usize = 4;
 
-/// A connection of the leader holding `token`, fencing each transaction by its lease.
-pub struct Fenced {
-    /// What its errors name ("commit batch", "write body").
-    op: &'static str,
+/// What both fences (a [`Fenced`] connection, and leader mode's batches,
+/// `super::fenced_script`) hold: the connection, made anew after an error; the key that
+/// fences every write and the token it must hold; and the replicas each write waits
+/// for. Owned by the fence's one owner.
+pub(super) struct FenceLink {
     /// Makes the connection, to the current primary.
     connector: Connector,
     /// `None` after an error.
     conn: Option<MultiplexedConnection>,
+    pub(super) key: String,
+    pub(super) token: String,
+    /// Acknowledge a write only once replicated (Redis `WAIT`).
+    pub(super) wait: Option<ReplicaWait>,
+}
+
+impl FenceLink {
+    pub(super) fn new(connector: Connector, key: String, token: String) -> FenceLink {
+        FenceLink {
+            connector,
+            conn: None,
+            key,
+            token,
+            wait: None,
+        }
+    }
+
+    /// The connection, and whether it was made just now (it holds nothing of the one
+    /// before: no WATCH, no script loaded).
+    pub(super) async fn connection(&mut self) -> Result<(MultiplexedConnection, bool), CallError> {
+        if let Some(c) = &self.conn {
+            return Ok((c.clone(), false));
+        }
+        let c = self
+            .connector
+            .single(ReplicaWait::response_timeout(self.wait))
+            .await
+            .map_err(CallError::connect)?;
+        self.conn = Some(c.clone());
+        Ok((c, true))
+    }
+
+    /// Forget the connection (after an error: the next write makes a new one).
+    pub(super) fn drop_connection(&mut self) {
+        self.conn = None;
+    }
+}
+
+/// A connection of the leader holding `token`, fencing each transaction by its lease.
+pub struct Fenced {
+    /// What its errors name ("commit batch", "write body").
+    op: &'static str,
+    link: FenceLink,
     /// The connection WATCHes the lease, which it read as ours.
     watching: bool,
-    lease_key: String,
-    token: String,
-    /// Wait for this many replicas to confirm each transaction (acknowledged means
-    /// replicated), within `wait_timeout`.
-    wait_replicas: u32,
-    wait_timeout: Duration,
 }
 
 /// The command writing job `id`'s body into `key` (its tube's body hash), sized up
@@ -66,51 +105,45 @@ pub fn hset_body(key: &str, id: u64, body: &[u8]) -> redis::Cmd {
     c
 }
 
+/// What one sending of a transaction came to.
+enum Exec {
+    /// EXEC ran: the replies of the transaction's commands, and WAIT's reply if one
+    /// was sent.
+    Ran {
+        replies: Vec<Value>,
+        confirmed: Option<RedisResult<i64>>,
+    },
+    /// Aborted by a renewal (the key still holds the token): nothing was applied.
+    Aborted,
+}
+
 impl Fenced {
     pub fn new(op: &'static str, connector: Connector, lease_key: String, token: String) -> Fenced {
         Fenced {
             op,
-            connector,
-            conn: None,
+            link: FenceLink::new(connector, lease_key, token),
             watching: false,
-            lease_key,
-            token,
-            wait_replicas: 0,
-            wait_timeout: Duration::from_secs(1),
         }
     }
 
     /// Acknowledge a transaction only once `replicas` replicas have it (Redis `WAIT`).
     pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Fenced {
-        self.wait_replicas = replicas;
-        self.wait_timeout = timeout;
+        self.link.wait = ReplicaWait::new(replicas, timeout);
         self
     }
 
     /// The connection, made anew (without a WATCH) after an error.
     async fn connection(&mut self) -> Result<MultiplexedConnection, FenceError> {
-        if let Some(c) = &self.conn {
-            return Ok(c.clone());
+        let (c, new) = self.link.connection().await?;
+        if new {
+            self.watching = false;
         }
-        // A WAIT answers after its timeout at the latest: the reply may take that long.
-        let wait = if self.wait_replicas > 0 {
-            self.wait_timeout
-        } else {
-            Duration::ZERO
-        };
-        let c = self
-            .connector
-            .single(RESPONSE_TIMEOUT + wait)
-            .await
-            .map_err(CallError::connect)?;
-        self.conn = Some(c.clone());
-        self.watching = false;
         Ok(c)
     }
 
     /// Forget the connection (its WATCH with it).
     fn drop_connection(&mut self) {
-        self.conn = None;
+        self.link.drop_connection();
         self.watching = false;
     }
 
@@ -118,13 +151,13 @@ impl Fenced {
     async fn watch(&mut self, conn: &mut MultiplexedConnection) -> Result<(), FenceError> {
         let (_, holder): (Value, Option<String>) = redis::pipe()
             .cmd("WATCH")
-            .arg(&self.lease_key)
+            .arg(&self.link.key)
             .cmd("GET")
-            .arg(&self.lease_key)
+            .arg(&self.link.key)
             .query_async(conn)
             .await
             .map_err(|e| CallError::new("WATCH fence key", e))?;
-        if holder.as_deref() != Some(self.token.as_str()) {
+        if holder.as_deref() != Some(self.link.token.as_str()) {
             return Err(FenceError::Fenced);
         }
         self.watching = true;
@@ -144,102 +177,95 @@ impl Fenced {
     /// aborted it. `Ok`: the replies of its commands.
     pub async fn send(
         &mut self,
-        mut pipe: redis::Pipeline,
+        pipe: redis::Pipeline,
         commands: usize,
     ) -> Result<Vec<Value>, FenceError> {
-        pipe.cmd("EXEC");
-        if self.wait_replicas > 0 {
-            pipe.cmd("WAIT")
-                .arg(self.wait_replicas)
-                .arg(self.wait_timeout.as_millis() as u64);
-        }
-        pipe.cmd("WATCH").arg(&self.lease_key);
-        pipe.cmd("GET").arg(&self.lease_key);
-        // Each reply on its own: an error after EXEC (a WAIT refused by a primary just
-        // demoted to replica) must not make a transaction that ran look not applied.
-        pipe.ignore_errors();
+        let pipe = self.transaction(pipe);
         for _ in 0..EXEC_ATTEMPTS {
-            let mut conn = self.connection().await?;
-            if !self.watching {
-                self.watch(&mut conn).await.inspect_err(|e| {
-                    if matches!(e, FenceError::Failed(_)) {
-                        self.drop_connection();
+            let replies = self.exchange(&pipe).await?;
+            match self.read(replies, commands)? {
+                Exec::Aborted => continue,
+                Exec::Ran { replies, confirmed } => {
+                    if let (Some(wait), Some(reply)) = (self.link.wait, confirmed) {
+                        wait.confirm(self.op, reply)?;
                     }
-                })?;
-            }
-            // EXEC ran or not at all; a failure here leaves it unknown.
-            let replies: Vec<Value> = match pipe.query_async(&mut conn).await {
-                Ok(r) => r,
-                Err(e) => {
-                    self.drop_connection();
-                    return Err(CallError::new(self.op, e).into());
-                }
-            };
-            // An error up to EXEC's own reply (EXECABORT, a refused MULTI): EXEC did not
-            // run, nothing was applied.
-            if let Some(e) = replies.iter().take(commands + 2).find_map(server_error) {
-                self.drop_connection();
-                return Err(CallError::new(self.op, e).into());
-            }
-            let mut tail = replies.into_iter().skip(commands + 1);
-            let exec = tail.next();
-            let confirmed = if self.wait_replicas > 0 {
-                tail.next()
-            } else {
-                None
-            };
-            let holder = tail.nth(1);
-            self.watching = matches!(
-                &holder,
-                Some(Value::BulkString(t)) if t.as_slice() == self.token.as_bytes()
-            );
-            let applied = match exec {
-                // Aborted: the key changed since the WATCH. Nothing was applied.
-                Some(Value::Nil) => {
-                    if !self.watching {
-                        return Err(FenceError::Fenced);
-                    }
-                    continue;
-                }
-                Some(Value::Array(items)) => items,
-                other => {
-                    self.drop_connection();
-                    return Err(
-                        CallError::bad_reply(self.op, format!("EXEC answered {other:?}")).into(),
-                    );
-                }
-            };
-            if let Some(v) = confirmed {
-                let n = match v {
-                    Value::Int(n) => n,
-                    Value::ServerError(e) => {
-                        return Err(FenceError::Failed(CallError {
-                            op: "WAIT",
-                            outcome: Outcome::MayHaveApplied,
-                            source: Box::new(redis::RedisError::from(e)),
-                        }));
-                    }
-                    _ => 0,
-                };
-                if n < i64::from(self.wait_replicas) {
-                    return Err(FenceError::Failed(CallError {
-                        op: "WAIT",
-                        outcome: Outcome::MayHaveApplied,
-                        source: format!(
-                            "{n} of {} replicas confirmed the batch in time",
-                            self.wait_replicas
-                        )
-                        .into(),
-                    }));
+                    return Ok(replies);
                 }
             }
-            return Ok(applied);
         }
         Err(FenceError::Failed(CallError {
             op: self.op,
-            outcome: Outcome::NotApplied,
+            fate: Fate::NotApplied,
             source: "the key kept changing under the transaction".into(),
         }))
+    }
+
+    /// `pipe` completed: EXEC, WAIT (with replicas to wait for), then the WATCH and
+    /// read of the key for the next transaction.
+    fn transaction(&self, mut pipe: redis::Pipeline) -> redis::Pipeline {
+        pipe.cmd("EXEC");
+        if let Some(wait) = self.link.wait {
+            wait.append_to(&mut pipe);
+        }
+        pipe.cmd("WATCH").arg(&self.link.key);
+        pipe.cmd("GET").arg(&self.link.key);
+        // Each reply on its own: an error after EXEC (a WAIT refused by a primary just
+        // demoted to replica) must not make a transaction that ran look not applied.
+        pipe.ignore_errors();
+        pipe
+    }
+
+    /// One sending of the transaction `pipe` (WATCHing the key first on a connection
+    /// that does not); `Ok`: every reply. A failure gives the connection up.
+    async fn exchange(&mut self, pipe: &redis::Pipeline) -> Result<Vec<Value>, FenceError> {
+        let mut conn = self.connection().await?;
+        if !self.watching {
+            self.watch(&mut conn).await.inspect_err(|e| {
+                if matches!(e, FenceError::Failed(_)) {
+                    self.drop_connection();
+                }
+            })?;
+        }
+        // EXEC ran or not at all; a failure here leaves it unknown.
+        pipe.query_async(&mut conn).await.map_err(|e| {
+            self.drop_connection();
+            CallError::new(self.op, e).into()
+        })
+    }
+
+    /// What the `replies` of one sending (a transaction of `commands` commands) say;
+    /// notes whether the connection still WATCHes a key that holds the token.
+    fn read(&mut self, replies: Vec<Value>, commands: usize) -> Result<Exec, FenceError> {
+        // An error up to EXEC's own reply (EXECABORT, a refused MULTI): EXEC did not
+        // run, nothing was applied.
+        if let Some(e) = replies.iter().take(commands + 2).find_map(server_error) {
+            self.drop_connection();
+            return Err(CallError::new(self.op, e).into());
+        }
+        let mut tail = replies.into_iter().skip(commands + 1);
+        let exec = tail.next();
+        let confirmed = match self.link.wait {
+            // A reply that is no count counts as no replica.
+            Some(_) => tail
+                .next()
+                .map(|v| redis::from_redis_value(v).unwrap_or(Ok(0))),
+            None => None,
+        };
+        let holder = tail.nth(1);
+        self.watching = matches!(
+            &holder,
+            Some(Value::BulkString(t)) if t.as_slice() == self.link.token.as_bytes()
+        );
+        match exec {
+            // Aborted: the key changed since the WATCH. Nothing was applied.
+            Some(Value::Nil) if self.watching => Ok(Exec::Aborted),
+            Some(Value::Nil) => Err(FenceError::Fenced),
+            Some(Value::Array(replies)) => Ok(Exec::Ran { replies, confirmed }),
+            other => {
+                self.drop_connection();
+                Err(CallError::bad_reply(self.op, format!("EXEC answered {other:?}")).into())
+            }
+        }
     }
 }
 

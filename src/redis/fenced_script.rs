@@ -29,9 +29,11 @@ use std::time::Duration;
 use redis::RedisWrite;
 use redis::aio::MultiplexedConnection;
 
-use super::error::{CallError, Code, Outcome};
-use super::fenced::FenceError;
-use super::{Connector, RESPONSE_TIMEOUT};
+use super::Connector;
+use super::error::{CallError, Code, Fate};
+use super::fenced::{FenceError, FenceLink};
+use super::keys::commit_key;
+use super::replicas::ReplicaWait;
 
 /// The batch script. KEYS: the lease key, the commit key. ARGV: the token, this batch's
 /// number, the number it must follow (empty: any lower one, or none), then the
@@ -87,76 +89,51 @@ end
 return 1
 "#;
 
-/// The commit key of the namespace whose lease key is `lease_key` (`{P}:leader`): the
-/// same hash tag, so the same slot of a Redis Cluster (`Keys::commit` names it).
-pub fn commit_key(lease_key: &str) -> String {
-    format!("{lease_key}:commit")
-}
-
 /// The fence of one leadership's batches: its connection, token and sequence.
 pub struct BatchFence {
-    connector: Connector,
-    /// `None` after an error: made anew (and the script loaded on it) first.
-    conn: Option<MultiplexedConnection>,
+    /// The lease key and token; the connection, made anew (and the script loaded on
+    /// it) after an error.
+    link: FenceLink,
     sha: String,
-    lease_key: String,
     commit_key: String,
-    token: String,
     /// The number of the last batch begun.
     seq: u64,
     /// Whether every batch begun so far was applied or is still in flight: the next
     /// names the last as the one it follows.
     chained: bool,
-    wait_replicas: u32,
-    wait_timeout: Duration,
 }
 
 impl BatchFence {
     pub fn new(connector: Connector, lease_key: String, token: String) -> BatchFence {
         BatchFence {
-            connector,
-            conn: None,
             sha: redis::Script::new(SCRIPT).get_hash().to_string(),
             commit_key: commit_key(&lease_key),
-            lease_key,
-            token,
+            link: FenceLink::new(connector, lease_key, token),
             seq: 0,
             chained: false,
-            wait_replicas: 0,
-            wait_timeout: Duration::from_secs(1),
         }
     }
 
     /// Acknowledge a batch only once `replicas` replicas have it (Redis `WAIT`).
     pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> BatchFence {
-        self.wait_replicas = replicas;
-        self.wait_timeout = timeout;
+        self.link.wait = ReplicaWait::new(replicas, timeout);
         self
     }
 
     /// The connection, made anew with the script loaded on it after an error.
     pub async fn connection(&mut self) -> Result<MultiplexedConnection, FenceError> {
-        if let Some(c) = &self.conn {
-            return Ok(c.clone());
+        let (mut c, new) = self.link.connection().await?;
+        if new {
+            let loaded: redis::RedisResult<String> = redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(SCRIPT)
+                .query_async(&mut c)
+                .await;
+            if let Err(e) = loaded {
+                self.link.drop_connection();
+                return Err(CallError::new("load the batch script", e).into());
+            }
         }
-        // A WAIT answers after its timeout at the latest: the reply may take that long.
-        let wait = if self.wait_replicas > 0 {
-            self.wait_timeout
-        } else {
-            Duration::ZERO
-        };
-        let mut c = self
-            .connector
-            .single(RESPONSE_TIMEOUT + wait)
-            .await
-            .map_err(CallError::connect)?;
-        let _: String = redis::cmd("SCRIPT")
-            .arg("LOAD")
-            .arg(SCRIPT)
-            .query_async(&mut c)
-            .await
-            .map_err(|e| CallError::new("load the batch script", e))?;
-        self.conn = Some(c.clone());
         Ok(c)
     }
 
@@ -172,9 +149,9 @@ impl BatchFence {
         c.arg("EVALSHA")
             .arg(&self.sha)
             .arg(2)
-            .arg(&self.lease_key)
+            .arg(&self.link.key)
             .arg(&self.commit_key)
-            .arg(&self.token)
+            .arg(&self.link.token)
             .arg(self.seq);
         if after > 0 {
             c.arg(after);
@@ -190,18 +167,15 @@ impl BatchFence {
         mut conn: MultiplexedConnection,
         call: redis::Cmd,
     ) -> impl Future<Output = Result<(), FenceError>> + Send + 'static {
-        let replicas = self.wait_replicas;
-        let timeout_ms = self.wait_timeout.as_millis() as u64;
+        let wait = self.link.wait;
         async move {
-            if replicas == 0 {
+            let Some(wait) = wait else {
                 let r: Result<redis::Value, _> = call.query_async(&mut conn).await;
                 return r.map(|_| ()).map_err(classify);
-            }
+            };
             let mut pipe = redis::pipe();
-            pipe.add_command(call)
-                .cmd("WAIT")
-                .arg(replicas)
-                .arg(timeout_ms);
+            pipe.add_command(call);
+            wait.append_to(&mut pipe);
             // Each reply on its own: a WAIT that fails (a node just demoted to replica
             // refuses WAIT) must not make the batch, which ran, look not applied.
             let (ran, confirmed): (redis::RedisResult<redis::Value>, redis::RedisResult<i64>) =
@@ -210,24 +184,7 @@ impl BatchFence {
                     .await
                     .map_err(classify)?;
             ran.map_err(classify)?;
-            let confirmed = confirmed.map_err(|e| {
-                FenceError::Failed(CallError {
-                    op: "WAIT",
-                    outcome: Outcome::MayHaveApplied,
-                    source: Box::new(e),
-                })
-            })?;
-            if confirmed < i64::from(replicas) {
-                return Err(FenceError::Failed(CallError {
-                    op: "WAIT",
-                    outcome: Outcome::MayHaveApplied,
-                    source: format!(
-                        "{confirmed} of {replicas} replicas confirmed the batch in time"
-                    )
-                    .into(),
-                }));
-            }
-            Ok(())
+            Ok(wait.confirm(BATCH, confirmed)?)
         }
     }
 
@@ -248,7 +205,7 @@ impl BatchFence {
     pub fn failed(&mut self, fenced: bool) {
         self.chained = false;
         if !fenced {
-            self.conn = None;
+            self.link.drop_connection();
         }
     }
 }
@@ -342,22 +299,25 @@ fn word_head(n: usize) -> ([u8; 5], usize) {
     }
 }
 
+/// What a batch's failed calls are named in errors.
+const BATCH: &str = "commit batch";
+
 /// What a failed batch call means, by the reply's code.
 fn classify(e: redis::RedisError) -> FenceError {
     match Code::of(&e) {
         Some(Code::Fenced) => FenceError::Fenced,
         Some(Code::OutOfOrder) => FenceError::Failed(CallError {
-            op: "commit batch",
-            outcome: Outcome::NotApplied,
+            op: BATCH,
+            fate: Fate::NotApplied,
             source: Box::new(e),
         }),
         // A command of the batch failed as the script ran it (a key of the wrong type):
         // what ran before it stays applied.
         Some(Code::Other) => FenceError::Failed(CallError {
-            op: "commit batch",
-            outcome: Outcome::MayHaveApplied,
+            op: BATCH,
+            fate: Fate::MayHaveApplied,
             source: Box::new(e),
         }),
-        _ => FenceError::Failed(CallError::new("commit batch", e)),
+        _ => FenceError::Failed(CallError::new(BATCH, e)),
     }
 }

@@ -169,6 +169,13 @@ pub fn check_prefix(prefix: &str) -> Result<(), PrefixError> {
     Ok(())
 }
 
+/// The commit key of the namespace whose lease key is `lease_key` (`{P}:leader`): the
+/// same hash tag, so the same slot of a Redis Cluster ([`Keys::commit`] names it; the
+/// batch fence is given only the lease key).
+pub fn commit_key(lease_key: &str) -> String {
+    format!("{lease_key}:commit")
+}
+
 /// The Redis Cluster slot of `key`: CRC16 (XMODEM) of its hash tag (the part between
 /// the first `{` and the next `}`, when not empty) or of the whole key, mod 16384.
 pub fn slot_of(key: &[u8]) -> u16 {
@@ -252,7 +259,7 @@ impl Keys {
 
     /// The sequence of leader mode's batches (`crate::redis::fenced_script`).
     pub fn commit(&self) -> String {
-        crate::redis::fenced_script::commit_key(&self.leader())
+        commit_key(&self.leader())
     }
 
     /// The layout's version (`crate::redis::schema`).

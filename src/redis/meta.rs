@@ -4,6 +4,14 @@
 //! RESERVES, TIMEOUTS, RELEASES, BURIES, KICKS, BSEQ, READY), so either mode reads what
 //! the other wrote.
 //!
+//! Milliseconds: DELAY and TTR are whole seconds (rounded down), as ever; a job whose
+//! delay or TTR is not whole seconds (a client wrote milliseconds) also has DELAY_MS and
+//! TTR_MS, both in ms, after READY. A job in whole seconds keeps the 14-field array, so
+//! instances of a version before milliseconds read it as they always did (and read a
+//! job in milliseconds as its whole seconds). The milliseconds count only while they
+//! agree with the seconds: such an instance may have changed DELAY or TTR and kept the
+//! millisecond fields it did not know.
+//!
 //! [`Meta`] is the array in the format's own terms (times in microseconds of the Redis
 //! clock, the state by name); leader mode maps its memory records to and from it
 //! (`persist/redis/record.rs`). Lua's msgpack writes integral numbers as integers and
@@ -12,6 +20,8 @@
 
 use rmp::Marker;
 use rmp::decode::RmpRead;
+
+use crate::time::{is_whole_secs, secs_as_ms};
 
 /// The fields of the array, 0-based (the Lua prelude's indexes minus one).
 const FIELDS: usize = 14;
@@ -29,30 +39,41 @@ const BURIES: usize = 10;
 const KICKS: usize = 11;
 const BSEQ: usize = 12;
 const READY: usize = 13;
+/// Only in a job whose delay or TTR is not whole seconds.
+const DELAY_MS: usize = 14;
+const TTR_MS: usize = 15;
+const FIELDS_MS: usize = 16;
 
 /// A job's state, by the name the format keeps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum State {
+pub enum MetaState {
     Ready,
     Reserved,
     Delayed,
     Buried,
 }
 
-impl State {
-    const ALL: [State; 4] = [State::Ready, State::Reserved, State::Delayed, State::Buried];
+impl MetaState {
+    const ALL: [MetaState; 4] = [
+        MetaState::Ready,
+        MetaState::Reserved,
+        MetaState::Delayed,
+        MetaState::Buried,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
-            State::Ready => "ready",
-            State::Reserved => "reserved",
-            State::Delayed => "delayed",
-            State::Buried => "buried",
+            MetaState::Ready => "ready",
+            MetaState::Reserved => "reserved",
+            MetaState::Delayed => "delayed",
+            MetaState::Buried => "buried",
         }
     }
 
-    fn parse(name: &[u8]) -> Option<State> {
-        State::ALL.into_iter().find(|s| s.name().as_bytes() == name)
+    fn parse(name: &[u8]) -> Option<MetaState> {
+        MetaState::ALL
+            .into_iter()
+            .find(|s| s.name().as_bytes() == name)
     }
 }
 
@@ -60,10 +81,12 @@ impl State {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Meta {
     pub pri: u32,
-    pub delay_secs: u32,
-    pub ttr_secs: u32,
+    /// Milliseconds.
+    pub delay_ms: u64,
+    /// Milliseconds.
+    pub ttr_ms: u64,
     pub created_us: u64,
-    pub state: State,
+    pub state: MetaState,
     /// A delayed job's due time, a reserved one's TTR deadline; 0 in other states.
     pub due_us: u64,
     pub reserves: u32,
@@ -82,17 +105,19 @@ pub struct Meta {
 /// mode compares it with the token of whoever releases it; a leader's holders never
 /// do, so any distinct string serves).
 pub fn encode(m: &Meta, owner: &str, out: &mut Vec<u8>) {
-    let owner = if m.state == State::Reserved {
+    let owner = if m.state == MetaState::Reserved {
         owner
     } else {
         ""
     };
+    let in_ms = !(is_whole_secs(m.delay_ms) && is_whole_secs(m.ttr_ms));
+    let fields = if in_ms { FIELDS_MS } else { FIELDS };
     // Writing to a Vec cannot fail.
-    let _ = rmp::encode::write_array_len(out, FIELDS as u32);
+    let _ = rmp::encode::write_array_len(out, fields as u32);
     for n in [
         u64::from(m.pri),
-        u64::from(m.delay_secs),
-        u64::from(m.ttr_secs),
+        m.delay_ms / 1000,
+        m.ttr_ms / 1000,
         m.created_us,
     ] {
         let _ = rmp::encode::write_uint(out, n);
@@ -105,6 +130,19 @@ pub fn encode(m: &Meta, owner: &str, out: &mut Vec<u8>) {
     }
     let _ = rmp::encode::write_uint(out, m.bury_seq);
     let _ = rmp::encode::write_uint(out, m.ready_us.unwrap_or(0));
+    if in_ms {
+        let _ = rmp::encode::write_uint(out, m.delay_ms);
+        let _ = rmp::encode::write_uint(out, m.ttr_ms);
+    }
+}
+
+/// A duration in ms: the millisecond field when present and in agreement with the
+/// whole seconds (see the module's comment), else the seconds.
+fn finer(ms: &Val, secs: u32) -> u64 {
+    match ms.uint() {
+        Some(ms) if ms / 1000 == u64::from(secs) => ms,
+        _ => secs_as_ms(secs),
+    }
 }
 
 /// One decoded msgpack value of the array.
@@ -190,12 +228,12 @@ pub fn decode(id: u64, meta: &[u8]) -> Result<Meta, Damaged> {
     for _ in 0..len {
         f.push(read_val(&mut rd).ok_or_else(|| damaged("field"))?);
     }
-    f.resize(FIELDS, Val::Nil);
+    f.resize(FIELDS_MS, Val::Nil);
     let num = |i: usize, what| f[i].uint().ok_or_else(|| damaged(what));
     let num32 =
         |i: usize, what| num(i, what).and_then(|n| u32::try_from(n).map_err(|_| damaged(what)));
     let state = match &f[STATE] {
-        Val::Str(s) => State::parse(s).ok_or_else(|| damaged("state"))?,
+        Val::Str(s) => MetaState::parse(s).ok_or_else(|| damaged("state"))?,
         _ => return Err(damaged("state")),
     };
     if !matches!(f[OWNER], Val::Str(_) | Val::Nil) {
@@ -203,13 +241,13 @@ pub fn decode(id: u64, meta: &[u8]) -> Result<Meta, Damaged> {
     }
     Ok(Meta {
         pri: num32(PRI, "pri")?,
-        delay_secs: num32(DELAY, "delay")?,
-        ttr_secs: num32(TTR, "ttr")?,
+        delay_ms: finer(&f[DELAY_MS], num32(DELAY, "delay")?),
+        ttr_ms: finer(&f[TTR_MS], num32(TTR, "ttr")?),
         created_us: num(CREATED, "created")?,
         state,
         due_us: match state {
-            State::Delayed | State::Reserved => num(DUE, "due")?,
-            State::Ready | State::Buried => 0,
+            MetaState::Delayed | MetaState::Reserved => num(DUE, "due")?,
+            MetaState::Ready | MetaState::Buried => 0,
         },
         reserves: num32(RESERVES, "reserves").unwrap_or(0),
         timeouts: num32(TIMEOUTS, "timeouts").unwrap_or(0),
@@ -217,11 +255,11 @@ pub fn decode(id: u64, meta: &[u8]) -> Result<Meta, Damaged> {
         buries: num32(BURIES, "buries").unwrap_or(0),
         kicks: num32(KICKS, "kicks").unwrap_or(0),
         bury_seq: match state {
-            State::Buried => num(BSEQ, "bury sequence")?,
+            MetaState::Buried => num(BSEQ, "bury sequence")?,
             _ => 0,
         },
         ready_us: match state {
-            State::Ready => f[READY].uint(),
+            MetaState::Ready => f[READY].uint(),
             _ => None,
         },
     })
@@ -231,11 +269,11 @@ pub fn decode(id: u64, meta: &[u8]) -> Result<Meta, Damaged> {
 mod tests {
     use super::*;
 
-    fn meta(state: State) -> Meta {
+    fn meta(state: MetaState) -> Meta {
         Meta {
             pri: 4_294_967_295,
-            delay_secs: 3,
-            ttr_secs: 60,
+            delay_ms: 3000,
+            ttr_ms: 60_000,
             created_us: 1_700_000_000_123_456,
             state,
             due_us: 0,
@@ -254,25 +292,78 @@ mod tests {
         for m in [
             Meta {
                 ready_us: Some(1_700_000_001_000_000),
-                ..meta(State::Ready)
+                ..meta(MetaState::Ready)
             },
             Meta {
                 due_us: 1_700_000_009_000_000,
-                ..meta(State::Delayed)
+                ..meta(MetaState::Delayed)
             },
             Meta {
                 due_us: 1_700_000_060_000_000,
-                ..meta(State::Reserved)
+                ..meta(MetaState::Reserved)
             },
             Meta {
                 bury_seq: 42,
-                ..meta(State::Buried)
+                ..meta(MetaState::Buried)
             },
         ] {
             let mut out = Vec::new();
             encode(&m, "leader:1", &mut out);
             assert_eq!(decode(7, &out).unwrap(), m);
         }
+    }
+
+    #[test]
+    fn only_a_job_in_milliseconds_has_the_millisecond_fields() {
+        // msgpack: a fixarray of 14 is one byte; 16 fields take an array16 header.
+        let head = |fields: usize| match fields {
+            FIELDS => vec![0x90 | FIELDS as u8],
+            _ => vec![0xdc, 0, fields as u8],
+        };
+        let mut whole = Vec::new();
+        encode(&meta(MetaState::Buried), "", &mut whole);
+        assert_eq!(
+            whole[..1],
+            head(FIELDS),
+            "14 fields, as before milliseconds"
+        );
+        for (delay_ms, ttr_ms) in [(1500, 60_000), (3000, 1500), (0, 4_294_967_295_000)] {
+            let m = Meta {
+                delay_ms,
+                ttr_ms,
+                ..meta(MetaState::Buried)
+            };
+            let mut out = Vec::new();
+            encode(&m, "", &mut out);
+            let fields = if ttr_ms % 1000 == 0 && delay_ms % 1000 == 0 {
+                FIELDS
+            } else {
+                FIELDS_MS
+            };
+            assert_eq!(
+                out[..head(fields).len()],
+                head(fields),
+                "{delay_ms} {ttr_ms}"
+            );
+            assert_eq!(decode(1, &out).unwrap(), m);
+        }
+    }
+
+    #[test]
+    fn stale_milliseconds_give_way_to_changed_seconds() {
+        // A job in ms whose DELAY a version before milliseconds changed to 7 s.
+        let mut out = Vec::new();
+        let m = Meta {
+            pri: 5,
+            delay_ms: 1500,
+            ..meta(MetaState::Buried)
+        };
+        encode(&m, "", &mut out);
+        // The array16 header (3 bytes), PRI (1), then DELAY.
+        assert_eq!(out[4], 1, "DELAY is the whole seconds");
+        out[4] = 7;
+        let got = decode(1, &out).unwrap();
+        assert_eq!((got.delay_ms, got.ttr_ms), (7000, 60_000));
     }
 
     #[test]
@@ -286,7 +377,7 @@ mod tests {
         lua.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0xcf]);
         lua.extend_from_slice(&1_700_000_000_223_456u64.to_be_bytes());
         let m = decode(1, &lua).unwrap();
-        assert_eq!((m.pri, m.ttr_secs, m.state), (5, 120, State::Ready));
+        assert_eq!((m.pri, m.ttr_ms, m.state), (5, 120_000, MetaState::Ready));
         assert_eq!(m.ready_us, Some(1_700_000_000_223_456));
         let mut old = lua[..lua.len() - 9].to_vec();
         old[0] = 0x9d;

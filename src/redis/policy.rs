@@ -122,6 +122,7 @@ pub async fn check_replicas<C: ConnectionLike>(conn: &mut C, wanted: u32) {
     tracing::warn!(
         %node, connected, wanted,
         "the Redis primary has fewer replicas connected than --redis-wait-replicas: \
-         every change fails (INTERNAL_ERROR) until enough replicas are back"
+         in shared mode every change fails (INTERNAL_ERROR), in leader mode no instance can \
+         lead (the lease needs them too), until enough replicas are back"
     );
 }

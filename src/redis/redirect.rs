@@ -3,14 +3,14 @@
 //!
 //! Invariant: only a call whose every reply is MOVED, ASK, TRYAGAIN or CLUSTERDOWN (a
 //! WAIT's reply aside: it changes nothing) is sent again, after [`REDIRECT_BACKOFF`]'s
-//! pauses in turn and while within [`WAIT_LIMIT`] of its first sending. A call that may
+//! pauses in turn and while within the caller's limit of its first sending
+//! (`connection.rs`'s `WAIT_LIMIT`, a call's longest wait for Redis). A call that may
 //! have run (an I/O error, a timeout) never is.
 
 use std::time::{Duration, Instant};
 
 use redis::{Cmd, Pipeline, RedisResult, Value};
 
-use super::WAIT_LIMIT;
 use super::error::Code;
 
 /// Pauses before sending again a call a Redis Cluster did not run (MOVED, ASK,
@@ -49,10 +49,10 @@ pub fn command_redirected(result: &RedisResult<Value>) -> bool {
 
 /// The pause before sending again a call the cluster redirected, if it may still be
 /// sent: [`REDIRECT_BACKOFF`] in turn, while the next send stays within
-/// [`WAIT_LIMIT`] of the first.
-pub fn resend_after(first: Instant, tries: usize) -> Option<Duration> {
+/// `limit` of the first.
+pub fn resend_after(first: Instant, tries: usize, limit: Duration) -> Option<Duration> {
     let pause = *REDIRECT_BACKOFF.get(tries)?;
-    (first.elapsed() + pause < WAIT_LIMIT).then_some(pause)
+    (first.elapsed() + pause < limit).then_some(pause)
 }
 
 #[cfg(test)]
@@ -122,11 +122,12 @@ mod tests {
 
     #[test]
     fn redirected_calls_are_sent_again_within_the_wait_limit() {
+        const LIMIT: Duration = Duration::from_secs(1);
         let now = Instant::now();
-        let pauses: Vec<Duration> = (0..5).map_while(|t| resend_after(now, t)).collect();
+        let pauses: Vec<Duration> = (0..5).map_while(|t| resend_after(now, t, LIMIT)).collect();
         assert_eq!(pauses, REDIRECT_BACKOFF.to_vec());
         let long_ago = now - Duration::from_millis(900);
-        assert_eq!(resend_after(long_ago, 0), Some(REDIRECT_BACKOFF[0]));
-        assert_eq!(resend_after(long_ago, 1), None);
+        assert_eq!(resend_after(long_ago, 0, LIMIT), Some(REDIRECT_BACKOFF[0]));
+        assert_eq!(resend_after(long_ago, 1, LIMIT), None);
     }
 }

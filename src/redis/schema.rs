@@ -10,12 +10,12 @@
 //! The upgrade, in order: `{P}:schema` = 2 → nothing to do. No schema-1 key → a fresh
 //! namespace: `{P}:schema` is set. Otherwise it refuses while an instance of the previous
 //! version lives (a lease in `P:leader`, a heartbeat in `P:instances` not yet lapsed:
-//! they would keep writing the old names), else writes a tombstone in `P:leader`, with
-//! no expiry, in the same script (an old leader then sees a holder and never leads, an
-//! old shared-mode instance refuses to start), and renames: each tube's keys (tubes from
-//! the tube list, 1,000 a call), then stray tube keys and the references (SCAN), the
-//! namespace's keys, the instances, the lease's epoch, API address and batch sequence,
-//! and `{P}:schema` last. Every rename is "RENAME if it exists", so an upgrade cut short
+//! they would keep writing the old names), else writes a tombstone in `P:leader`
+//! (`super::lockout`), with no expiry, in the same script (an old leader then sees a
+//! holder and never leads, an old shared-mode instance refuses to start), and renames:
+//! each tube's keys (tubes from the tube list, 1,000 a call), then stray tube keys and
+//! the references (SCAN), the namespace's keys, the instances, the lease's epoch, API
+//! address and batch sequence, and `{P}:schema` last. Every rename is "RENAME if it exists", so an upgrade cut short
 //! (a crash, Redis away) resumes where it stopped at the next start: the tombstone says
 //! one was under way. Invariant: `{P}:schema` is set only once no schema-1 key is left.
 //!
@@ -27,38 +27,18 @@ use std::time::Instant;
 use redis::RedisError;
 
 use super::keys::{Keys, NsKey, TubeKey, scan_pattern};
+use super::lockout::{COPYING, LockOut, MOVED, TOMBSTONE, lock_out};
 use super::{CallError, RESPONSE_TIMEOUT, RedisConfig, RedisConn};
 
 /// The layout this version writes.
 pub const VERSION: u32 = 2;
 
-/// What the tombstone of an upgraded namespace's schema-1 lease key holds: an old
-/// leader parses it as a lease of epoch 0 held by "schema2".
-pub const TOMBSTONE: &str = "0|schema2|upgrade-redstalk";
-
 /// Tubes renamed per script call.
 const CHUNK: usize = 1000;
 
-/// Checks that no instance lives, and writes the lock-out value ([`lock_out`]).
-/// KEYS[1] lease, KEYS[2] instances; ARGV[1] the value.
-/// -> {0, ms} a lease held (expiring in ms, -1 never), {1, n} n live heartbeats,
-///    {2, 0} the value is in place.
-const GUARD: &str = r#"#!lua
-local lease = redis.call('GET', KEYS[1])
-if lease and lease ~= ARGV[1] then
-  return { 0, redis.call('PTTL', KEYS[1]) }
-end
-local t = redis.call('TIME')
-local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local live = redis.call('ZCOUNT', KEYS[2], now_us, '+inf')
-if live > 0 then return { 1, live } end
-redis.call('SET', KEYS[1], ARGV[1])
-return { 2, 0 }
-"#;
-
 /// KEYS: pairs (old name, new name). Renames each old key that exists.
 /// -> how many were renamed.
-const RENAME: &str = r#"#!lua
+pub(crate) const RENAME: &str = r#"#!lua
 local n = 0
 for i = 1, #KEYS, 2 do
   if redis.call('EXISTS', KEYS[i]) == 1 then
@@ -133,9 +113,9 @@ fn redis_err(op: &'static str) -> impl FnOnce(RedisError) -> SchemaError {
     move |source| SchemaError::Redis { op, source }
 }
 
-/// What [`prepare`] found.
+/// What [`prepare`] found the namespace's layout to be, and did to it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Prepared {
+pub enum SchemaStatus {
     /// Already schema 2.
     Current,
     /// No key of either layout: marked schema 2.
@@ -165,7 +145,7 @@ impl Legacy {
 
 /// Bring the namespace of `config` to schema 2 (see the module's comment); connects
 /// on its own.
-pub async fn prepare(config: &RedisConfig) -> Result<Prepared, SchemaError> {
+pub async fn prepare(config: &RedisConfig) -> Result<SchemaStatus, SchemaError> {
     let connector = config.connector().map_err(SchemaError::Connect)?;
     let mut conn = connector
         .managed("schema", RESPONSE_TIMEOUT)
@@ -180,10 +160,10 @@ pub async fn prepare(config: &RedisConfig) -> Result<Prepared, SchemaError> {
 
 /// [`prepare`] on a Redis Cluster: schema 1 could not run there (its keys span slots,
 /// and so would the look for them), so a namespace is current or fresh.
-async fn prepare_cluster(conn: &mut RedisConn, prefix: &str) -> Result<Prepared, SchemaError> {
+async fn prepare_cluster(conn: &mut RedisConn, prefix: &str) -> Result<SchemaStatus, SchemaError> {
     let keys = Keys::new(prefix);
     if is_current(conn, &keys).await? {
-        return Ok(Prepared::Current);
+        return Ok(SchemaStatus::Current);
     }
     fresh(conn, &keys, prefix).await
 }
@@ -200,17 +180,21 @@ async fn is_current(conn: &mut RedisConn, keys: &Keys) -> Result<bool, SchemaErr
         .await
         .map_err(redis_err("GET schema"))?;
     match lease.as_deref() {
-        Some(super::copy::MOVED) => Err(SchemaError::Moved { key: keys.leader() }),
-        Some(super::copy::COPYING) => Err(SchemaError::Copying { key: keys.leader() }),
+        Some(MOVED) => Err(SchemaError::Moved { key: keys.leader() }),
+        Some(COPYING) => Err(SchemaError::Copying { key: keys.leader() }),
         _ => Ok(version == Some(VERSION)),
     }
 }
 
 /// A namespace with no key of either layout: it starts at [`VERSION`].
-async fn fresh(conn: &mut RedisConn, keys: &Keys, prefix: &str) -> Result<Prepared, SchemaError> {
+async fn fresh(
+    conn: &mut RedisConn,
+    keys: &Keys,
+    prefix: &str,
+) -> Result<SchemaStatus, SchemaError> {
     set_version(conn, keys).await?;
     tracing::info!(prefix, schema = VERSION, "new namespace");
-    Ok(Prepared::Fresh)
+    Ok(SchemaStatus::Fresh)
 }
 
 /// A `redis://` or Sentinel URL that reached a Redis Cluster node is refused: the
@@ -228,13 +212,13 @@ async fn refuse_cluster_node(conn: &mut RedisConn) -> Result<(), SchemaError> {
 }
 
 /// [`prepare`] on a connection.
-pub async fn prepare_on(conn: &mut RedisConn, prefix: &str) -> Result<Prepared, SchemaError> {
+pub async fn prepare_on(conn: &mut RedisConn, prefix: &str) -> Result<SchemaStatus, SchemaError> {
     let keys = Keys::new(prefix);
     let old = Legacy {
         prefix: prefix.to_string(),
     };
     if is_current(conn, &keys).await? {
-        return Ok(Prepared::Current);
+        return Ok(SchemaStatus::Current);
     }
     let (legacy, lease): (i64, Option<String>) = redis::pipe()
         .cmd("EXISTS")
@@ -281,7 +265,7 @@ pub async fn prepare_on(conn: &mut RedisConn, prefix: &str) -> Result<Prepared, 
         tombstone = %old.key("leader"),
         "upgraded the namespace's keys to schema {VERSION}"
     );
-    Ok(Prepared::Upgraded {
+    Ok(SchemaStatus::Upgraded {
         tubes,
         keys: renamed,
     })
@@ -312,39 +296,6 @@ async fn guard(conn: &mut RedisConn, old: &Legacy) -> Result<(), SchemaError> {
         }),
         LockOut::Locked => Ok(()),
     }
-}
-
-/// What [`lock_out`] found.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LockOut {
-    /// The lease key holds another value, expiring in `ms` (-1: never).
-    Leased { ms: i64 },
-    /// This many instances' heartbeats have not lapsed.
-    Live { instances: i64 },
-    /// The lease key now holds the value (it may have held it already), with no expiry.
-    Locked,
-}
-
-/// Locks every instance out of a namespace: unless a lease is held or a heartbeat lives,
-/// writes `value` into the lease key `lease` with no expiry (a leader sees a holder and
-/// never leads; a shared-mode instance refuses to start), in one script.
-pub async fn lock_out(
-    conn: &mut RedisConn,
-    lease: &str,
-    instances: &str,
-    value: &str,
-) -> Result<LockOut, RedisError> {
-    let (what, n): (i64, i64) = redis::Script::new(GUARD)
-        .key(lease)
-        .key(instances)
-        .arg(value)
-        .invoke_async(conn)
-        .await?;
-    Ok(match what {
-        0 => LockOut::Leased { ms: n },
-        1 => LockOut::Live { instances: n },
-        _ => LockOut::Locked,
-    })
 }
 
 /// Rename the keys of every tube of the tube list (schema 1's, or schema 2's when an

@@ -15,9 +15,18 @@
 //! with any timeout), and the others stand; a job whose RESERVED became INTERNAL_ERROR
 //! is given back at once (its client does not know it holds it).
 //!
+//! Access (docs/SECURITY.md): a connection of a listener that is not open carries its
+//! identity's grant ([`ConnAuth`]); before each request reaches the engine the grant
+//! is taken again from a reloaded roles file if there was a reload (one atomic load),
+//! and checked: a refused request is answered FORBIDDEN and never runs; an identity
+//! the roles no longer name is answered UNAUTHORIZED and closed. On a token listener a
+//! second `auth <token>` line re-authenticates (a wrong one closes). A connection of
+//! an open listener has no grant: one branch per request.
+//!
 //! Leader mode: the first line of a connection may be a standby's relay greeting
-//! (`super::hello`); it is answered here (this instance leads) and never reaches the
-//! engine, and the rest of the connection is the relayed client's.
+//! (`super::hello`); it is answered here (`super::greeting`: this instance leads) and
+//! never reaches the engine, and the rest of the connection is the relayed client's,
+//! under the identity the standby proved it holds.
 //!
 //! Bounds: the read buffer holds at most one read chunk beyond what the codec keeps (a
 //! line window; a put body moves into the codec's own buffer as it arrives, growing
@@ -38,9 +47,12 @@ use tokio_util::codec::Decoder;
 use tokio_util::sync::CancellationToken;
 
 use super::acks::PendingAcks;
-use super::hello::{self, First};
+use super::admit::{ConnAuth, LINE_MAX};
+use super::greeting::{self, Greeted, Greeting};
+use crate::access::{Grant, Note, Verdict};
 use crate::engine::{Answer, Engine, Outcome, Session, Waiting};
-use crate::protocol::ServerCodec;
+use crate::protocol::{Frame, FrameCodec, Reply};
+use crate::store::Store;
 
 const READ_CHUNK: usize = 16 * 1024;
 /// A read in the middle of a body: larger, since each costs a turn of the runtime.
@@ -108,16 +120,33 @@ impl ClientStream for UnixStream {
     }
 }
 
+impl ClientStream for tokio_rustls::server::TlsStream<TcpStream> {
+    /// rustls may already hold decrypted bytes that the socket no longer shows as
+    /// readable: then at once, else when the socket is.
+    fn readable(&self) -> impl Future<Output = std::io::Result<()>> {
+        let (tcp, tls) = self.get_ref();
+        let buffered = !tls.wants_read();
+        async move {
+            if buffered {
+                Ok(())
+            } else {
+                tcp.readable().await
+            }
+        }
+    }
+}
+
 /// Serve one connection until it ends. `peer` names the client in the logs; `first` is
-/// what was already read from it; with `greeting` (this instance's id, in leader mode)
-/// a relay greeting as its first line is answered.
+/// what was already read from it; with `greeting` (in leader mode) a relay greeting as
+/// its first line is answered; `auth`: its access (`None`: it may do everything).
 pub async fn serve<S: ClientStream>(
     engine: Arc<Engine>,
     stream: S,
     peer: &str,
     shutdown: CancellationToken,
-    greeting: Option<Arc<str>>,
+    greeting: Option<Greeting>,
     first: BytesMut,
+    auth: Option<ConnAuth>,
 ) {
     let session = engine.connect().await;
     engine.note_peer(session.id, peer);
@@ -133,8 +162,10 @@ pub async fn serve<S: ClientStream>(
         rbuf: first,
         wbuf: BytesMut::new(),
         greeting,
-        codec: ServerCodec::new(engine.max_job_size()),
+        codec: FrameCodec::new(engine.max_job_size(), engine.grammar())
+            .with_budget(engine.memory_budget()),
         acks: PendingAcks::default(),
+        auth: auth.map(Box::new),
     };
     let end = match guard.session.as_mut() {
         Some(session) => conn.run(session, &shutdown).await,
@@ -171,20 +202,38 @@ struct Connection<S> {
     stream: S,
     rbuf: BytesMut,
     wbuf: BytesMut,
-    /// Until the first bytes tell: this instance's id, to answer a relay greeting.
-    greeting: Option<Arc<str>>,
-    codec: ServerCodec,
+    /// Until the first bytes tell: what answers a relay greeting.
+    greeting: Option<Greeting>,
+    codec: FrameCodec,
     /// The replies in `wbuf` that wait for their acknowledgement.
     acks: PendingAcks,
+    /// Its access, if it is not an open listener's.
+    auth: Option<Box<ConnAuth>>,
+}
+
+/// What the access check says of one request.
+enum Checked {
+    Run(Note),
+    Refused,
+    /// The identity is gone from the roles file: close.
+    Revoked,
 }
 
 impl<S: ClientStream> Connection<S> {
     async fn run(&mut self, session: &mut Session, shutdown: &CancellationToken) -> End {
         let mut eof = false;
         loop {
-            if self.answer_greeting(session) {
-                let _ = self.flush().await;
-                return End::Checked;
+            if let Some(g) = &self.greeting {
+                let (stream, rbuf) = (&mut self.stream, &mut self.rbuf);
+                match greeting::answer(stream, rbuf, g, &self.engine, session).await {
+                    None => {}
+                    Some(Greeted::Client) => self.greeting = None,
+                    Some(Greeted::Relayed(auth)) => {
+                        self.greeting = None;
+                        self.auth = auth.map(Box::new);
+                    }
+                    Some(Greeted::Done) => return End::Checked,
+                }
             }
             if let Some(end) = self.run_buffered(session, &mut eof, shutdown).await {
                 return end;
@@ -208,13 +257,45 @@ impl<S: ClientStream> Connection<S> {
         shutdown: &CancellationToken,
     ) -> Option<End> {
         while self.greeting.is_none() {
-            let req = match self.codec.decode(&mut self.rbuf) {
-                Ok(Some(req)) => req,
+            match self.auth_line(session) {
+                Some(true) => continue,
+                Some(false) => {
+                    let _ = self.flush_for(session).await;
+                    return Some(End::Closed);
+                }
+                // Half an `auth` line: wait for the rest.
+                None if self.takes_tokens()
+                    && self.codec.is_between_commands()
+                    && self.rbuf.starts_with(b"auth ") =>
+                {
+                    break;
+                }
+                None => {}
+            }
+            let frame = match self.codec.decode(&mut self.rbuf) {
+                Ok(Some(frame)) => frame,
                 Ok(None) => break,
                 Err(_) => return Some(End::Closed),
             };
-            tracing::debug!(conn = session.id.0, ?req, "request");
-            let answer = match self.engine.execute(session, req).await {
+            tracing::debug!(conn = session.id.0, ?frame, "request");
+            let note = match self.checked(session, &frame).await {
+                Checked::Run(note) => note,
+                Checked::Refused => {
+                    self.push(Answer::now(Reply::Forbidden));
+                    continue;
+                }
+                Checked::Revoked => {
+                    self.push(Answer::now(Reply::Unauthorized));
+                    let _ = self.flush_for(session).await;
+                    return Some(End::Closed);
+                }
+            };
+            // beanstalkd's requests take the engine's standard path, untouched.
+            let outcome = match frame {
+                Frame::Standard(req) => self.engine.execute(session, req).await,
+                Frame::Extension(ext) => self.engine.execute_extension(session, *ext).await,
+            };
+            let answer = match outcome {
                 Outcome::Reply(answer) => answer,
                 Outcome::Quit => {
                     let _ = self.flush_for(session).await;
@@ -232,12 +313,111 @@ impl<S: ClientStream> Connection<S> {
                 }
             };
             tracing::debug!(conn = session.id.0, reply = ?answer.reply, ack = ?answer.ack, "reply");
+            if let Some(auth) = &mut self.auth {
+                let (using, watching) = (&session.using, session.watching.as_slice());
+                auth.grant.after(note, &answer.reply, using, watching);
+            }
             self.push(answer);
             if self.wbuf.len() >= WRITE_FLUSH_AT && self.flush_for(session).await.is_err() {
                 return Some(End::Closed);
             }
         }
         None
+    }
+
+    fn takes_tokens(&self) -> bool {
+        self.auth.as_ref().is_some_and(|a| a.takes_tokens)
+    }
+
+    /// A second `auth <token>` line at the head of the buffer, on a token listener:
+    /// `Some(true)` when it was answered AUTHENTICATED (the connection now has that
+    /// token's identity), `Some(false)` when UNAUTHORIZED (the connection is to be
+    /// closed), `None` when there is none (or not yet a whole one).
+    fn auth_line(&mut self, session: &Session) -> Option<bool> {
+        let auth = self.auth.as_mut()?;
+        if !auth.takes_tokens
+            || !self.codec.is_between_commands()
+            || !self.rbuf.starts_with(b"auth ")
+        {
+            return None;
+        }
+        let window = &self.rbuf[..self.rbuf.len().min(LINE_MAX)];
+        let end = match window.windows(2).position(|w| w == b"\r\n") {
+            Some(end) => end,
+            None if self.rbuf.len() >= LINE_MAX => {
+                auth.security.figures.auth_failed("line_too_long");
+                self.push(Answer::now(Reply::Unauthorized));
+                return Some(false);
+            }
+            None => return None,
+        };
+        let line = self.rbuf.split_to(end + 2);
+        let token = &line[5..end];
+        let (using, watching) = (&session.using, session.watching.as_slice());
+        match auth.security.control.check_token(auth.ip, token) {
+            Ok(grant) => {
+                tracing::info!(
+                    conn = session.id.0,
+                    identity = %grant.identity().name,
+                    role = %grant.identity().role.name,
+                    "authenticated again"
+                );
+                auth.grant.replace(grant, using, watching);
+                self.push(Answer::now(Reply::Authenticated));
+                Some(true)
+            }
+            Err(refused) => {
+                tracing::info!(
+                    conn = session.id.0,
+                    reason = refused.reason(),
+                    "auth failed"
+                );
+                auth.security.figures.auth_failed(refused.reason());
+                self.push(Answer::now(Reply::Unauthorized));
+                Some(false)
+            }
+        }
+    }
+
+    /// The access check of `frame` (always run, for a connection without a grant).
+    async fn checked(&mut self, session: &Session, frame: &Frame) -> Checked {
+        let Some(auth) = self.auth.as_mut() else {
+            return Checked::Run(Note::Nothing);
+        };
+        let (using, watching) = (&session.using, session.watching.as_slice());
+        if !auth.grant.refresh(&auth.security.control, using, watching) {
+            tracing::info!(
+                conn = session.id.0,
+                identity = %auth.grant.identity().name,
+                "the roles file no longer names this identity; closing"
+            );
+            auth.security.figures.auth_failed("revoked");
+            return Checked::Revoked;
+        }
+        let (verdict, note) = match frame {
+            Frame::Standard(req) => (auth.grant.check(req), Grant::note(req)),
+            Frame::Extension(ext) => (auth.grant.check_extension(ext), Grant::note_extension(ext)),
+        };
+        let allowed = match verdict {
+            Verdict::Allow => true,
+            Verdict::Refuse => false,
+            Verdict::IfTube(id) => {
+                let now = self.engine.clock.now();
+                let tube = match self.engine.store.job_info(id, now).await {
+                    Ok(info) => info.map(|i| i.tube),
+                    // The command itself will meet the store's trouble and say so.
+                    Err(_) => None,
+                };
+                auth.grant.may_read_tube(tube.as_ref().map(|t| t.as_str()))
+            }
+        };
+        if !allowed {
+            let role = &auth.grant.role().name;
+            tracing::debug!(conn = session.id.0, role = %role, ?frame, "refused by the role");
+            auth.security.figures.refused(role);
+            return Checked::Refused;
+        }
+        Checked::Run(note)
     }
 
     /// Encode a reply into `wbuf`, noting it if it waits for its acknowledgement.
@@ -290,31 +470,6 @@ impl<S: ClientStream> Connection<S> {
         }
     }
 
-    /// While the first bytes are undecided: answer a relay greeting (this instance
-    /// leads), or find they are the client's. True when the greeting was only a check
-    /// (the connection then ends).
-    fn answer_greeting(&mut self, session: &Session) -> bool {
-        let Some(me) = &self.greeting else {
-            return false;
-        };
-        let mut checked = false;
-        match hello::first_line(&self.rbuf) {
-            First::Undecided => return false,
-            First::Client => {}
-            First::Greeting { from, len, check } => {
-                tracing::debug!(from, check, "another instance greets this leader");
-                if !check {
-                    self.engine.note_relayed(session.id, from);
-                }
-                let _ = self.rbuf.split_to(len);
-                hello::answer(&mut self.wbuf, true, me);
-                checked = check;
-            }
-        }
-        self.greeting = None;
-        checked
-    }
-
     /// Drive a blocked reserve while watching the socket for a hang-up. `None` when the
     /// connection must end (read error or shutdown).
     async fn wait(
@@ -362,6 +517,9 @@ impl<S: ClientStream> Connection<S> {
         }
         if !self.wbuf.is_empty() {
             self.stream.write_all(&self.wbuf).await?;
+            // A TLS stream may keep the end of what it took when the socket was full
+            // (AsyncWrite promises delivery only after a flush); a no-op on a socket.
+            self.stream.flush().await?;
             self.wbuf.clear();
         }
         Ok(())

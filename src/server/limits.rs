@@ -3,7 +3,7 @@
 //! At start the soft limit of open files (`RLIMIT_NOFILE`) is raised to the hard limit,
 //! as servers commonly do (the usual soft limit, 1024, is a relic of `select`). The
 //! connections then get what the limit leaves after [`RESERVED`] descriptors for the
-//! rest of the process (Redis connections, the metrics listener and its clients, log
+//! rest of the process (Redis connections, the HTTP listener and its clients, log
 //! files, the runtime's own). A served connection takes one descriptor, a relayed one
 //! (a standby in leader mode) two: the client's and its side of the leader. The server
 //! refuses (closes at once) a connection it has no descriptor for, rather than let

@@ -1,6 +1,9 @@
 //! Sockets: the accept loop with its connection limit, one task per connection,
 //! signals, and graceful shutdown. Where the listening sockets come from (`-l`/`-p`,
-//! or systemd) is [`listen`]'s and [`activation`]'s job.
+//! `--listen`, or systemd) is [`listen`]'s and [`activation`]'s job; what a listener
+//! asks of its clients (TLS, authentication) is its [`policy`], carried out by
+//! [`admit`] (handshake, identity) with the process's [`security`] (roles, TLS
+//! configurations, the bound on pending connections) before a connection is served.
 //!
 //! Each accepted connection asks a [`Router`] what to do with it: serve it with an
 //! engine ([`connection`]), or relay it to another instance ([`relay`], a standby in
@@ -10,7 +13,10 @@
 //! Limits: a connection needs one of `max_connections` places and one of
 //! `max_descriptors` file descriptors ([`limits`]); a relayed one takes a second
 //! descriptor for its side of the leader. A connection that cannot have them is closed
-//! at once (refused), never left waiting in the listen queue.
+//! at once (refused), never left waiting in the listen queue. A connection of a TLS or
+//! token listener also needs one of `--max-pending` places until it is admitted
+//! (handshake and `auth` each within their timeout), so a flood of half-open
+//! handshakes is closed at accept and never takes what served clients use.
 //!
 //! Ownership: [`run`] owns the listener and the set of connection tasks. Shutdown: stop
 //! accepting, tell every connection (each finishes the command it is running and writes
@@ -18,15 +24,20 @@
 
 mod acks;
 pub mod activation;
+pub mod admit;
 pub mod connection;
+pub mod greeting;
 pub mod hello;
 pub mod limits;
 pub mod listen;
+pub mod policy;
 pub mod privileges;
 pub mod relay;
+pub mod security;
 pub mod signals;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+pub mod tls;
 
 #[cfg(test)]
 mod tests;
@@ -37,7 +48,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -121,8 +132,9 @@ impl Router for Direct {
     }
 }
 
-use listen::Stream;
 pub use listen::{ListenAddr, Listener, ServerError};
+use listen::{Port, Stream};
+pub use security::Security;
 
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
@@ -130,6 +142,8 @@ pub struct ServerConfig {
     /// File descriptors the connections may use together (see [`limits`]).
     pub max_descriptors: usize,
     pub shutdown_grace: Duration,
+    /// Who may connect (TLS, roles, pending bound); [`Security::open`] without options.
+    pub security: Arc<Security>,
 }
 
 /// Accept and serve connections until `shutdown` resolves, then shut down gracefully:
@@ -170,6 +184,7 @@ pub async fn run<R: Router>(
                 continue;
             }
         };
+        let (stream, port) = stream;
         let (Ok(permit), Ok(fd)) = (
             limit.clone().try_acquire_owned(),
             fds.clone().try_acquire_owned(),
@@ -177,6 +192,22 @@ pub async fn run<R: Router>(
             refusals.note();
             drop(stream);
             continue;
+        };
+        let security = config.security.clone();
+        let pending = match port.policy.has_pending() {
+            true => match security.pending.clone().try_acquire_owned() {
+                Ok(p) => Some(p),
+                Err(_) => {
+                    security
+                        .figures
+                        .pending_refused
+                        .fetch_add(1, Ordering::Relaxed);
+                    refusals.note_pending(security.max_pending);
+                    drop(stream);
+                    continue;
+                }
+            },
+            false => None,
         };
         let max = config.max_connections;
         heap.opened(max - limit.available_permits());
@@ -187,11 +218,31 @@ pub async fn run<R: Router>(
             refusals: refusals.clone(),
         };
         tasks.spawn(async move {
+            let open = port.opened();
+            let first = First {
+                port: &port,
+                security: &security,
+                pending,
+                cert: None,
+            };
             match stream {
-                Stream::Tcp(s, peer) => handle(&router, s, &peer, &spare).await,
-                Stream::Unix(s) => handle(&router, s, "unix", &spare).await,
+                // Boxed: a TLS session is kilobytes, and unboxed it would size the
+                // task of every connection, plain ones included (10,000 idle plain
+                // clients held 7 KiB each more).
+                Stream::Tcp(s, peer) if port.policy.tls => {
+                    Box::pin(async {
+                        let handshake = admit::handshake(s, &port, &peer, &security);
+                        if let Some((tls, cert)) = handshake.await {
+                            let first = First { cert, ..first };
+                            handle(&router, tls, &peer, &spare, first).await;
+                        }
+                    })
+                    .await
+                }
+                Stream::Tcp(s, peer) => handle(&router, s, &peer, &spare, first).await,
+                Stream::Unix(s) => handle(&router, s, "unix", &spare, first).await,
             }
-            drop((permit, fd));
+            drop((permit, fd, open));
             heap.closed(max - limit.available_permits());
         });
     }
@@ -213,7 +264,18 @@ pub async fn run<R: Router>(
 /// Between two attempts to reach a leader that did not answer.
 const ROUTE_RETRY: Duration = Duration::from_millis(100);
 
-/// Serve or relay one connection, as the router says. A leader that cannot be reached
+/// What a connection brings to [`handle`] from its accept and handshake.
+struct First<'a> {
+    port: &'a Arc<Port>,
+    security: &'a Arc<Security>,
+    /// Its place among the pending connections, until it is admitted.
+    pending: Option<OwnedSemaphorePermit>,
+    /// The names of the client certificate it presented.
+    cert: Option<Vec<String>>,
+}
+
+/// Serve or relay one connection, as the router says, once it is admitted (its
+/// listener's policy: see [`admit`]). A leader that cannot be reached
 /// (it just died) is asked for again until the router names another one or this
 /// instance takes over, so a client that connects during a failover is served after it
 /// rather than refused; but not past [`relay::PATIENCE`] after its first bytes, nor at
@@ -224,11 +286,23 @@ async fn handle<S: connection::ClientStream + Send>(
     mut stream: S,
     peer: &str,
     spare: &Spare,
+    from: First<'_>,
 ) {
+    let open = from.port.policy.is_open();
+    let only_relays = from.port.policy.auth == policy::AuthMode::Relay;
+    let Some(admitted) = admit(&mut stream, peer, from.port, from.cert, from.security).await else {
+        return;
+    };
+    drop(from.pending);
     // The client's first bytes, read before it is relayed (they may be another
     // instance's relay greeting), then passed on; and when they came.
-    let mut first = BytesMut::new();
-    let mut sniffed: Option<Instant> = None;
+    let admit::Admitted {
+        mut first,
+        mut auth,
+    } = admitted;
+    let who = relayed_as(auth.as_ref());
+    // An authenticated client was admitted here: its first bytes are its commands.
+    let mut sniffed: Option<Instant> = (!open && !only_relays).then(Instant::now);
     loop {
         match router.route().await {
             Some(Route::Serve {
@@ -236,13 +310,29 @@ async fn handle<S: connection::ClientStream + Send>(
                 term,
                 greeting,
             }) => {
-                return connection::serve(engine, stream, peer, term, greeting, first).await;
+                let greeting = greeting.and_then(|me| greeting_on(me, from.port, from.security));
+                let auth = auth.take();
+                return connection::serve(engine, stream, peer, term, greeting, first, auth).await;
+            }
+            Some(Route::Relay(upstream, _)) if !open && !only_relays && !upstream.proves() => {
+                // Caught at the start (leader mode with authentication needs the
+                // secret): never relay a client whose role the leader could not know.
+                tracing::error!(
+                    peer,
+                    "cannot relay an authenticated client without --relay-secret-file; closing"
+                );
+                return;
             }
             Some(Route::Relay(upstream, term)) if sniffed.is_none() => {
                 tokio::select! {
                     sniff = relay::sniff(&mut stream, &mut first, upstream.me()) => {
-                        if sniff != relay::Sniffed::Client {
-                            return;
+                        match sniff {
+                            relay::Sniffed::Client if only_relays => {
+                                admit::refuse(&mut stream, from.security, "not_an_instance").await;
+                                return;
+                            }
+                            relay::Sniffed::Client => {}
+                            relay::Sniffed::Greeted | relay::Sniffed::Gone => return,
                         }
                         sniffed = Some(Instant::now());
                     }
@@ -256,7 +346,7 @@ async fn handle<S: connection::ClientStream + Send>(
                     spare.refusals.note();
                     return;
                 };
-                match upstream.connect().await {
+                match upstream.connect(&who).await {
                     Ok(leader) => {
                         relay::relay(stream, leader, first, peer, term).await;
                         drop(second);
@@ -282,6 +372,49 @@ async fn handle<S: connection::ClientStream + Send>(
                 return;
             }
         }
+    }
+}
+
+/// A client of `port` let in (see [`admit`]); `None` when it was refused or left.
+async fn admit<S: connection::ClientStream>(
+    stream: &mut S,
+    peer: &str,
+    port: &Port,
+    cert: Option<Vec<String>>,
+    security: &Arc<Security>,
+) -> Option<admit::Admitted> {
+    if port.policy.is_open() {
+        return Some(admit::Admitted {
+            first: BytesMut::new(),
+            auth: None,
+        });
+    }
+    let ip = peer
+        .parse::<std::net::SocketAddr>()
+        .map_or(std::net::Ipv4Addr::UNSPECIFIED.into(), |a| a.ip());
+    admit::identify(stream, port, ip, peer, cert, security).await
+}
+
+/// What answers a relay greeting on `port` of a leader (`me`): relay greetings are taken
+/// where any client may do everything, and on listeners for instances.
+fn greeting_on(me: Arc<str>, port: &Port, security: &Arc<Security>) -> Option<greeting::Greeting> {
+    let only_relays = port.policy.auth == policy::AuthMode::Relay;
+    (port.policy.is_open() || only_relays).then(|| greeting::Greeting {
+        me,
+        security: security.clone(),
+        only_relays,
+    })
+}
+
+/// Who a client is, as a standby tells the leader it relays the client to.
+fn relayed_as(auth: Option<&admit::ConnAuth>) -> hello::Relayed {
+    match auth {
+        None => hello::Relayed::Open,
+        Some(a) => hello::Relayed::As {
+            role: a.grant.role().name.clone(),
+            name: a.grant.identity().name.to_string(),
+            takes_tokens: a.takes_tokens,
+        },
     }
 }
 
@@ -311,6 +444,8 @@ struct Refusals {
     max_descriptors: usize,
     /// Refused since the last log line, and when that was.
     count: std::sync::Mutex<(u64, Option<Instant>)>,
+    /// The same, for connections refused as too many pending.
+    pending: std::sync::Mutex<(u64, Option<Instant>)>,
 }
 
 impl Refusals {
@@ -321,7 +456,24 @@ impl Refusals {
             max_connections,
             max_descriptors,
             count: std::sync::Mutex::new((0, None)),
+            pending: std::sync::Mutex::new((0, None)),
         }
+    }
+
+    /// A connection closed at accept because `max` connections are pending already.
+    fn note_pending(&self, max: usize) {
+        let mut count = lock(&self.pending);
+        count.0 += 1;
+        if count.1.is_some_and(|at| at.elapsed() < Self::EVERY) {
+            return;
+        }
+        tracing::warn!(
+            refused = count.0,
+            max_pending = max,
+            "too many connections handshaking or not yet authenticated (--max-pending); \
+             closing new ones of TLS and token listeners at once"
+        );
+        *count = (0, Some(Instant::now()));
     }
 
     fn note(&self) {

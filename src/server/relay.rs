@@ -9,7 +9,9 @@
 //! a leader address that reaches a standby, under whatever spelling, costs one
 //! connection per client instead of an endless chain. Then it connects to the leader
 //! and greets it ([`Upstream::connect`]): only an instance that answers that it leads
-//! gets the client's bytes. Every step is bounded: [`CONNECT_TIMEOUT`] to connect,
+//! gets the client's bytes. With the instance secret, the greeting proves this standby
+//! and says who the client is (its role, when it authenticated here): the leader
+//! enforces that role ([`super::hello`], version 2). Every step is bounded: [`CONNECT_TIMEOUT`] to connect,
 //! [`GREETING_TIMEOUT`] for the answer (an address that accepts but never answers is
 //! given up), and TCP keepalive on the leader's side while relaying (a leader whose
 //! host vanished without a word is noticed within [`KEEPALIVE_LIMIT`]). A relay has no
@@ -33,7 +35,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
-use super::hello::{self, Answer, First};
+use super::hello::{self, First, HelloReply, Relayed};
+use crate::access::Secret;
 use crate::util::lock;
 
 /// How long connecting to the leader may take.
@@ -132,12 +135,15 @@ pub enum GreetError {
 }
 
 /// Connect to `address` and greet whoever answers there as instance `me` (`check`:
-/// only to learn who answers; it then closes); the connection and what it says it is.
+/// only to learn who answers; it then closes), proving it with `secret` when given (then
+/// saying the client is `who`); the connection and what it says it is.
 pub async fn greet(
     address: &str,
     me: &str,
     check: bool,
-) -> Result<(TcpStream, Answer), GreetError> {
+    secret: Option<&Secret>,
+    who: &Relayed,
+) -> Result<(TcpStream, HelloReply), GreetError> {
     let mut upstream =
         match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(address)).await {
             Ok(Ok(s)) => s,
@@ -152,7 +158,16 @@ pub async fn greet(
     // Replies are written whole; don't let Nagle hold the client's requests back.
     upstream.set_nodelay(true).map_err(GreetError::Connect)?;
     let exchange = async {
-        upstream.write_all(&hello::greeting(me, check)).await?;
+        upstream
+            .write_all(&hello::greeting(me, check, secret.is_some()))
+            .await?;
+        let line = read_answer(&mut upstream).await?;
+        let (Some(secret), Some(HelloReply::Nonce(nonce))) = (secret, hello::parse_answer(&line))
+        else {
+            return Ok(line);
+        };
+        let proof = hello::proof(secret, &nonce, me, who).unwrap_or_default();
+        upstream.write_all(&proof).await?;
         read_answer(&mut upstream).await
     };
     let line = match tokio::time::timeout(GREETING_TIMEOUT, exchange).await {
@@ -164,10 +179,10 @@ pub async fn greet(
         return Err(GreetError::Closed);
     }
     match hello::parse_answer(&line) {
-        Some(answer) => Ok((upstream, answer)),
-        None => Err(GreetError::Garbled(
+        Some(HelloReply::Nonce(_)) | None => Err(GreetError::Garbled(
             String::from_utf8_lossy(&line).into_owned(),
         )),
+        Some(answer) => Ok((upstream, answer)),
     }
 }
 
@@ -201,6 +216,8 @@ pub struct Upstream {
     leader: String,
     /// This instance's id, sent in the greeting.
     me: Arc<str>,
+    /// The instance secret the greeting proves (`--relay-secret-file`).
+    secret: Option<Secret>,
     health: Mutex<Health>,
 }
 
@@ -212,13 +229,19 @@ struct Health {
 }
 
 impl Upstream {
-    pub fn new(address: String, leader: String, me: Arc<str>) -> Upstream {
+    pub fn new(address: String, leader: String, me: Arc<str>, secret: Option<Secret>) -> Upstream {
         Upstream {
             address,
             leader,
             me,
+            secret,
             health: Mutex::default(),
         }
+    }
+
+    /// Whether greetings prove this instance (an instance secret is configured).
+    pub fn proves(&self) -> bool {
+        self.secret.is_some()
     }
 
     pub fn address(&self) -> &str {
@@ -234,10 +257,11 @@ impl Upstream {
         &self.me
     }
 
-    /// Connect to the leader and greet it: a connection to relay a client over, or
-    /// why there is none. The outcome is noted (and a change of it logged).
-    pub async fn connect(&self) -> Result<TcpStream, RelayError> {
-        let outcome = self.try_connect(false).await;
+    /// Connect to the leader and greet it, saying the client is `who`: a connection to
+    /// relay that client over, or why there is none. The outcome is noted (and a
+    /// change of it logged).
+    pub async fn connect(&self, who: &Relayed) -> Result<TcpStream, RelayError> {
+        let outcome = self.try_connect(false, who).await;
         self.note(outcome.as_ref().map(|_| ()).map_err(Clone::clone));
         outcome
     }
@@ -245,19 +269,19 @@ impl Upstream {
     /// Whether the leader can be reached and greeted now (noted as [`Self::connect`]
     /// notes it); the leader counts no connection for it.
     pub async fn check(&self) -> Result<(), RelayError> {
-        let outcome = self.try_connect(true).await.map(drop);
+        let outcome = self.try_connect(true, &Relayed::Open).await.map(drop);
         self.note(outcome.clone());
         outcome
     }
 
-    async fn try_connect(&self, check: bool) -> Result<TcpStream, RelayError> {
+    async fn try_connect(&self, check: bool, who: &Relayed) -> Result<TcpStream, RelayError> {
         let address = self.address.clone();
         if address.is_empty() {
             return Err(RelayError::NoAddress {
                 leader: self.leader.clone(),
             });
         }
-        let (upstream, answer) = greet(&address, &self.me, check)
+        let (upstream, answer) = greet(&address, &self.me, check, self.secret.as_ref(), who)
             .await
             .map_err(|e| match e {
                 GreetError::Connect(source) => RelayError::Connect {
@@ -278,19 +302,22 @@ impl Upstream {
         match answer {
             // A leader other than the lease's: a newer one (this view is a moment
             // old); it leads, so it serves.
-            Answer::Leader(_) => {
+            HelloReply::Leader(_) => {
                 keep_alive(&upstream);
                 Ok(upstream)
             }
-            Answer::Standby(id) if *id == *self.me => Err(RelayError::ItSelf {
+            HelloReply::Standby(id) if *id == *self.me => Err(RelayError::ItSelf {
                 address,
                 leader: self.leader.clone(),
             }),
-            Answer::Standby(reached) => Err(RelayError::NotLeader {
-                address,
-                reached,
-                leader: self.leader.clone(),
-            }),
+            // `greet` returns no nonce: it answers it.
+            HelloReply::Standby(reached) | HelloReply::Nonce(reached) => {
+                Err(RelayError::NotLeader {
+                    address,
+                    reached,
+                    leader: self.leader.clone(),
+                })
+            }
         }
     }
 
@@ -388,7 +415,7 @@ pub async fn sniff<S: AsyncRead + AsyncWrite + Unpin>(
     loop {
         match hello::first_line(first) {
             First::Client => return Sniffed::Client,
-            First::Greeting { from, .. } => {
+            First::Greeting { from, proven, .. } => {
                 if from != me {
                     tracing::debug!(
                         from,
@@ -397,7 +424,7 @@ pub async fn sniff<S: AsyncRead + AsyncWrite + Unpin>(
                     );
                 }
                 let mut out = BytesMut::new();
-                hello::answer(&mut out, false, me);
+                hello::answer(&mut out, proven, false, me);
                 let _ = stream.write_all(&out).await;
                 let _ = stream.shutdown().await;
                 return Sniffed::Greeted;

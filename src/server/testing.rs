@@ -45,13 +45,16 @@ impl TestServer {
             store,
             EngineConfig {
                 max_job_size: MAX_JOB_SIZE,
+                memory: None,
                 dialect: Default::default(),
+                extensions: true,
             },
         );
         let config = ServerConfig {
             max_connections: 1024,
             max_descriptors: 2048,
             shutdown_grace: Duration::from_secs(1),
+            security: super::Security::open(),
         };
         let (stop, stopped) = oneshot::channel::<()>();
         // Shut down when told, or when the handle is dropped.

@@ -157,7 +157,7 @@ async fn shutdown_ends_open_connections_and_stops_listening() {
 async fn a_relay_greeting_is_an_unknown_command_outside_leader_mode() {
     let server = TestServer::start().await.unwrap();
     let mut c = connect(&server).await;
-    c.write_all(&super::hello::greeting("ab12", false))
+    c.write_all(&super::hello::greeting("ab12", false, false))
         .await
         .unwrap();
     c.write_all(b"list-tube-used\r\n").await.unwrap();

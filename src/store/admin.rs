@@ -119,7 +119,7 @@ pub enum Edited {
     },
 }
 
-/// The due time of a job delayed `delay_secs` from `now`.
-pub fn due(now: Nanos, delay_secs: u32) -> Nanos {
-    now + crate::time::secs(delay_secs)
+/// The due time of a job delayed `delay_ms` from `now`.
+pub fn due(now: Nanos, delay_ms: u64) -> Nanos {
+    now + crate::time::millis(delay_ms)
 }

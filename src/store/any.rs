@@ -77,10 +77,10 @@ impl Store for AnyStore {
         conn: ConnId,
         id: JobId,
         pri: u32,
-        delay_secs: u32,
+        delay_ms: u64,
         now: Nanos,
     ) -> StoreResult<Option<TubeName>> {
-        dispatch!(self, s => s.release(conn, id, pri, delay_secs, now))
+        dispatch!(self, s => s.release(conn, id, pri, delay_ms, now))
     }
     async fn bury(&self, conn: ConnId, id: JobId, pri: u32) -> StoreResult<bool> {
         dispatch!(self, s => s.bury(conn, id, pri))
@@ -118,8 +118,8 @@ impl Store for AnyStore {
     async fn list_tubes(&self) -> StoreResult<Vec<TubeName>> {
         dispatch!(self, s => s.list_tubes())
     }
-    async fn pause(&self, tube: &TubeName, delay_secs: u32, now: Nanos) -> StoreResult<bool> {
-        dispatch!(self, s => s.pause(tube, delay_secs, now))
+    async fn pause(&self, tube: &TubeName, delay_ms: u64, now: Nanos) -> StoreResult<bool> {
+        dispatch!(self, s => s.pause(tube, delay_ms, now))
     }
     async fn has_ready(&self, watched: &[TubeName]) -> StoreResult<bool> {
         dispatch!(self, s => s.has_ready(watched))

@@ -3,7 +3,7 @@
 //! source. A failed Redis call comes in already classified ([`CallError`], by its kind
 //! and error code) and keeps its meaning here.
 
-use crate::redis::{CallError, Outcome};
+use crate::redis::{CallError, Fate};
 
 /// A boxed error kept as the `source` of a [`StoreError`] (the Redis client's error, an
 /// I/O error of a log file), so its chain reaches the logs.
@@ -92,22 +92,18 @@ pub type StoreResult<T> = Result<T, StoreError>;
 
 impl From<CallError> for StoreError {
     fn from(e: CallError) -> StoreError {
-        let CallError {
-            op,
-            outcome,
-            source,
-        } = e;
-        match outcome {
-            Outcome::NotApplied => StoreError::NotApplied {
+        let CallError { op, fate, source } = e;
+        match fate {
+            Fate::NotApplied => StoreError::NotApplied {
                 op,
                 source: Some(source),
             },
-            Outcome::MayHaveApplied => StoreError::TimedOut {
+            Fate::MayHaveApplied => StoreError::TimedOut {
                 op,
                 source: Some(source),
             },
-            Outcome::BadReply => StoreError::bad_reply(op, source.to_string()),
-            Outcome::NamespaceLost => StoreError::NamespaceLost { op },
+            Fate::BadReply => StoreError::bad_reply(op, source.to_string()),
+            Fate::NamespaceLost => StoreError::NamespaceLost { op },
         }
     }
 }

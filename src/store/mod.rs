@@ -64,12 +64,17 @@ impl Change {
 /// definition: the Redis scripts are handed it as an argument.
 pub const URGENT_PRI: u32 = 1024;
 
-/// How long a `pause-tube` of `delay_secs` pauses. The reference stores a zero pause as
+/// How long a `pause-tube` of `delay_ms` pauses. The reference stores a zero pause as
 /// 1 ns: "resume now", which ends through the same path as any pause (so waiters are
 /// served). The Redis scripts get the result, never recompute it.
-pub fn pause_length(delay_secs: u32) -> Nanos {
-    crate::time::secs(delay_secs).max(1)
+pub fn pause_length(delay_ms: u64) -> Nanos {
+    crate::time::millis(delay_ms).max(1)
 }
+
+/// The shortest TTR (ms): beanstalkd makes a TTR of 0 one second, and a TTR in
+/// milliseconds is raised to it likewise, so DEADLINE_SOON's one-second margin keeps
+/// its meaning (docs/EXTENSIONS.md, *Milliseconds*).
+pub const MIN_TTR_MS: u64 = 1000;
 
 /// Identifies one client connection (unique within this process).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -78,6 +83,15 @@ pub struct ConnId(pub u64);
 /// The next [`ConnId`] to issue: one counter for the process, so that a store can tell
 /// the connections opened before a moment from those opened after it (see
 /// [`ConnId::issued`]).
+///
+/// Process-wide on purpose, the one static of its kind: it is an id source, like the
+/// pid, not state anyone reads but to compare ids. An id names one connection for the
+/// whole life of the process, whichever engine served it: a leader-mode process runs a
+/// new engine and store for each term, and a test several stores at once, so ids kept
+/// per engine would repeat in the logs (`conn=`), the clients listing and the jobs'
+/// holders. And the store that needs the ordering (shared mode's floor, set when its
+/// namespace is lost) sits below the engine that opens connections: a counter owned by
+/// the engine would have to be handed down through every store for that one read.
 static NEXT_CONN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl ConnId {
@@ -180,9 +194,10 @@ impl std::str::FromStr for JobState {
 pub struct NewJob {
     pub tube: TubeName,
     pub pri: u32,
-    pub delay_secs: u32,
-    /// Already raised to at least 1 second.
-    pub ttr_secs: u32,
+    /// Milliseconds (the finest unit a client can write, docs/EXTENSIONS.md).
+    pub delay_ms: u64,
+    /// Milliseconds, already raised to at least [`MIN_TTR_MS`].
+    pub ttr_ms: u64,
     pub body: Bytes,
 }
 
@@ -216,8 +231,8 @@ pub struct JobInfo {
     pub state: JobState,
     pub pri: u32,
     pub created: Nanos,
-    pub delay_secs: u32,
-    pub ttr_secs: u32,
+    pub delay_ms: u64,
+    pub ttr_ms: u64,
     /// Due time when delayed, TTR deadline when reserved.
     pub deadline: Option<Nanos>,
     pub reserves: u64,
@@ -275,7 +290,7 @@ pub struct Totals {
 /// The operations the engine needs from storage. Each is one atomic transition (but
 /// see [`Store::close`]).
 pub trait Store: Send + Sync {
-    /// Insert a job into `job.tube` (ready, or delayed when `delay_secs > 0`).
+    /// Insert a job into `job.tube` (ready, or delayed when `delay_ms > 0`).
     fn put(&self, job: NewJob, now: Nanos) -> impl Future<Output = StoreResult<JobId>> + Send;
 
     /// Consume an id without making a job (a put that ended in EXPECTED_CRLF or DRAINING).
@@ -307,7 +322,7 @@ pub trait Store: Send + Sync {
         conn: ConnId,
         id: JobId,
         pri: u32,
-        delay_secs: u32,
+        delay_ms: u64,
         now: Nanos,
     ) -> impl Future<Output = StoreResult<Option<TubeName>>> + Send;
 
@@ -371,11 +386,11 @@ pub trait Store: Send + Sync {
     /// All existing tubes, in the reference's list order.
     fn list_tubes(&self) -> impl Future<Output = StoreResult<Vec<TubeName>>> + Send;
 
-    /// Pause `tube` for `delay_secs` (0 means "resume now"); false when it does not exist.
+    /// Pause `tube` for `delay_ms` (0 means "resume now"); false when it does not exist.
     fn pause(
         &self,
         tube: &TubeName,
-        delay_secs: u32,
+        delay_ms: u64,
         now: Nanos,
     ) -> impl Future<Output = StoreResult<bool>> + Send;
 

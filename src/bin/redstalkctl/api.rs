@@ -26,7 +26,7 @@ pub struct Api {
     agent: Agent,
 }
 
-type Reply = std::result::Result<ureq::http::Response<ureq::Body>, ureq::Error>;
+type HttpResult = std::result::Result<ureq::http::Response<ureq::Body>, ureq::Error>;
 
 impl Api {
     /// A client of the API at `base` (`http://HOST:PORT`, a trailing `/` allowed).
@@ -86,7 +86,7 @@ impl Api {
         self.finish(&url, self.authorized(self.agent.delete(&url)).call())
     }
 
-    fn finish<T: DeserializeOwned>(&self, url: &str, reply: Reply) -> Result<T> {
+    fn finish<T: DeserializeOwned>(&self, url: &str, reply: HttpResult) -> Result<T> {
         let mut resp = reply.map_err(|e| self.transport(e))?;
         let status = resp.status().as_u16();
         let text = resp

@@ -20,12 +20,13 @@ mod watch;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
+use redstalk::manual::{self, Section};
 
 use crate::api::Api;
 use crate::beanstalk::Beanstalk;
 use crate::change::JobChange;
-use crate::error::{CtlError, Result};
+use crate::error::{CtlError, EXIT_OK, Result};
 
 #[derive(Parser)]
 #[command(
@@ -93,7 +94,39 @@ enum Cmd {
     Tail(watch::WatchArgs),
     /// A live table of the tubes, redrawn every interval.
     Top(watch::WatchArgs),
+    /// Print the shell completion script for SHELL (bash, zsh, fish, elvish or
+    /// powershell), e.g. `source <(redstalkctl completions bash)`.
+    Completions { shell: clap_complete::Shell },
+    /// Write the man pages and the completions under DIR (the Debian package's build
+    /// runs it: src/manual/).
+    #[command(hide = true)]
+    WriteManual { dir: std::path::PathBuf },
 }
+
+/// What `man redstalkctl` says after the options and commands.
+const MAN_SECTIONS: &[Section] = &[
+    Section {
+        title: "EXIT STATUS",
+        paragraphs: &[
+            "0\tok: the command did everything it was asked.",
+            "1\tpartial: a bulk change changed fewer jobs than it matched.",
+            "2\tusage: a bad command line or value.",
+            "3\tunsupported: the command needs --api, or the server does not take it.",
+            "4\trefused: no or a wrong token, --admin-read-only, cross-origin.",
+            "5\tnot found: no such job or tube.",
+            "6\tconflict: the job's state does not allow the change.",
+            "7\tunavailable: the server answered but cannot serve now.",
+            "8\tcannot connect: the beanstalk port or the API cannot be reached.",
+        ],
+    },
+    Section {
+        title: "SEE ALSO",
+        paragraphs: &[
+            "redstalk(1), beanstalkd(1); /usr/share/doc/redstalk/CLI.md has every \
+             command with examples.",
+        ],
+    },
+];
 
 /// What every command gets: where the server is and how to print.
 pub struct Ctx {
@@ -148,6 +181,17 @@ fn run(cli: Cli) -> Result<u8> {
         Cmd::Pause { tube, secs } => change::pause(&ctx, &tube, secs),
         Cmd::Tail(a) => watch::tail(&ctx, &a),
         Cmd::Top(a) => watch::top(&ctx, &a),
+        Cmd::Completions { shell } => {
+            let mut out = std::io::stdout().lock();
+            manual::write_completions(&Cli::command(), shell, &mut out)
+                .map_err(|e| CtlError::Usage(format!("completions: {e}")))?;
+            Ok(EXIT_OK)
+        }
+        Cmd::WriteManual { dir } => {
+            manual::write_manual(Cli::command(), MAN_SECTIONS, &dir)
+                .map_err(|e| CtlError::Usage(format!("write-manual {}: {e}", dir.display())))?;
+            Ok(EXIT_OK)
+        }
     }
 }
 
@@ -172,5 +216,23 @@ fn main() -> ExitCode {
             eprintln!("redstalkctl: {e}");
             ExitCode::from(e.exit_code())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// README.md's tables of redstalkctl's options and commands, against its flags.
+    #[test]
+    fn the_readme_documents_every_flag() {
+        let readme =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+        let problems = manual::readme::mismatches(&Cli::command(), &readme, "Command-line tool");
+        assert!(
+            problems.is_empty(),
+            "README.md and redstalkctl's flags disagree:\n{}",
+            problems.join("\n")
+        );
     }
 }

@@ -13,10 +13,11 @@
 //! (hand-over order and claim races), `timing.rs` (delays, TTR, pause-tube), `late.rs`
 //! (a store that answers late, as Redis does: the windows a round trip opens),
 //! `acks.rs` (which change each reply is acknowledged after), `clients.rs` (the
-//! operator's listing of connections).
+//! operator's listing of connections), `extensions.rs` (the protocol extensions).
 
 mod acks;
 mod clients;
+mod extensions;
 mod late;
 mod reserve;
 mod timing;
@@ -31,17 +32,24 @@ use tokio::time::Instant;
 use tokio_util::codec::Decoder;
 
 use super::{Answer, Engine, EngineConfig, Outcome, Session, Waiting};
-use crate::protocol::{Reply, ServerCodec};
+use crate::protocol::{Frame, FrameCodec, Reply};
 use crate::store::lagging::LaggingStore;
 use crate::store::{AnyStore, MemoryStore};
 
 /// A fresh engine on `store` (its timer and serve tasks running).
 fn engine_on(store: AnyStore) -> Arc<Engine> {
+    engine_speaking(store, true)
+}
+
+/// A fresh engine on `store`, with the protocol extensions on or off.
+fn engine_speaking(store: AnyStore, extensions: bool) -> Arc<Engine> {
     Engine::start(
         store,
         EngineConfig {
             max_job_size: 65_535,
+            memory: None,
             dialect: Default::default(),
+            extensions,
         },
     )
 }
@@ -70,7 +78,7 @@ fn lagging_engine(lag: Duration, read_lag: Duration) -> Arc<Engine> {
 struct Client {
     engine: Arc<Engine>,
     session: Option<Session>,
-    codec: ServerCodec,
+    codec: FrameCodec,
 }
 
 impl Client {
@@ -78,7 +86,7 @@ impl Client {
         Client {
             engine: engine.clone(),
             session: Some(engine.connect().await),
-            codec: ServerCodec::new(engine.max_job_size()),
+            codec: FrameCodec::new(engine.max_job_size(), engine.grammar()),
         }
     }
 
@@ -88,14 +96,17 @@ impl Client {
         if !request.ends_with("\r\n") {
             buf.extend_from_slice(b"\r\n");
         }
-        let req = self
+        let frame = self
             .codec
             .decode(&mut buf)
             .unwrap()
             .unwrap_or_else(|| panic!("incomplete request {request:?}"));
         assert!(buf.is_empty(), "more than one request in {request:?}");
         let session = self.session.as_mut().unwrap();
-        self.engine.execute(session, req).await
+        match frame {
+            Frame::Standard(req) => self.engine.execute(session, req).await,
+            Frame::Extension(ext) => self.engine.execute_extension(session, *ext).await,
+        }
     }
 
     /// Run a request that must be answered at once; its answer.

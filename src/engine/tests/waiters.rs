@@ -256,8 +256,8 @@ async fn put_unseen(e: &Engine, body: &'static str) {
     let job = crate::store::NewJob {
         tube: TubeName::default_tube(),
         pri: 0,
-        delay_secs: 0,
-        ttr_secs: 60,
+        delay_ms: 0,
+        ttr_ms: 60_000,
         body: bytes::Bytes::from_static(body.as_bytes()),
     };
     e.store.put(job, e.clock.now()).await.unwrap();

@@ -13,7 +13,8 @@ use super::error::ApiResult;
 use super::extract::{ApiEngine, ApiQuery};
 use super::ok;
 use super::types::{BlockedIn, Client, ClientsPage, ClientsQuery, HeldJob, LastCommand};
-use crate::engine::clients_list::{ClientInfo, SHOWN_TUBES};
+use crate::engine::clients::SHOWN_TUBES;
+use crate::engine::clients_list::ClientInfo;
 use crate::protocol::TubeName;
 use crate::store::{NANOS_PER_SEC, Nanos};
 

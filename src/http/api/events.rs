@@ -230,7 +230,9 @@ mod tests {
             AnyStore::Memory(MemoryStore::new()),
             EngineConfig {
                 max_job_size: 65_535,
+                memory: None,
                 dialect: Default::default(),
+                extensions: true,
             },
         );
         Events::start(Source::Engine(engine), CancellationToken::new())

@@ -17,8 +17,8 @@ use super::error::{ApiError, ApiResult};
 use super::extract::{ApiEngine, ApiQuery, JobPath, TubePath, tube_name};
 use super::forward::Served;
 use super::types::{
-    BodyShown, JobQuery, JobWithBody, JobsPage, JobsQuery, Role, SearchPage, SearchQuery, StatsDoc,
-    TubesPage, TubesQuery, WhoAmI,
+    BodyShown, InstanceRole, JobQuery, JobWithBody, JobsPage, JobsQuery, SearchPage, SearchQuery,
+    StatsDoc, TubesPage, TubesQuery, WhoAmI,
 };
 use super::{job_view, ok};
 use crate::engine::Engine;
@@ -60,9 +60,9 @@ pub(super) async fn whoami(
     Extension(served): Extension<Served>,
 ) -> ApiResult {
     let (role, instance) = match (&app.source, &served) {
-        (Source::Engine(e), _) => (Role::Serving, e.instance_id().to_string()),
-        (Source::Cluster(c), Served::Here(_)) => (Role::Leader, c.instance().to_string()),
-        (Source::Cluster(c), _) => (Role::Standby, c.instance().to_string()),
+        (Source::Engine(e), _) => (InstanceRole::Serving, e.instance_id().to_string()),
+        (Source::Cluster(c), Served::Here(_)) => (InstanceRole::Leader, c.instance().to_string()),
+        (Source::Cluster(c), _) => (InstanceRole::Standby, c.instance().to_string()),
     };
     let access = app.auth.access();
     ok(
@@ -74,7 +74,7 @@ pub(super) async fn whoami(
             instance,
             read_only: access.read_only,
             reads_need_token: access.reads_need_token,
-            changes_allowed: access.changes_allowed(),
+            changes_allowed: app.auth.changes_allowed(),
         },
     )
 }

@@ -180,7 +180,7 @@ pub enum Mode {
 /// What this instance does in its mode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Role {
+pub enum InstanceRole {
     /// Serves its own engine (memory, `-b`, shared mode).
     Serving,
     /// Leads (leader mode).
@@ -194,7 +194,7 @@ pub enum Role {
 pub struct WhoAmI {
     pub version: String,
     pub mode: Mode,
-    pub role: Role,
+    pub role: InstanceRole,
     pub instance: String,
     pub read_only: bool,
     pub reads_need_token: bool,

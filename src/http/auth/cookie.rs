@@ -1,56 +1,83 @@
-//! The web console's session cookie: issued by a login with the admin token, it stands
-//! for the token in a same-origin request of that browser.
+//! The web console's session cookie: issued by a login with a token, it stands for
+//! that token in a same-origin request of that browser.
 //!
 //! Invariants: the cookie holds an HMAC-SHA256 of the token under a key drawn when the
 //! process starts, never the token nor an unkeyed function of it: it is worthless after
-//! a restart or a token change, and learning it does not help guess the token; it is
-//! `HttpOnly; SameSite=Strict; Path=/`; it is taken only in a same-origin request, and
-//! compared in constant time.
+//! a restart or once its token leaves the roles file, and learning it does not help
+//! guess the token; it is `HttpOnly; SameSite=Strict; Path=/`; it is taken only in a
+//! same-origin request, and compared in constant time with every token's.
 
 use axum::http::{HeaderMap, header};
 use hmac::{KeyInit, Mac};
 use rand::RngExt;
+use subtle::ConstantTimeEq;
 
 use super::origin::cross_origin;
-use super::secret::Secret;
+use crate::access::{Identity, Roles, Secret, TokenEntry};
 
 /// The cookie that carries a console session.
 pub const COOKIE: &str = "redstalk_session";
 
 type HmacSha256 = hmac::Hmac<sha2::Sha256>;
 
-/// What a valid session cookie holds for this process (`None` without a token: no
-/// session can exist).
-#[derive(Debug)]
+/// This process's key for session cookies.
 pub struct SessionCookie {
-    value: Option<Secret>,
+    key: [u8; 32],
+}
+
+impl std::fmt::Debug for SessionCookie {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SessionCookie(<key>)")
+    }
+}
+
+impl Default for SessionCookie {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl SessionCookie {
-    pub fn new(token: Option<&Secret>) -> SessionCookie {
-        let key: [u8; 32] = rand::rng().random();
+    pub fn new() -> SessionCookie {
         SessionCookie {
-            value: token
-                .and_then(|t| hmac_hex(&key, t.expose().as_bytes()))
-                .map(Secret::new),
+            key: rand::rng().random(),
         }
     }
 
-    /// Whether `headers` carry this process's session cookie and come from this
-    /// listener's own origin (a page of another site gets nothing from the cookie).
-    pub fn accepts(&self, headers: &HeaderMap) -> bool {
-        let Some(want) = &self.value else {
-            return false;
-        };
-        !cross_origin(headers) && cookie_value(headers).is_some_and(|v| want.matches(v))
+    /// The token entry of `roles` whose session `headers` carry, from this listener's
+    /// own origin (a page of another site gets nothing from the cookie).
+    pub fn entry<'r>(
+        &self,
+        headers: &HeaderMap,
+        roles: &'r Roles,
+    ) -> Option<&'r TokenEntry<Identity>> {
+        if cross_origin(headers) {
+            return None;
+        }
+        let given = cookie_value(headers)?;
+        let mut found = None;
+        // Every token's cookie is computed and compared: the time does not tell which.
+        for e in roles.tokens().iter() {
+            let Some(want) = hmac_hex(&self.key, e.secret.expose().as_bytes()) else {
+                continue;
+            };
+            if bool::from(want.as_bytes().ct_eq(given)) {
+                found = Some(e);
+            }
+        }
+        found
     }
 
-    /// The `Set-Cookie` value that starts a session (`None` without a token).
-    pub fn set(&self) -> Option<String> {
-        let value = self.value.as_ref()?;
+    /// The identity whose session `headers` carry (see [`Self::entry`]).
+    pub fn identity(&self, headers: &HeaderMap, roles: &Roles) -> Option<Identity> {
+        self.entry(headers, roles).map(|e| e.value.clone())
+    }
+
+    /// The `Set-Cookie` value that starts a session of `token`.
+    pub fn set(&self, token: &Secret) -> Option<String> {
+        let value = hmac_hex(&self.key, token.expose().as_bytes())?;
         Some(format!(
-            "{COOKIE}={}; HttpOnly; SameSite=Strict; Path=/",
-            value.expose()
+            "{COOKIE}={value}; HttpOnly; SameSite=Strict; Path=/"
         ))
     }
 
@@ -90,8 +117,12 @@ mod tests {
 
     const TOKEN: &str = "correct-horse-battery-staple-42";
 
+    fn roles() -> Roles {
+        Roles::builtin(Some(&Secret::new(TOKEN)))
+    }
+
     fn cookie_of(s: &SessionCookie) -> String {
-        let set = s.set().unwrap();
+        let set = s.set(&Secret::new(TOKEN)).unwrap();
         let value = set.strip_prefix(&format!("{COOKIE}=")).unwrap();
         value.split(';').next().unwrap().to_string()
     }
@@ -102,7 +133,7 @@ mod tests {
 
     #[test]
     fn a_cookie_holds_no_form_of_the_token() {
-        let s = SessionCookie::new(Some(&Secret::new(TOKEN)));
+        let s = SessionCookie::new();
         let cookie = cookie_of(&s);
         assert_eq!(cookie.len(), 64, "{cookie}");
         let b64 = base64::engine::general_purpose::STANDARD;
@@ -129,13 +160,14 @@ mod tests {
             }
         }
         // Keyed per process: another process with the same token has another cookie.
-        let other = SessionCookie::new(Some(&Secret::new(TOKEN)));
+        let other = SessionCookie::new();
         assert_ne!(cookie_of(&other), cookie);
     }
 
     #[test]
     fn a_cookie_is_taken_only_from_the_same_origin() {
-        let s = SessionCookie::new(Some(&Secret::new(TOKEN)));
+        let s = SessionCookie::new();
+        let roles = roles();
         let cookie = cookie_of(&s);
         let mut h = HeaderMap::new();
         h.insert(header::HOST, "127.0.0.1:9".parse().unwrap());
@@ -143,13 +175,20 @@ mod tests {
             header::COOKIE,
             format!("a=b; {COOKIE}={cookie}").parse().unwrap(),
         );
-        assert!(s.accepts(&h));
+        assert!(s.identity(&h, &roles).is_some());
         h.insert(header::ORIGIN, "http://evil.example".parse().unwrap());
-        assert!(!s.accepts(&h));
+        assert!(s.identity(&h, &roles).is_none());
         h.remove(header::ORIGIN);
         h.insert(header::COOKIE, format!("{COOKIE}={TOKEN}").parse().unwrap());
-        assert!(!s.accepts(&h), "the token is not a cookie");
-        assert!(!SessionCookie::new(None).accepts(&h));
-        assert!(SessionCookie::new(None).set().is_none());
+        assert!(
+            s.identity(&h, &roles).is_none(),
+            "the token is not a cookie"
+        );
+        let c = format!("{COOKIE}={cookie}");
+        h.insert(header::COOKIE, c.parse().unwrap());
+        assert!(
+            s.identity(&h, &Roles::builtin(None)).is_none(),
+            "a token no longer configured has no session"
+        );
     }
 }

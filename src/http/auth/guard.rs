@@ -42,7 +42,7 @@ impl From<Refused> for ApiError {
             }
             Refused::Limited(_) => ErrorCode::TooManyRequests,
             Refused::ReadOnly => ErrorCode::ReadOnly,
-            Refused::CrossOrigin(_) => ErrorCode::Forbidden,
+            Refused::CrossOrigin(_) | Refused::Role(_) => ErrorCode::Forbidden,
         };
         let e = ApiError::new(code, r.to_string());
         match r {

@@ -113,7 +113,7 @@ async fn session(State(app): State<Arc<App>>, headers: HeaderMap) -> ApiResult {
         StatusCode::OK,
         SessionState {
             logged_in: app.auth.logged_in(&headers),
-            token_configured: app.auth.access().token.is_some(),
+            token_configured: app.auth.token_configured(),
         },
     )
 }

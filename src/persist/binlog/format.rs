@@ -16,6 +16,7 @@ use bytes::Bytes;
 use crate::protocol::TubeName;
 use crate::store::JobState;
 use crate::store::memory::{JobRecord, StoreCounters, Stored, TubeRecord};
+use crate::time::{is_whole_secs, secs_as_ms};
 
 pub const HEADER_MAGIC: &[u8; 8] = b"RSTKBLOG";
 pub const VERSION: u32 = 1;
@@ -27,6 +28,10 @@ const KIND_JOB: u8 = 1;
 const KIND_GONE: u8 = 2;
 const KIND_TUBE: u8 = 3;
 const KIND_COUNTERS: u8 = 4;
+/// A job record whose delay or TTR is not whole seconds (a client wrote milliseconds):
+/// both as u64 milliseconds. A job in whole seconds keeps [`KIND_JOB`], so a log of
+/// such jobs stays readable by versions before milliseconds.
+const KIND_JOB_MS: u8 = 5;
 
 /// One decoded record.
 #[derive(Debug, PartialEq, Eq)]
@@ -129,11 +134,24 @@ fn put_name(out: &mut Vec<u8>, name: &TubeName) {
 /// Append a job record (with its body when `with_body`); returns the bytes appended.
 pub fn put_job(out: &mut Vec<u8>, j: &JobRecord, with_body: bool) -> usize {
     frame(out, |o| {
-        o.push(KIND_JOB);
+        let secs = whole_secs(j);
+        o.push(if secs.is_some() {
+            KIND_JOB
+        } else {
+            KIND_JOB_MS
+        });
         o.extend_from_slice(&j.id.to_le_bytes());
         o.push(state_byte(j.state));
-        for v in [j.pri, j.delay_secs, j.ttr_secs] {
-            o.extend_from_slice(&v.to_le_bytes());
+        o.extend_from_slice(&j.pri.to_le_bytes());
+        match secs {
+            Some((delay, ttr)) => {
+                o.extend_from_slice(&delay.to_le_bytes());
+                o.extend_from_slice(&ttr.to_le_bytes());
+            }
+            None => {
+                o.extend_from_slice(&j.delay_ms.to_le_bytes());
+                o.extend_from_slice(&j.ttr_ms.to_le_bytes());
+            }
         }
         o.extend_from_slice(&j.created.to_le_bytes());
         o.extend_from_slice(&j.at.to_le_bytes());
@@ -149,9 +167,20 @@ pub fn put_job(out: &mut Vec<u8>, j: &JobRecord, with_body: bool) -> usize {
     })
 }
 
+/// A job's delay and TTR as whole seconds (u32, [`KIND_JOB`]'s fields), when they are.
+fn whole_secs(j: &JobRecord) -> Option<(u32, u32)> {
+    let secs = |ms: u64| {
+        is_whole_secs(ms)
+            .then(|| u32::try_from(ms / 1000).ok())
+            .flatten()
+    };
+    Some((secs(j.delay_ms)?, secs(j.ttr_ms)?))
+}
+
 /// The bytes [`put_job`] appends for `j` with its body (what a live job costs on disk).
 pub fn job_len(j: &JobRecord) -> usize {
-    FRAME_LEN + 1 + 8 + 1 + 12 + 16 + 20 + 2 + j.tube.as_str().len() + 1 + 4 + j.body.len()
+    let times = if whole_secs(j).is_some() { 8 } else { 16 };
+    FRAME_LEN + 1 + 8 + 1 + 4 + times + 16 + 20 + 2 + j.tube.as_str().len() + 1 + 4 + j.body.len()
 }
 
 pub fn put_gone(out: &mut Vec<u8>, id: u64) -> usize {
@@ -240,10 +269,14 @@ fn decode(file: &Bytes, start: usize, len: usize) -> Result<Record, Damage> {
         base: start,
     };
     let record = match r.u8()? {
-        KIND_JOB => {
+        kind @ (KIND_JOB | KIND_JOB_MS) => {
             let id = r.u64()?;
             let state = byte_state(r.u8()?).ok_or(Damage::Malformed("bad job state"))?;
-            let (pri, delay_secs, ttr_secs) = (r.u32()?, r.u32()?, r.u32()?);
+            let pri = r.u32()?;
+            let (delay_ms, ttr_ms) = match kind {
+                KIND_JOB => (secs_as_ms(r.u32()?), secs_as_ms(r.u32()?)),
+                _ => (r.u64()?, r.u64()?),
+            };
             let (created, at) = (r.u64()?, r.u64()?);
             let (reserves, timeouts, releases, buries, kicks) =
                 (r.u32()?, r.u32()?, r.u32()?, r.u32()?, r.u32()?);
@@ -260,8 +293,8 @@ fn decode(file: &Bytes, start: usize, len: usize) -> Result<Record, Damage> {
                     id,
                     tube,
                     pri,
-                    delay_secs,
-                    ttr_secs,
+                    delay_ms,
+                    ttr_ms,
                     state,
                     created,
                     at,
@@ -335,8 +368,8 @@ mod tests {
             id,
             tube: TubeName::new(b"emails").unwrap(),
             pri: 7,
-            delay_secs: 3,
-            ttr_secs: 60,
+            delay_ms: 3000,
+            ttr_ms: 60_000,
             state: JobState::Delayed,
             created: 1_700_000_000_000_000_000,
             at: 1_700_000_003_000_000_000,
@@ -404,6 +437,68 @@ mod tests {
                 Record::Tube(t),
                 Record::Counters(c),
             ]
+        );
+    }
+
+    #[test]
+    fn only_a_job_in_milliseconds_takes_the_millisecond_kind() {
+        let whole = job(1, b"x");
+        let ms = JobRecord {
+            delay_ms: 1500,
+            ..job(2, b"y")
+        };
+        let ttr_ms = JobRecord {
+            ttr_ms: 60_001,
+            ..job(3, b"z")
+        };
+        for (j, kind) in [(whole, KIND_JOB), (ms, KIND_JOB_MS), (ttr_ms, KIND_JOB_MS)] {
+            let mut out = Vec::new();
+            assert_eq!(put_job(&mut out, &j, true), job_len(&j));
+            assert_eq!(out[FRAME_LEN], kind, "job {}", j.id);
+            let (got, _) = next(&Bytes::from(out), 0).unwrap();
+            assert_eq!(
+                got,
+                Record::Job {
+                    job: j,
+                    with_body: true
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn a_whole_second_job_keeps_the_first_layout() {
+        // Written field by field as version 1 wrote a job (seconds as u32), before
+        // milliseconds: still read, as 3000 and 60000 ms.
+        let mut out = Vec::new();
+        frame(&mut out, |o| {
+            o.push(KIND_JOB);
+            o.extend_from_slice(&9u64.to_le_bytes());
+            o.push(state_byte(JobState::Delayed));
+            for v in [7u32, 3, 60] {
+                o.extend_from_slice(&v.to_le_bytes());
+            }
+            for v in [1_700_000_000_000_000_000u64, 1_700_000_003_000_000_000] {
+                o.extend_from_slice(&v.to_le_bytes());
+            }
+            for v in [1u32, 2, 3, 4, 5] {
+                o.extend_from_slice(&v.to_le_bytes());
+            }
+            put_name(o, &TubeName::new(b"emails").unwrap());
+            o.push(1);
+            o.extend_from_slice(&1u32.to_le_bytes());
+            o.push(b'b');
+        });
+        let mut now = Vec::new();
+        put_job(&mut now, &job(9, b"b"), true);
+        assert_eq!(out, now, "a whole-second job is written as before");
+        let (got, _) = next(&Bytes::from(out), 0).unwrap();
+        assert_eq!(
+            got,
+            Record::Job {
+                job: job(9, b"b"),
+                with_body: true
+            }
         );
     }
 

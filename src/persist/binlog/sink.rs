@@ -106,6 +106,26 @@ fn io_err(op: &'static str) -> impl Fn(std::io::Error) -> SinkError {
     }
 }
 
+/// Files that hold no record (a start that wrote nothing) would pile up over restarts:
+/// they go now. The others give back what a run killed while writing them held
+/// allocated beyond their end (the reserve, see `room`).
+fn tidy_replayed(dir: &Path, files: &mut BTreeMap<u64, u64>) {
+    files.retain(|&n, &mut size| {
+        let path = file_path(dir, n);
+        if size <= HEADER_LEN as u64 && std::fs::remove_file(&path).is_ok() {
+            return false;
+        }
+        if let Err(err) = OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .and_then(|f| f.set_len(size))
+        {
+            tracing::debug!(file = %path.display(), %err, "binlog: cannot trim a log file");
+        }
+        true
+    });
+}
+
 fn lock_files(figures: &LogFigures) -> MutexGuard<'_, HashMap<JobId, u64>> {
     lock(&figures.job_files)
 }
@@ -134,23 +154,7 @@ impl BinlogSink {
             _ => None,
         };
         let mut files = replayed.files;
-        // Files that hold no record (a start that wrote nothing) would pile up over
-        // restarts: they go now. The others give back what a run killed while writing
-        // them held allocated beyond their end (the reserve, see `room`).
-        files.retain(|&n, &mut size| {
-            let path = file_path(&config.dir, n);
-            if size <= HEADER_LEN as u64 && std::fs::remove_file(&path).is_ok() {
-                return false;
-            }
-            if let Err(err) = OpenOptions::new()
-                .write(true)
-                .open(&path)
-                .and_then(|f| f.set_len(size))
-            {
-                tracing::debug!(file = %path.display(), %err, "binlog: cannot trim a log file");
-            }
-            true
-        });
+        tidy_replayed(&config.dir, &mut files);
         files.insert(out_no, HEADER_LEN as u64);
         let mut room = Room::new(figures.clone(), HEADER_LEN as u64);
         // Started on a full disk: puts are refused from the first (the log goes on

@@ -11,8 +11,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+/// What the sink and the syncing thread share: the files to sync and whether they
+/// were written since the last sync.
 #[derive(Debug)]
-struct Shared {
+struct ToSync {
     /// The current file last; earlier ones were rolled away from and await a last sync.
     files: Mutex<Vec<Arc<File>>>,
     dirty: AtomicBool,
@@ -21,12 +23,12 @@ struct Shared {
 
 #[derive(Debug)]
 pub struct Syncer {
-    shared: Arc<Shared>,
+    shared: Arc<ToSync>,
 }
 
 impl Syncer {
     pub fn start(every: Duration, current: Arc<File>) -> std::io::Result<Syncer> {
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(ToSync {
             files: Mutex::new(vec![current]),
             dirty: AtomicBool::new(false),
             stop: AtomicBool::new(false),
@@ -55,7 +57,7 @@ impl Drop for Syncer {
     }
 }
 
-fn run(shared: &Shared, every: Duration) {
+fn run(shared: &ToSync, every: Duration) {
     loop {
         std::thread::sleep(every);
         let stop = shared.stop.load(Ordering::Acquire);

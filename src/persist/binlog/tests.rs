@@ -23,8 +23,8 @@ fn job(t: &str, pri: u32, delay: u32, body: &[u8]) -> NewJob {
     NewJob {
         tube: tube(t),
         pri,
-        delay_secs: delay,
-        ttr_secs: 60,
+        delay_ms: crate::time::secs_as_ms(delay),
+        ttr_ms: 60_000,
         body: Bytes::copy_from_slice(body),
     }
 }
@@ -75,7 +75,7 @@ async fn every_state_comes_back_and_churn_stays_bounded() {
         s.reserve_job(C1, id, NOW).await.unwrap();
         s.bury(C1, id, 9).await.unwrap();
     }
-    s.pause(&tube("old"), 300, NOW).await.unwrap();
+    s.pause(&tube("old"), 300_000, NOW).await.unwrap();
     flush(&s, &mut sink).await;
     let mut peak = 0;
     for round in 0..2_000u64 {

@@ -1,62 +1,28 @@
 //! Turning a cut into the commands of one batch (appended to its fenced script call,
-//! `crate::redis::fenced_script`), in the shared mode's schema (docs/REDIS.md).
+//! `crate::redis::fenced_script`, through `call.rs`), in the shared mode's schema
+//! (docs/REDIS.md).
 //!
 //! A tube's changes are grouped into one variadic command per key and operation
 //! (`HSET jobs id meta id meta ...`), so Redis' cost per batch grows with the jobs in
 //! it, not with a fixed cost per job. ZREMs come before ZADDs: a job of unknown standing
 //! is removed from every state's set, then added to its own. A job moved to another
 //! tube (same id) is removed from the old tube's keys and written whole in the new one.
-//!
-//! What Redis already holds ([`Written`]) spares commands: the tube list is changed
-//! entry by entry, a tube's figures and the namespace counters are written only when
-//! they changed (a tube's counters and the namespace's at most once a second, the id
-//! counter a block of ids ahead: `figures.rs`, `counters.rs`), and a tube's due-index
-//! entry only when it must come earlier (an entry
-//! may be early, never late: the shared mode's timer sets an early one right, and the
-//! leader does not read it). After a failed write all of it is unknown
-//! ([`Written::forget`]) and is written again whole.
-//!
-//! Encoding: each command is one argument of the call, its words already in the
-//! script's encoding (`fenced_script::command_arg`), so redis-rs packs a handful of
-//! arguments per batch, not every word. A command's arguments are gathered in a few
-//! reused buffers, encoded as they are written (numbers formatted on the stack), and
-//! copied into the call in one piece; the call is sized up front; a body is copied
-//! once, from its job record straight into the call (redis-rs then packs the call for
-//! the socket: the one copy that is not ours). Bodies of [`LARGE_WORDS`] bytes or more
-//! go as arguments of their own, the script's other form.
+//! What Redis already holds ([`Written`], `written.rs`) spares commands.
 
 use std::time::Instant;
 
 use foldhash::HashMap;
 
-use super::counters::Counters;
-use super::figures::Figures;
-
+use super::call::{Args, Batch};
+use super::figures::TUBE_FIELDS;
 use super::record::meta_of;
+use super::written::Written;
 use crate::protocol::TubeName;
-use crate::redis::fenced_script::{command_arg, encode_word, push_words, word_head_len};
 use crate::redis::keys::{Keys, NsKey, TubeKey};
 use crate::redis::{US, meta};
 use crate::store::JobState;
 use crate::store::memory::{Cut, Gone, JobRecord, StoreCounters, Stored, TubeRecord};
 use crate::util::SwapList;
-
-/// At most this many arguments per command, so no one command holds Redis long.
-const MAX_ARGS: usize = 2_000;
-
-/// Bodies of this many bytes or more (on average in a command) go as arguments of their
-/// own, not MessagePack-encoded: the Lua copy of a body costs Redis more than the
-/// arguments it saves from about this size (2026-11-27-leader-encode.md).
-const LARGE_WORDS: usize = 256;
-
-/// The figures of a tube's meta hash, in this order.
-const TUBE_FIELDS: [&str; 5] = [
-    "total_jobs",
-    "cmd_delete",
-    "cmd_pause",
-    "pause",
-    "pause_until",
-];
 
 /// The set a job in `state` sits in; also the index of its arguments in [`TubeOps`].
 fn set_of(state: JobState) -> TubeKey {
@@ -75,58 +41,6 @@ const SETS: [TubeKey; 4] = [
     TubeKey::Reserved,
     TubeKey::Buried,
 ];
-
-/// Arguments of one command, gathered ahead in one buffer, each already encoded as a
-/// word of the batch script's command argument (`fenced_script::encode_word`).
-#[derive(Debug, Default)]
-struct Args {
-    data: Vec<u8>,
-    /// Where each argument's encoding ends in `data`.
-    ends: Vec<usize>,
-}
-
-impl Args {
-    fn push(&mut self, a: &[u8]) {
-        encode_word(&mut self.data, a);
-        self.ends.push(self.data.len());
-    }
-
-    fn num(&mut self, n: u64) {
-        self.push(itoa::Buffer::new().format(n).as_bytes());
-    }
-
-    /// A job's sorted-set member: its id zero-padded to 20 digits, so that equal scores
-    /// order by id.
-    fn member(&mut self, id: u64) {
-        let mut digits = [b'0'; 20];
-        let mut buf = itoa::Buffer::new();
-        let s = buf.format(id).as_bytes();
-        digits[20 - s.len()..].copy_from_slice(s);
-        self.push(&digits);
-    }
-
-    fn len(&self) -> usize {
-        self.ends.len()
-    }
-
-    /// Argument `i` itself (its encoding without its head).
-    fn word(&self, i: usize) -> &[u8] {
-        let start = if i == 0 { 0 } else { self.ends[i - 1] };
-        let encoded = &self.data[start..self.ends[i]];
-        &encoded[word_head_len(encoded[0])..]
-    }
-
-    /// The encoding of arguments `from..to`, in one piece.
-    fn encoded(&self, from: usize, to: usize) -> &[u8] {
-        let start = if from == 0 { 0 } else { self.ends[from - 1] };
-        &self.data[start..self.ends[to - 1]]
-    }
-
-    fn clear(&mut self) {
-        self.data.clear();
-        self.ends.clear();
-    }
-}
 
 /// One tube's job changes, grouped by key and operation.
 #[derive(Debug, Default)]
@@ -173,57 +87,6 @@ impl TubeOps {
     }
 }
 
-/// What Redis holds, as far as the sink knows; see the module header.
-#[derive(Debug, Default)]
-pub struct Written {
-    /// The tube list; `None`: unknown (read it back before the next batch).
-    pub tubes: Option<SwapList<TubeName>>,
-    /// The namespace counters.
-    pub counters: Counters,
-    /// Each tube's due-index entry as last written.
-    due: HashMap<TubeName, u64>,
-    /// Each tube's figures: as last written, and those held back.
-    pub figures: Figures,
-}
-
-impl Written {
-    /// A namespace just loaded: its tube list and counters as read.
-    pub fn loaded(tubes: SwapList<TubeName>, counters: StoreCounters) -> Written {
-        Written {
-            tubes: Some(tubes),
-            counters: Counters::loaded(counters, Instant::now()),
-            ..Written::default()
-        }
-    }
-
-    /// A write failed: it may or may not have landed. Figures held back stay held.
-    pub fn forget(&mut self) {
-        let mut figures = std::mem::take(&mut self.figures);
-        figures.forget();
-        let mut counters = std::mem::take(&mut self.counters);
-        counters.forget();
-        *self = Written {
-            figures,
-            counters,
-            ..Written::default()
-        };
-    }
-
-    /// When the earliest figures or counters held back are due (`None`: nothing held).
-    pub fn due(&self) -> Option<Instant> {
-        match (self.figures.due(), self.counters.due()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
-    }
-
-    /// A clean stop: hold nothing back.
-    pub fn finishing(&mut self) {
-        self.figures.finishing();
-        self.counters.finishing();
-    }
-}
-
 /// Builds the batch of one cut; reuses its buffers from batch to batch.
 #[derive(Debug, Default)]
 pub struct Builder {
@@ -245,76 +108,6 @@ fn meta_command(b: &mut Batch, key: &str, f: &mut Args, changed: &[(usize, u64)]
     b.cmd("HSET", key, f, 2);
 }
 
-/// The commands of one batch, appended to its script call (see
-/// `crate::redis::fenced_script`).
-pub struct Batch {
-    pub call: redis::Cmd,
-    pub commands: usize,
-}
-
-impl Batch {
-    /// One command on `key`, its arguments split over several commands of at most
-    /// [`MAX_ARGS`], in groups of `group` (a field and its value stay together).
-    /// Nothing is sent for no arguments.
-    fn cmd(&mut self, name: &'static str, key: &str, args: &Args, group: usize) {
-        let per = (MAX_ARGS / group.max(1)) * group.max(1);
-        let mut i = 0;
-        while i < args.len() {
-            let end = (i + per).min(args.len());
-            let mut c = command_arg(&mut self.call);
-            c.word(name.as_bytes());
-            c.word(key.as_bytes());
-            c.encoded(args.encoded(i, end));
-            self.commands += 1;
-            i = end;
-        }
-    }
-
-    /// `HSET key id body ...`: the bodies of `jobs[of[..]]` (their ids in `ids`), each
-    /// copied once, from its job record straight into the call; bodies of
-    /// [`LARGE_WORDS`] bytes or more on average as arguments of their own.
-    fn bodies(&mut self, key: &str, ids: &Args, of: &[usize], jobs: &[JobRecord]) {
-        let per = MAX_ARGS / 2;
-        for (n, chunk) in of.chunks(per).enumerate() {
-            let pairs = chunk
-                .iter()
-                .enumerate()
-                .map(|(k, &j)| (n * per + k, &jobs[j].body[..]));
-            let bytes: usize = pairs.clone().map(|(_, b)| b.len()).sum();
-            if bytes >= LARGE_WORDS * chunk.len() {
-                let words = pairs.flat_map(|(id, body)| [ids.word(id), body]);
-                let head = [&b"HSET"[..], key.as_bytes()];
-                push_words(
-                    &mut self.call,
-                    2 + 2 * chunk.len(),
-                    head.into_iter().chain(words),
-                );
-            } else {
-                let mut c = command_arg(&mut self.call);
-                c.word(b"HSET");
-                c.word(key.as_bytes());
-                for (id, body) in pairs {
-                    c.encoded(ids.encoded(id, id + 1));
-                    c.word(body);
-                }
-            }
-            self.commands += 1;
-        }
-    }
-
-    /// A command with no arguments but its key.
-    fn bare(&mut self, name: &'static str, key: &str) {
-        let mut c = command_arg(&mut self.call);
-        c.word(name.as_bytes());
-        c.word(key.as_bytes());
-        self.commands += 1;
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.commands == 0
-    }
-}
-
 impl Builder {
     /// The batch writing `cut`, its commands appended to `call`; `written` is updated as if it lands (the caller
     /// forgets it when it does not). Jobs first (their sets, metadata, bodies and index
@@ -328,7 +121,7 @@ impl Builder {
         cut: &Cut,
         written: &mut Written,
     ) -> Batch {
-        let mut b = Batch { call, commands: 0 };
+        let mut b = Batch::new(call);
         self.group_jobs(owner, &cut.jobs, &cut.gone, &cut.moved);
         self.job_commands(&mut b, keys, &cut.jobs);
         self.tube_commands(&mut b, keys, &cut.tubes, written);
@@ -413,8 +206,9 @@ impl Builder {
         b.cmd("HDEL", keys.ns(NsKey::Index), &self.index_del, 1);
     }
 
-    /// The commands of the cut's tubes: a kept tube's changed figures, an earlier due
-    /// entry, its place in the tube list; a dropped tube's keys and entries gone.
+    /// The commands of the cut's tubes (a kept tube's changed figures, an earlier due
+    /// entry, its place in the tube list; a dropped tube's keys and entries gone), then
+    /// the figures held back whose time came.
     fn tube_commands(
         &mut self,
         b: &mut Batch,
@@ -422,74 +216,122 @@ impl Builder {
         cut_tubes: &[TubeRecord],
         written: &mut Written,
     ) {
-        let ns = |k: NsKey| keys.ns(k);
         let now = Instant::now();
         let mut tubes = written.tubes.take().unwrap_or_default();
         for t in cut_tubes {
-            let k = keys.tube(t.name.as_str());
-            let name = t.name.as_str().as_bytes();
-            let f = &mut self.fields;
             if t.kept {
-                let figures = [
-                    t.total_jobs,
-                    t.cmd_delete,
-                    t.cmd_pause,
-                    t.pause / US,
-                    t.pause_until / US,
-                ];
-                let fields = &mut self.changed_fields;
-                written.figures.take(&t.name, figures, now, fields);
-                meta_command(b, k.get(TubeKey::Meta), f, fields);
-                if let Some(due) = t.next_due.map(|d| d / US)
-                    && written.due.get(&t.name).is_none_or(|&w| due < w)
-                {
-                    f.clear();
-                    f.num(due);
-                    f.push(name);
-                    b.cmd("ZADD", ns(NsKey::Due), f, 2);
-                    written.due.insert(t.name.clone(), due);
-                }
-                if !tubes.contains(&t.name) {
-                    tubes.insert(t.name.clone());
-                    f.clear();
-                    f.push(name);
-                    b.cmd("RPUSH", ns(NsKey::Tubes), f, 1);
-                    f.clear();
-                    f.push(name);
-                    f.num(tubes.len() as u64 - 1);
-                    b.cmd("HSET", ns(NsKey::Tubepos), f, 2);
-                }
+                self.kept_tube(b, keys, t, written, now);
+                self.listed(b, keys, &t.name, &mut tubes);
             } else {
-                written.figures.dropped(&t.name);
-                written.due.remove(&t.name);
-                for key in TubeKey::ALL {
-                    b.bare("DEL", k.get(*key));
-                }
-                f.clear();
-                f.push(name);
-                b.cmd("ZREM", ns(NsKey::Due), f, 1);
-                if let Some(pos) = tubes.position(&t.name) {
-                    // The reference's list removal: the last tube moves into the hole.
-                    let last = tubes.as_slice().last().cloned();
-                    tubes.remove(&t.name);
-                    if let Some(last) = last.filter(|l| *l != t.name) {
-                        f.clear();
-                        f.num(pos as u64);
-                        f.push(last.as_str().as_bytes());
-                        b.cmd("LSET", ns(NsKey::Tubes), f, 2);
-                        f.clear();
-                        f.push(last.as_str().as_bytes());
-                        f.num(pos as u64);
-                        b.cmd("HSET", ns(NsKey::Tubepos), f, 2);
-                    }
-                    b.bare("RPOP", ns(NsKey::Tubes));
-                    f.clear();
-                    f.push(name);
-                    b.cmd("HDEL", ns(NsKey::Tubepos), f, 1);
-                }
+                self.dropped_tube(b, keys, &t.name, written);
+                self.unlisted(b, keys, &t.name, &mut tubes);
             }
         }
-        // Figures held back whose time came, of tubes this cut did not carry.
+        self.figures_due(b, keys, written, now);
+        written.tubes = Some(tubes);
+    }
+
+    /// A kept tube's figures that are to be written now, and its due entry if it must
+    /// come earlier.
+    fn kept_tube(
+        &mut self,
+        b: &mut Batch,
+        keys: &Keys,
+        t: &TubeRecord,
+        written: &mut Written,
+        now: Instant,
+    ) {
+        let k = keys.tube(t.name.as_str());
+        let figures = [
+            t.total_jobs,
+            t.cmd_delete,
+            t.cmd_pause,
+            t.pause / US,
+            t.pause_until / US,
+        ];
+        let f = &mut self.fields;
+        let fields = &mut self.changed_fields;
+        written.figures.take(&t.name, figures, now, fields);
+        meta_command(b, k.get(TubeKey::Meta), f, fields);
+        if let Some(due) = t.next_due.map(|d| d / US)
+            && written.lower_due(&t.name, due)
+        {
+            f.clear();
+            f.num(due);
+            f.push(t.name.as_str().as_bytes());
+            b.cmd("ZADD", keys.ns(NsKey::Due), f, 2);
+        }
+    }
+
+    /// Tube `name` in the tube list (`tubes`, as Redis holds it), appended if missing.
+    fn listed(
+        &mut self,
+        b: &mut Batch,
+        keys: &Keys,
+        name: &TubeName,
+        tubes: &mut SwapList<TubeName>,
+    ) {
+        if tubes.contains(name) {
+            return;
+        }
+        tubes.insert(name.clone());
+        let f = &mut self.fields;
+        f.clear();
+        f.push(name.as_str().as_bytes());
+        b.cmd("RPUSH", keys.ns(NsKey::Tubes), f, 1);
+        f.clear();
+        f.push(name.as_str().as_bytes());
+        f.num(tubes.len() as u64 - 1);
+        b.cmd("HSET", keys.ns(NsKey::Tubepos), f, 2);
+    }
+
+    /// A dropped tube's keys and due entry deleted.
+    fn dropped_tube(&mut self, b: &mut Batch, keys: &Keys, name: &TubeName, written: &mut Written) {
+        written.dropped(name);
+        let k = keys.tube(name.as_str());
+        for key in TubeKey::ALL {
+            b.bare("DEL", k.get(*key));
+        }
+        let f = &mut self.fields;
+        f.clear();
+        f.push(name.as_str().as_bytes());
+        b.cmd("ZREM", keys.ns(NsKey::Due), f, 1);
+    }
+
+    /// Tube `name` out of the tube list (`tubes`, as Redis holds it), if there.
+    fn unlisted(
+        &mut self,
+        b: &mut Batch,
+        keys: &Keys,
+        name: &TubeName,
+        tubes: &mut SwapList<TubeName>,
+    ) {
+        let Some(pos) = tubes.position(name) else {
+            return;
+        };
+        let ns = |k: NsKey| keys.ns(k);
+        let f = &mut self.fields;
+        // The reference's list removal: the last tube moves into the hole.
+        let last = tubes.as_slice().last().cloned();
+        tubes.remove(name);
+        if let Some(last) = last.filter(|l| l != name) {
+            f.clear();
+            f.num(pos as u64);
+            f.push(last.as_str().as_bytes());
+            b.cmd("LSET", ns(NsKey::Tubes), f, 2);
+            f.clear();
+            f.push(last.as_str().as_bytes());
+            f.num(pos as u64);
+            b.cmd("HSET", ns(NsKey::Tubepos), f, 2);
+        }
+        b.bare("RPOP", ns(NsKey::Tubes));
+        f.clear();
+        f.push(name.as_str().as_bytes());
+        b.cmd("HDEL", ns(NsKey::Tubepos), f, 1);
+    }
+
+    /// Figures held back whose time came, of tubes this cut did not carry.
+    fn figures_due(&mut self, b: &mut Batch, keys: &Keys, written: &mut Written, now: Instant) {
         for (name, figures) in written.figures.due_now(now) {
             written
                 .figures
@@ -502,7 +344,6 @@ impl Builder {
                 &self.changed_fields,
             );
         }
-        written.tubes = Some(tubes);
     }
 
     /// The namespace counters to write now (`counters.rs` says which and when).
@@ -542,7 +383,9 @@ mod tests {
     use bytes::Bytes;
     use redis::Arg;
 
+    use super::super::call::LARGE_WORDS;
     use super::*;
+    use crate::redis::fenced_script::word_head_len;
     use crate::store::memory::{CutLimit, MemoryStore};
     use crate::store::{NANOS_PER_SEC, NewJob};
 
@@ -590,8 +433,8 @@ mod tests {
         let job = NewJob {
             tube: tube.clone(),
             pri: 1,
-            delay_secs: 0,
-            ttr_secs: 60,
+            delay_ms: 0,
+            ttr_ms: 60_000,
             body: body.clone(),
         };
         s.put_staged(id, job, 1_700_000_000 * NANOS_PER_SEC, true);
@@ -628,7 +471,7 @@ mod tests {
         call
     }
 
-    /// Issue 20 item 3: the bodies go into the call straight from their jobs, each once,
+    /// The bodies go into the call straight from their jobs, each once,
     /// next to its id, in one HSET per tube: small ones MessagePack-encoded, large ones
     /// as arguments of their own.
     #[test]
@@ -647,8 +490,8 @@ mod tests {
             let job = NewJob {
                 tube: tube.clone(),
                 pri: 1,
-                delay_secs: 0,
-                ttr_secs: 60,
+                delay_ms: 0,
+                ttr_ms: 60_000,
                 body: Bytes::from(vec![b'a' + n; size]),
             };
             let (id, _) = s.begin_staged(&tube);

@@ -10,16 +10,16 @@
 //!   across a failover: a leader that takes over after a kill -9 starts past the block,
 //!   and the ids jump by at most [`ID_BLOCK`] (a gap clients cannot tell from jobs
 //!   put and deleted meanwhile). A clean stop writes the exact last id
-//!   ([`Counters::take`] while finishing), so a restart continues with the next id.
+//!   ([`LazyCounters::take`] while finishing), so a restart continues with the next id.
 //!   The block never goes past `i64::MAX` (the shared mode `INCR`s the key).
 //! - **`total_jobs` and `job_timeouts` are held back** a second at most, as a tube's
 //!   counters are (`figures.rs`): a kill -9 may lose up to a second of them (never a
 //!   job). The first write and a clean stop write them at once; the sink's timer
-//!   ([`Counters::due`]) writes them when no change comes to carry them.
+//!   ([`LazyCounters::due`]) writes them when no change comes to carry them.
 //! - `P:seq` (the buried FIFO's position) is written whenever it changes: a kick
 //!   after a takeover must find the buried jobs in their order.
 //!
-//! After a failed write what Redis holds is unknown ([`Counters::forget`]): the next
+//! After a failed write what Redis holds is unknown ([`LazyCounters::forget`]): the next
 //! batch writes every counter again.
 
 use std::time::Instant;
@@ -44,7 +44,7 @@ pub struct CounterWrites {
 
 /// What Redis holds of the counters, as far as the sink knows; see the module header.
 #[derive(Debug, Default)]
-pub struct Counters {
+pub struct LazyCounters {
     /// `P:ids` as last written (`None`: unknown).
     ids: Option<u64>,
     seq: Option<u64>,
@@ -55,14 +55,14 @@ pub struct Counters {
     finishing: bool,
 }
 
-impl Counters {
+impl LazyCounters {
     /// A namespace just loaded: the counters as read.
-    pub fn loaded(c: StoreCounters, now: Instant) -> Counters {
-        Counters {
+    pub fn loaded(c: StoreCounters, now: Instant) -> LazyCounters {
+        LazyCounters {
             ids: Some(c.last_id),
             seq: Some(c.bury_seq),
             stats: Some(([c.total_jobs, c.job_timeouts], now)),
-            ..Counters::default()
+            ..LazyCounters::default()
         }
     }
 
@@ -143,7 +143,7 @@ mod tests {
     #[test]
     fn ids_are_written_a_block_ahead_and_never_behind() {
         let now = Instant::now();
-        let mut c = Counters::loaded(counters(10, 10), now);
+        let mut c = LazyCounters::loaded(counters(10, 10), now);
         let mut written = 10;
         let mut writes = 0;
         for id in 11..=3_000 {
@@ -174,16 +174,16 @@ mod tests {
     #[test]
     fn the_id_block_stops_at_the_largest_redis_integer() {
         let now = Instant::now();
-        let mut c = Counters::loaded(counters(IDS_MAX - 5, 0), now);
+        let mut c = LazyCounters::loaded(counters(IDS_MAX - 5, 0), now);
         assert_eq!(c.take(counters(IDS_MAX - 4, 0), now).ids, Some(IDS_MAX));
-        let mut c = Counters::loaded(counters(u64::MAX - 1, 0), now);
+        let mut c = LazyCounters::loaded(counters(u64::MAX - 1, 0), now);
         assert_eq!(c.take(counters(u64::MAX, 0), now).ids, Some(u64::MAX));
     }
 
     #[test]
     fn stats_are_held_back_a_second() {
         let start = Instant::now();
-        let mut c = Counters::default();
+        let mut c = LazyCounters::default();
         let w = c.take(counters(1, 1), start);
         assert_eq!(w.stats, Some([1, 0]), "the first stats are written at once");
         assert_eq!(c.take(counters(2, 2), start).stats, None);

@@ -6,7 +6,7 @@
 //!
 //! What a kill -9 may lose: up to a second of a tube's `total-jobs` and `cmd-delete`
 //! (jobs themselves are never held back). A clean stop writes everything held
-//! ([`Figures::finishing`]); so does the sink's own timer ([`Figures::due`]) when no
+//! ([`LazyFigures::finishing`]); so does the sink's own timer ([`LazyFigures::due`]) when no
 //! change comes to carry them.
 //!
 //! After a failed write what Redis holds is unknown: every tube's figures are written
@@ -22,24 +22,33 @@ use crate::protocol::TubeName;
 /// How long a tube's counters may be held back.
 pub const FIGURES_EVERY: Duration = Duration::from_secs(1);
 
-/// A tube's figures, in `TUBE_FIELDS` order (`batch.rs`).
+/// The figures of a tube's meta hash, in this order.
+pub const TUBE_FIELDS: [&str; 5] = [
+    "total_jobs",
+    "cmd_delete",
+    "cmd_pause",
+    "pause",
+    "pause_until",
+];
+
+/// A tube's figures, in [`TUBE_FIELDS`] order.
 pub type TubeFigures = [u64; 5];
 
 /// What was written of each tube's figures, and what is held back.
 #[derive(Debug, Default)]
-pub struct Figures {
+pub struct LazyFigures {
     /// As last written, and when.
     written: HashMap<TubeName, (TubeFigures, Instant)>,
     /// Figures not written yet (the latest of each tube).
     held: HashMap<TubeName, TubeFigures>,
     finishing: bool,
-    /// [`Figures::due`] as last worked out, until a change (`None`: not known). The
+    /// [`LazyFigures::due`] as last worked out, until a change (`None`: not known). The
     /// committer asks for it at every turn of its loop, and working it out looks up
     /// every held tube; only a batch changes it.
     due: Cell<Option<Option<Instant>>>,
 }
 
-impl Figures {
+impl LazyFigures {
     /// The fields of `name` to write now (index and value, into `out`), given its
     /// figures as they are: none when unchanged or held back.
     pub fn take(
@@ -73,7 +82,7 @@ impl Figures {
     }
 
     /// The held tubes whose time came (every one, once finishing), with their figures:
-    /// the caller writes each through [`Figures::take`].
+    /// the caller writes each through [`LazyFigures::take`].
     pub fn due_now(&self, now: Instant) -> Vec<(TubeName, TubeFigures)> {
         self.held
             .iter()
@@ -138,7 +147,7 @@ mod tests {
     #[test]
     fn counters_are_held_back_a_second_and_a_pause_is_not() {
         let t = TubeName::new(b"t").unwrap();
-        let mut f = Figures::default();
+        let mut f = LazyFigures::default();
         let mut out = Vec::new();
         let start = Instant::now();
         f.take(&t, [1, 0, 0, 0, 0], start, &mut out);

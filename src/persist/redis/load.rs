@@ -14,6 +14,7 @@
 use bytes::Bytes;
 use foldhash::HashMap;
 
+use super::figures::TUBE_FIELDS;
 use super::record::record_of;
 use crate::protocol::TubeName;
 use crate::redis::keys::{Keys, NsKey, TubeKey};
@@ -130,83 +131,105 @@ fn decode_tube(name: &TubeName, metas: Entries, bodies: Entries) -> Decoded {
 /// Read the whole namespace under `keys`.
 pub async fn load(conn: &RedisConn, keys: &Keys) -> Result<Loaded, StoreError> {
     let mut c = conn.clone();
+    let mut loaded = Loaded {
+        snapshot: StoreSnapshot {
+            counters: read_counters(&mut c, keys).await?,
+            ..StoreSnapshot::default()
+        },
+        ..Loaded::default()
+    };
+    for name in read_tube_list(&mut c, keys).await? {
+        loaded.tube_list.insert(name.clone());
+        loaded
+            .snapshot
+            .tubes
+            .push(read_tube(&mut c, keys, &name).await?);
+        let decoded = read_jobs(conn, keys, &name).await?;
+        loaded.snapshot.jobs.extend(decoded.jobs);
+        loaded.damaged += decoded.damaged;
+        if !decoded.orphans.is_empty() {
+            loaded.orphans.push((name, decoded.orphans));
+        }
+    }
+    Ok(loaded)
+}
+
+/// The namespace counters (a missing one reads as 0).
+async fn read_counters(c: &mut RedisConn, keys: &Keys) -> Result<StoreCounters, StoreError> {
     let (ids, seq): (Option<Vec<u8>>, Option<Vec<u8>>) = redis::cmd("MGET")
         .arg(keys.ns(NsKey::Ids))
         .arg(keys.ns(NsKey::Seq))
-        .query_async(&mut c)
+        .query_async(c)
         .await
         .map_err(err("MGET ids seq"))?;
     let stats: Vec<Option<Vec<u8>>> = redis::cmd("HMGET")
         .arg(keys.ns(NsKey::Stats))
         .arg(&["total_jobs", "job_timeouts"])
-        .query_async(&mut c)
+        .query_async(c)
         .await
         .map_err(err("HMGET stats"))?;
+    Ok(StoreCounters {
+        last_id: parse_u64(&ids),
+        bury_seq: parse_u64(&seq),
+        total_jobs: parse_u64(stats.first().unwrap_or(&None)),
+        job_timeouts: parse_u64(stats.get(1).unwrap_or(&None)),
+    })
+}
+
+/// The tube list, in its order (names that are not tube names are skipped).
+async fn read_tube_list(c: &mut RedisConn, keys: &Keys) -> Result<Vec<TubeName>, StoreError> {
     let names: Vec<Vec<u8>> = redis::cmd("LRANGE")
         .arg(keys.ns(NsKey::Tubes))
         .arg(0)
         .arg(-1)
-        .query_async(&mut c)
+        .query_async(c)
         .await
         .map_err(err("LRANGE tubes"))?;
-    let mut loaded = Loaded {
-        snapshot: StoreSnapshot {
-            counters: StoreCounters {
-                last_id: parse_u64(&ids),
-                bury_seq: parse_u64(&seq),
-                total_jobs: parse_u64(stats.first().unwrap_or(&None)),
-                job_timeouts: parse_u64(stats.get(1).unwrap_or(&None)),
-            },
-            ..StoreSnapshot::default()
-        },
-        ..Loaded::default()
-    };
-    for name in names.iter().filter_map(|n| TubeName::new(n)) {
-        loaded.tube_list.insert(name.clone());
-        let k = keys.tube(name.as_str());
-        let m: Vec<Option<Vec<u8>>> = redis::cmd("HMGET")
-            .arg(k.get(TubeKey::Meta))
-            .arg(&[
-                "total_jobs",
-                "cmd_delete",
-                "cmd_pause",
-                "pause",
-                "pause_until",
-            ])
-            .query_async(&mut c)
-            .await
-            .map_err(err("HMGET tube meta"))?;
-        let f = |i: usize| parse_u64(m.get(i).unwrap_or(&None));
-        loaded.snapshot.tubes.push(TubeRecord {
-            name: name.clone(),
-            kept: true,
-            total_jobs: f(0),
-            cmd_delete: f(1),
-            cmd_pause: f(2),
-            pause: f(3) * US,
-            pause_until: f(4) * US,
-            next_due: None,
-        });
-        let (metas, bodies) = tokio::try_join!(
-            scan_hash(conn.clone(), k.get(TubeKey::Jobs), SCAN_METAS),
-            scan_hash(conn.clone(), k.get(TubeKey::Bodies), SCAN_BODIES)
-        )?;
-        // Decoding is CPU work in proportion to the tube's jobs (a second or more for
-        // a million): it runs on a blocking thread, so the runtime keeps running the
-        // lease keeper meanwhile (a lease left unrenewed through a long load would
-        // end the leadership the load is for).
-        let tube = name.clone();
-        let decoded = tokio::task::spawn_blocking(move || decode_tube(&tube, metas, bodies))
-            .await
-            .map_err(|e| StoreError::BadReply {
-                op: "load",
-                detail: format!("decoding a tube's jobs stopped: {e}"),
-            })?;
-        loaded.snapshot.jobs.extend(decoded.jobs);
-        loaded.damaged += decoded.damaged;
-        if !decoded.orphans.is_empty() {
-            loaded.orphans.push((name.clone(), decoded.orphans));
-        }
-    }
-    Ok(loaded)
+    Ok(names.iter().filter_map(|n| TubeName::new(n)).collect())
+}
+
+/// Tube `name`'s figures and pause.
+async fn read_tube(
+    c: &mut RedisConn,
+    keys: &Keys,
+    name: &TubeName,
+) -> Result<TubeRecord, StoreError> {
+    let k = keys.tube(name.as_str());
+    let m: Vec<Option<Vec<u8>>> = redis::cmd("HMGET")
+        .arg(k.get(TubeKey::Meta))
+        .arg(&TUBE_FIELDS)
+        .query_async(c)
+        .await
+        .map_err(err("HMGET tube meta"))?;
+    let f = |i: usize| parse_u64(m.get(i).unwrap_or(&None));
+    Ok(TubeRecord {
+        name: name.clone(),
+        kept: true,
+        total_jobs: f(0),
+        cmd_delete: f(1),
+        cmd_pause: f(2),
+        pause: f(3) * US,
+        pause_until: f(4) * US,
+        next_due: None,
+    })
+}
+
+/// Tube `name`'s jobs, its two hashes scanned side by side, then decoded.
+async fn read_jobs(conn: &RedisConn, keys: &Keys, name: &TubeName) -> Result<Decoded, StoreError> {
+    let k = keys.tube(name.as_str());
+    let (metas, bodies) = tokio::try_join!(
+        scan_hash(conn.clone(), k.get(TubeKey::Jobs), SCAN_METAS),
+        scan_hash(conn.clone(), k.get(TubeKey::Bodies), SCAN_BODIES)
+    )?;
+    // Decoding is CPU work in proportion to the tube's jobs (a second or more for a
+    // million): it runs on a blocking thread, so the runtime keeps running the lease
+    // keeper meanwhile (a lease left unrenewed through a long load would end the
+    // leadership the load is for).
+    let tube = name.clone();
+    tokio::task::spawn_blocking(move || decode_tube(&tube, metas, bodies))
+        .await
+        .map_err(|e| StoreError::BadReply {
+            op: "load",
+            detail: format!("decoding a tube's jobs stopped: {e}"),
+        })
 }

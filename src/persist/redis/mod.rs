@@ -4,6 +4,9 @@
 //! transactions are `crate::redis`'s, shared with the shared mode.
 //!
 //! - `batch`: a cut turned into the commands of one fenced script call.
+//! - `call`: those commands encoded into the call.
+//! - `written`: what Redis holds, as far as the sink knows (so a batch writes only
+//!   what changed).
 //! - `sink`: the [`Sink`](crate::persist::Sink) sending each batch, fenced.
 //! - `stager`: large bodies written ahead of their jobs, on a connection of their own.
 //! - `figures`: tube figures written lazily (the counters at most once a second).
@@ -13,12 +16,14 @@
 //! - `record`: a job record mapped to and from the metadata format.
 
 pub mod batch;
+mod call;
 mod counters;
 mod figures;
 pub mod load;
 mod record;
 pub mod sink;
 pub mod stager;
+mod written;
 
 pub use load::{Loaded, load};
 pub use sink::RedisSink;

@@ -6,25 +6,25 @@ use bytes::Bytes;
 
 use crate::protocol::TubeName;
 use crate::redis::US;
-use crate::redis::meta::{Meta, State};
+use crate::redis::meta::{Meta, MetaState};
 use crate::store::memory::{JobRecord, Stored};
 use crate::store::{JobId, JobState};
 
-fn state_of(s: JobState) -> State {
+fn state_of(s: JobState) -> MetaState {
     match s {
-        JobState::Ready => State::Ready,
-        JobState::Reserved => State::Reserved,
-        JobState::Delayed => State::Delayed,
-        JobState::Buried => State::Buried,
+        JobState::Ready => MetaState::Ready,
+        JobState::Reserved => MetaState::Reserved,
+        JobState::Delayed => MetaState::Delayed,
+        JobState::Buried => MetaState::Buried,
     }
 }
 
-fn job_state(s: State) -> JobState {
+fn job_state(s: MetaState) -> JobState {
     match s {
-        State::Ready => JobState::Ready,
-        State::Reserved => JobState::Reserved,
-        State::Delayed => JobState::Delayed,
-        State::Buried => JobState::Buried,
+        MetaState::Ready => JobState::Ready,
+        MetaState::Reserved => JobState::Reserved,
+        MetaState::Delayed => JobState::Delayed,
+        MetaState::Buried => JobState::Buried,
     }
 }
 
@@ -38,8 +38,8 @@ pub fn meta_of(r: &JobRecord) -> Meta {
     };
     Meta {
         pri: r.pri,
-        delay_secs: r.delay_secs,
-        ttr_secs: r.ttr_secs,
+        delay_ms: r.delay_ms,
+        ttr_ms: r.ttr_ms,
         created_us: r.created / US,
         state: state_of(r.state),
         due_us,
@@ -58,19 +58,19 @@ pub fn meta_of(r: &JobRecord) -> Meta {
 pub fn record_of(id: JobId, tube: &TubeName, m: Meta, body: Bytes) -> JobRecord {
     let created = m.created_us * US;
     let at = match m.state {
-        State::Delayed | State::Reserved => m.due_us * US,
+        MetaState::Delayed | MetaState::Reserved => m.due_us * US,
         // A job written before READY existed has waited since its creation, as far as
         // anyone can tell.
-        State::Ready => m.ready_us.map_or(created, |r| r * US),
-        State::Buried => m.bury_seq,
+        MetaState::Ready => m.ready_us.map_or(created, |r| r * US),
+        MetaState::Buried => m.bury_seq,
     };
     let state = job_state(m.state);
     JobRecord {
         id,
         tube: tube.clone(),
         pri: m.pri,
-        delay_secs: m.delay_secs,
-        ttr_secs: m.ttr_secs,
+        delay_ms: m.delay_ms,
+        ttr_ms: m.ttr_ms,
         state,
         created,
         at,
@@ -95,8 +95,8 @@ mod tests {
             id: 7,
             tube: TubeName::new(b"t").unwrap(),
             pri: 4_294_967_295,
-            delay_secs: 3,
-            ttr_secs: 60,
+            delay_ms: 3000,
+            ttr_ms: 60_000,
             state,
             created: 1_700_000_000_123_456_000,
             at,

@@ -20,7 +20,8 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use super::super::{Sink, SinkError};
-use super::batch::{Builder, Written};
+use super::batch::Builder;
+use super::written::Written;
 use crate::protocol::TubeName;
 use crate::redis::fenced_script::BatchFence;
 use crate::redis::keys::{Keys, NsKey};

@@ -1,17 +1,23 @@
-//! Framing: bytes from a client -> [`Request`]s, one per command, in order.
+//! Framing: bytes from a client -> requests, one per command, in order: [`Request`]s
+//! ([`ServerCodec`], beanstalkd's grammar) or [`Frame`]s ([`FrameCodec`], either grammar;
+//! under the extended one, extensions too).
 //!
 //! States: reading a command line (within a 224-byte window, CRLF included), discarding
 //! an over-long line up to its CRLF, reading a put body of `bytes + 2`, or discarding the
-//! `bytes + 2` of a put that was too big or could not be stored.
+//! `bytes + 2` of a put that was too big, could not be stored, or (extended grammar)
+//! carried malformed tags.
 //!
 //! Invariants: the codec never holds more than the line window while looking for a
-//! line; a body is moved out of the read buffer as it arrives, into a buffer that grows
-//! with it and never past `bytes` (so it is exactly sized when complete: the job keeps
-//! it, copied once from the read buffer, and a header alone claims at most
-//! [`BODY_CHUNK`]); every byte is consumed exactly once; `decode` never returns `Some`
-//! without consuming input.
+//! line (224 bytes; under an extended grammar serving batches, [`LIST_LINE_MAX`] for a
+//! line that starts with a list command's verb, and no other); a body is moved out of
+//! the read buffer as it arrives, into a buffer that grows with it and never past
+//! `bytes` (so it is exactly sized when complete: the job keeps it, copied once from the
+//! read buffer, and a header alone claims at most [`BODY_CHUNK`]); every byte is
+//! consumed exactly once; `decode` never returns `Some` without consuming input.
 //!
-//! Memory: the body buffer grows by fallible allocation. When the allocator refuses, the
+//! Memory: the body buffer grows by fallible allocation. When the allocator refuses, or
+//! the process's memory budget does not admit the body (`crate::util::memory`: under a
+//! container's limit allocation never fails, the kernel kills the process instead), the
 //! put answers OUT_OF_MEMORY after its remaining bytes are discarded, as the reference
 //! does when it cannot allocate a job (it skips `bytes + 2`, then replies), and the
 //! connection stays in step.
@@ -21,11 +27,16 @@
 //! over-long line is discarded through its own CRLF even when that CRLF straddles the
 //! 224-byte boundary (the reference desyncs on a 225-byte line).
 
+use std::sync::Arc;
+
 use bytes::{Buf, BytesMut};
 use tokio_util::codec::Decoder;
 
-use super::command::{Counter, Put, PutHeader, Rejection, Request};
-use super::parse::{Line, parse_line};
+use super::command::{Counter, Put, Rejection, Request};
+use super::ext::parse::{LIST_VERBS, PutTags};
+use super::ext::{ExtendedPut, Extension, Family, Frame, Grammar, LIST_LINE_MAX, Millis, PutKey};
+use super::parse::{Line, parse_line_in};
+use crate::util::memory::MemoryBudget;
 
 /// The reference's command buffer: the longest line, CRLF included.
 pub const LINE_MAX: usize = 224;
@@ -42,50 +53,142 @@ pub const MAX_JOB_SIZE_LIMIT: u32 = 1 << 30;
 /// client never sends.
 pub const BODY_CHUNK: usize = 64 * 1024;
 
+/// What the codec is reading: the decoder's state.
 #[derive(Debug)]
-enum State {
+enum Reading {
+    /// A command line (within the line window).
     Line,
     /// Over-long line: drop everything through the next CRLF, then one BAD_FORMAT.
     DiscardLine,
-    /// Reading a put body: `body` fills up to `header.bytes`, then the CRLF is checked.
-    Body {
-        header: PutHeader,
-        body: Vec<u8>,
-    },
-    /// Dropping the rest of a put's `bytes + 2`; then `reply` (JOB_TOO_BIG, or
-    /// OUT_OF_MEMORY when its body could not be allocated).
-    Skip {
-        remaining: u64,
-        reply: Rejection,
-    },
+    /// Reading a put body: `body` fills up to `put.bytes`, then the CRLF is checked.
+    Body { put: PendingPut, body: Vec<u8> },
+    /// Dropping the rest of a put's `bytes + 2`; then `reply` (JOB_TOO_BIG,
+    /// OUT_OF_MEMORY when its body could not be allocated, or BAD_FORMAT for malformed
+    /// tags).
+    Skip { remaining: u64, reply: Rejection },
 }
 
-/// The server-side codec. One per connection.
+/// A put whose body is being read.
 #[derive(Debug)]
-pub struct ServerCodec {
-    state: State,
-    max_job_size: u32,
+struct PendingPut {
+    bytes: u32,
+    pri: u32,
+    delay: Millis,
+    ttr: Millis,
+    /// In the extended grammar (it yields an [`ExtendedPut`]), with its key if any.
+    extended: Option<Option<PutKey>>,
 }
+
+impl PendingPut {
+    fn into_frame(self, body: Vec<u8>) -> Frame {
+        let body = body.into();
+        match self.extended {
+            Some(key) => Frame::extension(Extension::Put(ExtendedPut {
+                pri: self.pri,
+                delay: self.delay,
+                ttr: self.ttr,
+                key,
+                body,
+            })),
+            // Standard: the durations came from u32 seconds.
+            None => Frame::Standard(Request::Put(Put {
+                pri: self.pri,
+                delay: secs(self.delay),
+                ttr: secs(self.ttr),
+                body,
+            })),
+        }
+    }
+}
+
+fn secs(d: Millis) -> u32 {
+    u32::try_from(d.as_millis() / 1000).unwrap_or(u32::MAX)
+}
+
+/// The framing state machine both codecs share.
+#[derive(Debug)]
+struct Framer {
+    reading: Reading,
+    max_job_size: u32,
+    grammar: Grammar,
+    /// How many bytes of the buffered line were searched for CRLF already (a list line
+    /// may arrive in many reads).
+    scanned: usize,
+    /// A put whose body this budget does not admit answers OUT_OF_MEMORY, as one the
+    /// allocator refused.
+    budget: Option<Arc<MemoryBudget>>,
+}
+
+/// The codec of beanstalkd's grammar. One per connection.
+#[derive(Debug)]
+pub struct ServerCodec(Framer);
 
 impl ServerCodec {
     pub fn new(max_job_size: u32) -> ServerCodec {
-        ServerCodec {
-            state: State::Line,
-            max_job_size,
-        }
+        ServerCodec(Framer::new(max_job_size, Grammar::Standard))
+    }
+
+    /// Admit put bodies against `budget` (`crate::util::memory`).
+    pub fn with_budget(mut self, budget: Option<Arc<MemoryBudget>>) -> ServerCodec {
+        self.0.budget = budget;
+        self
     }
 
     /// True while a command line is awaited (not in the middle of a body or a discard).
     pub fn is_between_commands(&self) -> bool {
-        matches!(self.state, State::Line)
+        self.0.is_between_commands()
+    }
+}
+
+/// The codec of either grammar, yielding [`Frame`]s. One per connection.
+#[derive(Debug)]
+pub struct FrameCodec(Framer);
+
+impl FrameCodec {
+    pub fn new(max_job_size: u32, grammar: Grammar) -> FrameCodec {
+        FrameCodec(Framer::new(max_job_size, grammar))
+    }
+
+    /// Admit put bodies against `budget` (`crate::util::memory`).
+    pub fn with_budget(mut self, budget: Option<Arc<MemoryBudget>>) -> FrameCodec {
+        self.0.budget = budget;
+        self
+    }
+
+    /// True while a command line is awaited (not in the middle of a body or a discard).
+    pub fn is_between_commands(&self) -> bool {
+        self.0.is_between_commands()
+    }
+}
+
+impl Decoder for ServerCodec {
+    type Item = Request;
+    type Error = std::io::Error;
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Request>, std::io::Error> {
+        Ok(self.0.decode(src).map(|frame| match frame {
+            Frame::Standard(req) => req,
+            // The standard grammar yields no extension; if it did, beanstalkd's answer
+            // to a line it does not know is this.
+            Frame::Extension(_) => Request::Rejected(Rejection::UnknownCommand),
+        }))
+    }
+}
+
+impl Decoder for FrameCodec {
+    type Item = Frame;
+    type Error = std::io::Error;
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Frame>, std::io::Error> {
+        Ok(self.0.decode(src))
     }
 }
 
 /// The put whose body could not be allocated after `read` of its bytes: discard the
 /// rest of its `bytes + 2` (freeing what was read), then answer OUT_OF_MEMORY.
-fn out_of_memory(header: &PutHeader, read: usize) -> State {
-    State::Skip {
-        remaining: u64::from(header.bytes) + 2 - read as u64,
+fn out_of_memory(bytes: u32, read: usize) -> Reading {
+    Reading::Skip {
+        remaining: u64::from(bytes) + 2 - read as u64,
         reply: Rejection::OutOfMemory,
     }
 }
@@ -94,108 +197,175 @@ fn find_crlf(buf: &[u8]) -> Option<usize> {
     buf.windows(2).position(|w| w == b"\r\n")
 }
 
-impl Decoder for ServerCodec {
-    type Item = Request;
-    type Error = std::io::Error;
+fn rejected(r: Rejection) -> Option<Frame> {
+    Some(Frame::Standard(Request::Rejected(r)))
+}
 
-    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Request>, std::io::Error> {
+impl Framer {
+    fn new(max_job_size: u32, grammar: Grammar) -> Framer {
+        Framer {
+            reading: Reading::Line,
+            max_job_size,
+            grammar,
+            scanned: 0,
+            budget: None,
+        }
+    }
+
+    fn is_between_commands(&self) -> bool {
+        matches!(self.reading, Reading::Line)
+    }
+
+    /// The longest line `src` may hold: 224 bytes, or [`LIST_LINE_MAX`] for a list
+    /// command under an extended grammar that serves batches.
+    fn line_limit(&self, src: &[u8]) -> usize {
+        let list = self.grammar.serves(Family::Batches)
+            && LIST_VERBS.iter().any(|verb| src.starts_with(verb));
+        if list { LIST_LINE_MAX } else { LINE_MAX }
+    }
+
+    /// After a put header: skip a too-big body, or start reading it.
+    fn start_body(&mut self, put: PendingPut, skip_with: Option<Rejection>) {
+        let remaining = u64::from(put.bytes) + 2;
+        if put.bytes > self.max_job_size {
+            self.reading = Reading::Skip {
+                remaining,
+                reply: Rejection::JobTooBig,
+            };
+            return;
+        }
+        if let Some(reply) = skip_with {
+            self.reading = Reading::Skip { remaining, reply };
+            return;
+        }
+        if self.budget.as_ref().is_some_and(|b| !b.admit(put.bytes)) {
+            self.reading = out_of_memory(put.bytes, 0);
+            return;
+        }
+        let mut body = Vec::new();
+        let first = (put.bytes as usize).min(BODY_CHUNK);
+        self.reading = match body.try_reserve_exact(first) {
+            Ok(()) => Reading::Body { put, body },
+            Err(_) => out_of_memory(put.bytes, 0),
+        };
+    }
+
+    fn decode(&mut self, src: &mut BytesMut) -> Option<Frame> {
         loop {
-            match &mut self.state {
-                State::Line => {
-                    let window = &src[..src.len().min(LINE_MAX)];
-                    let Some(end) = find_crlf(window) else {
-                        if src.len() >= LINE_MAX {
+            match &mut self.reading {
+                Reading::Line => {
+                    let limit = self.line_limit(src);
+                    let window = &src[..src.len().min(limit)];
+                    // The CR of a CRLF may be the last byte searched before.
+                    let from = self.scanned.saturating_sub(1).min(window.len());
+                    let Some(end) = find_crlf(&window[from..]).map(|at| from + at) else {
+                        if src.len() >= limit {
                             // Keep the last byte: it may be the CR of the line's CRLF.
-                            src.advance(LINE_MAX - 1);
-                            self.state = State::DiscardLine;
+                            src.advance(limit - 1);
+                            self.scanned = 0;
+                            self.reading = Reading::DiscardLine;
                             continue;
                         }
-                        return Ok(None);
+                        self.scanned = window.len();
+                        return None;
                     };
+                    self.scanned = 0;
                     let line = src.split_to(end + 2);
-                    let parsed = parse_line(&line[..end]);
-                    match parsed {
-                        Ok(Line::Command(cmd)) => return Ok(Some(Request::Command(cmd))),
-                        Err(rejection) => return Ok(Some(Request::Rejected(rejection))),
+                    match parse_line_in(&line[..end], self.grammar) {
+                        Ok(Line::Command(cmd)) => {
+                            return Some(Frame::Standard(Request::Command(cmd)));
+                        }
+                        Ok(Line::Extension(ext)) => return Some(Frame::Extension(ext)),
+                        Err(rejection) => return rejected(rejection),
                         Ok(Line::Put(header)) => {
-                            if header.bytes > self.max_job_size {
-                                self.state = State::Skip {
-                                    remaining: u64::from(header.bytes) + 2,
-                                    reply: Rejection::JobTooBig,
-                                };
-                                continue;
-                            }
-                            if header.trailing_garbage {
-                                return Ok(Some(Request::Rejected(Rejection::BadFormat {
+                            if header.trailing_garbage && header.bytes <= self.max_job_size {
+                                // Not skipped: the reference reads the body as commands.
+                                return rejected(Rejection::BadFormat {
                                     counted: Some(Counter::Put),
-                                })));
+                                });
                             }
-                            let mut body = Vec::new();
-                            let first = (header.bytes as usize).min(BODY_CHUNK);
-                            self.state = match body.try_reserve_exact(first) {
-                                Ok(()) => State::Body { header, body },
-                                Err(_) => out_of_memory(&header, 0),
+                            let put = PendingPut {
+                                bytes: header.bytes,
+                                pri: header.pri,
+                                delay: Millis::from_secs(header.delay),
+                                ttr: Millis::from_secs(header.ttr),
+                                extended: None,
                             };
-                            continue;
+                            self.start_body(put, None);
+                        }
+                        Ok(Line::ExtendedPut(header)) => {
+                            let (key, skip_with) = match header.tags {
+                                PutTags::Valid(key) => (key, None),
+                                PutTags::Malformed => (
+                                    None,
+                                    Some(Rejection::BadFormat {
+                                        counted: Some(Counter::Put),
+                                    }),
+                                ),
+                            };
+                            let put = PendingPut {
+                                bytes: header.bytes,
+                                pri: header.pri,
+                                delay: header.delay,
+                                ttr: header.ttr,
+                                extended: Some(key),
+                            };
+                            self.start_body(put, skip_with);
                         }
                     }
                 }
-                State::DiscardLine => match find_crlf(src) {
+                Reading::DiscardLine => match find_crlf(src) {
                     Some(end) => {
                         src.advance(end + 2);
-                        self.state = State::Line;
-                        return Ok(Some(Request::Rejected(Rejection::BadFormat {
-                            counted: None,
-                        })));
+                        self.reading = Reading::Line;
+                        return rejected(Rejection::BadFormat { counted: None });
                     }
                     None => {
                         let keep = usize::from(src.last() == Some(&b'\r'));
                         let drop = src.len() - keep;
                         src.advance(drop);
-                        return Ok(None);
+                        return None;
                     }
                 },
-                State::Body { header, body } => {
-                    let want = header.bytes as usize;
+                Reading::Body { put, body } => {
+                    let want = put.bytes as usize;
                     let take = (want - body.len()).min(src.len());
                     if take > body.capacity() - body.len() {
                         // Double, but never past `want`: the last step lands on it.
                         let to = (body.len() + take).max(body.capacity().saturating_mul(2));
                         let to = to.min(want);
                         if body.try_reserve_exact(to - body.len()).is_err() {
-                            self.state = out_of_memory(header, body.len());
+                            self.reading = out_of_memory(put.bytes, body.len());
                             continue;
                         }
                     }
                     body.extend_from_slice(&src[..take]);
                     src.advance(take);
                     if body.len() < want || src.len() < 2 {
-                        return Ok(None);
+                        return None;
                     }
                     let crlf = src.split_to(2);
-                    let (header, body) = (*header, std::mem::take(body));
-                    self.state = State::Line;
+                    let Reading::Body { put, body } =
+                        std::mem::replace(&mut self.reading, Reading::Line)
+                    else {
+                        continue;
+                    };
                     if &crlf[..] != b"\r\n" {
-                        return Ok(Some(Request::Rejected(Rejection::ExpectedCrlf)));
+                        return rejected(Rejection::ExpectedCrlf);
                     }
                     debug_assert_eq!(body.capacity(), body.len(), "body not exactly sized");
-                    return Ok(Some(Request::Put(Put {
-                        pri: header.pri,
-                        delay: header.delay,
-                        ttr: header.ttr,
-                        body: body.into(),
-                    })));
+                    return Some(put.into_frame(body));
                 }
-                State::Skip { remaining, reply } => {
+                Reading::Skip { remaining, reply } => {
                     let n = (*remaining).min(src.len() as u64);
                     src.advance(n as usize);
                     *remaining -= n;
                     if *remaining > 0 {
-                        return Ok(None);
+                        return None;
                     }
                     let reply = *reply;
-                    self.state = State::Line;
-                    return Ok(Some(Request::Rejected(reply)));
+                    self.reading = Reading::Line;
+                    return rejected(reply);
                 }
             }
         }
@@ -294,8 +464,8 @@ mod tests {
         let mut c = ServerCodec::new(MAX_JOB_SIZE_LIMIT);
         let mut buf = BytesMut::from(&b"put 0 0 1 1073741824\r\nabc"[..]);
         assert_eq!(c.decode(&mut buf).unwrap(), None);
-        let State::Body { body, .. } = &c.state else {
-            panic!("not reading a body: {:?}", c.state);
+        let Reading::Body { body, .. } = &c.0.reading else {
+            panic!("not reading a body: {:?}", c.0.reading);
         };
         assert_eq!((body.len(), body.capacity()), (3, BODY_CHUNK));
     }
@@ -306,10 +476,10 @@ mod tests {
         let mut buf = BytesMut::from(&b"put 0 0 1 10\r\n0123"[..]);
         assert_eq!(c.decode(&mut buf).unwrap(), None);
         // What the decoder does when the allocator refuses after 4 bytes.
-        let State::Body { header, body } = &c.state else {
-            panic!("not reading a body: {:?}", c.state);
+        let Reading::Body { put, body } = &c.0.reading else {
+            panic!("not reading a body: {:?}", c.0.reading);
         };
-        c.state = out_of_memory(header, body.len());
+        c.0.reading = out_of_memory(put.bytes, body.len());
         let rest = b"456789\r\nstats\r\n";
         let mut out = Vec::new();
         for &b in rest {
@@ -337,6 +507,188 @@ mod tests {
             got[..],
             [Request::Command(Command::PauseTube { .. })]
         ));
+    }
+}
+
+#[cfg(test)]
+mod extended_tests {
+    use super::*;
+    use crate::protocol::command::Command;
+    use crate::protocol::ext::{BatchOp, Families, Key, KeyMode};
+
+    fn frames(grammar: Grammar, input: &[u8]) -> Vec<Frame> {
+        harness::check_stream_in(input, &[3, 50, 1], 100, grammar)
+    }
+
+    fn standard(r: Request) -> Frame {
+        Frame::Standard(r)
+    }
+
+    #[test]
+    fn a_keyed_put_frames_its_body() {
+        let got = frames(
+            Grammar::FULL,
+            b"put 5 1500ms 60 8 idp:order-7:30\r\ndelete 9\r\nstats\r\n",
+        );
+        let Some(Extension::Put(put)) = got[0].as_extension() else {
+            panic!("not an extended put: {got:?}");
+        };
+        assert_eq!(
+            (put.pri, put.delay.as_millis(), put.ttr.as_millis()),
+            (5, 1500, 60_000)
+        );
+        assert_eq!(&put.body[..], b"delete 9");
+        let key = put.key.as_ref().unwrap();
+        assert_eq!(
+            (key.key.as_str(), key.mode, key.window.as_millis()),
+            ("order-7", KeyMode::Dedupe, 30_000)
+        );
+        assert_eq!(got[1], standard(Request::Command(Command::Stats)));
+        assert_eq!(got.len(), 2);
+    }
+
+    #[test]
+    fn malformed_tags_discard_the_body_so_it_never_runs() {
+        for tags in ["idp:", "grp:g", "idp:k idp:j", "rpl:k:5s"] {
+            let input = format!("put 0 0 60 11 {tags}\r\ndelete 1\r\nx\r\nstats\r\n");
+            assert_eq!(
+                frames(Grammar::FULL, input.as_bytes()),
+                vec![
+                    standard(Request::Rejected(Rejection::BadFormat {
+                        counted: Some(Counter::Put)
+                    })),
+                    standard(Request::Command(Command::Stats)),
+                ],
+                "{tags}"
+            );
+        }
+    }
+
+    #[test]
+    fn with_extensions_off_a_tagged_put_is_what_beanstalkd_makes_of_it() {
+        // BAD_FORMAT, then the body read as commands (checked against the oracle:
+        // protocol-tests/cases/extensions_off_a_tagged_put_runs_its_body_as_a_command.txt).
+        assert_eq!(
+            frames(Grammar::Standard, b"put 0 0 60 8 idp:k\r\ndelete 9\r\n"),
+            vec![
+                standard(Request::Rejected(Rejection::BadFormat {
+                    counted: Some(Counter::Put)
+                })),
+                standard(Request::Command(Command::Delete(9))),
+            ]
+        );
+    }
+
+    #[test]
+    fn extended_puts_check_size_then_crlf() {
+        assert_eq!(
+            frames(Grammar::FULL, b"put 0 0 1 101 idp:k\r\n"),
+            Vec::<Frame>::new(),
+            "waits for the 103 bytes it skips"
+        );
+        let mut input = b"put 0 0 1 101 grp:x\r\n".to_vec();
+        input.extend(std::iter::repeat_n(b'z', 103));
+        input.extend_from_slice(b"stats\r\n");
+        assert_eq!(
+            frames(Grammar::FULL, &input),
+            vec![
+                standard(Request::Rejected(Rejection::JobTooBig)),
+                standard(Request::Command(Command::Stats)),
+            ]
+        );
+        assert_eq!(
+            frames(Grammar::FULL, b"put 0 0 1 3 idp:k\r\nabcXY"),
+            vec![standard(Request::Rejected(Rejection::ExpectedCrlf))]
+        );
+    }
+
+    #[test]
+    fn list_lines_may_pass_224_bytes_only_under_the_extended_grammar() {
+        let ids: Vec<String> = (1..=1000u64).map(|i| (i * 1_000_003).to_string()).collect();
+        let line = format!("delete-batch {}\r\nstats\r\n", ids.join(" "));
+        assert!(line.len() > LINE_MAX);
+        let got = frames(Grammar::FULL, line.as_bytes());
+        let Some(Extension::Batch {
+            op: BatchOp::Delete,
+            ids: got_ids,
+        }) = got[0].as_extension()
+        else {
+            panic!("not a batch: {:?}", got[0]);
+        };
+        assert_eq!(got_ids.len(), 1000);
+        assert_eq!(got[1], standard(Request::Command(Command::Stats)));
+        // Standard: an over-long line, one BAD_FORMAT, in step.
+        assert_eq!(
+            frames(Grammar::Standard, line.as_bytes()),
+            vec![
+                standard(Request::Rejected(Rejection::BadFormat { counted: None })),
+                standard(Request::Command(Command::Stats)),
+            ]
+        );
+        // Any other long line keeps the 224-byte window under the extended grammar.
+        let long = format!("find-key {}\r\nstats\r\n", "k".repeat(300));
+        assert_eq!(
+            frames(Grammar::FULL, long.as_bytes()),
+            vec![
+                standard(Request::Rejected(Rejection::BadFormat { counted: None })),
+                standard(Request::Command(Command::Stats)),
+            ]
+        );
+        // A list line past its own window: one BAD_FORMAT, in step.
+        let huge = format!("touch-batch {}\r\nstats\r\n", "7 ".repeat(LIST_LINE_MAX));
+        assert_eq!(
+            frames(Grammar::FULL, huge.as_bytes()),
+            vec![
+                standard(Request::Rejected(Rejection::BadFormat { counted: None })),
+                standard(Request::Command(Command::Stats)),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_family_not_served_is_framed_as_the_standard_grammar_frames_it() {
+        let only_ms = Grammar::Extended(Families::of(Family::Milliseconds));
+        let list = format!("delete-batch{}\r\nstats\r\n", " 7".repeat(200));
+        for input in [
+            "put 0 0 60 8 idp:k\r\ndelete 9\r\n",
+            "put 0 500ms 60 8 rpl:k\r\ndelete 9\r\n",
+            "reserve-batch 5\r\nfind-key k\r\nflush-tube t\r\n",
+            &list,
+        ] {
+            assert_eq!(
+                frames(only_ms, input.as_bytes()),
+                frames(Grammar::Standard, input.as_bytes()),
+                "{input:?}"
+            );
+        }
+        let got = frames(only_ms, b"put 0 500ms 60 1\r\nx\r\nlist-extensions\r\n");
+        assert!(
+            matches!(got[0].as_extension(), Some(Extension::Put(_))),
+            "{got:?}"
+        );
+        assert_eq!(got[1], Frame::extension(Extension::ListExtensions));
+        let none = Grammar::Extended(Families::NONE);
+        assert_eq!(
+            frames(none, b"list-extensions\r\nrelease 1 0 5ms\r\n"),
+            vec![
+                Frame::extension(Extension::ListExtensions),
+                standard(Request::Rejected(Rejection::BadFormat { counted: None })),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_key_command_is_an_extension_frame() {
+        assert_eq!(
+            frames(Grammar::FULL, b"delete-key order-1\r\n"),
+            vec![Frame::extension(Extension::DeleteKey(
+                Key::new(b"order-1").unwrap()
+            ))]
+        );
+        assert_eq!(
+            frames(Grammar::Standard, b"delete-key order-1\r\n"),
+            vec![standard(Request::Rejected(Rejection::UnknownCommand))]
+        );
     }
 }
 

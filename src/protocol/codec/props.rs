@@ -3,7 +3,7 @@
 
 use proptest::prelude::*;
 
-use super::harness::{check_stream, decode_chunked};
+use super::harness::{check_stream, check_stream_in, decode_chunked};
 use super::*;
 use crate::protocol::command::Command;
 
@@ -200,5 +200,159 @@ proptest! {
         tail.extend_from_slice(b"stats\r\n");
         let after = decode_chunked(&tail, &chunks, MAX_JOB);
         prop_assert_eq!(after.last(), Some(&Request::Command(Command::Stats)));
+    }
+}
+
+/// What one piece of an extended-grammar stream must decode to.
+#[derive(Clone, Debug)]
+enum ExtExpect {
+    /// An extension (a put with this body length, or a command).
+    Extension(Option<usize>),
+    /// A standard request of the same shape as under [`Expect`].
+    Standard(Expect),
+    /// Malformed tags: the body discarded, then BAD_FORMAT counted as a put.
+    DrainedBadFormat,
+}
+
+fn keyed_put(body: &[u8], tags: &str) -> Vec<u8> {
+    let mut v = format!("put 0 1500ms 60 {} {tags}\r\n", body.len()).into_bytes();
+    v.extend_from_slice(body);
+    v.extend_from_slice(b"\r\n");
+    v
+}
+
+/// Pieces of an extended-grammar stream: extension lines, keyed puts whose bodies are
+/// full of commands (valid tags, malformed tags), over-long list lines, and the
+/// standard pieces.
+fn ext_piece() -> impl Strategy<Value = (Vec<u8>, ExtExpect)> {
+    let commands_body = proptest::collection::vec(
+        prop_oneof![
+            Just(b"delete 1\r\n".to_vec()),
+            Just(b"flush-tube default\r\n".to_vec()),
+            no_cr(0..8)
+        ],
+        0..5,
+    )
+    .prop_map(|parts| parts.concat())
+    .prop_filter("fits -z", |b| b.len() <= MAX_JOB as usize);
+    let ext_line = prop_oneof![
+        (1u16..=1000, 0u32..5000).prop_map(|(n, t)| format!("reserve-batch {n} {t}ms")),
+        proptest::collection::vec(any::<u64>(), 1..30).prop_map(|ids| {
+            let ids: Vec<String> = ids.iter().map(u64::to_string).collect();
+            format!("delete-batch {}", ids.join(" "))
+        }),
+        "[a-z0-9-]{1,20}".prop_map(|k| format!("find-key k{k}")),
+        "[a-z0-9-]{1,20}".prop_map(|k| format!("retime-key k{k} 250ms")),
+        Just("flush-tube default ready buried".to_string()),
+        Just("list-extensions".to_string()),
+        Just("release 3 0 10ms".to_string()),
+    ];
+    prop_oneof![
+        ext_line.prop_map(|l| (line(l), ExtExpect::Extension(None))),
+        (commands_body.clone(), "[a-z0-9]{1,30}").prop_map(|(body, key)| {
+            let n = body.len();
+            (
+                keyed_put(&body, &format!("idp:{key}:30")),
+                ExtExpect::Extension(Some(n)),
+            )
+        }),
+        (
+            commands_body,
+            prop_oneof![
+                Just("idp:"),
+                Just("grp:g"),
+                Just("idp:k idp:j"),
+                Just("idp:-k"),
+                Just("idp:k:5s")
+            ]
+        )
+            .prop_map(|(body, tags)| (keyed_put(&body, tags), ExtExpect::DrainedBadFormat)),
+        // A list line past the 224-byte window, within its own.
+        (40usize..400).prop_map(|n| {
+            let ids: Vec<String> = (0..n as u64).map(|i| i.to_string()).collect();
+            (
+                line(format!("touch-batch {}", ids.join(" "))),
+                ExtExpect::Extension(None),
+            )
+        }),
+        // A list line past its own window: one BAD_FORMAT.
+        Just((
+            line(format!("delete-batch {}", "1 ".repeat(LIST_LINE_MAX))),
+            ExtExpect::Standard(Expect::BadFormat)
+        )),
+        piece().prop_map(|(bytes, e)| (bytes, ExtExpect::Standard(e))),
+    ]
+}
+
+fn ext_matches(f: &Frame, e: &ExtExpect) -> bool {
+    match (e, f) {
+        (ExtExpect::Extension(None), Frame::Extension(ext)) => {
+            !matches!(**ext, crate::protocol::Extension::Put(_))
+        }
+        (ExtExpect::Extension(Some(n)), Frame::Extension(ext)) => {
+            matches!(&**ext, crate::protocol::Extension::Put(p) if p.body.len() == *n)
+        }
+        (
+            ExtExpect::DrainedBadFormat,
+            Frame::Standard(Request::Rejected(Rejection::BadFormat {
+                counted: Some(Counter::Put),
+            })),
+        ) => true,
+        (ExtExpect::Standard(e), Frame::Standard(r)) => matches(r, e),
+        // Junk may happen to be an extension line.
+        (ExtExpect::Standard(Expect::OneLine), Frame::Extension(_)) => true,
+        _ => false,
+    }
+}
+
+proptest! {
+    /// Under the extended grammar, extension lines, keyed puts whose bodies hold
+    /// commands (with valid or malformed tags), list lines longer than 224 bytes and
+    /// the standard pieces decode one request per piece, in step, however split.
+    #[test]
+    fn extended_streams_decode_in_step(
+        pieces in proptest::collection::vec(ext_piece(), 1..20),
+        chunks in proptest::collection::vec(1usize..300, 1..6),
+    ) {
+        let input: Vec<u8> = pieces.iter().flat_map(|(b, _)| b.clone()).collect();
+        let got = check_stream_in(&input, &chunks, MAX_JOB, Grammar::FULL);
+        prop_assert_eq!(got.len(), pieces.len(), "requests for {:?}", pieces);
+        for (i, (f, (bytes, e))) in got.iter().zip(&pieces).enumerate() {
+            prop_assert!(
+                ext_matches(f, e),
+                "piece {} {:?} decoded to {:?}, expected {:?}",
+                i,
+                String::from_utf8_lossy(bytes),
+                f,
+                e
+            );
+        }
+    }
+
+    /// The standard pieces decode the same under either grammar, one for one (junk
+    /// lines aside, which may happen to be extension lines; none of them frames a body).
+    #[test]
+    fn standard_streams_decode_the_same_in_either_grammar(
+        pieces in proptest::collection::vec(piece(), 1..20),
+        chunks in proptest::collection::vec(1usize..300, 1..6),
+    ) {
+        let input: Vec<u8> = pieces.iter().flat_map(|(b, _)| b.clone()).collect();
+        let standard = check_stream_in(&input, &chunks, MAX_JOB, Grammar::Standard);
+        let extended = check_stream_in(&input, &chunks, MAX_JOB, Grammar::FULL);
+        prop_assert_eq!(standard.len(), pieces.len());
+        prop_assert_eq!(extended.len(), pieces.len());
+        for ((s, e), (bytes, expect)) in standard.iter().zip(&extended).zip(&pieces) {
+            if !matches!(expect, Expect::OneLine) {
+                prop_assert_eq!(s, e, "{:?}", String::from_utf8_lossy(bytes));
+            }
+        }
+    }
+
+    #[test]
+    fn arbitrary_bytes_decode_the_same_whole_or_split_in_the_extended_grammar(
+        input in proptest::collection::vec(any::<u8>(), 0..2000),
+        chunks in proptest::collection::vec(1usize..64, 1..8),
+    ) {
+        check_stream_in(&input, &chunks, MAX_JOB, Grammar::FULL);
     }
 }

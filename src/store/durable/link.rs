@@ -13,7 +13,7 @@
 //! Waking: a reply waiting for its change ([`CommitLink::until_written`]) is kept in
 //! change order and woken only by the progress that covers it (or the committer's
 //! stop), not by every batch's answer: with a watch channel each batch woke every
-//! waiting connection, ~5 polls per job at 10 connections (issue 20). Invariant: a
+//! waiting connection, ~5 polls per job at 10 connections. Invariant: a
 //! waiter registers and then reads the progress; the committer publishes and then
 //! wakes what the progress covers; both under one lock, so no waiter misses its wake.
 
@@ -27,7 +27,7 @@ use std::time::Instant;
 
 use tokio::sync::{Notify, oneshot, watch};
 
-use crate::store::Change;
+use crate::store::{Change, StoreError};
 
 /// How far the committer has written, as it publishes it.
 #[derive(Clone, Debug, Default)]
@@ -37,8 +37,9 @@ pub struct CommitProgress {
     /// The committer stopped for good (leadership lost, or the process shuts down):
     /// nothing more will be written, and nothing more may be acknowledged.
     pub stopped: bool,
-    /// The last write failed and no write has succeeded since (for logs and readiness).
-    pub failing: Option<Arc<str>>,
+    /// Why the last write failed, while no write has succeeded since (for readiness
+    /// and the replies that time out waiting).
+    pub failing: Option<Arc<StoreError>>,
 }
 
 /// Until when this instance may acknowledge anything: a leader's lease, as its holder
@@ -86,18 +87,18 @@ pub struct CommitLink {
     /// Set by a clean stop before its last change: the sink writes everything it
     /// holds back (see `persist::Sink::finishing`) with the batches that follow.
     pub finishing: Arc<std::sync::atomic::AtomicBool>,
-    waiters: Arc<Waiters>,
+    waiters: Arc<WaitingReplies>,
 }
 
 /// The replies waiting for their change, in change order (see the module header).
 #[derive(Debug, Default)]
-struct Waiters {
+struct WaitingReplies {
     queue: Mutex<BTreeMap<(Change, u64), oneshot::Sender<()>>>,
     /// Tells apart waiters of one change.
     next: AtomicU64,
 }
 
-impl Waiters {
+impl WaitingReplies {
     fn queue(&self) -> MutexGuard<'_, BTreeMap<(Change, u64), oneshot::Sender<()>>> {
         // A panic elsewhere while holding it leaves a map that is still whole.
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
@@ -108,7 +109,7 @@ impl Waiters {
 /// (the caller reads which from the progress). Dropped unresolved (a timeout), it leaves
 /// the queue.
 pub struct UntilWritten {
-    waiters: Arc<Waiters>,
+    waiters: Arc<WaitingReplies>,
     key: (Change, u64),
     rx: oneshot::Receiver<()>,
 }

@@ -138,10 +138,10 @@ impl Store for DurableStore {
         conn: ConnId,
         id: JobId,
         pri: u32,
-        delay_secs: u32,
+        delay_ms: u64,
         now: Nanos,
     ) -> StoreResult<Option<TubeName>> {
-        self.changed(self.memory.release(conn, id, pri, delay_secs, now))
+        self.changed(self.memory.release(conn, id, pri, delay_ms, now))
             .await
     }
     async fn bury(&self, conn: ConnId, id: JobId, pri: u32) -> StoreResult<bool> {
@@ -204,8 +204,8 @@ impl Store for DurableStore {
     async fn list_tubes(&self) -> StoreResult<Vec<TubeName>> {
         self.memory.list_tubes().await
     }
-    async fn pause(&self, tube: &TubeName, delay_secs: u32, now: Nanos) -> StoreResult<bool> {
-        self.changed(self.memory.pause(tube, delay_secs, now)).await
+    async fn pause(&self, tube: &TubeName, delay_ms: u64, now: Nanos) -> StoreResult<bool> {
+        self.changed(self.memory.pause(tube, delay_ms, now)).await
     }
     async fn has_ready(&self, watched: &[TubeName]) -> StoreResult<bool> {
         self.memory.has_ready(watched).await
@@ -300,8 +300,8 @@ impl Store for DurableStore {
                     .progress
                     .borrow()
                     .failing
-                    .as_deref()
-                    .map(|f| -> crate::store::BoxError { f.to_string().into() }),
+                    .clone()
+                    .map(|why| -> crate::store::BoxError { Box::new(why) }),
             }),
         }
     }
@@ -317,7 +317,7 @@ impl Store for DurableStore {
         match p.failing {
             Some(why) => Err(StoreError::TimedOut {
                 op: "commit",
-                source: Some(why.to_string().into()),
+                source: Some(Box::new(why)),
             }),
             None => Ok(()),
         }

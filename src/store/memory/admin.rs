@@ -8,7 +8,7 @@
 
 use std::ops::Bound;
 
-use super::state::{Job, State};
+use super::contents::{Contents, Job};
 use crate::protocol::TubeName;
 use crate::store::admin::due;
 use crate::store::{
@@ -21,7 +21,7 @@ pub(crate) fn contains(hay: &[u8], needle: &[u8]) -> bool {
     needle.is_empty() || hay.windows(needle.len()).any(|w| w == needle)
 }
 
-impl State {
+impl Contents {
     /// The entry of job `id` as it is now.
     pub(super) fn entry(&self, id: JobId, now: Nanos) -> Option<JobEntry> {
         self.jobs.get(&id).map(|j| entry_of(id, j, now))
@@ -91,15 +91,16 @@ impl State {
         match edit {
             Edit::Pri(pri) => self.set_pri(id, *pri, state, at),
             Edit::Delay(0) => {
-                self.set_field(id, |j| j.delay_secs = 0);
+                self.set_field(id, |j| j.delay_ms = 0);
                 if state == JobState::Delayed {
                     self.make_ready(id, now);
                 }
             }
             Edit::Delay(secs) => {
+                let delay_ms = crate::time::secs_as_ms(*secs);
                 self.detach(id);
-                self.set_field(id, |j| j.delay_secs = *secs);
-                self.attach(id, JobState::Delayed, due(now, *secs), None);
+                self.set_field(id, |j| j.delay_ms = delay_ms);
+                self.attach(id, JobState::Delayed, due(now, delay_ms), None);
             }
             Edit::Bury => {
                 self.detach(id);
@@ -182,8 +183,8 @@ pub(super) fn entry_of(id: JobId, j: &Job, now: Nanos) -> JobEntry {
             state: j.state,
             pri: j.pri,
             created: j.created,
-            delay_secs: j.delay_secs,
-            ttr_secs: j.ttr_secs,
+            delay_ms: j.delay_ms,
+            ttr_ms: j.ttr_ms,
             deadline: timed.then_some(j.at),
             reserves: j.reserves.into(),
             timeouts: j.timeouts.into(),

@@ -20,8 +20,8 @@ fn job(t: &str, pri: u32, delay: u32, body: &'static [u8]) -> NewJob {
     NewJob {
         tube: tube(t),
         pri,
-        delay_secs: delay,
-        ttr_secs: 60,
+        delay_ms: crate::time::secs_as_ms(delay),
+        ttr_ms: 60_000,
         body: Bytes::from_static(body),
     }
 }
@@ -147,7 +147,7 @@ async fn edits_keep_id_and_counters_and_refuse_reserved() {
         s.edit(id, &Edit::Move(tube("b")), NOW).await.unwrap(),
         Edited::Conflict(JobState::Reserved)
     );
-    s.release(C1, id, 5, 30, NOW).await.unwrap();
+    s.release(C1, id, 5, 30_000, NOW).await.unwrap();
     s.cut(CutLimit::default());
     let Edited::Done { entry, ready_in } = s.edit(id, &Edit::Move(tube("b")), NOW).await.unwrap()
     else {

@@ -1,16 +1,18 @@
 //! The embedded in-memory store: exact beanstalkd semantics, fast. Alone it persists
 //! nothing (the memory engine); with a journal it notes every change for a sink to
-//! persist in batches (Redis leader mode, `-b DIR`): see `journal.rs`.
+//! persist in batches (Redis leader mode, `-b DIR`): see `journal.rs` (what is noted)
+//! and `persist.rs` (the cut, its failure, the restore).
 //!
-//! Ownership: all state sits in one [`State`] (`state.rs`, with its invariants) behind
-//! a std `Mutex`. Every method takes the lock once, makes one complete transition and
+//! Ownership: all state sits in one [`Contents`] (`contents.rs`, with its invariants)
+//! behind a std `Mutex`. Every method takes the lock once, makes one complete transition and
 //! releases it; no lock is held across an `.await` (the async methods contain none).
 
 mod admin;
 #[cfg(test)]
 mod admin_tests;
+mod contents;
 mod journal;
-mod state;
+mod persist;
 #[cfg(test)]
 mod tests;
 
@@ -19,19 +21,19 @@ use std::sync::{Mutex, MutexGuard};
 use bytes::Bytes;
 
 use super::{
-    Change, ConnId, Edit, Edited, JobEntry, JobId, JobInfo, JobState, ListPage, ListQuery,
-    NANOS_PER_SEC, Nanos, NewJob, Reserved, Store, StoreResult, Totals, TubeInfo, pause_length,
+    Change, ConnId, Edit, Edited, JobEntry, JobId, JobInfo, JobState, ListPage, ListQuery, Nanos,
+    NewJob, Reserved, Store, StoreResult, Totals, TubeInfo, pause_length,
 };
 use crate::protocol::TubeName;
 use crate::util::lock;
+use contents::{Contents, Job, Ref};
 pub use journal::{
     Cut, CutLimit, Gone, JobRecord, StoreCounters, StoreSnapshot, Stored, TubeRecord,
 };
-use state::{Job, Ref, State};
 
 #[derive(Debug)]
 pub struct MemoryStore {
-    state: Mutex<State>,
+    state: Mutex<Contents>,
     /// Whether the state keeps a journal (so a store without one answers
     /// [`Store::last_change`] without taking the lock).
     journaled: bool,
@@ -47,7 +49,7 @@ impl MemoryStore {
     /// A store that persists nothing (the memory engine).
     pub fn new() -> MemoryStore {
         MemoryStore {
-            state: Mutex::new(State::new(false)),
+            state: Mutex::new(Contents::new(false)),
             journaled: false,
         }
     }
@@ -55,7 +57,7 @@ impl MemoryStore {
     /// An empty store that notes its changes for persistence (see [`Cut`]).
     pub fn journaled() -> MemoryStore {
         MemoryStore {
-            state: Mutex::new(State::new(true)),
+            state: Mutex::new(Contents::new(true)),
             journaled: true,
         }
     }
@@ -64,7 +66,7 @@ impl MemoryStore {
     /// reserved are ready again at `now`, as after a beanstalkd restart.
     pub fn restored(snapshot: StoreSnapshot, now: Nanos) -> MemoryStore {
         MemoryStore {
-            state: Mutex::new(State::restore(snapshot, now)),
+            state: Mutex::new(Contents::restore(snapshot, now)),
             journaled: true,
         }
     }
@@ -121,7 +123,7 @@ impl MemoryStore {
         s.maybe_drop_tube(tube);
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
+    fn lock(&self) -> MutexGuard<'_, Contents> {
         // A panic while holding the lock cannot leave a half-made transition visible to
         // clients any worse than crashing would, so keep serving.
         lock(&self.state)
@@ -193,7 +195,7 @@ impl Store for MemoryStore {
         conn: ConnId,
         id: JobId,
         pri: u32,
-        delay_secs: u32,
+        delay_ms: u64,
         now: Nanos,
     ) -> StoreResult<Option<TubeName>> {
         let mut s = self.lock();
@@ -205,10 +207,10 @@ impl Store for MemoryStore {
             return Ok(None);
         };
         job.pri = pri;
-        job.delay_secs = delay_secs;
+        job.delay_ms = delay_ms;
         job.releases += 1;
         let tube = job.tube.clone();
-        s.attach_after(id, delay_secs, now);
+        s.attach_after(id, delay_ms, now);
         Ok(Some(tube))
     }
 
@@ -231,7 +233,7 @@ impl Store for MemoryStore {
         let Some(job) = s.held_by(id, conn) else {
             return Ok(None);
         };
-        let deadline = now + u64::from(job.ttr_secs) * NANOS_PER_SEC;
+        let deadline = now + crate::time::millis(job.ttr_ms);
         s.move_to(id, JobState::Reserved, deadline, Some(conn));
         Ok(Some(deadline))
     }
@@ -351,13 +353,13 @@ impl Store for MemoryStore {
         Ok(self.lock().order.as_slice().to_vec())
     }
 
-    async fn pause(&self, tube: &TubeName, delay_secs: u32, now: Nanos) -> StoreResult<bool> {
+    async fn pause(&self, tube: &TubeName, delay_ms: u64, now: Nanos) -> StoreResult<bool> {
         let mut s = self.lock();
         let Some(t) = s.tubes.get_mut(tube) else {
             return Ok(false);
         };
         let old = (t.pause > 0).then_some((t.pause_until, tube.clone()));
-        t.pause = pause_length(delay_secs);
+        t.pause = pause_length(delay_ms);
         t.pause_until = now + t.pause;
         t.cmd_pause += 1;
         let until = t.pause_until;
@@ -508,7 +510,7 @@ impl Store for MemoryStore {
 }
 
 /// Make job `id` of `job`, put at `now`; `stored` is what persistence holds of it.
-fn insert(s: &mut State, id: JobId, job: NewJob, now: Nanos, stored: Stored) {
+fn insert(s: &mut Contents, id: JobId, job: NewJob, now: Nanos, stored: Stored) {
     let tube = s.tube_entry(&job.tube);
     tube.total_jobs += 1;
     s.totals.total_jobs += 1;
@@ -517,8 +519,8 @@ fn insert(s: &mut State, id: JobId, job: NewJob, now: Nanos, stored: Stored) {
         Box::new(Job {
             tube: job.tube,
             pri: job.pri,
-            delay_secs: job.delay_secs,
-            ttr_secs: job.ttr_secs,
+            delay_ms: job.delay_ms,
+            ttr_ms: job.ttr_ms,
             state: JobState::Ready,
             stored,
             created: now,
@@ -532,5 +534,5 @@ fn insert(s: &mut State, id: JobId, job: NewJob, now: Nanos, stored: Stored) {
             body: job.body,
         }),
     );
-    s.attach_after(id, job.delay_secs, now);
+    s.attach_after(id, job.delay_ms, now);
 }

@@ -18,8 +18,8 @@ fn job(t: &str, pri: u32, delay: u32) -> NewJob {
     NewJob {
         tube: tube(t),
         pri,
-        delay_secs: delay,
-        ttr_secs: 60,
+        delay_ms: crate::time::secs_as_ms(delay),
+        ttr_ms: 60_000,
         body: Bytes::from_static(b"body"),
     }
 }
@@ -141,7 +141,7 @@ async fn a_restored_store_gives_reserved_jobs_back_and_keeps_the_rest() {
         s.bury(C1, id, 9).await.unwrap();
     }
     s.reserve(C1, &[tube("b")], NOW).await.unwrap();
-    s.pause(&tube("a"), 30, NOW).await.unwrap();
+    s.pause(&tube("a"), 30_000, NOW).await.unwrap();
     // Everything as persistence has it, in a snapshot (what a loader reads back).
     let c = cut(&s);
     let snap = StoreSnapshot {
@@ -251,7 +251,7 @@ async fn an_abandoned_put_removes_the_body_it_may_have_left() {
     assert_eq!(next, id + 1);
 }
 
-/// Issue 20: a tube a connection uses stays kept while it goes empty between jobs, so
+/// A tube a connection uses stays kept while it goes empty between jobs, so
 /// its keys in Redis are not dropped and made again for every job.
 #[tokio::test]
 async fn a_used_tube_stays_kept_while_it_goes_empty() {
@@ -275,7 +275,7 @@ async fn a_used_tube_stays_kept_while_it_goes_empty() {
     assert!(c.tubes.iter().any(|t| t.name == tube("solo") && !t.kept));
 }
 
-/// Issue 20: the reservation of a job persistence holds as ready is no change a cut
+/// The reservation of a job persistence holds as ready is no change a cut
 /// writes (a takeover makes it ready anyway); its delete removes it from the ready set;
 /// a clean stop's flush writes the reservations still held.
 #[tokio::test]

@@ -38,7 +38,7 @@ const STATES: [JobState; 4] = [
 
 /// A job's entry as the scripts answer it (see `admin_entry` in the prelude); the
 /// tube and the holder's instance are filled in by the store.
-pub struct Entry {
+pub struct EntryReply {
     id: JobId,
     score: u64,
     body_size: u64,
@@ -46,7 +46,7 @@ pub struct Entry {
     figures: JobFigures,
 }
 
-impl Decode for Entry {
+impl Decode for EntryReply {
     fn decode(v: Value) -> Result<Self, String> {
         let Value::Array(mut items) = v else {
             return Err(format!("expected a job entry, got {v:?}"));
@@ -56,7 +56,7 @@ impl Decode for Entry {
         }
         let figures = JobFigures::decode(Value::Array(items.split_off(4)))?;
         let [id, score, body_size, owner] = fields(Value::Array(items))?;
-        Ok(Entry {
+        Ok(EntryReply {
             id: count(&id)?,
             score: count(&score)?,
             body_size: count(&body_size)?,
@@ -71,7 +71,7 @@ pub struct Listed {
     scanned: u64,
     /// The score and member of the last job looked at, when more follow.
     next: Option<(u64, JobId)>,
-    entries: Vec<Entry>,
+    entries: Vec<EntryReply>,
 }
 
 impl Decode for Listed {
@@ -89,7 +89,7 @@ impl Decode for Listed {
             next,
             entries: entries
                 .into_iter()
-                .map(Entry::decode)
+                .map(EntryReply::decode)
                 .collect::<Result<_, _>>()?,
         })
     }
@@ -99,7 +99,7 @@ impl Decode for Listed {
 pub enum EditReply {
     NotFound,
     Conflict(JobState),
-    Done { ready: bool, entry: Entry },
+    Done { ready: bool, entry: EntryReply },
 }
 
 fn state_of(name: &str) -> Result<JobState, String> {
@@ -125,7 +125,7 @@ impl Decode for EditReply {
                 "a job state",
             )?)?)),
             ("done", 3) => {
-                let entry = Entry::decode(items.remove(2))?;
+                let entry = EntryReply::decode(items.remove(2))?;
                 Ok(EditReply::Done {
                     ready: count(&items[1])? == 1,
                     entry,
@@ -144,7 +144,7 @@ fn timed(state: JobState) -> bool {
 impl RedisStore {
     /// A script's entry as the store's: the holder named by its owner token
     /// ("<instance>:<conn>:<attempt>"; this instance's own as `None`).
-    fn entry_of(&self, e: Entry, tube: TubeName) -> JobEntry {
+    fn entry_of(&self, e: EntryReply, tube: TubeName) -> JobEntry {
         let info = e.figures.into_info(e.id, tube);
         let holder = (info.state == JobState::Reserved)
             .then(|| {

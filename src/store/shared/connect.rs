@@ -6,7 +6,7 @@
 //!
 //! Both connections are [`RedisConn`]s: made again by themselves (after a failover, to
 //! the new primary), the subscription renewed; a command that cannot get an answer
-//! within [`RESPONSE_TIMEOUT`] (plus the WAIT timeout, with `--redis-wait-replicas`)
+//! within `RESPONSE_TIMEOUT` (plus the WAIT timeout, with `--redis-wait-replicas`)
 //! fails (INTERNAL_ERROR), never hangs.
 //!
 //! Ownership: the task that forwards wake-ups owns the push receiver and the
@@ -22,7 +22,6 @@
 //! one serve pass, whose Redis calls each end within the response timeout.
 
 use std::sync::Mutex;
-use std::time::Duration;
 
 use rand::RngExt;
 use redis::{PushInfo, PushKind};
@@ -30,15 +29,16 @@ use tokio::sync::mpsc;
 
 use super::RedisStore;
 use super::decode::text;
+use super::eviction::EvictionChecks;
 use super::held::HeldJobs;
 use super::reclaim::Attempts;
 use super::refs::References;
 use super::scripts::Runner;
 use crate::protocol::TubeName;
 use crate::redis::keys::Keys;
-use crate::redis::{CallError, RESPONSE_TIMEOUT, RedisConfig, RedisConn};
+use crate::redis::replicas::ReplicaWait;
+use crate::redis::{CallError, RedisConfig, RedisConn};
 use crate::store::StoreError;
-use crate::time::Clock;
 
 /// Command connections with `--redis-wait-replicas` (see `connect`).
 const WAIT_LANES: usize = 8;
@@ -49,10 +49,8 @@ impl RedisStore {
     /// reached or refuses the credentials.
     pub async fn connect(config: &RedisConfig) -> Result<RedisStore, StoreError> {
         let connector = config.connector()?;
-        let wait =
-            (config.wait_replicas > 0).then_some((config.wait_replicas, config.wait_timeout));
-        // A WAIT answers after its timeout at the latest: the reply may take that long.
-        let response_timeout = RESPONSE_TIMEOUT + wait.map_or(Duration::ZERO, |(_, t)| t);
+        let wait = ReplicaWait::new(config.wait_replicas, config.wait_timeout);
+        let response_timeout = ReplicaWait::response_timeout(wait);
         // WAIT blocks the connection it is sent on until the replicas confirm, and every
         // command pipelined behind it waits too: with replicas to wait for, commands go
         // out on several connections in turn, so their WAITs overlap.
@@ -79,18 +77,21 @@ impl RedisStore {
 
         let run = Runner::new(conns, keys, &format!("{instance}\n{channel}"), wait);
         run.scripts().load_all(&mut run.conn()).await?;
-        let now = RedisStore::init_namespace(&run).await?;
+        RedisStore::init_namespace(&run).await?;
+        let clock = RedisStore::read_clock(&run).await?;
+        let now = clock.now();
         let refs = References::start(run.clone(), run.keys().refs(&instance));
         let store = RedisStore {
             attempts: Attempts::new(&instance),
             run,
             connector,
             instance,
-            clock: Clock::starting_at(now),
+            clock,
             held: HeldJobs::default(),
             refs,
             wake: Mutex::new(Some(wake_rx)),
             next_heartbeat: Mutex::new(0),
+            eviction: EvictionChecks::default(),
         };
         store.heartbeat(now).await?;
         Ok(store)

@@ -131,19 +131,17 @@ impl Decode for Vec<u64> {
     }
 }
 
-/// What `init` answers: the namespace's generation, and Redis' clock (us).
+/// What `init` answers: the namespace's generation.
 #[derive(Debug)]
 pub struct Joined {
     pub generation: String,
-    pub now_us: u64,
 }
 
 impl Decode for Joined {
     fn decode(v: Value) -> Result<Self, String> {
-        let [generation, now] = fields(v)?;
+        let [generation] = fields(v)?;
         Ok(Joined {
             generation: string(&generation, "a generation")?,
-            now_us: count(&now)?,
         })
     }
 }
@@ -216,8 +214,8 @@ impl Decode for Peeked {
 pub struct JobFigures {
     state: JobState,
     pri: u32,
-    delay_secs: u32,
-    ttr_secs: u32,
+    delay_ms: u64,
+    ttr_ms: u64,
     created_us: u64,
     due_us: u64,
     counters: [u64; 5],
@@ -255,8 +253,8 @@ impl Decode for JobFigures {
         Ok(JobFigures {
             state,
             pri: u32_of(&pri)?,
-            delay_secs: u32_of(&delay)?,
-            ttr_secs: u32_of(&ttr)?,
+            delay_ms: count(&delay)?,
+            ttr_ms: count(&ttr)?,
             created_us: count(&created)?,
             due_us: count(&due)?,
             counters: [
@@ -280,8 +278,8 @@ impl JobFigures {
             state: self.state,
             pri: self.pri,
             created: self.created_us * US,
-            delay_secs: self.delay_secs,
-            ttr_secs: self.ttr_secs,
+            delay_ms: self.delay_ms,
+            ttr_ms: self.ttr_ms,
             deadline: matches!(self.state, JobState::Delayed | JobState::Reserved)
                 .then_some(self.due_us * US),
             reserves,
@@ -377,12 +375,12 @@ impl KickSet {
 
 /// One bounded `kick` call.
 #[derive(Debug)]
-pub struct Kicked {
+pub struct KickReply {
     pub count: u32,
     pub from: KickSet,
 }
 
-impl Decode for Kicked {
+impl Decode for KickReply {
     fn decode(v: Value) -> Result<Self, String> {
         let [n, set] = fields(v)?;
         let from = match text(&set)? {
@@ -395,7 +393,7 @@ impl Decode for Kicked {
                 ));
             }
         };
-        Ok(Kicked {
+        Ok(KickReply {
             count: u32_of(&n)?,
             from,
         })

@@ -2,8 +2,9 @@
 //! its replicas with `--redis-wait-replicas`: once at start, on the store's own
 //! connection, then every [`CHECK_EVERY`], riding on the heartbeat.
 //!
-//! Ownership: the periodic check's state is process-wide (one store per process):
-//! whether eviction is allowed (set at start) and when the next check is due.
+//! Ownership: the periodic check's state ([`EvictionChecks`]: whether eviction is
+//! allowed, set at start, and when the next check is due) is the store's own; several
+//! stores in one process (the contract tests) check each its own Redis.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -11,17 +12,24 @@ use super::RedisStore;
 use crate::redis::policy::{CHECK_EVERY, PolicyError, check, check_replicas, recheck};
 use crate::store::Nanos;
 
-static ALLOWED: AtomicBool = AtomicBool::new(false);
-static NEXT_CHECK: AtomicU64 = AtomicU64::new(0);
+/// The state of a store's eviction checks.
+#[derive(Debug, Default)]
+pub(super) struct EvictionChecks {
+    /// `--redis-allow-eviction`: an evicting policy is a warning, not a refusal.
+    allowed: AtomicBool,
+    /// When the next periodic check is due (0: before the start check).
+    next: AtomicU64,
+}
 
 impl RedisStore {
     /// The start check on the store's own connection (see [`check`]); `allow` holds
     /// for the periodic checks too.
     pub async fn check_eviction_policy(&self, allow: bool) -> Result<(), PolicyError> {
-        ALLOWED.store(allow, Ordering::SeqCst);
+        let checks = &self.eviction;
+        checks.allowed.store(allow, Ordering::SeqCst);
         check(&mut self.run.conn(), allow).await?;
         check_replicas(&mut self.run.conn(), self.run.wait_replicas()).await;
-        NEXT_CHECK.store(
+        checks.next.store(
             self.clock.now() + CHECK_EVERY.as_nanos() as u64,
             Ordering::SeqCst,
         );
@@ -31,12 +39,14 @@ impl RedisStore {
     /// The periodic check (from the heartbeat): a policy that evicts is reported on
     /// every check, as an error (refused at start) or a warning (allowed).
     pub(super) async fn recheck_eviction_policy(&self, now: Nanos) {
-        let next = NEXT_CHECK.load(Ordering::SeqCst);
-        if now < next {
+        let checks = &self.eviction;
+        if now < checks.next.load(Ordering::SeqCst) {
             return;
         }
-        NEXT_CHECK.store(now + CHECK_EVERY.as_nanos() as u64, Ordering::SeqCst);
-        recheck(&mut self.run.conn(), ALLOWED.load(Ordering::SeqCst)).await;
+        checks
+            .next
+            .store(now + CHECK_EVERY.as_nanos() as u64, Ordering::SeqCst);
+        recheck(&mut self.run.conn(), checks.allowed.load(Ordering::SeqCst)).await;
         check_replicas(&mut self.run.conn(), self.run.wait_replicas()).await;
     }
 }

@@ -74,7 +74,7 @@ impl RedisStore {
         if *call.generation() != generation {
             return Err(StoreError::NamespaceLost { op: "put" });
         }
-        call.arg((job.pri, job.delay_secs, job.ttr_secs, "", id));
+        call.arg((job.pri, job.delay_ms, job.ttr_ms, "", id));
         let made = call.run().await;
         if let Err(StoreError::NotApplied { .. }) = &made {
             let mut undo = redis::cmd("HDEL");

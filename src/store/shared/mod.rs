@@ -30,16 +30,19 @@
 //! - `liveness`: the heartbeat, and dropping the references of dead instances.
 //! - `eviction`: the eviction policy check (`crate::redis::policy`) at start and on
 //!   the heartbeat.
-//! - `namespace`: the namespace's generation; starting afresh when Redis lost it.
+//! - `namespace`: the namespace's generation, and noticing that Redis lost it.
+//! - `fresh`: joining the namespace at connect; starting afresh when Redis lost it.
 //!
-//! Ownership: Redis owns the jobs. This process owns only its view of its connections'
-//! reservations (`held`), its reference counts (`refs`), and the tokens of reserve
-//! attempts whose answer was lost (`reclaim`).
+//! Ownership: Redis owns the jobs. This store owns only its view of its connections'
+//! reservations (`held`), its reference counts (`refs`), the tokens of reserve attempts
+//! whose answer was lost (`reclaim`), and when its checks are due (`liveness`,
+//! `eviction`): nothing is process-wide, so several stores may share a process.
 
 mod admin;
 mod connect;
 mod decode;
 mod eviction;
+mod fresh;
 mod held;
 mod large;
 mod liveness;
@@ -62,6 +65,7 @@ use crate::redis::{Connector, US};
 use crate::store::{ConnId, JobId, Nanos, Reserved, StoreError, StoreResult};
 use crate::time::Clock;
 use decode::{Decode, Reservation};
+use eviction::EvictionChecks;
 use held::{Held, HeldJobs};
 use reclaim::Attempts;
 use refs::References;
@@ -83,6 +87,7 @@ pub struct RedisStore {
     refs: References,
     wake: Mutex<Option<mpsc::UnboundedReceiver<TubeName>>>,
     next_heartbeat: Mutex<Nanos>,
+    eviction: EvictionChecks,
 }
 
 impl std::fmt::Debug for RedisStore {

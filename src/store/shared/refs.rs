@@ -74,20 +74,20 @@ enum RefOp {
 /// The store's handle on its references and their keeper.
 pub struct References {
     ops: mpsc::UnboundedSender<RefOp>,
-    shared: Shared,
+    shared: RefCounts,
     /// This instance's reference hash.
     key: String,
 }
 
 /// What the store shares with the keeper.
 #[derive(Clone)]
-struct Shared {
+struct RefCounts {
     counts: Arc<Mutex<Counts>>,
     /// A change failed since the last restore (Redis may or may not have applied it).
     dirty: Arc<AtomicBool>,
 }
 
-impl Shared {
+impl RefCounts {
     fn counts(&self) -> MutexGuard<'_, Counts> {
         lock(&self.counts)
     }
@@ -111,7 +111,7 @@ impl References {
     /// Start the keeper of the references kept in hash `key`, calling scripts with `run`.
     pub fn start(run: Runner, key: String) -> References {
         let (ops, rx) = mpsc::unbounded_channel();
-        let shared = Shared {
+        let shared = RefCounts {
             counts: Arc::default(),
             dirty: Arc::default(),
         };
@@ -184,7 +184,7 @@ impl References {
 struct Keeper {
     run: Runner,
     key: String,
-    shared: Shared,
+    shared: RefCounts,
 }
 
 impl Keeper {

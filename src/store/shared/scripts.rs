@@ -21,16 +21,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use redis::{Cmd, ToRedisArgs, Value};
-use std::time::Duration;
 
-use super::admin::{EditReply, Entry, Listed};
+use super::admin::{EditReply, EntryReply, Listed};
 use super::decode::{
-    Decode, JobFigures, Joined, Kicked, Peeked, Reaped, Reclaimed, Reservation, Ticked, Touched,
+    Decode, JobFigures, Joined, KickReply, Peeked, Reaped, Reclaimed, Reservation, Ticked, Touched,
 };
 use super::namespace::Namespace;
 use super::shake::{fields_read, prelude_for};
 use crate::redis::keys::{Keys, NsKey, TubeKey, lua_key_layout};
-use crate::redis::{Code, RedisConn};
+use crate::redis::replicas::ReplicaWait;
+use crate::redis::{CallError, Code, RedisConn};
 use crate::store::{StoreError, StoreResult, TubeInfo};
 
 /// One script, whose reply is read as `R`.
@@ -46,7 +46,7 @@ pub struct Lua<R> {
 
 impl<R> Lua<R> {
     fn new(name: &'static str, prelude: &str, body: &str) -> Lua<R> {
-        let (text, ns) = compose(prelude, body);
+        let (text, ns) = compose(prelude, body, READ_ONLY.contains(&name));
         Lua {
             name,
             script: redis::Script::new(&text),
@@ -56,9 +56,17 @@ impl<R> Lua<R> {
     }
 }
 
+/// The scripts that only read. They are flagged `no-writes`, so Redis runs them while
+/// it refuses writes: its disk full (`MISCONF`, it cannot write its AOF) or at
+/// `maxmemory` (`OOM`). Unflagged, Redis cannot tell a script reads only and refuses it
+/// whole, so every read answered INTERNAL_ERROR while the disk was full
+/// (protocol-tests/redis_disk.rs). A write in one of them is an error Redis raises.
+const READ_ONLY: &[&str] = &["peek", "job_info", "tube_info", "list", "job_entry"];
+
 /// The script of `body` after the parts of `prelude` it uses (see shake.rs), its
-/// namespace group cut to the keys they read; and those keys.
-fn compose(prelude: &str, body: &str) -> (String, Vec<NsKey>) {
+/// namespace group cut to the keys they read; and those keys. `read_only`: flagged
+/// `no-writes` (see [`READ_ONLY`]).
+fn compose(prelude: &str, body: &str, read_only: bool) -> (String, Vec<NsKey>) {
     let kept = prelude_for(prelude, "", body);
     let read = fields_read(&format!("{kept}\n{body}"), 'G');
     let ns: Vec<NsKey> = NsKey::ALL
@@ -67,10 +75,15 @@ fn compose(prelude: &str, body: &str) -> (String, Vec<NsKey>) {
         .filter(|k| read.iter().any(|r| r == k.name()))
         .collect();
     let prelude = prelude_for(prelude, &ns_group(&ns), body);
-    // `#!lua` first (Redis 7's script flags, none given): a script may then touch only
-    // keys of the slot of its declared keys on a Redis Cluster, and every script's
-    // keys are one namespace's (keys.rs).
-    (format!("#!lua\n{prelude}\n{body}"), ns)
+    // `#!lua` first (Redis 7's script flags): a script may then touch only keys of the
+    // slot of its declared keys on a Redis Cluster, and every script's keys are one
+    // namespace's (keys.rs).
+    let shebang = if read_only {
+        "#!lua flags=no-writes"
+    } else {
+        "#!lua"
+    };
+    (format!("{shebang}\n{prelude}\n{body}"), ns)
 }
 
 /// The Lua naming the namespace's keys of a call that passes only `ns` of them: in
@@ -107,6 +120,22 @@ macro_rules! scripts {
                 }
             }
 
+            /// Every script: its name, its text as composed, and the script made of it.
+            #[cfg(test)]
+            fn every(&self) -> Vec<(&'static str, String, &redis::Script)> {
+                let prelude = format!("{}\n{}", lua_key_layout(), include_str!("lua/prelude.lua"));
+                vec![$((
+                    stringify!($name),
+                    compose(
+                        &prelude,
+                        include_str!(concat!("lua/", stringify!($name), ".lua")),
+                        READ_ONLY.contains(&stringify!($name)),
+                    )
+                    .0,
+                    &self.$name.script,
+                ),)*]
+            }
+
             /// Load every script up front, so no command pays for a NOSCRIPT round
             /// trip (and a close is one round trip like any other).
             pub async fn load_all(&self, conn: &mut RedisConn) -> StoreResult<()> {
@@ -126,7 +155,7 @@ scripts! {
     release: bool,
     bury: bool,
     touch: Option<Touched>,
-    kick: Kicked,
+    kick: KickReply,
     kick_job: bool,
     peek: Option<Peeked>,
     job_info: Option<JobFigures>,
@@ -139,7 +168,7 @@ scripts! {
     close: Vec<u64>,
     init: Joined,
     list: Listed,
-    job_entry: Option<Entry>,
+    job_entry: Option<EntryReply>,
     edit: EditReply,
 }
 
@@ -158,7 +187,7 @@ pub struct Runner {
     namespace: Arc<Namespace>,
     /// `--redis-wait-replicas` and its timeout: a change a client is told of waits for
     /// that many replicas.
-    wait: Option<(u32, Duration)>,
+    wait: Option<ReplicaWait>,
 }
 
 /// The scripts whose changes a client is told of, and so are acknowledged only once
@@ -184,7 +213,7 @@ impl Runner {
         conns: Vec<RedisConn>,
         keys: Keys,
         origin: &str,
-        wait: Option<(u32, Duration)>,
+        wait: Option<ReplicaWait>,
     ) -> Runner {
         Runner {
             conns: conns.into(),
@@ -203,7 +232,7 @@ impl Runner {
 
     /// `--redis-wait-replicas` (0: changes do not wait).
     pub fn wait_replicas(&self) -> u32 {
-        self.wait.map_or(0, |(n, _)| n)
+        self.wait.map_or(0, |w| w.replicas())
     }
 
     pub fn scripts(&self) -> &Scripts {
@@ -319,7 +348,7 @@ impl<R: Decode> Call<'_, R> {
             .wait
             .filter(|_| ACKNOWLEDGED.contains(&self.name));
         let reply = match self.send(wait).await {
-            Err(err) if Code::of(&err) == Some(Code::NoScript) => {
+            Err(err) if Code::found_in(&err) == Some(Code::NoScript) => {
                 self.script
                     .load_async(&mut self.runner.conn())
                     .await
@@ -328,7 +357,7 @@ impl<R: Decode> Call<'_, R> {
             }
             other => other,
         }
-        .map_err(|e| StoreError::redis(self.name, e))
+        .map_err(StoreError::from)
         .inspect_err(|err| {
             if matches!(err, StoreError::NamespaceLost { .. }) {
                 self.runner.namespace.lost(&self.generation);
@@ -337,40 +366,27 @@ impl<R: Decode> Call<'_, R> {
         R::decode(reply).map_err(|detail| StoreError::bad_reply(self.name, detail))
     }
 
-    /// The script alone, or pipelined with WAIT (replicas, timeout), whose count is
-    /// checked here.
-    async fn send(&self, wait: Option<(u32, Duration)>) -> redis::RedisResult<Value> {
+    /// The script alone, or pipelined with WAIT, whose reply is read by
+    /// [`ReplicaWait::confirm`].
+    async fn send(&self, wait: Option<ReplicaWait>) -> Result<Value, CallError> {
+        let failed = |e| CallError::new(self.name, e);
         let mut conn = self.runner.conn();
-        let Some((replicas, timeout)) = wait else {
-            return self.cmd.query_async(&mut conn).await;
+        let Some(wait) = wait else {
+            return self.cmd.query_async(&mut conn).await.map_err(failed);
         };
+        let mut pipe = redis::pipe();
+        pipe.add_command(self.cmd.clone());
+        wait.append_to(&mut pipe);
         // Each reply on its own: the script's error is the call's (NOSCRIPT reloads it),
         // but a WAIT refused after the script ran (a primary just demoted to replica,
         // an ACL without WAIT) leaves the change applied and unconfirmed, not undone.
-        let (reply, confirmed): (redis::RedisResult<Value>, redis::RedisResult<i64>) =
-            redis::pipe()
-                .add_command(self.cmd.clone())
-                .cmd("WAIT")
-                .arg(replicas)
-                .arg(timeout.as_millis() as u64)
-                .ignore_errors()
-                .query_async(&mut conn)
-                .await?;
-        let reply = reply?;
-        let confirmed = confirmed.map_err(|e| {
-            redis::RedisError::from(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("WAIT refused after the change ran: {e}"),
-            ))
-        })?;
-        if confirmed < i64::from(replicas) {
-            // Applied on the primary, not confirmed by the replicas: may be lost.
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("WAIT: {confirmed} of {replicas} replicas confirmed in time"),
-            )
-            .into());
-        }
+        let (reply, confirmed): (redis::RedisResult<Value>, redis::RedisResult<i64>) = pipe
+            .ignore_errors()
+            .query_async(&mut conn)
+            .await
+            .map_err(failed)?;
+        let reply = reply.map_err(failed)?;
+        wait.confirm(self.name, confirmed)?;
         Ok(reply)
     }
 }
@@ -431,20 +447,46 @@ mod tests {
             (include_str!("lua/reserve.lua"), 4),
             (include_str!("lua/put.lua"), put.ns.len()),
         ] {
-            let (text, _) = compose(&prelude, body);
+            let (text, _) = compose(&prelude, body, false);
             assert!(text.contains(&format!("local N_NS_KEYS = {n}\n")), "{text}");
             assert_eq!(text.matches("local N_NS_KEYS").count(), 1);
             assert_eq!(text.matches("local function ns_group").count(), 1);
         }
     }
 
+    /// Every script compiles: the shared mode's (as composed: layout, shaken prelude,
+    /// body), leader mode's batch script, and the lock-out and upgrade scripts are
+    /// loaded into a real redis-server (SCRIPT LOAD compiles them), so a syntax error,
+    /// or a prelude reformatted so that shake cuts it wrongly, fails here rather than
+    /// at a client's first command. (The lease's scripts: `cluster/lease.rs`.)
     #[test]
-    fn every_script_builds() {
+    fn every_script_loads_into_redis() {
         let scripts = Scripts::new();
-        assert_eq!(scripts.reserve.name, "reserve");
-        assert_ne!(
-            scripts.put.script.get_hash(),
-            scripts.delete.script.get_hash()
+        let mut all: Vec<(&str, String)> = Vec::new();
+        for (name, text, script) in scripts.every() {
+            assert_eq!(
+                redis::Script::new(&text).get_hash(),
+                script.get_hash(),
+                "{name}"
+            );
+            all.push((name, text));
+        }
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/store/shared/lua");
+        let files = std::fs::read_dir(dir).unwrap().count();
+        assert_eq!(
+            all.len(),
+            files - 1,
+            "every lua/ file but the prelude is a script"
         );
+        for (name, text) in [
+            ("leader batch", crate::redis::fenced_script::SCRIPT),
+            ("lock out", crate::redis::lockout::LOCK_OUT),
+            ("lift a lock-out", crate::redis::lockout::LIFT),
+            ("schema-1 rename", crate::redis::schema::RENAME),
+        ] {
+            all.push((name, text.to_string()));
+        }
+        let all: Vec<(&str, &str)> = all.iter().map(|(n, t)| (*n, t.as_str())).collect();
+        crate::redis::testing::assert_scripts_load("the Lua scripts' load test", &all);
     }
 }

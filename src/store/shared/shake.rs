@@ -7,6 +7,8 @@
 //! the full prelude costs a call about 1.7 µs inside Redis (measured with INFO
 //! commandstats: a script of the prelude and `return 1` against `return 1` alone).
 //!
+//! The formatting rules this relies on are written at the top of `lua/prelude.lua`.
+//!
 //! Invariants: a definition is dropped only when no kept text names it (names are read
 //! as Lua identifiers, whole-line comments ignored), so dropping is never wrong, only
 //! sometimes not done (a name in a string or a trailing comment keeps its definition).

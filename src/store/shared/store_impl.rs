@@ -138,7 +138,7 @@ impl Store for RedisStore {
         }
         self.run
             .on_tube(|s| &s.put, &[], job.tube.as_str())
-            .arg((job.pri, job.delay_secs, job.ttr_secs, &job.body[..]))
+            .arg((job.pri, job.delay_ms, job.ttr_ms, &job.body[..]))
             .run()
             .await
     }
@@ -235,14 +235,14 @@ impl Store for RedisStore {
         conn: ConnId,
         id: JobId,
         pri: u32,
-        delay_secs: u32,
+        delay_ms: u64,
         _now: Nanos,
     ) -> StoreResult<Option<TubeName>> {
         self.check_conn(conn, "release")?;
         let Some((held, mut call)) = self.held_call(|s| &s.release, conn, id) else {
             return Ok(None);
         };
-        let released = call.arg((pri, delay_secs)).run().await?;
+        let released = call.arg((pri, delay_ms)).run().await?;
         self.held.unhold(conn, id);
         Ok(released.then_some(held.tube))
     }
@@ -412,9 +412,9 @@ impl Store for RedisStore {
         Ok(tubes)
     }
 
-    async fn pause(&self, tube: &TubeName, delay_secs: u32, _now: Nanos) -> StoreResult<bool> {
+    async fn pause(&self, tube: &TubeName, delay_ms: u64, _now: Nanos) -> StoreResult<bool> {
         // Scripts keep microseconds: rounding up keeps a zero pause's 1 ns at 1 us.
-        let pause_us = pause_length(delay_secs).div_ceil(US);
+        let pause_us = pause_length(delay_ms).div_ceil(US);
         self.run
             .on_tube(|s| &s.pause, &[], tube.as_str())
             .arg(pause_us)

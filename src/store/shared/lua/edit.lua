@@ -17,7 +17,7 @@ if op == 'pri' then
   put_job(T, id, j)
 elseif op == 'delay' then
   local secs = tonumber(v)
-  j[DELAY] = secs
+  set_times(j, secs * 1000, ttr_ms(j))
   if secs > 0 then
     detach(T, id, j)
     local due = now + secs * 1000000

@@ -1,3 +1,24 @@
+-- How this file must be written (scripts.rs keeps of it, per script, only what the
+-- script's body uses; shake.rs cuts it by lines, not by parsing Lua):
+-- - A top-level piece starts at a line with code at column 0. Every other line belongs
+--   to the piece above: an indented line (a body, a continued expression), a line that
+--   starts with `end` (alone or followed by a space), `else`/`elseif`, `)` or `}`. So
+--   indent everything inside a function or a block, and never start a continued line
+--   at column 0 (a `..` or an argument there would begin a new piece).
+-- - Comment lines at column 0 and blank lines between two pieces go with the piece
+--   below them (an indented comment stays in the piece it is in).
+-- - A piece is a definition when its first code line is `local function NAME(` or
+--   `local A[, B...] = ...` (the names before the first `=`, which may run over lines);
+--   it is cut from a script unless the body, or a piece kept, names one of them as a
+--   Lua identifier outside a whole-line comment. One definition per piece: no
+--   `local a = 1; local b = 2` on one line. Every other piece (the generation check
+--   below) is a statement, kept in every script, with all it names.
+-- - A piece names only pieces above it (the order is kept, and the cut is one pass
+--   from the bottom), so define a helper before its first use.
+-- A prelude that breaks these rules is cut wrongly: a script Redis refuses to compile
+-- (scripts.rs' every_script_loads_into_redis loads each into a redis-server), or one
+-- that names what it lost (shake.rs' every_script_keeps_every_name_it_uses).
+--
 -- Shared by every redstalk script (prepended by scripts.rs, after the key layout that
 -- src/redis/keys.rs generates: for each key group (tube, ns, reserve) its size N_TUBE_KEYS, each
 -- key's offset TUBE_READY..., and tube_group(b) naming the keys from KEYS index b).
@@ -65,8 +86,36 @@ end
 -- Job meta, a msgpack array (leader mode reads and writes the same: src/redis/meta.rs).
 -- READY is when the job last became ready (us), so a reserve can report how long it
 -- waited; jobs written before it existed lack it (nil).
+-- DELAY and TTR are whole seconds (rounded down); a job whose delay or TTR is not
+-- whole seconds also has DELAY_MS and TTR_MS (ms), so a job in seconds keeps the
+-- 14-field layout that versions before milliseconds read.
 local PRI, DELAY, TTR, CREATED, STATE, DUE, OWNER, RESERVES, TIMEOUTS, RELEASES, BURIES, KICKS, BSEQ,
-  READY = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14
+  READY, DELAY_MS, TTR_MS = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16
+
+-- A job's duration in ms: its millisecond field while that agrees with the whole
+-- seconds (a version before milliseconds may have changed the seconds and kept it),
+-- else the seconds.
+local function finer(j, secs, ms)
+  local v = j[ms]
+  if v and math.floor(v / 1000) == j[secs] then return v end
+  return j[secs] * 1000
+end
+
+local function delay_ms(j) return finer(j, DELAY, DELAY_MS) end
+local function ttr_ms(j) return finer(j, TTR, TTR_MS) end
+
+-- Set a job's delay and TTR (ms). cmsgpack packs a table as an array only without
+-- holes, so READY is filled before the millisecond fields follow it.
+local function set_times(j, delay, ttr)
+  j[DELAY], j[TTR] = math.floor(delay / 1000), math.floor(ttr / 1000)
+  if delay % 1000 == 0 and ttr % 1000 == 0 then
+    j[TTR_MS] = nil
+    j[DELAY_MS] = nil
+  else
+    if j[READY] == nil then j[READY] = 0 end
+    j[DELAY_MS], j[TTR_MS] = delay, ttr
+  end
+end
 
 -- Bodies at least this large (LARGE_BODY in store/mod.rs) are not handed through Lua:
 -- Redis would copy them into Lua and out again, serving nobody meanwhile.
@@ -230,7 +279,7 @@ local function admin_entry(T, id, j, now)
   if j[STATE] == 'ready' then score = j[PRI] elseif j[STATE] == 'buried' then score = j[BSEQ] end
   local owner = ''
   if j[STATE] == 'reserved' then owner = j[OWNER] or '' end
-  return { id, score, redis.call('HSTRLEN', T.bodies, id), owner, j[PRI], j[DELAY], j[TTR],
+  return { id, score, redis.call('HSTRLEN', T.bodies, id), owner, j[PRI], delay_ms(j), ttr_ms(j),
     j[CREATED], j[STATE], j[DUE], j[RESERVES], j[TIMEOUTS], j[RELEASES], j[BURIES], j[KICKS],
     now }
 end

@@ -1,4 +1,4 @@
--- put: ARGV[3] pri, ARGV[4] delay (s), ARGV[5] ttr (s), ARGV[6] body -> the id.
+-- put: ARGV[3] pri, ARGV[4] delay (ms), ARGV[5] ttr (ms), ARGV[6] body -> the id.
 -- ARGV[7], when given: an id the caller took, under which it wrote the body already (a
 -- large body stays out of Lua, see large.rs); ARGV[6] is then empty.
 local T, tube, origin = tube_keys(0, 1), ARGV[1], ARGV[2]
@@ -18,11 +18,12 @@ end
 -- A tube whose meta already counts a put is in the tube list: both go together when it
 -- is destroyed, so only a tube's first put (since its meta was made) checks the list.
 if redis.call('HINCRBY', T.meta, 'total_jobs', '1') == 1 then ensure_tube(G, tube) end
-local j = { pri, delay, ttr, now, '', 0, '', 0, 0, 0, 0, 0, 0, now }
+local j = { pri, 0, 0, now, '', 0, '', 0, 0, 0, 0, 0, 0, now }
+set_times(j, delay, ttr)
 redis.call('HSET', G.index, id, tube)
 redis.call('HINCRBY', G.stats, 'total_jobs', '1')
 if delay > 0 then
-  local due = now + delay * 1000000
+  local due = now + delay * 1000
   attach(T, G, id, j, 'delayed', due)
   put_job(T, id, j)
   due_by(G, tube, due)

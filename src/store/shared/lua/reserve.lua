@@ -49,7 +49,7 @@ if not j or not body then
     .. ' lost its ' .. (j and 'body' or 'meta') .. ' in Redis (evicted?): dropped, not served')
 end
 local w = waited(j, now)
-local deadline = now + j[TTR] * 1000000
+local deadline = now + ttr_ms(j) * 1000
 j[RESERVES] = j[RESERVES] + 1
 attach(T, G, id, j, 'reserved', deadline, owner)
 put_job(T, id, j)

@@ -16,7 +16,7 @@ local now = now_us()
 local w = 0
 if j[STATE] == 'ready' then w = waited(j, now) end
 detach(T, id, j)
-local deadline = now + j[TTR] * 1000000
+local deadline = now + ttr_ms(j) * 1000
 j[RESERVES] = j[RESERVES] + 1
 attach(T, G, id, j, 'reserved', deadline, ARGV[4])
 put_job(T, id, j)

@@ -4,7 +4,7 @@ local id = ARGV[3]
 local j = get_job(T, id)
 if not j or j[STATE] ~= 'reserved' or j[OWNER] ~= ARGV[4] then return nil end
 local now = now_us()
-local deadline = now + j[TTR] * 1000000
+local deadline = now + ttr_ms(j) * 1000
 detach(T, id, j)
 attach(T, G, id, j, 'reserved', deadline, ARGV[4])
 put_job(T, id, j)

@@ -1,8 +1,9 @@
-//! The memory store's state: jobs, tubes and the orderings beanstalkd's commands need,
-//! and the two primitives every transition is made of, [`State::detach`] (take a job out
-//! of the place its state puts it) and [`State::attach`] (put it in its new place).
+//! The memory store's contents: jobs, tubes and the orderings beanstalkd's commands
+//! need, and the two primitives every transition is made of, [`Contents::detach`] (take
+//! a job out of the place its state puts it) and [`Contents::attach`] (put it in its
+//! new place).
 //!
-//! Ownership: one `State` per [`super::MemoryStore`], behind its mutex.
+//! Ownership: one `Contents` per [`super::MemoryStore`], behind its mutex.
 //!
 //! Invariants:
 //! - a job is in exactly one place matching its state: its tube's `ready` set
@@ -14,7 +15,7 @@
 //!   `default`;
 //! - with a journal (a persisted store), every job and tube a transition changes is
 //!   noted in it by `attach`, `remove_job` and the tube counters' setters, so a cut
-//!   finds every change (see `journal.rs`).
+//!   finds every change (see `journal.rs`; the cut itself is in `persist.rs`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -26,7 +27,8 @@ use bytes::Bytes;
 
 use super::journal::{Journal, Stored};
 use crate::protocol::TubeName;
-use crate::store::{ConnId, JobId, JobState, NANOS_PER_SEC, Nanos, Reserved, Totals, URGENT_PRI};
+use crate::store::{ConnId, JobId, JobState, Nanos, Reserved, Totals, URGENT_PRI};
+use crate::time::millis;
 use crate::util::SwapList;
 
 /// The two kinds of reference a connection holds on a tube.
@@ -38,13 +40,14 @@ pub(super) enum Ref {
 
 /// One job. Kept small, because a queue may hold millions (each is boxed, so the job
 /// table's spare capacity costs a pointer per slot, not a whole job): one time field
-/// serves every state, the counters are 32-bit as in the reference.
+/// serves every state, the counters are 32-bit as in the reference. Delay and TTR are
+/// 64-bit milliseconds: a client may write milliseconds, up to `u32::MAX` seconds.
 #[derive(Debug)]
 pub(super) struct Job {
     pub tube: TubeName,
     pub pri: u32,
-    pub delay_secs: u32,
-    pub ttr_secs: u32,
+    pub delay_ms: u64,
+    pub ttr_ms: u64,
     pub state: JobState,
     /// What persistence holds of this job (always `Never` without a journal).
     pub stored: Stored,
@@ -112,7 +115,7 @@ impl Tube {
 }
 
 #[derive(Debug, Default)]
-pub(super) struct State {
+pub(super) struct Contents {
     pub next_id: JobId,
     pub jobs: HashMap<JobId, Box<Job>>,
     pub tubes: HashMap<TubeName, Tube>,
@@ -127,12 +130,12 @@ pub(super) struct State {
     pub journal: Option<Box<Journal>>,
 }
 
-impl State {
-    pub fn new(journal: bool) -> State {
-        let mut state = State {
+impl Contents {
+    pub fn new(journal: bool) -> Contents {
+        let mut state = Contents {
             next_id: 1,
             journal: journal.then(Box::default),
-            ..State::default()
+            ..Contents::default()
         };
         state.tube_entry(&TubeName::default_tube());
         state
@@ -323,13 +326,13 @@ impl State {
     pub fn reserve_id(&mut self, conn: ConnId, id: JobId, now: Nanos) -> Option<Reserved> {
         let last_change = self.journal.as_ref().map(|j| j.last_change());
         let job = self.jobs.get(&id)?;
-        let ttr = u64::from(job.ttr_secs);
+        let ttr = millis(job.ttr_ms);
         // A delayed or buried job taken by reserve-job never waited as ready.
         let waited = match job.state {
             JobState::Ready => now.saturating_sub(job.at),
             _ => 0,
         };
-        let deadline = now + ttr * NANOS_PER_SEC;
+        let deadline = now + ttr;
         let job = self.jobs.get_mut(&id)?;
         job.reserves += 1;
         self.move_to(id, JobState::Reserved, deadline, Some(conn));
@@ -350,15 +353,10 @@ impl State {
         })
     }
 
-    /// Place a detached (or new) job: delayed when `delay_secs > 0`, else ready.
-    pub fn attach_after(&mut self, id: JobId, delay_secs: u32, now: Nanos) {
-        if delay_secs > 0 {
-            self.attach(
-                id,
-                JobState::Delayed,
-                now + u64::from(delay_secs) * NANOS_PER_SEC,
-                None,
-            );
+    /// Place a detached (or new) job: delayed when `delay_ms > 0`, else ready.
+    pub fn attach_after(&mut self, id: JobId, delay_ms: u64, now: Nanos) {
+        if delay_ms > 0 {
+            self.attach(id, JobState::Delayed, now + millis(delay_ms), None);
         } else {
             self.attach(id, JobState::Ready, now, None);
         }

@@ -1,5 +1,6 @@
-//! A bound on guessing the admin token, wherever a token is presented (the console's
-//! login, the API's `Authorization: Bearer`; all count together): at most
+//! A bound on guessing a token, wherever a token is presented (the console's login,
+//! the API's `Authorization: Bearer`, a beanstalk listener's `auth`; all count
+//! together): at most
 //! [`LoginLimit::per_peer`] wrong tokens per client address and [`LoginLimit::global`]
 //! in all per window (a minute by default); beyond, a token is refused with
 //! [`Limited`] until the window ends, the right token included (a guesser cannot tell
@@ -99,7 +100,7 @@ impl LoginLimit {
             };
             tracing::warn!(
                 %peer,
-                "admin token refused for {}s: {scope} sent too many wrong tokens \
+                "tokens refused for {}s: {scope} sent too many wrong tokens \
                  (at most {} per address and {} in all per {}s); logged once per window",
                 left.as_secs().max(1),
                 self.per_peer,

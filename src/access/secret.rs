@@ -1,4 +1,4 @@
-//! The admin token as a value: compared in constant time, never shown.
+//! A token as a value: compared in constant time, never shown.
 //!
 //! Invariants: [`Secret::matches`] takes the same time whatever the given token is and
 //! wherever it differs, its length included: it compares SHA-256 digests, which are of
@@ -25,14 +25,24 @@ impl Secret {
 
     /// The secret itself: the session cookie's key material, and the token a standby
     /// forwards for a session of its own.
-    pub(in crate::http) fn expose(&self) -> &str {
+    pub(crate) fn expose(&self) -> &str {
         &self.text
+    }
+
+    /// Its SHA-256 digest (what it is known by after a reload; not secret enough to
+    /// log, since a short token can be found from it).
+    pub fn digest(&self) -> &[u8; 32] {
+        &self.digest
+    }
+
+    /// The SHA-256 digest of `given`.
+    pub fn digest_of(given: &[u8]) -> [u8; 32] {
+        Sha256::digest(given).into()
     }
 
     /// Whether `given` is this secret, in time independent of what it is.
     pub fn matches(&self, given: &[u8]) -> bool {
-        let given: [u8; 32] = Sha256::digest(given).into();
-        given.ct_eq(&self.digest).into()
+        Self::digest_of(given).ct_eq(&self.digest).into()
     }
 }
 

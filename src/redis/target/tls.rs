@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use redis::{ClientTlsConfig, RedisError, TlsCertificates};
 
-use super::target::TargetError;
+use super::TargetError;
 
 /// The TLS files of `--redis-tls-ca`, `--redis-tls-cert` and `--redis-tls-key` (PEM).
 #[derive(Clone, Debug, Default)]
@@ -71,8 +71,8 @@ impl CertificateProblem {
 /// The rustls error `e` is, or holds as an I/O error's inner error, directly or behind
 /// the `Arc` redis-rs wraps its errors' causes in.
 fn rustls_error<'e>(e: &'e (dyn std::error::Error + 'static)) -> Option<&'e rustls::Error> {
-    type Shared = std::sync::Arc<dyn std::error::Error + Send + Sync>;
-    let e: &(dyn std::error::Error + 'static) = match e.downcast_ref::<Shared>() {
+    type ArcError = std::sync::Arc<dyn std::error::Error + Send + Sync>;
+    let e: &(dyn std::error::Error + 'static) = match e.downcast_ref::<ArcError>() {
         Some(shared) => &**shared,
         None => e,
     };

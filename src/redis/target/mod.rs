@@ -5,23 +5,35 @@
 //! URLs: `redis://` and `rediss://` (TLS) name one server, as redis-rs reads them;
 //! `redis+sentinel://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]/MASTER_NAME[/DB]` (and
 //! `rediss+sentinel://`, TLS to the sentinels and the data nodes) name the sentinels
-//! that know the primary of MASTER_NAME. The credentials of a sentinel URL are the data
-//! nodes'; the sentinels' own password is a separate option.
+//! that know the primary of MASTER_NAME ([`sentinel`]). The credentials of a sentinel
+//! URL are the data nodes'; the sentinels' own password is a separate option.
 //! `redis+cluster://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...][/0]` (and
 //! `rediss+cluster://`) name seeds of a Redis Cluster: the target is the primary that
-//! owns the namespace's slot (`super::slot_owner`). Both multi-host forms share one
-//! host-list parser ([`HostList`]).
+//! owns the namespace's slot ([`cluster`]). Both multi-host forms share one host-list
+//! parser ([`HostList`]).
+//!
+//! The children: [`sentinel`] and [`cluster`], the two targets asked anew at every
+//! connection; [`lineage`], the replication history a primary they name must continue;
+//! [`tls`], the TLS files and certificate problems said plainly. They import from here
+//! (the URL's parts, a node's client, [`TargetError`]), never from each other but for
+//! [`lineage`].
 //!
 //! Invariant: nothing here puts the URL, a password or a key into an error message;
 //! errors say which part is wrong.
 
+pub mod cluster;
+mod lineage;
+pub mod sentinel;
+mod tls;
+
+use std::sync::Arc;
 use std::time::Duration;
 
-use super::history::{History, verify_primary};
-use super::placement::{self, Topology};
-use super::slot_owner::SlotOwner;
-use super::tls::certificates;
-pub use super::tls::{CertificateProblem, TlsFiles};
+use self::cluster::{SlotOwner, Views};
+use self::sentinel::Sentinels;
+use self::tls::certificates;
+pub use self::tls::{CertificateProblem, TlsFiles};
+use super::placement::{Placements, Topology};
 use redis::{
     AsyncConnectionConfig, Client, ConnectionAddr, IntoConnectionInfo, ProtocolVersion,
     RedisConnectionInfo, RedisResult, TlsCertificates,
@@ -54,53 +66,64 @@ pub enum TargetError {
     ClusterDb(String),
 }
 
+/// What the targets of one process share, so that its connectors (the schema step, the
+/// store, the lease: each has its own) agree: where each namespace was found
+/// ([`Placements`]: a failover they all follow counts once, a cluster primary's node
+/// timeout is read once) and a Redis Cluster's last answer ([`Views`]: the connections a
+/// start opens at once ask the nodes once). Made once per process, with its Redis
+/// options (`RedisConfig`), which every connector is made from; cheap to clone.
+#[derive(Clone, Debug, Default)]
+pub struct Lookups {
+    placements: Arc<Placements>,
+    views: Arc<Views>,
+}
+
+impl Lookups {
+    /// Where this process's namespaces live (what `/metrics` shows).
+    pub fn placements(&self) -> &Arc<Placements> {
+        &self.placements
+    }
+}
+
 /// Which server to connect to: one address, whichever the sentinels name primary, or
 /// the primary that owns the namespace's slot of a Redis Cluster.
 pub enum Target {
     /// One server, for the namespace `prefix` (its address is shown in `/metrics`).
-    Direct { client: Client, prefix: String },
+    Direct {
+        client: Client,
+        prefix: String,
+        placements: Arc<Placements>,
+    },
     /// Asked anew at every connection, so a failover is followed.
     Sentinel(Sentinels),
     /// Asked anew at every connection (a MOVED reply's address first).
     Cluster(SlotOwner),
 }
 
-/// The sentinels, and what a connection to the primary they name needs.
-///
-/// Not redis-rs' `SentinelClient`: it takes the first sentinel's answer, and a sentinel
-/// that has not yet heard of a failover names the old primary, which, restarted empty
-/// by its supervisor, answers ROLE as a primary until the sentinels demote it (seen in
-/// the failover test: jobs acknowledged there are wiped by the demotion). Here the
-/// address must be named by a majority of the sentinels, and, once a primary has been
-/// used, must continue its replication history: a majority can still lag behind a
-/// failover (the failover test caught one naming the restarted, empty old primary;
-/// redstalk then wrote a fresh namespace there, whose ids collided with the real one's
-/// once the sentinels demoted it).
-pub struct Sentinels {
-    sentinels: Vec<Client>,
-    master: String,
-    node: RedisConnectionInfo,
-    secure: bool,
-    certs: Option<TlsCertificates>,
-    /// The namespace served (for `/metrics`).
-    prefix: String,
-    /// The replication id of the last primary used, and since when candidates that do
-    /// not continue it have been refused.
-    history: std::sync::Mutex<History>,
-}
-
 /// How long asking one sentinel (or cluster node), or checking the primary's role, may
 /// take.
-pub(super) const ASK_TIMEOUT: Duration = Duration::from_millis(500);
+const ASK_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// The connection settings of asking a sentinel or a node, and of checking a primary:
+/// each step within [`ASK_TIMEOUT`].
+fn ask_config() -> AsyncConnectionConfig {
+    AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(ASK_TIMEOUT))
+        .set_response_timeout(Some(ASK_TIMEOUT))
+}
 
 impl Target {
     /// A client for the current primary; with sentinels, the one a majority of them
     /// name, once it answers ROLE as a primary.
     pub async fn primary(&self) -> RedisResult<Client> {
         match self {
-            Target::Direct { client, prefix } => {
+            Target::Direct {
+                client,
+                prefix,
+                placements,
+            } => {
                 let primary = client.get_connection_info().addr().to_string();
-                placement::record(Topology::Standalone, prefix, None, &primary);
+                placements.record(Topology::Standalone, prefix, None, &primary);
                 Ok(client.clone())
             }
             Target::Sentinel(s) => s.primary().await,
@@ -133,12 +156,14 @@ impl Target {
     }
 
     /// The target of `url` with `tls` and the sentinels' password, for the namespace
-    /// `prefix` (a cluster's target is the owner of its slot).
+    /// `prefix` (a cluster's target is the owner of its slot), sharing `lookups` with
+    /// the other targets of the process.
     pub fn new(
         url: &str,
         tls: &TlsFiles,
         sentinel_password: Option<&str>,
         prefix: &str,
+        lookups: &Lookups,
     ) -> Result<Target, TargetError> {
         let certs = certificates(tls)?;
         let secure = url.starts_with("rediss");
@@ -154,7 +179,7 @@ impl Target {
             }
             let hosts = cluster_url(rest)?;
             return Ok(Target::Cluster(SlotOwner::new(
-                hosts, secure, certs, prefix,
+                hosts, secure, certs, prefix, lookups,
             )));
         }
         if let Some(rest) = url
@@ -162,7 +187,7 @@ impl Target {
             .or_else(|| url.strip_prefix("rediss+sentinel://"))
         {
             let parsed = SentinelUrl::parse(rest)?;
-            return parsed.client(secure, certs, sentinel_password, prefix);
+            return parsed.client(secure, certs, sentinel_password, prefix, lookups);
         }
         let info = url
             .into_connection_info()
@@ -176,6 +201,7 @@ impl Target {
         Ok(Target::Direct {
             client,
             prefix: prefix.to_string(),
+            placements: lookups.placements.clone(),
         })
     }
 }
@@ -215,7 +241,7 @@ impl KindText for redis::RedisError {
 /// The part of a sentinel or cluster URL before its path: optional credentials and a
 /// comma-separated list of `HOST:PORT`.
 #[derive(Debug, PartialEq)]
-pub(super) struct HostList {
+struct HostList {
     pub username: Option<String>,
     pub password: Option<String>,
     pub hosts: Vec<(String, u16)>,
@@ -329,6 +355,7 @@ impl SentinelUrl {
         certs: Option<TlsCertificates>,
         sentinel_password: Option<&str>,
         prefix: &str,
+        lookups: &Lookups,
     ) -> Result<Target, TargetError> {
         let failed = |e: redis::RedisError| TargetError::Url(e.kind_text());
         let mut sentinel_settings = RedisConnectionInfo::default();
@@ -344,19 +371,19 @@ impl SentinelUrl {
                 .set_redis_settings(sentinel_settings.clone());
             sentinels.push(client(info, certs.as_ref()).map_err(failed)?);
         }
-        Ok(Target::Sentinel(Sentinels {
+        Ok(Target::Sentinel(Sentinels::new(
             sentinels,
-            master: self.master,
+            self.master,
             node,
             secure,
             certs,
-            prefix: prefix.to_string(),
-            history: std::sync::Mutex::new(History::default()),
-        }))
+            prefix,
+            lookups.placements.clone(),
+        )))
     }
 }
 
-pub(super) fn address(secure: bool, host: String, port: u16) -> ConnectionAddr {
+fn address(secure: bool, host: String, port: u16) -> ConnectionAddr {
     if secure {
         ConnectionAddr::TcpTls {
             host,
@@ -373,10 +400,7 @@ pub(super) fn address(secure: bool, host: String, port: u16) -> ConnectionAddr {
 /// leader's batch written while the previous one is unanswered waits for that answer (or
 /// a delayed ACK) before it leaves, so batches "in flight" went one at a time
 /// (bench/results/2026-11-27-leader-commit-path.md).
-pub(super) fn client(
-    info: redis::ConnectionInfo,
-    certs: Option<&TlsCertificates>,
-) -> RedisResult<Client> {
+fn client(info: redis::ConnectionInfo, certs: Option<&TlsCertificates>) -> RedisResult<Client> {
     let info = info.set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true));
     match certs {
         Some(c) => Client::build_with_tls(info, c.clone()),
@@ -386,67 +410,8 @@ pub(super) fn client(
 
 /// An attempt that found no primary: calls wait briefly for the next one, as when
 /// Redis refuses connections (a failover is under way).
-pub(super) fn no_primary(detail: String) -> redis::RedisError {
+fn no_primary(detail: String) -> redis::RedisError {
     std::io::Error::new(std::io::ErrorKind::ConnectionRefused, detail).into()
-}
-
-impl Sentinels {
-    async fn primary(&self) -> RedisResult<Client> {
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(ASK_TIMEOUT))
-            .set_response_timeout(Some(ASK_TIMEOUT));
-        let asks = self.sentinels.iter().map(|s| {
-            let config = config.clone();
-            async move {
-                let mut c = s
-                    .get_multiplexed_async_connection_with_config(&config)
-                    .await?;
-                redis::cmd("SENTINEL")
-                    .arg("get-master-addr-by-name")
-                    .arg(&self.master)
-                    .query_async::<Option<(String, u16)>>(&mut c)
-                    .await
-            }
-        });
-        let answers = futures_util::future::join_all(asks).await;
-        let mut named: Vec<((String, u16), usize)> = Vec::new();
-        let mut errors = Vec::new();
-        for answer in answers {
-            match answer {
-                Ok(Some(addr)) => match named.iter_mut().find(|(a, _)| *a == addr) {
-                    Some((_, n)) => *n += 1,
-                    None => named.push((addr, 1)),
-                },
-                Ok(None) => {}
-                Err(e) => errors.push(e.to_string()),
-            }
-        }
-        let majority = self.sentinels.len() / 2 + 1;
-        let Some(((host, port), _)) = named.into_iter().find(|(_, n)| *n >= majority) else {
-            return Err(no_primary(format!(
-                "no {majority} of the {} sentinels name the same primary for {:?} \
-                 (failover under way?){}",
-                self.sentinels.len(),
-                self.master,
-                if errors.is_empty() {
-                    String::new()
-                } else {
-                    format!("; sentinel errors: {}", errors.join("; "))
-                }
-            )));
-        };
-        let named = format!("{host}:{port}");
-        let info = address(self.secure, host, port)
-            .into_connection_info()?
-            .set_redis_settings(self.node.clone());
-        let primary = client(info, self.certs.as_ref())?;
-        let mut c = primary
-            .get_multiplexed_async_connection_with_config(&config)
-            .await?;
-        verify_primary(&mut c, &self.history, "the sentinels name").await?;
-        placement::record(Topology::Sentinel, &self.prefix, None, &named);
-        Ok(primary)
-    }
 }
 
 /// `%XX` escapes in a URL's user or password.
@@ -523,7 +488,7 @@ mod tests {
             "redis+cluster://u:hunter2@h:1/3",
             "rediss+cluster://u:hunter2@",
         ] {
-            let err = Target::new(url, &TlsFiles::default(), None, "p")
+            let err = Target::new(url, &TlsFiles::default(), None, "p", &Lookups::default())
                 .err()
                 .unwrap_or_else(|| panic!("{url} accepted"));
             assert!(!err.to_string().contains(secret), "{err}");
@@ -550,10 +515,17 @@ mod tests {
             &TlsFiles::default(),
             None,
             "billing",
+            &Lookups::default(),
         );
         assert!(matches!(t, Ok(Target::Cluster(ref c)) if c.slot() == 12682));
         assert!(matches!(
-            Target::new("redis+cluster://h:1", &TlsFiles::default(), Some("pw"), "p"),
+            Target::new(
+                "redis+cluster://h:1",
+                &TlsFiles::default(),
+                Some("pw"),
+                "p",
+                &Lookups::default()
+            ),
             Err(TargetError::SentinelPasswordOnCluster)
         ));
     }
@@ -565,7 +537,7 @@ mod tests {
             ..TlsFiles::default()
         };
         assert!(matches!(
-            Target::new("rediss://h:1", &tls, None, "p"),
+            Target::new("rediss://h:1", &tls, None, "p", &Lookups::default()),
             Err(TargetError::HalfClientCert)
         ));
         let tls = TlsFiles {
@@ -573,7 +545,7 @@ mod tests {
             ..TlsFiles::default()
         };
         assert!(matches!(
-            Target::new("redis://h:1", &tls, None, "p"),
+            Target::new("redis://h:1", &tls, None, "p", &Lookups::default()),
             Err(TargetError::TlsWithoutTls)
         ));
     }

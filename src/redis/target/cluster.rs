@@ -2,17 +2,18 @@
 //! slot (every key of a namespace is under the tag `{P}`, so one slot, one node).
 //!
 //! Found anew at every connection: the seeds and the nodes learned from earlier answers
-//! are asked `CLUSTER SHARDS` in parallel (each within [`ASK_TIMEOUT`], as sentinels are
-//! asked); every answer names the online master of the shard holding the slot, and the
-//! addresses named are tried most named first (the last MOVED reply's address breaks a
-//! tie). A candidate must answer ROLE as a primary and continue the replication history
-//! of the primary used before (`target::verify_primary`): a primary restarted empty with
-//! its nodes.conf, before the cluster failed it over, reclaims its slot with a fresh
-//! replication id and is refused. Once a majority of the nodes asked has answered, the
-//! others are not waited for. The answer is reused, by every target of the process, for
-//! the connections made within [`VIEW_REUSE`] after it (each candidate still proves
-//! itself), unless a MOVED reply came since or no candidate proved itself. The primary
-//! taken is recorded for `/metrics` (`placement`), and, in leader mode (a target made
+//! are asked `CLUSTER SHARDS` in parallel (each within
+//! [`ASK_TIMEOUT`](super::ASK_TIMEOUT), as sentinels are asked); every answer names the
+//! online master of the shard holding the slot, and the addresses named are tried most
+//! named first (the last MOVED reply's address breaks a tie). A candidate must answer
+//! ROLE as a primary and continue the replication history of the primary used before
+//! ([`Lineage`]): a primary restarted empty with its nodes.conf, before the cluster
+//! failed it over, reclaims its slot with a fresh replication id and is refused. Once a majority of the nodes asked has answered, the
+//! others are not waited for. The answer is reused, by every target of the process
+//! ([`Views`], shared through `super::Lookups`), for the connections made within
+//! [`VIEW_REUSE`] after it (each candidate still proves itself), unless a MOVED reply
+//! came since or no candidate proved itself. The primary taken is recorded for
+//! `/metrics` (`placement`), and, in leader mode (a target made
 //! [`SlotOwner::with_leader_lease`]), its `cluster-node-timeout` is checked against the
 //! lease once per primary.
 //!
@@ -23,18 +24,15 @@
 //!
 //! Invariant: no URL, password or key in messages (addresses and the prefix only).
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use redis::{
-    AsyncConnectionConfig, Client, IntoConnectionInfo, RedisConnectionInfo, RedisResult,
-    TlsCertificates, Value,
-};
+use redis::{Client, IntoConnectionInfo, RedisConnectionInfo, RedisResult, TlsCertificates, Value};
 
-use super::history::{History, forget_history, verify_primary};
-use super::keys::slot_of;
-use super::placement::{self, Recorded, Topology, check_node_timeout};
-use super::target::{ASK_TIMEOUT, HostList, address, client, no_primary};
+use super::lineage::Lineage;
+use super::{HostList, Lookups, address, ask_config, client, no_primary};
+use crate::redis::keys::slot_of;
+use crate::redis::placement::{Placements, Recorded, Topology};
 use crate::util::lock;
 
 /// At most this many nodes are remembered beyond the seeds (a cluster's other nodes).
@@ -52,6 +50,7 @@ type Addr = (String, u16);
 type Candidate = (Addr, Vec<String>);
 
 /// What the nodes of a cluster (its seeds) named for a slot, and when.
+#[derive(Debug)]
 struct View {
     slot: u16,
     seeds: Vec<Addr>,
@@ -59,10 +58,37 @@ struct View {
     candidates: Vec<Candidate>,
 }
 
-/// The views of the process, shared by its targets: the schema step, the store and
-/// the lease each have their own connector, and at a start or a failover they all
-/// connect within moments.
-static VIEWS: Mutex<Vec<View>> = Mutex::new(Vec::new());
+/// The views of one process, shared by its targets (`super::Lookups`): the schema step,
+/// the store and the lease each have their own connector, and at a start or a failover
+/// they all connect within moments. Its lock is never held across an `.await`.
+#[derive(Debug, Default)]
+pub struct Views(Mutex<Vec<View>>);
+
+impl Views {
+    /// The candidates the nodes named for `slot` (asked through `seeds`), if that was
+    /// less than [`VIEW_REUSE`] ago.
+    fn recent(&self, slot: u16, seeds: &[Addr]) -> Option<Vec<Candidate>> {
+        let views = lock(&self.0);
+        let view = views.iter().find(|v| v.slot == slot && v.seeds == seeds)?;
+        (view.asked.elapsed() < VIEW_REUSE).then(|| view.candidates.clone())
+    }
+
+    /// Keep `candidates` (just asked) for `slot` and `seeds`, or forget what was kept
+    /// (`None`).
+    fn keep(&self, slot: u16, seeds: &[Addr], candidates: Option<Vec<Candidate>>) {
+        let mut views = lock(&self.0);
+        views.retain(|v| !(v.slot == slot && v.seeds == seeds));
+        if let Some(candidates) = candidates {
+            views.push(View {
+                slot,
+                seeds: seeds.to_vec(),
+                asked: Instant::now(),
+                candidates,
+            });
+        }
+    }
+}
+
 /// The primary of one slot of a Redis Cluster, asked for at every connection.
 pub struct SlotOwner {
     seeds: Vec<Addr>,
@@ -76,10 +102,14 @@ pub struct SlotOwner {
     node: RedisConnectionInfo,
     secure: bool,
     certs: Option<TlsCertificates>,
-    history: Mutex<History>,
+    lineage: Lineage,
     /// In leader mode, the lease: each primary's `cluster-node-timeout` is checked
     /// against it (docs/plans/redis-cluster.md, section 5).
     leader_lease: Option<Duration>,
+    /// Where the process's connectors record the primary they use.
+    placements: Arc<Placements>,
+    /// The process's last answers of the nodes.
+    views: Arc<Views>,
 }
 
 impl SlotOwner {
@@ -88,6 +118,7 @@ impl SlotOwner {
         secure: bool,
         certs: Option<TlsCertificates>,
         prefix: &str,
+        lookups: &Lookups,
     ) -> SlotOwner {
         SlotOwner {
             node: hosts.node_settings(0),
@@ -99,8 +130,10 @@ impl SlotOwner {
             slot: slot_of(format!("{{{prefix}}}").as_bytes()),
             secure,
             certs,
-            history: Mutex::new(History::default()),
+            lineage: Lineage::default(),
             leader_lease: None,
+            placements: lookups.placements.clone(),
+            views: lookups.views.clone(),
         }
     }
 
@@ -167,26 +200,13 @@ impl SlotOwner {
         if lock(&self.hint).is_some() {
             return None;
         }
-        let views = lock(&VIEWS);
-        let view = views
-            .iter()
-            .find(|v| v.slot == self.slot && v.seeds == self.seeds)?;
-        (view.asked.elapsed() < VIEW_REUSE).then(|| view.candidates.clone())
+        self.views.recent(self.slot, &self.seeds)
     }
 
     /// Keep `candidates` (just asked) for the next connections to the slot, or forget
     /// what was kept (`None`: no candidate proved itself).
     fn keep_view(&self, candidates: Option<Vec<Candidate>>) {
-        let mut views = lock(&VIEWS);
-        views.retain(|v| !(v.slot == self.slot && v.seeds == self.seeds));
-        if let Some(candidates) = candidates {
-            views.push(View {
-                slot: self.slot,
-                seeds: self.seeds.clone(),
-                asked: Instant::now(),
-                candidates,
-            });
-        }
+        self.views.keep(self.slot, &self.seeds, candidates);
     }
 
     /// The first of `candidates` that proves itself the slot's primary (ROLE, the
@@ -197,9 +217,7 @@ impl SlotOwner {
         candidates: Vec<Candidate>,
         refused: &mut Vec<String>,
     ) -> RedisResult<Option<Client>> {
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(ASK_TIMEOUT))
-            .set_response_timeout(Some(ASK_TIMEOUT));
+        let config = ask_config();
         for (addr, shard) in candidates {
             let primary = self.client_for(addr.clone())?;
             let named = format!("{}:{} the cluster names", addr.0, addr.1);
@@ -208,9 +226,12 @@ impl SlotOwner {
                 let mut c = primary
                     .get_multiplexed_async_connection_with_config(&config)
                     .await?;
-                verify_primary(&mut c, &self.history, &named).await?;
+                self.lineage.verify(&mut c, &named).await?;
                 if let Some(lease) = self.leader_lease {
-                    check_node_timeout(&mut c, &format!("{}:{}", addr.0, addr.1), lease).await;
+                    let primary = format!("{}:{}", addr.0, addr.1);
+                    self.placements
+                        .check_node_timeout(&mut c, &primary, lease)
+                        .await;
                 }
                 Ok::<(), redis::RedisError>(())
             };
@@ -238,7 +259,7 @@ impl SlotOwner {
                 "redis cluster: the slot moved to another shard (the primary {named}); \
                  its replication history starts anew"
             );
-            forget_history(&self.history);
+            self.lineage.forget();
         }
     }
 
@@ -252,9 +273,7 @@ impl SlotOwner {
                 asked.push(a.clone());
             }
         }
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(ASK_TIMEOUT))
-            .set_response_timeout(Some(ASK_TIMEOUT));
+        let config = ask_config();
         let asks = asked.iter().map(|addr| {
             let config = config.clone();
             async move {
@@ -319,7 +338,10 @@ impl SlotOwner {
     fn note_owner(&self, addr: Addr) {
         let primary = format!("{}:{}", addr.0, addr.1);
         let tag = format!("{{{}}}", self.prefix);
-        match placement::record(Topology::Cluster, &self.prefix, Some(self.slot), &primary) {
+        let recorded =
+            self.placements
+                .record(Topology::Cluster, &self.prefix, Some(self.slot), &primary);
+        match recorded {
             Recorded::Same => {}
             Recorded::First => tracing::info!(
                 prefix = %self.prefix, %tag, slot = self.slot, %primary,
@@ -507,7 +529,7 @@ mod tests {
             password: None,
             hosts: vec![("h".into(), 1)],
         };
-        let owner = SlotOwner::new(hosts, false, None, "billing");
+        let owner = SlotOwner::new(hosts, false, None, "billing", &Lookups::default());
         assert_eq!(owner.slot(), 12682);
         owner.moved_to("10.0.0.7:6380");
         assert_eq!(*lock(&owner.hint), Some(("10.0.0.7".to_string(), 6380)));

@@ -1,0 +1,112 @@
+//! For unit tests: a private `redis-server` on a unix socket in a temporary directory
+//! (no port taken, nothing persisted), killed when dropped, and the check that Lua
+//! scripts load into it. Tests never touch a Redis that may run on 6379.
+//!
+//! A missing `redis-server` skips the test loudly, or fails it under
+//! `REDSTALK_REQUIRE_ORACLE=1` (`.ci/test` sets it), as the protocol tests do.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A private `redis-server`, killed (and its directory removed) when dropped.
+pub(crate) struct PrivateRedis {
+    child: Child,
+    dir: PathBuf,
+}
+
+impl PrivateRedis {
+    /// Start one, or `None` (said loudly, naming `what`) when redis-server is not
+    /// installed and not required.
+    pub(crate) fn start(what: &str) -> Option<PrivateRedis> {
+        let program = std::env::var_os("REDIS_SERVER")
+            .map(PathBuf::from)
+            .or_else(|| find_on_path("redis-server"));
+        let Some(program) = program else {
+            assert!(
+                std::env::var("REDSTALK_REQUIRE_ORACLE").as_deref() != Ok("1"),
+                "redis-server is required (REDSTALK_REQUIRE_ORACLE=1) but not installed"
+            );
+            eprintln!("!!! redis-server is not installed: {what} SKIPPED.");
+            return None;
+        };
+        let dir = std::env::temp_dir().join(format!(
+            "redstalk-unit-redis-{}-{}",
+            std::process::id(),
+            rand::random::<u64>()
+        ));
+        std::fs::create_dir_all(&dir).expect("a temporary directory");
+        let child = Command::new(program)
+            .args(["--port", "0", "--unixsocket"])
+            .arg(dir.join("redis.sock"))
+            .args(["--save", "", "--appendonly", "no", "--dir"])
+            .arg(&dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn redis-server");
+        let redis = PrivateRedis { child, dir };
+        let started = Instant::now();
+        while redis.connection().is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "redis-server did not answer on {} within 10 s",
+                redis.socket().display()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Some(redis)
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.dir.join("redis.sock")
+    }
+
+    /// A plain (blocking) connection.
+    pub(crate) fn connection(&self) -> redis::RedisResult<redis::Connection> {
+        let url = format!("redis+unix://{}", self.socket().display());
+        redis::Client::open(url)?.get_connection()
+    }
+}
+
+impl Drop for PrivateRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn find_on_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
+}
+
+/// Load every script of `scripts` (name, text) into a private Redis with SCRIPT LOAD,
+/// which compiles it: a script that does not compile fails the test, each named with
+/// Redis' message. Skipped (loudly) without redis-server, as [`PrivateRedis::start`].
+pub(crate) fn assert_scripts_load(what: &str, scripts: &[(&str, &str)]) {
+    let Some(redis) = PrivateRedis::start(what) else {
+        return;
+    };
+    let mut conn = redis
+        .connection()
+        .expect("a connection to the private Redis");
+    let mut failed = Vec::new();
+    for (name, text) in scripts {
+        let script = redis::Script::new(text);
+        match script.load(&mut conn) {
+            Ok(sha) => assert_eq!(sha, script.get_hash(), "{name}: Redis' SHA"),
+            Err(e) => failed.push(format!("{name}: {e}")),
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "scripts Redis cannot load:\n{}",
+        failed.join("\n")
+    );
+    eprintln!("{what}: {} scripts loaded into redis-server", scripts.len());
+}
