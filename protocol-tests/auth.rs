@@ -566,15 +566,7 @@ fn sighup_reloads_roles_without_dropping_a_connection_and_a_broken_file_keeps_th
 
 /// Wait (up to 10 s) until the server's log says `what`.
 fn wait_for_log(log: &Log, what: &str) {
-    let start = Instant::now();
-    while !log.text().contains(what) {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "the log never said {what:?}:\n{}",
-            log.tail()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    log.wait_for(what, Duration::from_secs(10));
 }
 
 /// One leader-mode instance with a token listener and a listener for instances (its

@@ -115,15 +115,7 @@ impl Instance {
 
     /// Wait until the log says `text`.
     fn wait_log(&self, text: &str, within: Duration) {
-        let deadline = Instant::now() + within;
-        while !self.log.tail().contains(text) {
-            assert!(
-                Instant::now() < deadline,
-                "no {text:?} in the log within {within:?}\n{}",
-                self.log.tail()
-            );
-            thread::sleep(Duration::from_millis(5));
-        }
+        self.log.wait_for(text, within);
     }
 }
 

@@ -365,15 +365,7 @@ fn a_change_no_replica_confirms_answers_internal_error() {
             );
             // Its stderr is read on a thread of its own: give it time to catch up.
             let why = "fewer replicas connected than --redis-wait-replicas";
-            let deadline = Instant::now() + REPLY;
-            while !log.tail().contains(why) && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            assert!(
-                log.tail().contains(why),
-                "the log does not say why: {}",
-                log.tail()
-            );
+            log.wait_for(why, REPLY);
             continue;
         }
         let r = r.unwrap_or_else(|e| panic!("put: {e}\n{}", log.tail()));
@@ -530,11 +522,7 @@ fn a_namespace_of_the_previous_layout_is_renamed_at_start_and_served() {
             .query(&mut conn)
             .unwrap();
         assert_eq!(schema, "2");
-        let upgraded = log.tail();
-        assert!(
-            upgraded.contains("upgraded the namespace's keys"),
-            "{upgraded}"
-        );
+        log.wait_for("upgraded the namespace's keys", REPLY);
         println!(
             "{} mode: {renamed} keys of schema 1 ({} jobs, 3 tubes) renamed and served \
              {started_ms} ms after the start",

@@ -122,6 +122,21 @@ impl Log {
         String::from_utf8_lossy(&buf).into_owned()
     }
 
+    /// Wait until the log says `what`, up to `within`; fails the test with the log's
+    /// tail otherwise. The log is read on a thread of its own, so a line the process
+    /// wrote before an event the test saw may still be on its way.
+    pub fn wait_for(&self, what: &str, within: Duration) {
+        let deadline = Instant::now() + within;
+        while !self.text().contains(what) {
+            assert!(
+                Instant::now() < deadline,
+                "the log did not say {what:?} within {within:?}:\n{}",
+                self.tail()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// [`Log::tail`] once the pipe has ended (the process exited and its last words
     /// were read), or after `timeout` at the latest: a process that just exited may
     /// have written its error a moment before the drain thread read it.
