@@ -340,6 +340,7 @@ fn wake_ups_survive_a_manual_failover_of_the_slot() {
         redis_lines(&text)
     );
     assert!(counted >= 1, "the change is not counted:\n{text}");
+    b_log.wait_for("ended the shard channel's subscription", SERVED_WITHIN);
     let said = b_log.tail();
     let heard: Vec<&str> = said
         .lines()

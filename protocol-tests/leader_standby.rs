@@ -434,6 +434,7 @@ fn a_duplicate_advertise_is_found_and_reported() {
         body.contains(&format!("--advertise {advertise} reaches instance")),
         "{body}"
     );
+    b.log.wait_for("reaches instance", Duration::from_secs(10));
     let log = b.log.tail();
     assert!(
         log.contains("ERROR") && log.contains("reaches instance"),
@@ -525,7 +526,8 @@ fn leader_mode_starts_on_a_unix_socket() {
     );
     assert_eq!(got, Outcome::Closed);
     assert!(body.contains("advertises no address"), "{body}");
-    assert!(b.log.tail().contains("advertises no address"));
+    b.log
+        .wait_for("advertises no address", Duration::from_secs(10));
     drop(u);
     let _ = std::fs::remove_dir_all(dir);
 }
