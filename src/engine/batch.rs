@@ -10,11 +10,12 @@
 //! [`FLUSH_STEP`] jobs, each one store change, and lets every other connection run
 //! between steps, so no client waits on it for more than a step.
 
+use super::admin::AdminResult;
 use super::admin_bulk::STEP;
 use super::{Ack, Answer, Engine};
 use crate::protocol::ext::{BatchOp, FlushStates};
 use crate::protocol::{Reply, TubeName};
-use crate::store::{ConnId, JobId, Reserved, Store, StoreResult};
+use crate::store::{ConnId, JobId, JobState, Reserved, Store, StoreResult};
 use crate::time::millis;
 
 /// The most jobs one step of a flush deletes: the `/bulk` API's step.
@@ -126,6 +127,23 @@ impl Engine {
             }
             tokio::task::yield_now().await;
         }
+    }
+
+    /// The operator API's flush of `tube` (`states`: none named means all four), once
+    /// durable: [`Engine::flush`].
+    pub async fn admin_flush(&self, tube: &TubeName, states: &[JobState]) -> AdminResult<u64> {
+        let states = match states {
+            [] => FlushStates::ALL,
+            named => FlushStates {
+                ready: named.contains(&JobState::Ready),
+                delayed: named.contains(&JobState::Delayed),
+                buried: named.contains(&JobState::Buried),
+                reserved: named.contains(&JobState::Reserved),
+            },
+        };
+        let flushed = self.flush(tube, states).await?;
+        self.admin_durable().await?;
+        Ok(flushed)
     }
 }
 
