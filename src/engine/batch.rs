@@ -113,6 +113,12 @@ impl Engine {
     /// deleted. A step that fails ends the flush with its error (the steps before it
     /// stand). The engine operation behind `flush-tube`, `flush-buried` and the API's
     /// flush route.
+    ///
+    /// With a persisted store (`-b`, leader mode) the next step waits until the last
+    /// one is durable: a flush deletes as fast as it is written, one step a batch.
+    /// Without that wait a million-job flush ran ahead of the committer, and every
+    /// other client's reply (which waits for the latest change) waited for the whole
+    /// backlog: INTERNAL_ERROR after the commit timeout.
     pub async fn flush(&self, tube: &TubeName, states: FlushStates) -> StoreResult<u64> {
         let (mut deleted, mut upto) = (0, None);
         loop {
@@ -125,6 +131,7 @@ impl Engine {
             if !step.more {
                 return Ok(deleted);
             }
+            self.store.durable(self.store.last_change()).await?;
             tokio::task::yield_now().await;
         }
     }
