@@ -16,6 +16,10 @@
 //!   old tube lists nothing, and `reserve` on the new tube hands out the moved job.
 //! - `bulk_dry_run_counts_what_the_real_run_changes` — a dry run's `matched` equals the
 //!   real run's `changed`, with and without a body filter and a limit.
+//! - `flush_route_deletes_the_states_named` — on every mode, `POST /tubes/{tube}/flush`
+//!   deletes the states named (`{"states": ["buried"]}`), then everything (no states),
+//!   in more than one step (2,500 jobs), and answers how many; a tube that does not
+//!   exist flushes 0 and is not made.
 //! - `a_deep_page_costs_what_the_first_does` — page 20 of 20,000 tied jobs costs about
 //!   what page 1 does (figures printed); a reserved job names its holder.
 //! - `a_standby_forwards_the_api_to_the_leader` — leader mode: a listing and changes
@@ -741,6 +745,32 @@ fn bulk_dry_run_counts_what_the_real_run_changes() {
         }
         assert_eq!(api.list_all("matched", "ready", || 1000).len(), 20);
         assert_eq!(api.list_all("seven", "ready", || 1000).len(), 7);
+        drop(srv);
+    }
+}
+
+#[test]
+fn flush_route_deletes_the_states_named() {
+    let _serial = serial();
+    for home in Home::all() {
+        let (srv, api) = home.launch(&["--admin-token", TOKEN]);
+        let mut c = Client::connect(srv.addr, "c");
+        c.use_tube("fl");
+        c.expect("watch fl", "WATCHING 2");
+        for _ in 0..2_500 {
+            c.put(10, 0, 60, b"x");
+        }
+        let (id, _) = c.reserve_timeout(0).expect("a job");
+        c.expect(&format!("bury {id} 0"), "BURIED");
+        let (s, done) = api.post("/tubes/fl/flush", json!({"states": ["buried"]}));
+        assert_eq!((s, done["flushed"].as_u64()), (200, Some(1)), "{done}");
+        let (s, done) = api.post("/tubes/fl/flush", json!({}));
+        assert_eq!((s, done["flushed"].as_u64()), (200, Some(2_499)), "{done}");
+        assert!(api.list_all("fl", "ready", || 1000).is_empty());
+        let (s, done) = api.post("/tubes/nothing/flush", json!({"states": ["ready"]}));
+        assert_eq!((s, done["flushed"].as_u64()), (200, Some(0)), "{done}");
+        assert_eq!(api.get("/tubes/nothing").0, 404, "not made");
+        println!("{}: flush route ok", home.name());
         drop(srv);
     }
 }

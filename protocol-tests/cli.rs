@@ -16,7 +16,8 @@
 //!   tables; both exit 0, on beanstalkd and redstalk.
 //! - `api_*` — the admin API commands (jobs with paging, job, pri, delay, bury, move,
 //!   search, a bulk move with --dry-run, refused without the token, conflict, not
-//!   found) against redstalk's API, in `cli/api.rs`.
+//!   found) against redstalk's API, and `flush` over the beanstalk port and the API
+//!   (unsupported on beanstalkd), in `cli/api.rs`.
 //!
 //! Without beanstalkd the beanstalkd cases are skipped with a notice, unless
 //! `REDSTALK_REQUIRE_ORACLE=1`.

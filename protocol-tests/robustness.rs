@@ -14,7 +14,9 @@
 //!   2 s, the server's peak RSS stays small, and once a job arrives every pipelined
 //!   command is answered in order;
 //! - an over-long line (10 MB without CRLF) is discarded while it streams: one
-//!   BAD_FORMAT after its CRLF, small peak RSS, and the connection stays in sync;
+//!   BAD_FORMAT after its CRLF, small peak RSS, and the connection stays in sync; so is
+//!   a list line (`delete-batch`) past its 21 KB window, on 100 connections at once,
+//!   while the longest list line that fits is served whole;
 //! - a put whose size exceeds `-z` has its body (50 MB, full of command-like lines)
 //!   discarded while streaming, never buffered nor executed: JOB_TOO_BIG, small peak
 //!   RSS, in sync afterwards;
@@ -825,6 +827,43 @@ fn ten_megabytes_without_crlf_give_one_bad_format_and_stay_in_sync() {
     assert_eq!(c.request(b"watch other\r\n"), "WATCHING 2");
     prompt_cycle(&mut c, "in sync");
     assert_peak_rss_small(srv.pid(), "after the over-long line");
+}
+
+/// The list lines of the batch extension (docs/EXTENSIONS.md) get a longer window, 21,042
+/// bytes, and no more: many connections each streaming a `delete-batch` line far past it
+/// hold none of it (one BAD_FORMAT each once it ends, small peak RSS), and the longest
+/// list line that fits is served whole.
+#[test]
+fn list_lines_are_bounded_at_21_kb_per_connection() {
+    const CONNS: usize = 100;
+    let srv = start(&[]);
+    let mut clients: Vec<_> = (0..CONNS).map(|i| tcp(&srv, format!("list-{i}"))).collect();
+    let filler = " 1".repeat(MIB / 2);
+    for c in &mut clients {
+        c.send(b"delete-batch");
+        c.send(filler.as_bytes());
+    }
+    // 100 MB offered in all, none of it a whole line.
+    assert_peak_rss_small(srv.pid(), "after 100 list lines of 1 MB without CRLF");
+    for c in &mut clients {
+        c.send(b"\r\n");
+        c.expect(b"BAD_FORMAT\r\n", REPLY);
+    }
+    // The longest canonical list line: 1,000 ids of 20 digits after its parameters.
+    let ids: String = (0..1000u64).map(|i| format!(" {}", u64::MAX - i)).collect();
+    let line = format!("release-batch {} 4294967295000ms{ids}\r\n", u32::MAX);
+    assert_eq!(line.len(), 21_042, "the list-line window");
+    let c = &mut clients[0];
+    c.send(line.as_bytes());
+    let reply = c.line(REPLY);
+    assert!(
+        reply.starts_with("RELEASED_BATCH 0 1000 18446744073709551615 "),
+        "{}",
+        &reply[..reply.len().min(80)]
+    );
+    assert_eq!(reply.split(' ').count(), 1003);
+    prompt_cycle(c, "in sync after the list lines");
+    assert_peak_rss_small(srv.pid(), "after the list lines");
 }
 
 // ---------------------------------------------------------------------------------------

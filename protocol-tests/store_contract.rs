@@ -28,7 +28,8 @@
 //!    [`waits_since_ready`] (300 ms sleeps) wait on the clock (both stores read wall or
 //!    Redis time); the checks run concurrently. The operator API's store methods
 //!    (listing from a cursor, search, job entry, edits in place) are checked in
-//!    `contract_admin.rs`.
+//!    `contract_admin.rs`; the batch and flush calls (`reserve_many`, `batch`,
+//!    `flush_step`) in `contract_batch.rs`.
 //!
 //! 2. A seeded randomized differential (`memory_vs_redis_differential`): one random
 //!    sequence of store operations (four fake connections, five tube names, ids mostly
@@ -74,6 +75,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod contract_admin;
+mod contract_batch;
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -86,6 +88,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use contract_admin::{admin_edits, admin_listing};
+use contract_batch::{batch_flush_steps, batch_list_ops, batch_reserve_many};
 use redstalk::persist::binlog::{self, BinlogConfig, Fsync};
 use redstalk::persist::engine::Committing;
 use redstalk::protocol::TubeName;
@@ -985,6 +988,9 @@ const CHECKS: &[Check] = checks![
     waits_since_ready,
     admin_listing,
     admin_edits,
+    batch_reserve_many,
+    batch_list_ops,
+    batch_flush_steps,
 ];
 
 static PREFIXES: AtomicU64 = AtomicU64::new(0);

@@ -24,6 +24,14 @@ pub enum Scenario {
     /// reserve-with-timeout -> delete, so the tube empties after every job (a queue
     /// whose workers keep up).
     Solo,
+    /// Fill a tube with --jobs jobs (default 100,000), then -c workers empty it: each
+    /// `reserve-batch <--batch> 1` and one `delete-batch` of what it got, or with
+    /// --batch 0 `reserve-with-timeout 1` and `delete` (redstalk's batches).
+    Batch,
+    /// Fill a tube with --jobs jobs (default 1,000,000), probe another tube with put ->
+    /// reserve -> delete for --duration, then `flush-tube` the full one while the
+    /// probe goes on: its round trips before and during the flush (redstalk's flush).
+    Flush,
 }
 
 impl Scenario {
@@ -35,6 +43,8 @@ impl Scenario {
             Scenario::Delay => "delay",
             Scenario::Tubes => "tubes",
             Scenario::Solo => "solo",
+            Scenario::Batch => "batch",
+            Scenario::Flush => "flush",
         }
     }
 }
@@ -163,6 +173,10 @@ pub struct Args {
     #[arg(long)]
     pub label: Option<String>,
 
+    /// Jobs per `reserve-batch` in the batch scenario (0: the one-command worker).
+    #[arg(long, default_value_t = 100)]
+    pub batch: usize,
+
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
@@ -185,6 +199,9 @@ impl Args {
         }
         if !(self.duration > 0.0 && self.duration.is_finite()) {
             return Err("--duration must be a positive number of seconds".into());
+        }
+        if self.batch > 1000 {
+            return Err("--batch takes at most 1000 (reserve-batch's bound)".into());
         }
         if self.jobs == Some(0) {
             return Err("--jobs must be at least 1".into());

@@ -229,3 +229,32 @@ fn api_bulk_move_and_live_commands() {
     tail_sees_a_new_tube(srv.addr, &["--api", &url]);
     top_draws_count_tables(srv.addr, &["--api", &url]);
 }
+
+/// `flush` over the beanstalk port (`flush-tube`) and over the API (the flush route):
+/// the states named, then the rest; beanstalkd, which has no flush, is unsupported (3).
+#[test]
+fn flush_over_the_protocol_and_the_api() {
+    let (srv, http) = api_server();
+    let mut c = Client::connect(srv.addr, "checker");
+    c.use_tube("fl");
+    for _ in 0..3 {
+        c.put(0, 0, 60, b"ready");
+    }
+    c.put(0, 100, 60, b"later");
+    let server = srv.addr.to_string();
+    let by_port = run(
+        &[
+            "--server", &server, "--json", "flush", "fl", "--state", "delayed",
+        ],
+        b"",
+    )
+    .ok();
+    assert_eq!(by_port.json()["flushed"], 1);
+    let by_api = api(&srv, http, true, &["--json", "flush", "fl"]).ok();
+    assert_eq!(by_api.json()["flushed"], 3);
+    assert_eq!(c.line("peek-ready"), "NOT_FOUND");
+    if let Some(b) = ServerProc::start(ServerKind::Beanstalkd, &[]).expect("start beanstalkd") {
+        let server = b.addr.to_string();
+        assert_eq!(run(&["--server", &server, "flush", "fl"], b"").code, 3);
+    }
+}

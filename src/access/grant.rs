@@ -49,13 +49,16 @@ impl IdentityKey {
 }
 
 /// What a request may change of a grant's view (see [`Grant::note`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Note {
     Nothing,
     /// `use`, `watch`, `ignore`: the tubes changed.
     Tubes,
     /// `delete`, `release`, `bury` of this job: no longer held if it worked.
     MayLetGo(u64),
+    /// `delete-batch`, `release-batch`, `bury-batch` of these jobs: those the reply
+    /// does not list as missing are no longer held.
+    MayLetGoAll(Vec<u64>),
 }
 
 /// Whether a command may run.
@@ -241,6 +244,9 @@ impl Grant {
     pub fn note_extension(ext: &Extension) -> Note {
         match ext {
             Extension::Release { id, .. } => Note::MayLetGo(*id),
+            Extension::Batch { op, ids } if !matches!(op, BatchOp::Touch) => {
+                Note::MayLetGoAll(ids.clone())
+            }
             _ => Note::Nothing,
         }
     }
@@ -253,8 +259,19 @@ impl Grant {
             (_, Reply::Reserved { id, .. }) => {
                 self.held.insert(*id);
             }
+            (_, Reply::ReservedBatch(jobs)) => self.held.extend(jobs.iter().map(|(id, _)| *id)),
             (Note::MayLetGo(id), Reply::Deleted | Reply::Released | Reply::Buried) => {
                 self.held.remove(&id);
+            }
+            (Note::MayLetGoAll(ids), Reply::Batch { missing, .. }) => {
+                // The missing ids are a subsequence of `ids`: an id is let go when one
+                // of its places is not matched by a missing one.
+                let mut missing = missing.iter().peekable();
+                for id in ids {
+                    if missing.next_if(|m| **m == id).is_none() {
+                        self.held.remove(&id);
+                    }
+                }
             }
             (Note::Tubes, _) => self.recompute(using, watching),
             _ => {}
@@ -415,5 +432,41 @@ mod tests {
         ] {
             assert_eq!(g.check(&cmd(c.clone())), Verdict::Refuse, "{c:?}");
         }
+    }
+
+    /// The jobs of a RESERVED_BATCH are held; a list command lets go of the ids its
+    /// reply does not list as missing (a repeated id once found is let go).
+    #[test]
+    fn a_batch_worker_deletes_what_its_batches_hold() {
+        let mut g = grant("[roles.r]\nreserve = [\"*\"]\n");
+        let d = tube("default");
+        let watched = std::slice::from_ref(&d);
+        let delete = |ids: Vec<u64>| Extension::Batch {
+            op: BatchOp::Delete,
+            ids,
+        };
+        assert_eq!(g.check_extension(&delete(vec![1])), Verdict::Refuse);
+        let batch = Reply::ReservedBatch(vec![(1, bytes::Bytes::new()), (2, bytes::Bytes::new())]);
+        g.after(Note::Nothing, &batch, &d, watched);
+        assert_eq!(g.check_extension(&delete(vec![1, 2])), Verdict::Allow);
+        assert_eq!(g.check_extension(&delete(vec![1, 3])), Verdict::Refuse);
+        let done = Reply::Batch {
+            kind: crate::protocol::ext::BatchKind::Delete,
+            done: 1,
+            missing: vec![1],
+        };
+        g.after(
+            Grant::note_extension(&delete(vec![1, 1])),
+            &done,
+            &d,
+            watched,
+        );
+        assert_eq!(g.check_extension(&delete(vec![1])), Verdict::Refuse);
+        assert_eq!(g.check_extension(&delete(vec![2])), Verdict::Allow);
+        let touch = Extension::Batch {
+            op: BatchOp::Touch,
+            ids: vec![2],
+        };
+        assert_eq!(Grant::note_extension(&touch), Note::Nothing);
     }
 }

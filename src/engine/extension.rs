@@ -16,7 +16,9 @@ use crate::protocol::{EXTENSION_VERBS, Extension, Families, Family, Grammar, Rep
 
 /// The extension families this build serves, on every engine. A family joins when
 /// every engine serves it; `list-extensions` names exactly these.
-pub const SERVED_FAMILIES: Families = Families::of(Family::Milliseconds);
+pub const SERVED_FAMILIES: Families = Families::of(Family::Milliseconds)
+    .with(Family::Batches)
+    .with(Family::Flush);
 
 impl Engine {
     /// The grammar a connection reads: beanstalkd's with `--extensions off`, else
@@ -68,6 +70,16 @@ impl Engine {
                 self.release(s, id, pri, delay.as_millis()).await
             }
             Extension::PauseTube { tube, delay } => self.pause(&tube, delay.as_millis()).await,
+            // Batches and flush (`batch.rs`).
+            Extension::ReserveBatch { max, timeout } => {
+                let (max, timeout) = (usize::from(max), Some(timeout.as_nanos()));
+                let outcome = self.reserve_up_to(s, timeout, Some(max)).await;
+                return outcome.unwrap_or_else(|err| Outcome::Reply(self.or_failed(s, Err(err))));
+            }
+            Extension::Batch { op, ids } => self.batch(s.id, op, &ids).await,
+            Extension::Flush { tube, states } => {
+                self.flush(&tube, states).await.map(Reply::Flushed)
+            }
             other => {
                 // The grammar never yields a family that is not served (see the
                 // header); should it, beanstalkd's answer to a line it does not know.

@@ -39,6 +39,7 @@
 
 pub mod admin;
 pub mod admin_bulk;
+mod batch;
 pub mod clients;
 pub mod clients_list;
 mod dispatch;
@@ -71,6 +72,7 @@ use crate::store::{AnyStore, Change, ConnId, JobId, Nanos, Reserved, Store, Stor
 use crate::util::lock;
 
 pub use crate::time::Clock;
+pub use batch::FLUSH_STEP;
 pub use counters::{Counters, WAIT_BUCKETS, WaitSnapshot};
 pub use extension::SERVED_FAMILIES;
 pub use host::HostInfo;

@@ -1,5 +1,5 @@
-//! `reserve` and `reserve-with-timeout`: the DEADLINE_SOON check, then a job at once,
-//! or a waiter that serve passes answer.
+//! `reserve`, `reserve-with-timeout` and `reserve-batch`: the DEADLINE_SOON check,
+//! then a job (or a batch) at once, or a waiter that serve passes answer.
 //!
 //! A blocking reserve asks the store once. Two ways, chosen by whether anyone already
 //! waits on one of its tubes:
@@ -28,6 +28,11 @@
 //! (it stops there, so this waiter may not have been looked at). A RESERVED, however it
 //! was handed over, is acknowledged as its reservation says (`Reserved::last_change`);
 //! every other answer once the store's changes up to it are durable.
+//!
+//! `reserve-batch` (docs/EXTENSIONS.md, *Batches*) is the same reserve taking up to n
+//! jobs where a reserve takes one (one store call: one change to persist), never
+//! waiting to fill the batch: a waiter is handed one job by a serve pass as any other,
+//! then takes what else is ready at that moment (`Waiting`'s batch).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -42,6 +47,18 @@ impl Engine {
         self: &Arc<Self>,
         s: &mut Session,
         timeout: Option<u32>,
+    ) -> StoreResult<Outcome> {
+        let timeout = timeout.map(|t| u64::from(t) * NANOS_PER_SEC);
+        self.reserve_up_to(s, timeout, None).await
+    }
+
+    /// A reserve waiting at most `timeout` (ns; `None`: no bound) that takes one job,
+    /// or with `batch` up to that many (`reserve-batch`).
+    pub(super) async fn reserve_up_to(
+        self: &Arc<Self>,
+        s: &mut Session,
+        timeout: Option<Nanos>,
+        batch: Option<usize>,
     ) -> StoreResult<Outcome> {
         self.mark_worker(s);
         let watched = s.watched();
@@ -59,21 +76,31 @@ impl Engine {
         if in_margin && !self.store.has_ready(&watched).await? {
             return Ok(Outcome::Reply(self.after_latest(Reply::DeadlineSoon)));
         }
-        let timeout_at = timeout.map(|t| now + u64::from(t) * NANOS_PER_SEC);
+        let timeout_at = timeout.map(|t| now.saturating_add(t));
         let wake = wake_at(margin, timeout_at);
         let owed_elsewhere = self.waiters.waiting_on_any(&watched);
         let wakeups = self.wakeups.load(Ordering::SeqCst);
         if !owed_elsewhere {
-            if let Some(job) = self.store.reserve(s.id, &watched, now).await? {
-                return Ok(Outcome::Reply(self.hand_out(job)));
+            match batch {
+                None => {
+                    if let Some(job) = self.store.reserve(s.id, &watched, now).await? {
+                        return Ok(Outcome::Reply(self.hand_out(job)));
+                    }
+                }
+                Some(max) => {
+                    let jobs = self.store.reserve_many(s.id, &watched, max, now).await?;
+                    if !jobs.is_empty() {
+                        return Ok(Outcome::Reply(self.hand_out_batch(None, jobs)));
+                    }
+                }
             }
             if let Some((at, why)) = wake
                 && at <= now
             {
-                return Ok(Outcome::Reply(self.after_latest(why.reply())));
+                return Ok(Outcome::Reply(self.after_latest(why.reply_to(batch))));
             }
         }
-        let mut waiting = Waiting::register(self.clone(), s.id, watched.clone(), now, wake);
+        let mut waiting = Waiting::register(self.clone(), s.id, watched.clone(), now, wake, batch);
         let needs_pass = owed_elsewhere || self.wakeups.load(Ordering::SeqCst) != wakeups;
         let store_failed = needs_pass && self.serve_checked(watched.iter().cloned()).await.is_err();
         if store_failed {
@@ -84,7 +111,7 @@ impl Engine {
             );
         }
         Ok(match waiting.answer_now(now, store_failed) {
-            Some(answer) => Outcome::Reply(answer),
+            Some(answer) => Outcome::Reply(waiting.finish(answer).await),
             None => Outcome::Wait(waiting),
         })
     }

@@ -44,6 +44,15 @@ impl GiveUp {
             GiveUp::DeadlineSoon => Reply::DeadlineSoon,
         }
     }
+
+    /// The reply of a reserve that gave up, or of a `reserve-batch` (`batch`: its
+    /// most), whose timeout is `RESERVED_BATCH 0`.
+    pub fn reply_to(self, batch: Option<usize>) -> Reply {
+        match (self, batch) {
+            (GiveUp::TimedOut, Some(_)) => Reply::ReservedBatch(Vec::new()),
+            _ => self.reply(),
+        }
+    }
 }
 
 /// The answer a waiter receives.

@@ -9,6 +9,10 @@
 //! RESERVED as its reservation says, any other answer once the store's changes up to
 //! it are durable); dropping it unanswered withdraws the waiter (and a job a pass
 //! reserves for it meanwhile goes back).
+//!
+//! A `reserve-batch` waits the same way for one job; [`Waiting::finish`] then takes
+//! what else is ready (its caller awaits it outside any `select!`, so the jobs it
+//! reserves are never dropped half-way).
 
 use std::sync::Arc;
 
@@ -29,6 +33,8 @@ pub struct Waiting {
     /// The wake time passed and the waiter asked to give up.
     woke: bool,
     done: bool,
+    /// A `reserve-batch`: its most jobs, and for whom (`None`: a reserve).
+    batch: Option<(usize, ConnId, Arc<[TubeName]>)>,
 }
 
 impl Waiting {
@@ -39,8 +45,10 @@ impl Waiting {
         watched: Arc<[TubeName]>,
         now: Nanos,
         wake: Option<(Nanos, GiveUp)>,
+        batch: Option<usize>,
     ) -> Waiting {
         let until = wake.map(|(at, _)| at);
+        let batch = batch.map(|max| (max, conn, watched.clone()));
         let (seq, rx) = engine.waiters.register(conn, watched, now, until);
         Waiting {
             engine,
@@ -49,6 +57,20 @@ impl Waiting {
             wake,
             woke: false,
             done: false,
+            batch,
+        }
+    }
+
+    /// The answer to give, from the one [`Waiting::wait`], [`Waiting::hang_up`] or
+    /// [`Waiting::answer_now`] gave: a reserve's as it is; a `reserve-batch`'s made a
+    /// batch of its job and what else is ready now, or `RESERVED_BATCH 0` at its
+    /// timeout. Not cancel-safe (it may reserve): await it to the end.
+    pub async fn finish(&self, answer: Answer) -> Answer {
+        match &self.batch {
+            None => answer,
+            Some((max, conn, watched)) => {
+                self.engine.fill_batch(*conn, watched, *max, answer).await
+            }
         }
     }
 

@@ -26,8 +26,11 @@ use crate::store::{Change, JobId};
 pub struct PendingAcks {
     /// The latest change a waiting reply saw (`None`: no reply waits).
     last_change: Option<Change>,
-    /// Where in the write buffer each waiting reply is, and its job if it is a RESERVED.
-    replies: Vec<(Range<usize>, Option<JobId>)>,
+    /// Where in the write buffer each waiting reply is, and its jobs if it reserved
+    /// any (a RESERVED, a RESERVED_BATCH): a range of `reserved`.
+    replies: Vec<(Range<usize>, Range<usize>)>,
+    /// The jobs the waiting replies reserved, in order.
+    reserved: Vec<JobId>,
     /// Jobs whose RESERVED was replaced by INTERNAL_ERROR, until they are given back.
     unsent: Vec<JobId>,
 }
@@ -39,11 +42,13 @@ impl PendingAcks {
             return;
         };
         self.last_change = Some(self.last_change.map_or(change, |u| u.max(change)));
-        let reserved = match reply {
-            Reply::Reserved { id, .. } => Some(*id),
-            _ => None,
-        };
-        self.replies.push((at, reserved));
+        let from = self.reserved.len();
+        match reply {
+            Reply::Reserved { id, .. } => self.reserved.push(*id),
+            Reply::ReservedBatch(jobs) => self.reserved.extend(jobs.iter().map(|(id, _)| *id)),
+            _ => {}
+        }
+        self.replies.push((at, from..self.reserved.len()));
     }
 
     /// The change every waiting reply may go out after (`None`: nothing waits).
@@ -74,6 +79,7 @@ impl PendingAcks {
     fn confirmed(&mut self) {
         self.last_change = None;
         self.replies.clear();
+        self.reserved.clear();
     }
 
     /// The changes did not become durable in time: every waiting reply in `wbuf`
@@ -87,8 +93,9 @@ impl PendingAcks {
             out.extend_from_slice(&wbuf[at..r.start]);
             Reply::InternalError.encode(&mut out);
             at = r.end;
-            self.unsent.extend(reserved);
+            self.unsent.extend_from_slice(&self.reserved[reserved]);
         }
+        self.reserved.clear();
         out.extend_from_slice(&wbuf[at..]);
         *wbuf = out;
     }
@@ -192,5 +199,24 @@ mod tests {
         assert_eq!(acks.take_unsent(), vec![5]);
         assert!(acks.take_unsent().is_empty(), "given back once");
         assert_eq!(acks.waiting_for(), None);
+    }
+
+    #[test]
+    fn a_refused_reserved_batch_gives_back_every_job_it_held() {
+        let batch = Reply::ReservedBatch(vec![
+            (7, Bytes::from_static(b"a")),
+            (8, Bytes::from_static(b"b")),
+        ]);
+        let (mut wbuf, mut acks) = buffer(&[
+            (reserved(5, "x"), Ack::After(change(1))),
+            (Reply::ReservedBatch(Vec::new()), Ack::After(change(1))),
+            (batch, Ack::After(change(2))),
+        ]);
+        acks.refused(&mut wbuf);
+        assert_eq!(
+            String::from_utf8(wbuf.to_vec()).unwrap(),
+            "INTERNAL_ERROR\r\n".repeat(3)
+        );
+        assert_eq!(acks.take_unsent(), vec![5, 7, 8]);
     }
 }

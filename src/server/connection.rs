@@ -478,24 +478,26 @@ impl<S: ClientStream> Connection<S> {
         eof: &mut bool,
         shutdown: &CancellationToken,
     ) -> Option<Answer> {
-        loop {
+        let answer = loop {
             let can_read = !*eof && self.rbuf.len() < MAX_BUFFERED_WHILE_WAITING;
             if can_read {
                 self.rbuf.reserve(READ_CHUNK);
             }
             tokio::select! {
-                answer = waiting.wait() => return Some(answer),
+                answer = waiting.wait() => break answer,
                 read = self.stream.read_buf(&mut self.rbuf), if can_read => match read {
                     Ok(0) => {
                         *eof = true;
-                        return Some(waiting.hang_up().await);
+                        break waiting.hang_up().await;
                     }
                     Ok(_) => {}
                     Err(_) => return None,
                 },
                 _ = shutdown.cancelled() => return None,
             }
-        }
+        };
+        // Outside the select: a reserve-batch's fill reserves, and must not be dropped.
+        Some(waiting.finish(answer).await)
     }
 
     /// Flush, then give back the jobs whose RESERVED did not go out (see `acks.rs`).

@@ -9,11 +9,12 @@ use bytes::Bytes;
 #[cfg(test)]
 use super::lagging;
 use super::{
-    Change, ConnId, DurableStore, Edit, Edited, JobEntry, JobId, JobInfo, ListPage, ListQuery,
-    LogFigures, MemoryStore, Nanos, NewJob, RedisStore, Reserved, Store, StoreResult, Totals,
-    TubeInfo,
+    BatchDone, Change, ConnId, DurableStore, Edit, Edited, FlushStep, JobEntry, JobId, JobInfo,
+    ListPage, ListQuery, LogFigures, MemoryStore, Nanos, NewJob, RedisStore, Reserved, Store,
+    StoreResult, Totals, TubeInfo,
 };
 use crate::protocol::TubeName;
+use crate::protocol::ext::{BatchOp, FlushStates};
 use crate::time::Clock;
 
 /// The storage engines, dispatched statically.
@@ -177,6 +178,33 @@ impl Store for AnyStore {
     }
     async fn edit(&self, id: JobId, edit: &Edit, now: Nanos) -> StoreResult<Edited> {
         dispatch!(self, s => s.edit(id, edit, now))
+    }
+    async fn reserve_many(
+        &self,
+        conn: ConnId,
+        watched: &[TubeName],
+        max: usize,
+        now: Nanos,
+    ) -> StoreResult<Vec<Reserved>> {
+        dispatch!(self, s => s.reserve_many(conn, watched, max, now))
+    }
+    async fn batch(
+        &self,
+        conn: ConnId,
+        op: BatchOp,
+        ids: &[JobId],
+        now: Nanos,
+    ) -> StoreResult<BatchDone> {
+        dispatch!(self, s => s.batch(conn, op, ids, now))
+    }
+    async fn flush_step(
+        &self,
+        tube: &TubeName,
+        states: FlushStates,
+        upto: Option<JobId>,
+        max: usize,
+    ) -> StoreResult<FlushStep> {
+        dispatch!(self, s => s.flush_step(tube, states, upto, max))
     }
     fn name(&self) -> &'static str {
         match self {

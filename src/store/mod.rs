@@ -13,6 +13,7 @@
 
 pub mod admin;
 mod any;
+pub mod batch;
 pub mod durable;
 mod error;
 #[cfg(test)]
@@ -27,11 +28,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use bytes::Bytes;
 
 use crate::protocol::TubeName;
+use crate::protocol::ext::{BatchOp, FlushStates};
 pub use crate::time::{Clock, NANOS_PER_SEC, Nanos};
 use crate::util::lock;
 
 pub use admin::{Edit, Edited, JobEntry, ListKey, ListPage, ListQuery, ReservedBy};
 pub use any::AnyStore;
+pub use batch::{BatchDone, FlushStep};
 pub use durable::DurableStore;
 pub use error::{BoxError, StoreError, StoreResult};
 pub use memory::MemoryStore;
@@ -479,6 +482,57 @@ pub trait Store: Send + Sync {
         edit: &Edit,
         now: Nanos,
     ) -> impl Future<Output = StoreResult<Edited>> + Send;
+
+    // Batches and flush (docs/EXTENSIONS.md; the answers are `batch.rs`').
+
+    /// Reserve up to `max` ready jobs among the `watched` tubes that are not paused, in
+    /// the order successive [`Store::reserve`]s would take them. By default those
+    /// reserves one after another (shared mode: each a script); the memory store takes
+    /// them in one step, so a persisted store writes them as one change. A failure after
+    /// some were reserved answers those (they are this connection's now).
+    fn reserve_many(
+        &self,
+        conn: ConnId,
+        watched: &[TubeName],
+        max: usize,
+        now: Nanos,
+    ) -> impl Future<Output = StoreResult<Vec<Reserved>>> + Send {
+        async move {
+            let mut jobs = Vec::new();
+            while jobs.len() < max {
+                match self.reserve(conn, watched, now).await {
+                    Ok(Some(job)) => jobs.push(job),
+                    Ok(None) => break,
+                    Err(err) if jobs.is_empty() => return Err(err),
+                    Err(_) => break,
+                }
+            }
+            Ok(jobs)
+        }
+    }
+
+    /// A list command: `op` on each of `ids` in order, as the single command from
+    /// `conn` would (delete: unless reserved by another; release, bury, touch: held by
+    /// `conn`), in one atomic step (see [`BatchDone`]).
+    fn batch(
+        &self,
+        conn: ConnId,
+        op: BatchOp,
+        ids: &[JobId],
+        now: Nanos,
+    ) -> impl Future<Output = StoreResult<BatchDone>> + Send;
+
+    /// One step of a flush of `tube`: delete at most `max` of its jobs in `states`
+    /// whose id is at most `upto` (`None`: the highest id made so far), in one atomic
+    /// step, without counting `cmd-delete`; the tube may then be destroyed, and a tube
+    /// that does not exist is not made (see [`FlushStep`]).
+    fn flush_step(
+        &self,
+        tube: &TubeName,
+        states: FlushStates,
+        upto: Option<JobId>,
+        max: usize,
+    ) -> impl Future<Output = StoreResult<FlushStep>> + Send;
 
     // What the engine asks of a store besides transitions. The defaults fit a store that
     // is local to this process (the memory store).

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use super::produce::{Plan, Quota, produce_all};
+use super::produce::fill_with;
 use super::put::drain_all;
 use super::{PhaseMeter, Run, check_empty, connect_producers};
 use crate::memory;
@@ -33,14 +33,7 @@ pub async fn run(run: Arc<Run>) -> Result<Outcome> {
     let before = snapshot(&run).await?;
 
     let fill_start = run.now_ns();
-    let plan = Arc::new(Plan {
-        quota: Quota::count(jobs),
-        depth: a.pipeline.max(16),
-        backlog: None,
-        pace: None,
-        delay: 0,
-    });
-    let mut fill = produce_all(&run, producers, plan).await;
+    let mut fill = fill_with(&run, producers, jobs).await;
     let fill_secs = (run.now_ns() - fill_start) as f64 / 1e9;
     let after = snapshot(&run).await?;
 

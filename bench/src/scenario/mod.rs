@@ -3,6 +3,7 @@
 //! the two consumer loops ([`consume`]: blocking workers and pipelined drainers). Each
 //! scenario file wires these together and fills in an [`Outcome`].
 
+pub mod batch;
 pub mod consume;
 pub mod cycle;
 pub mod drain;
@@ -82,6 +83,8 @@ pub async fn run(args: Args) -> Result<Outcome> {
         Scenario::Cycle | Scenario::Tubes | Scenario::Delay => cycle::run(run).await,
         Scenario::Drain => drain::run(run).await,
         Scenario::Solo => solo::run(run).await,
+        Scenario::Batch => batch::run(run).await,
+        Scenario::Flush => batch::flush(run).await,
     }
 }
 

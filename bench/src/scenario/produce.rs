@@ -62,6 +62,19 @@ enum Sent {
 }
 
 /// Run `produce` on every producer connection at once and merge what they report.
+/// Put `jobs` jobs with `producers` as fast as the server takes them (a fill before
+/// the measured phase: pipelined, no backlog, no delay).
+pub async fn fill_with(run: &Arc<Run>, producers: Vec<Conn>, jobs: u64) -> TaskOut {
+    let plan = Arc::new(Plan {
+        quota: Quota::count(jobs),
+        depth: run.args.pipeline.max(16),
+        backlog: None,
+        pace: None,
+        delay: 0,
+    });
+    produce_all(run, producers, plan).await
+}
+
 pub async fn produce_all(run: &Arc<Run>, producers: Vec<Conn>, plan: Arc<Plan>) -> TaskOut {
     let handles = producers
         .into_iter()

@@ -209,6 +209,19 @@ impl Beanstalk {
         self.expect(&format!("kick-job {id}"), "KICKED", &format!("job {id}"))
     }
 
+    /// `flush-tube <tube> [<state>...]` (a redstalk extension): how many were deleted.
+    pub fn flush_tube(&mut self, tube: &str, states: &[&str]) -> Result<u64> {
+        let line = std::iter::once(format!("flush-tube {tube}"))
+            .chain(states.iter().map(|s| s.to_string()))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let words = self.call(&line)?;
+        match words.as_slice() {
+            [w, n] if w == "FLUSHED" => parse_num(n, &line),
+            _ => Err(reply_error(&words, &line, &format!("tube {tube}"))),
+        }
+    }
+
     pub fn pause_tube(&mut self, tube: &str, secs: u32) -> Result<()> {
         let line = format!("pause-tube {tube} {secs}");
         self.expect(&line, "PAUSED", &format!("tube {tube}"))

@@ -1,4 +1,4 @@
-//! The changing commands: `put`, `delete`, `kick`, `pause` (protocol or API), and
+//! The changing commands: `put`, `delete`, `kick`, `pause`, `flush` (protocol or API), and
 //! `bury`, `move`, `pri`, `delay` and the bulk move (API only).
 //!
 //! Invariants: a single-job change is one request, so it is atomic as the server makes
@@ -13,8 +13,8 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use clap::Args;
 use redstalk::http::api::types::{
-    BulkArgs, BulkChange, BulkFilter, BulkRequest, BulkResult, Created, Deleted, Job, JobState,
-    KickTube, Kicked, MoveJob, Paused, PutJob, SetDelay, SetPri,
+    BulkArgs, BulkChange, BulkFilter, BulkRequest, BulkResult, Created, Deleted, FlushTube,
+    FlushedTube, Job, JobState, KickTube, Kicked, MoveJob, Paused, PutJob, SetDelay, SetPri,
 };
 use serde_json::json;
 
@@ -137,6 +137,40 @@ pub fn kick(ctx: &Ctx, a: &KickArgs) -> Result<u8> {
         print_json(&json!({ "kicked": kicked, "tube": tube }));
     } else {
         println!("kicked {kicked} jobs in {tube}");
+    }
+    Ok(EXIT_OK)
+}
+
+#[derive(Args)]
+pub struct FlushArgs {
+    /// The tube to empty.
+    pub tube: String,
+    /// Only jobs in this state (repeatable); none: every job of the tube.
+    #[arg(long = "state", value_name = "STATE")]
+    pub states: Vec<JobState>,
+}
+
+/// `flush`: delete a tube's jobs (in the states named), in the server's bounded steps;
+/// a tube that does not exist flushes nothing.
+pub fn flush(ctx: &Ctx, a: &FlushArgs) -> Result<u8> {
+    let flushed = match ctx.api() {
+        Some(api) => {
+            let path = format!("/tubes/{}/flush", seg(&a.tube));
+            let req = FlushTube {
+                states: a.states.clone(),
+            };
+            let done: FlushedTube = api.post(&path, &req)?;
+            done.flushed
+        }
+        None => {
+            let states: Vec<&str> = a.states.iter().map(|s| s.name()).collect();
+            ctx.proto()?.flush_tube(&a.tube, &states)?
+        }
+    };
+    if ctx.json {
+        print_json(&json!({ "flushed": flushed, "tube": a.tube }));
+    } else {
+        println!("flushed {flushed} jobs of {}", a.tube);
     }
     Ok(EXIT_OK)
 }

@@ -86,6 +86,9 @@ enum Cmd {
     Pri { id: u64, pri: u32 },
     /// Set a ready or delayed job's delay in seconds; 0 makes it ready (API).
     Delay { id: u64, secs: u32 },
+    /// Delete every job of a tube, or those in the states given with --state
+    /// (redstalk's flush-tube; the server deletes in steps that let clients run).
+    Flush(change::FlushArgs),
     /// Pause a tube for SECS seconds (0 ends a pause).
     Pause { tube: String, secs: u32 },
     /// Find jobs whose body contains SUBSTR (API).
@@ -179,6 +182,7 @@ fn run(cli: Cli) -> Result<u8> {
         Cmd::Pri { id, pri } => change::job_action(&ctx, id, JobChange::Pri(pri)),
         Cmd::Delay { id, secs } => change::job_action(&ctx, id, JobChange::Delay(secs)),
         Cmd::Pause { tube, secs } => change::pause(&ctx, &tube, secs),
+        Cmd::Flush(a) => change::flush(&ctx, &a),
         Cmd::Tail(a) => watch::tail(&ctx, &a),
         Cmd::Top(a) => watch::top(&ctx, &a),
         Cmd::Completions { shell } => {

@@ -16,6 +16,7 @@
 //! operator's listing of connections), `extensions.rs` (the protocol extensions).
 
 mod acks;
+mod batches;
 mod clients;
 mod extensions;
 mod late;
@@ -212,16 +213,21 @@ fn yaml_value(reply: &str, key: &str) -> Option<String> {
     })
 }
 
-/// Drive a blocked reserve to its answer in a task of its own.
+/// Drive a blocked reserve to its answer in a task of its own, as the connection does
+/// (`Waiting::finish` after the wait: a reserve-batch's fill).
 fn spawn_wait(mut w: Waiting) -> JoinHandle<String> {
-    tokio::spawn(async move { text(&w.wait().await) })
+    tokio::spawn(async move {
+        let answer = w.wait().await;
+        text(&w.finish(answer).await)
+    })
 }
 
 /// Like [`spawn_wait`], and also how long (on the paused clock) the wait took.
 fn spawn_timed_wait(mut w: Waiting) -> JoinHandle<(String, Duration)> {
     let start = Instant::now();
     tokio::spawn(async move {
-        let reply = text(&w.wait().await);
+        let answer = w.wait().await;
+        let reply = text(&w.finish(answer).await);
         (reply, start.elapsed())
     })
 }

@@ -11,8 +11,8 @@ use bytes::Bytes;
 use super::error::{ApiError, ApiResult};
 use super::extract::{ApiEngine, ApiJson, JobPath, TubePath, tube_name};
 use super::types::{
-    BulkArgs, BulkChange, BulkRequest, BulkResult, Created, Deleted, KickTube, Kicked, MoveJob,
-    Paused, PutJob, SetDelay, SetPri,
+    BulkArgs, BulkChange, BulkRequest, BulkResult, Created, Deleted, FlushTube, FlushedTube,
+    KickTube, Kicked, MoveJob, Paused, PutJob, SetDelay, SetPri,
 };
 use super::{job_view, ok};
 use crate::engine::admin_bulk::{Bulk, BulkAction};
@@ -116,6 +116,19 @@ pub(super) async fn kick_tube(
     let kicked = engine.admin_kick(&tube, req.bound).await?;
     tracing::info!(action = "kick", %tube, count = kicked, peer = %peer.0, "api: tube kicked");
     ok(StatusCode::OK, Kicked { kicked })
+}
+
+/// The flush of `flush-tube` (docs/EXTENSIONS.md, *Flush*): the same engine operation,
+/// in steps that let the beanstalk clients run between them.
+pub(super) async fn flush(
+    ApiEngine(engine): ApiEngine,
+    Extension(peer): Extension<Peer>,
+    TubePath(tube): TubePath,
+    ApiJson(req): ApiJson<FlushTube>,
+) -> ApiResult {
+    let flushed = engine.admin_flush(&tube, &req.states).await?;
+    tracing::info!(action = "flush", %tube, states = ?req.states, count = flushed, peer = %peer.0, "api: tube flushed");
+    ok(StatusCode::OK, FlushedTube { flushed })
 }
 
 pub(super) async fn pause(

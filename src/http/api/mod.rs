@@ -84,6 +84,7 @@ pub(super) fn router() -> Router<Arc<App>> {
         .route("/tubes/{tube}/jobs", get(reads::jobs).post(changes::put))
         .route("/tubes/{tube}/kick", post(changes::kick_tube))
         .route("/tubes/{tube}/pause", post(changes::pause))
+        .route("/tubes/{tube}/flush", post(changes::flush))
         .route("/jobs/{id}", get(reads::job).delete(changes::delete))
         .route("/jobs/{id}/body", get(reads::body))
         .route("/jobs/{id}/move", post(changes::move_job))

@@ -511,6 +511,20 @@ pub struct KickTube {
     pub bound: u32,
 }
 
+/// `POST /tubes/{tube}/flush`: the states to empty (none named, or no body field: all
+/// four), as `flush-tube <tube> [<state>...]`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct FlushTube {
+    #[serde(default)]
+    pub states: Vec<JobState>,
+}
+
+/// The answer of a flush: how many jobs it deleted.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct FlushedTube {
+    pub flushed: u64,
+}
+
 /// The answer of a tube's kick.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize)]
 pub struct Kicked {

@@ -28,11 +28,12 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::{
-    Change, Clock, ConnId, Edit, Edited, JobEntry, JobId, JobInfo, LARGE_BODY, ListPage, ListQuery,
-    LogFigures, MemoryStore, Nanos, NewJob, Reserved, Store, StoreError, StoreResult, Totals,
-    TubeInfo,
+    BatchDone, Change, Clock, ConnId, Edit, Edited, FlushStep, JobEntry, JobId, JobInfo,
+    LARGE_BODY, ListPage, ListQuery, LogFigures, MemoryStore, Nanos, NewJob, Reserved, Store,
+    StoreError, StoreResult, Totals, TubeInfo,
 };
 use crate::protocol::TubeName;
+use crate::protocol::ext::{BatchOp, FlushStates};
 
 /// How long a reply waits for the batch holding its change before the command answers
 /// INTERNAL_ERROR (the change stays, and is written when the store comes back).
@@ -249,6 +250,35 @@ impl Store for DurableStore {
     }
     async fn unwatch_tube(&self, tube: &TubeName) -> StoreResult<()> {
         self.changed(self.memory.unwatch_tube(tube)).await
+    }
+    async fn reserve_many(
+        &self,
+        conn: ConnId,
+        watched: &[TubeName],
+        max: usize,
+        now: Nanos,
+    ) -> StoreResult<Vec<Reserved>> {
+        self.changed(self.memory.reserve_many(conn, watched, max, now))
+            .await
+    }
+    async fn batch(
+        &self,
+        conn: ConnId,
+        op: BatchOp,
+        ids: &[JobId],
+        now: Nanos,
+    ) -> StoreResult<BatchDone> {
+        self.changed(self.memory.batch(conn, op, ids, now)).await
+    }
+    async fn flush_step(
+        &self,
+        tube: &TubeName,
+        states: FlushStates,
+        upto: Option<JobId>,
+        max: usize,
+    ) -> StoreResult<FlushStep> {
+        self.changed(self.memory.flush_step(tube, states, upto, max))
+            .await
     }
 
     fn name(&self) -> &'static str {

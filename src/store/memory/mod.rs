@@ -15,16 +15,19 @@ mod journal;
 mod persist;
 #[cfg(test)]
 mod tests;
+mod transitions;
 
 use std::sync::{Mutex, MutexGuard};
 
 use bytes::Bytes;
 
 use super::{
-    Change, ConnId, Edit, Edited, JobEntry, JobId, JobInfo, JobState, ListPage, ListQuery, Nanos,
-    NewJob, Reserved, Store, StoreResult, Totals, TubeInfo, pause_length,
+    BatchDone, Change, ConnId, Edit, Edited, FlushStep, JobEntry, JobId, JobInfo, JobState,
+    ListPage, ListQuery, Nanos, NewJob, Reserved, Store, StoreResult, Totals, TubeInfo,
+    pause_length,
 };
 use crate::protocol::TubeName;
+use crate::protocol::ext::{BatchOp, FlushStates};
 use crate::util::lock;
 use contents::{Contents, Job, Ref};
 pub use journal::{
@@ -148,14 +151,7 @@ impl Store for MemoryStore {
         watched: &[TubeName],
         now: Nanos,
     ) -> StoreResult<Option<Reserved>> {
-        let mut s = self.lock();
-        let best = watched
-            .iter()
-            .filter_map(|name| s.tubes.get(name))
-            .filter(|t| !t.paused_at(now))
-            .filter_map(|t| t.ready.first().copied())
-            .min();
-        Ok(best.and_then(|(_, id)| s.reserve_id(conn, id, now)))
+        Ok(self.lock().reserve_best(conn, watched, now))
     }
 
     async fn reserve_job(
@@ -172,22 +168,7 @@ impl Store for MemoryStore {
     }
 
     async fn delete(&self, conn: ConnId, id: JobId) -> StoreResult<bool> {
-        let mut s = self.lock();
-        let Some(job) = s.jobs.get(&id) else {
-            return Ok(false);
-        };
-        if job.state == JobState::Reserved && !job.owned_by(conn) {
-            return Ok(false);
-        }
-        s.detach(id);
-        let Some(job) = s.remove_job(id) else {
-            return Ok(false);
-        };
-        if let Some(t) = s.tubes.get_mut(&job.tube) {
-            t.cmd_delete += 1;
-        }
-        s.maybe_drop_tube(&job.tube);
-        Ok(true)
+        Ok(self.lock().delete_by(conn, id, true))
     }
 
     async fn release(
@@ -198,44 +179,15 @@ impl Store for MemoryStore {
         delay_ms: u64,
         now: Nanos,
     ) -> StoreResult<Option<TubeName>> {
-        let mut s = self.lock();
-        if s.held_by(id, conn).is_none() {
-            return Ok(None);
-        }
-        s.detach(id);
-        let Some(job) = s.jobs.get_mut(&id) else {
-            return Ok(None);
-        };
-        job.pri = pri;
-        job.delay_ms = delay_ms;
-        job.releases += 1;
-        let tube = job.tube.clone();
-        s.attach_after(id, delay_ms, now);
-        Ok(Some(tube))
+        Ok(self.lock().release_by(conn, id, pri, delay_ms, now))
     }
 
     async fn bury(&self, conn: ConnId, id: JobId, pri: u32) -> StoreResult<bool> {
-        let mut s = self.lock();
-        if s.held_by(id, conn).is_none() {
-            return Ok(false);
-        }
-        s.detach(id);
-        if let Some(job) = s.jobs.get_mut(&id) {
-            job.pri = pri;
-            job.buries += 1;
-        }
-        s.attach(id, JobState::Buried, 0, None);
-        Ok(true)
+        Ok(self.lock().bury_by(conn, id, pri))
     }
 
     async fn touch(&self, conn: ConnId, id: JobId, now: Nanos) -> StoreResult<Option<Nanos>> {
-        let mut s = self.lock();
-        let Some(job) = s.held_by(id, conn) else {
-            return Ok(None);
-        };
-        let deadline = now + crate::time::millis(job.ttr_ms);
-        s.move_to(id, JobState::Reserved, deadline, Some(conn));
-        Ok(Some(deadline))
+        Ok(self.lock().touch_by(conn, id, now))
     }
 
     async fn kick(&self, tube: &TubeName, bound: u32, now: Nanos) -> StoreResult<u32> {
@@ -493,6 +445,36 @@ impl Store for MemoryStore {
     async fn unwatch_tube(&self, tube: &TubeName) -> StoreResult<()> {
         self.lock().unref(tube, Ref::Watching);
         Ok(())
+    }
+
+    async fn reserve_many(
+        &self,
+        conn: ConnId,
+        watched: &[TubeName],
+        max: usize,
+        now: Nanos,
+    ) -> StoreResult<Vec<Reserved>> {
+        Ok(self.lock().reserve_many(conn, watched, max, now))
+    }
+
+    async fn batch(
+        &self,
+        conn: ConnId,
+        op: BatchOp,
+        ids: &[JobId],
+        now: Nanos,
+    ) -> StoreResult<BatchDone> {
+        Ok(self.lock().batch(conn, op, ids, now))
+    }
+
+    async fn flush_step(
+        &self,
+        tube: &TubeName,
+        states: FlushStates,
+        upto: Option<JobId>,
+        max: usize,
+    ) -> StoreResult<FlushStep> {
+        Ok(self.lock().flush_step(tube, states, upto, max))
     }
 
     fn name(&self) -> &'static str {

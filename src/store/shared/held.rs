@@ -51,6 +51,20 @@ impl HeldJobs {
         }
     }
 
+    /// Jobs deleted under whoever holds them (a flush): forgotten by their holders.
+    pub fn forget_jobs(&self, ids: &[JobId]) {
+        if ids.is_empty() {
+            return;
+        }
+        let mut held = self.lock();
+        for jobs in held.values_mut() {
+            for id in ids {
+                jobs.remove(id);
+            }
+        }
+        held.retain(|_, jobs| !jobs.is_empty());
+    }
+
     /// Every reservation forgotten: they belonged to a namespace that is gone.
     pub fn clear(&self) {
         self.lock().clear();

@@ -39,6 +39,7 @@
 //! `eviction`): nothing is process-wide, so several stores may share a process.
 
 mod admin;
+mod batch;
 mod connect;
 mod decode;
 mod eviction;

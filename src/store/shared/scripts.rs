@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use redis::{Cmd, ToRedisArgs, Value};
 
 use super::admin::{EditReply, EntryReply, Listed};
+use super::batch::Flushed;
 use super::decode::{
     Decode, JobFigures, Joined, KickReply, Peeked, Reaped, Reclaimed, Reservation, Ticked, Touched,
 };
@@ -170,6 +171,8 @@ scripts! {
     list: Listed,
     job_entry: Option<EntryReply>,
     edit: EditReply,
+    batch: Vec<u64>,
+    flush: Flushed,
 }
 
 /// Runs scripts on the shared connection: the one place a call's KEYS are laid out.
@@ -205,6 +208,8 @@ const ACKNOWLEDGED: &[&str] = &[
     "kick_job",
     "pause",
     "edit",
+    "batch",
+    "flush",
 ];
 
 impl Runner {

@@ -10,21 +10,23 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use foldhash::HashMap;
 use redis::Value;
 use tokio::sync::mpsc;
 
+use super::batch::TubeGroups;
 use super::decode::{self, KickSet};
 use super::held::Held;
 use super::refs::RefKind;
 use super::{RedisStore, SCRIPT_CHUNK};
 use crate::protocol::TubeName;
+use crate::protocol::ext::{BatchOp, FlushStates};
 use crate::redis::error::redis_error_in;
 use crate::redis::keys::{NsKey, RESERVE_KEYS, TubeKey};
 use crate::redis::{Code, US};
 use crate::store::{
-    ConnId, Edit, Edited, JobEntry, JobId, JobInfo, LARGE_BODY, ListPage, ListQuery, Nanos, NewJob,
-    Reserved, Store, StoreError, StoreResult, Totals, TubeInfo, URGENT_PRI, pause_length,
+    BatchDone, ConnId, Edit, Edited, FlushStep, JobEntry, JobId, JobInfo, LARGE_BODY, ListPage,
+    ListQuery, Nanos, NewJob, Reserved, Store, StoreError, StoreResult, Totals, TubeInfo,
+    URGENT_PRI, pause_length,
 };
 use crate::time::Clock;
 use crate::util::lock;
@@ -95,35 +97,31 @@ impl RedisStore {
         jobs: &[(JobId, Held)],
         refs: &[(RefKind, &TubeName)],
     ) -> StoreResult<Vec<TubeName>> {
-        let mut tubes: Vec<&TubeName> = Vec::new();
-        let mut index: HashMap<&TubeName, usize> = HashMap::default();
+        let mut groups = TubeGroups::default();
         for t in jobs
             .iter()
             .map(|(_, h)| &h.tube)
             .chain(refs.iter().map(|(_, t)| *t))
         {
-            index.entry(t).or_insert_with(|| {
-                tubes.push(t);
-                tubes.len()
-            });
+            groups.at(t);
         }
-        let at = |t: &TubeName| index.get(t).copied().unwrap_or(0);
-        let names: Vec<&str> = tubes.iter().map(|t| t.as_str()).collect();
+        let names = groups.names();
         let mut call = self.run.call(|s| &s.close, &[self.refs.key()], &names);
         call.arg(self.run.origin())
             .arg(names.join("\n"))
             .arg(jobs.len());
         for (id, h) in jobs {
-            call.arg((*id, &h.owner, at(&h.tube)));
+            call.arg((*id, &h.owner, groups.at(&h.tube)));
         }
         for &(kind, tube) in refs {
-            call.arg((kind.name(), at(tube), self.refs.count(kind, tube)));
+            call.arg((kind.name(), groups.at(tube), self.refs.count(kind, tube)));
         }
         let woken = call.run().await?;
         Ok(woken
             .into_iter()
             .filter_map(|i| {
-                tubes
+                groups
+                    .tubes
                     .get((i as usize).wrapping_sub(1))
                     .map(|t| (*t).clone())
             })
@@ -516,6 +514,26 @@ impl Store for RedisStore {
 
     async fn edit(&self, id: JobId, edit: &Edit, _now: Nanos) -> StoreResult<Edited> {
         self.admin_edit(id, edit).await
+    }
+
+    async fn batch(
+        &self,
+        conn: ConnId,
+        op: BatchOp,
+        ids: &[JobId],
+        _now: Nanos,
+    ) -> StoreResult<BatchDone> {
+        self.batch_ids(conn, op, ids).await
+    }
+
+    async fn flush_step(
+        &self,
+        tube: &TubeName,
+        states: FlushStates,
+        upto: Option<JobId>,
+        max: usize,
+    ) -> StoreResult<FlushStep> {
+        self.flush_tube_step(tube, states, upto, max).await
     }
 
     async fn use_tube(&self, tube: &TubeName) -> StoreResult<()> {

@@ -1,0 +1,63 @@
+-- A list command (delete-batch, release-batch, touch-batch, bury-batch): each id in
+-- order, exactly as delete.lua, release.lua, touch.lua and bury.lua do it, in one call.
+-- One key group per tube the ids are in (the caller resolved each id's tube: its own
+-- reservation, or the id index). ARGV[1] origin, ARGV[2] op (delete, release, touch,
+-- bury), ARGV[3] pri, ARGV[4] delay (ms), ARGV[5] tube names joined by '\n' (tube i =
+-- key group i), then triples (id, owner token or '', tube index). A delete-batch is
+-- not counted in cmd_delete (an extension verb, docs/EXTENSIONS.md's rule 3).
+-- -> {now, then per triple: 0 missing, 1 done, or (touch) the new deadline}
+local origin, op = ARGV[1], ARGV[2]
+local pri, delay = tonumber(ARGV[3]), tonumber(ARGV[4])
+local names = {}
+for name in string.gmatch(ARGV[5], '[^\n]+') do names[#names + 1] = name end
+local now = now_us()
+local out, woken, gone = { now }, {}, {}
+for a = 6, #ARGV, 3 do
+  local id, owner, i = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
+  local T, name = tube_keys(0, i), names[i]
+  local j = get_job(T, id)
+  local mine = j and j[STATE] == 'reserved' and j[OWNER] == owner
+  local r = 0
+  if op == 'delete' then
+    if j and (j[STATE] ~= 'reserved' or mine) then
+      detach(T, id, j)
+      redis.call('HDEL', T.jobs, id)
+      redis.call('HDEL', T.bodies, id)
+      redis.call('HDEL', G.index, id)
+      gone[i] = true
+      r = 1
+    end
+  elseif mine and op == 'touch' then
+    r = now + ttr_ms(j) * 1000
+    detach(T, id, j)
+    attach(T, G, id, j, 'reserved', r, owner)
+    put_job(T, id, j)
+  elseif mine and op == 'bury' then
+    detach(T, id, j)
+    j[PRI], j[BURIES] = pri, j[BURIES] + 1
+    attach(T, G, id, j, 'buried')
+    put_job(T, id, j)
+    r = 1
+  elseif mine and op == 'release' then
+    detach(T, id, j)
+    j[PRI], j[RELEASES] = pri, j[RELEASES] + 1
+    set_times(j, delay, ttr_ms(j))
+    if delay > 0 then
+      local due = now + delay * 1000
+      attach(T, G, id, j, 'delayed', due)
+      due_by(G, name, due)
+    else
+      j[READY] = now
+      attach(T, G, id, j, 'ready')
+      if not woken[i] then
+        woken[i] = true
+        wake(origin, name)
+      end
+    end
+    put_job(T, id, j)
+    r = 1
+  end
+  out[#out + 1] = r
+end
+for i in pairs(gone) do maybe_gc(tube_keys(0, i), G, names[i]) end
+return out
