@@ -174,7 +174,7 @@ async fn bury(s: &AnyStore, conn: ConnId, id: JobId, pri: u32) -> bool {
 }
 
 async fn delete(s: &AnyStore, conn: ConnId, id: JobId) -> bool {
-    s.delete(conn, id).await.expect("delete")
+    s.delete(conn, id, now(s)).await.expect("delete")
 }
 
 /// Reserve job `id` for `conn` and bury it at priority `pri`.
@@ -1371,7 +1371,7 @@ async fn apply(s: &AnyStore, op: &Op, now: Nanos) -> StoreResult<Out> {
         Op::BurnId => Out::Id(s.burn_id().await?),
         Op::Reserve { conn, watched } => reserved(s.reserve(*conn, watched, now).await?),
         Op::ReserveJob { conn, id } => reserved(s.reserve_job(*conn, *id, now).await?),
-        Op::Delete { conn, id } => Out::Bool(s.delete(*conn, *id).await?),
+        Op::Delete { conn, id } => Out::Bool(s.delete(*conn, *id, now).await?),
         Op::Release {
             conn,
             id,

@@ -13,6 +13,7 @@ use super::dispatch::TimedPut;
 use super::{Answer, Engine, Outcome, Session};
 use crate::protocol::ext::ExtendedPut;
 use crate::protocol::{EXTENSION_VERBS, Extension, Families, Family, Grammar, Reply, yaml};
+use crate::store::KeyOp;
 
 /// The extension families this build serves, on every engine. A family joins when
 /// every engine serves it; `list-extensions` names exactly these.
@@ -52,7 +53,7 @@ impl Engine {
                 pri,
                 delay,
                 ttr,
-                key: None,
+                key,
                 body,
             }) => {
                 let put = TimedPut {
@@ -61,8 +62,23 @@ impl Engine {
                     ttr_ms: ttr.as_millis(),
                     body,
                 };
-                let answer = self.put(s, put).await;
+                let answer = match key {
+                    None => self.put(s, put).await,
+                    Some(key) => self.put_keyed(s, put, key).await,
+                };
                 return Outcome::Reply(self.or_failed(s, answer));
+            }
+            // Keys (`keys.rs`).
+            Extension::FindKey(key) => self.by_key(s, &key, KeyOp::Find).await,
+            Extension::PeekKey(key) => self.peek_key(s, &key).await,
+            Extension::DeleteKey(key) => self.by_key(s, &key, KeyOp::Delete).await,
+            Extension::KickKey(key) => self.by_key(s, &key, KeyOp::Kick).await,
+            Extension::BuryKey { key, pri } => self.by_key(s, &key, KeyOp::Bury { pri }).await,
+            Extension::RetimeKey { key, delay } => {
+                let op = KeyOp::Retime {
+                    delay_ms: delay.as_millis(),
+                };
+                self.by_key(s, &key, op).await
             }
             Extension::Release { id, pri, delay } => {
                 self.release(s, id, pri, delay.as_millis()).await

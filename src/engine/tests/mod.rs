@@ -50,6 +50,7 @@ fn engine_speaking(store: AnyStore, extensions: bool) -> Arc<Engine> {
             memory: None,
             dialect: Default::default(),
             extensions,
+            keys: Default::default(),
         },
     )
 }

@@ -88,8 +88,8 @@ impl Families {
         Families(1 << family as u8)
     }
 
-    pub fn with(self, family: Family) -> Families {
-        Families(self.0 | family.bit())
+    pub const fn with(self, family: Family) -> Families {
+        Families(self.0 | 1 << family as u8)
     }
 
     pub fn contains(self, family: Family) -> bool {

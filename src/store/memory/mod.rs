@@ -12,6 +12,9 @@ mod admin;
 mod admin_tests;
 mod contents;
 mod journal;
+mod keys;
+#[cfg(test)]
+mod keys_tests;
 mod persist;
 #[cfg(test)]
 mod tests;
@@ -20,6 +23,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use bytes::Bytes;
 
+use super::keys::{Key, KeyLimits, KeyOp, KeyOutcome, KeyedPut, PutKey};
 use super::{
     Change, ConnId, Edit, Edited, JobEntry, JobId, JobInfo, JobState, ListPage, ListQuery, Nanos,
     NewJob, Reserved, Store, StoreResult, Totals, TubeInfo, pause_length,
@@ -171,7 +175,7 @@ impl Store for MemoryStore {
         }
     }
 
-    async fn delete(&self, conn: ConnId, id: JobId) -> StoreResult<bool> {
+    async fn delete(&self, conn: ConnId, id: JobId, now: Nanos) -> StoreResult<bool> {
         let mut s = self.lock();
         let Some(job) = s.jobs.get(&id) else {
             return Ok(false);
@@ -179,15 +183,29 @@ impl Store for MemoryStore {
         if job.state == JobState::Reserved && !job.owned_by(conn) {
             return Ok(false);
         }
-        s.detach(id);
-        let Some(job) = s.remove_job(id) else {
-            return Ok(false);
-        };
-        if let Some(t) = s.tubes.get_mut(&job.tube) {
-            t.cmd_delete += 1;
-        }
-        s.maybe_drop_tube(&job.tube);
-        Ok(true)
+        Ok(s.delete_job(id, now, true, true))
+    }
+
+    async fn put_keyed(&self, job: NewJob, key: &PutKey, now: Nanos) -> StoreResult<KeyedPut> {
+        let mut s = self.lock();
+        Ok(s.put_keyed(job, key, now, |s, id, job| {
+            insert(s, id, job, now, Stored::Never)
+        }))
+    }
+
+    async fn by_key(
+        &self,
+        conn: ConnId,
+        tube: &TubeName,
+        key: &Key,
+        op: KeyOp,
+        now: Nanos,
+    ) -> StoreResult<KeyOutcome> {
+        Ok(self.lock().key_op(conn, tube, key, op, now))
+    }
+
+    async fn purge(&self, id: JobId, now: Nanos) -> StoreResult<bool> {
+        Ok(self.lock().delete_job(id, now, false, false))
     }
 
     async fn release(
@@ -448,6 +466,7 @@ impl Store for MemoryStore {
                 woken.push(j.tube.clone());
             }
         }
+        s.sweep_windows(now);
         while let Some((until, name)) = s.pauses.first().cloned() {
             if until > now {
                 break;
@@ -471,6 +490,7 @@ impl Store for MemoryStore {
             s.delayed.first().map(|&(d, _)| d),
             s.reserved.first().map(|&(d, _)| d + 1),
             s.pauses.first().map(|(d, _)| *d),
+            s.keys.next_end(),
         ];
         Ok(candidates.into_iter().flatten().min())
     }
@@ -497,6 +517,14 @@ impl Store for MemoryStore {
 
     fn name(&self) -> &'static str {
         "memory"
+    }
+
+    fn set_key_limits(&self, limits: KeyLimits) {
+        self.lock().keys.limits = limits;
+    }
+
+    fn key_windows_evicted(&self) -> u64 {
+        self.lock().keys.evicted
     }
 
     /// With a journal, the last change it noted: a reply that depends on the store's
@@ -531,6 +559,7 @@ fn insert(s: &mut Contents, id: JobId, job: NewJob, now: Nanos, stored: Stored) 
             releases: 0,
             buries: 0,
             kicks: 0,
+            key: None,
             body: job.body,
         }),
     );

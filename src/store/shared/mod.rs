@@ -44,6 +44,7 @@ mod decode;
 mod eviction;
 mod fresh;
 mod held;
+mod keys;
 mod large;
 mod liveness;
 mod namespace;

@@ -22,6 +22,7 @@ use crate::protocol::TubeName;
 use crate::redis::error::redis_error_in;
 use crate::redis::keys::{NsKey, RESERVE_KEYS, TubeKey};
 use crate::redis::{Code, US};
+use crate::store::keys::{Key, KeyOp, KeyOutcome, KeyedPut, PutKey};
 use crate::store::{
     ConnId, Edit, Edited, JobEntry, JobId, JobInfo, LARGE_BODY, ListPage, ListQuery, Nanos, NewJob,
     Reserved, Store, StoreError, StoreResult, Totals, TubeInfo, URGENT_PRI, pause_length,
@@ -213,7 +214,26 @@ impl Store for RedisStore {
         Ok(Some(self.reserved(conn, tube, owner, r, body)))
     }
 
-    async fn delete(&self, conn: ConnId, id: JobId) -> StoreResult<bool> {
+    async fn put_keyed(&self, job: NewJob, key: &PutKey, now: Nanos) -> StoreResult<KeyedPut> {
+        self.put_keyed_in(job, key, now).await
+    }
+
+    async fn by_key(
+        &self,
+        conn: ConnId,
+        tube: &TubeName,
+        key: &Key,
+        op: KeyOp,
+        now: Nanos,
+    ) -> StoreResult<KeyOutcome> {
+        self.by_key_in(conn, tube, key, op, now).await
+    }
+
+    async fn purge(&self, id: JobId, now: Nanos) -> StoreResult<bool> {
+        self.purge_in(id, now).await
+    }
+
+    async fn delete(&self, conn: ConnId, id: JobId, _now: Nanos) -> StoreResult<bool> {
         self.check_conn(conn, "delete")?;
         // Only the holder may delete a reserved job: its token proves it. A job this
         // connection holds needs no index lookup.
