@@ -61,7 +61,8 @@ macro_rules! key_group {
 
 key_group!(
     /// A tube's keys: three sorted sets of jobs by state and the buried FIFO, the job
-    /// metadata and bodies, and the tube's own counters and pause.
+    /// metadata and bodies, the tube's own counters and pause, and its job keys (key
+    /// -> id) with the ends of their dedupe windows.
     TubeKey {
         Ready = "ready",
         Delayed = "delayed",
@@ -70,8 +71,16 @@ key_group!(
         Jobs = "jobs",
         Bodies = "bodies",
         Meta = "meta",
+        Keys = "keys",
+        Keywin = "keywin",
     }
 );
+
+impl TubeKey {
+    /// The keys a tube's destruction leaves: its job keys and their dedupe windows
+    /// (docs/EXTENSIONS.md: a window keeps its key, not the tube).
+    pub const KEPT: &[TubeKey] = &[TubeKey::Keys, TubeKey::Keywin];
+}
 
 key_group!(
     /// The namespace's keys: the id and bury counters, the totals, the id -> tube index,
@@ -322,6 +331,11 @@ impl Keys {
     /// minute's figures), expiring a little after the history forgets the minute.
     pub fn history(&self, minute: u64) -> String {
         format!("{}:history:{minute}", self.tag)
+    }
+
+    /// Every tube whose keys leader mode wrote (a load reads their windows).
+    pub fn keytubes(&self) -> String {
+        format!("{}:keytubes", self.tag)
     }
 
     /// The pub/sub channel on which scripts announce tubes that gained ready jobs.
