@@ -28,7 +28,8 @@
 //!    [`waits_since_ready`] (300 ms sleeps) wait on the clock (both stores read wall or
 //!    Redis time); the checks run concurrently. The operator API's store methods
 //!    (listing from a cursor, search, job entry, edits in place) are checked in
-//!    `contract_admin.rs`.
+//!    `contract_admin.rs`, keyed jobs (dedupe, replace, conflict, the commands by key,
+//!    windows, a purge freeing a key, a move leaving its key) in `contract_keys.rs`.
 //!
 //! 2. A seeded randomized differential (`memory_vs_redis_differential`): one random
 //!    sequence of store operations (four fake connections, five tube names, ids mostly
@@ -74,6 +75,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod contract_admin;
+mod contract_keys;
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -86,6 +88,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use contract_admin::{admin_edits, admin_listing};
+use contract_keys::{keys_commands, keys_dedupe_and_replace, keys_move, keys_windows};
 use redstalk::persist::binlog::{self, BinlogConfig, Fsync};
 use redstalk::persist::engine::Committing;
 use redstalk::protocol::TubeName;
@@ -141,14 +144,19 @@ fn assert_near(what: &str, value: Nanos, lo: Nanos, hi: Nanos) {
     );
 }
 
-async fn put(s: &AnyStore, tube: &str, pri: u32, delay: u32, ttr: u32, body: &str) -> JobId {
-    let job = NewJob {
+/// A job for `tube` (delay and TTR in seconds).
+fn new_job(tube: &str, pri: u32, delay: u32, ttr: u32, body: &str) -> NewJob {
+    NewJob {
         tube: t(tube),
         pri,
         delay_ms: ms(delay),
         ttr_ms: ms(ttr),
         body: Bytes::copy_from_slice(body.as_bytes()),
-    };
+    }
+}
+
+async fn put(s: &AnyStore, tube: &str, pri: u32, delay: u32, ttr: u32, body: &str) -> JobId {
+    let job = new_job(tube, pri, delay, ttr, body);
     s.put(job, now(s)).await.expect("put")
 }
 
@@ -985,6 +993,10 @@ const CHECKS: &[Check] = checks![
     waits_since_ready,
     admin_listing,
     admin_edits,
+    keys_dedupe_and_replace,
+    keys_commands,
+    keys_windows,
+    keys_move,
 ];
 
 static PREFIXES: AtomicU64 = AtomicU64::new(0);

@@ -17,7 +17,7 @@ use crate::store::KeyOp;
 
 /// The extension families this build serves, on every engine. A family joins when
 /// every engine serves it; `list-extensions` names exactly these.
-pub const SERVED_FAMILIES: Families = Families::of(Family::Milliseconds);
+pub const SERVED_FAMILIES: Families = Families::of(Family::Milliseconds).with(Family::Keys);
 
 impl Engine {
     /// The grammar a connection reads: beanstalkd's with `--extensions off`, else

@@ -62,7 +62,7 @@ macro_rules! key_group {
 key_group!(
     /// A tube's keys: three sorted sets of jobs by state and the buried FIFO, the job
     /// metadata and bodies, the tube's own counters and pause, and its job keys (key
-    /// -> id) with the ends of their dedupe windows.
+    /// -> id, a live job's or a deleted one's inside its dedupe window).
     TubeKey {
         Ready = "ready",
         Delayed = "delayed",
@@ -72,21 +72,21 @@ key_group!(
         Bodies = "bodies",
         Meta = "meta",
         Keys = "keys",
-        Keywin = "keywin",
     }
 );
 
 impl TubeKey {
     /// The keys a tube's destruction leaves: its job keys and their dedupe windows
     /// (docs/EXTENSIONS.md: a window keeps its key, not the tube).
-    pub const KEPT: &[TubeKey] = &[TubeKey::Keys, TubeKey::Keywin];
+    pub const KEPT: &[TubeKey] = &[TubeKey::Keys];
 }
 
 key_group!(
     /// The namespace's keys: the id and bury counters, the totals, the id -> tube index,
     /// the due index, the tube list with each tube's position in it, and the
     /// namespace's generation (a random token made with the namespace: a script called
-    /// for another generation refuses, see the prelude).
+    /// for another generation refuses, see the prelude), and the ends of the open
+    /// dedupe windows (member `<tube>\n<key>`).
     NsKey {
         Ids = "ids",
         Seq = "seq",
@@ -96,6 +96,7 @@ key_group!(
         Tubes = "tubes",
         Tubepos = "tubepos",
         Generation = "generation",
+        Keywin = "keywin",
     }
 );
 
@@ -333,11 +334,6 @@ impl Keys {
         format!("{}:history:{minute}", self.tag)
     }
 
-    /// Every tube whose keys leader mode wrote (a load reads their windows).
-    pub fn keytubes(&self) -> String {
-        format!("{}:keytubes", self.tag)
-    }
-
     /// The pub/sub channel on which scripts announce tubes that gained ready jobs.
     pub fn wake_channel(&self) -> String {
         format!("{}:wake", self.tag)
@@ -443,10 +439,10 @@ mod tests {
     fn the_lua_layout_names_each_key_by_its_offset() {
         let lua = lua_key_layout();
         for line in [
-            "local N_TUBE_KEYS = 7",
-            "local TUBE_READY, TUBE_DELAYED, TUBE_RESERVED, TUBE_BURIED, TUBE_JOBS, TUBE_BODIES, TUBE_META = 0, 1, 2, 3, 4, 5, 6",
-            "  return { ready = KEYS[b + 0], delayed = KEYS[b + 1], reserved = KEYS[b + 2], buried = KEYS[b + 3], jobs = KEYS[b + 4], bodies = KEYS[b + 5], meta = KEYS[b + 6] }",
-            "local N_NS_KEYS = 8",
+            "local N_TUBE_KEYS = 8",
+            "local TUBE_READY, TUBE_DELAYED, TUBE_RESERVED, TUBE_BURIED, TUBE_JOBS, TUBE_BODIES, TUBE_META, TUBE_KEYS = 0, 1, 2, 3, 4, 5, 6, 7",
+            "  return { ready = KEYS[b + 0], delayed = KEYS[b + 1], reserved = KEYS[b + 2], buried = KEYS[b + 3], jobs = KEYS[b + 4], bodies = KEYS[b + 5], meta = KEYS[b + 6], keys = KEYS[b + 7] }",
+            "local N_NS_KEYS = 9",
             "local function ns_group(b)",
             "local N_RESERVE_KEYS = 5",
             "  return { ready = KEYS[b + 0], reserved = KEYS[b + 1], jobs = KEYS[b + 2], bodies = KEYS[b + 3], meta = KEYS[b + 4] }",

@@ -376,6 +376,7 @@ mod tests {
     fn a_keyed_job_keeps_its_key_after_the_milliseconds() {
         let m = Meta {
             key: Some(("order-1".to_string(), 60_000)),
+            ready_us: Some(1_700_000_001_000_000),
             ..meta(MetaState::Ready)
         };
         let mut out = Vec::new();

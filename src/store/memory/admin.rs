@@ -107,7 +107,7 @@ impl Contents {
                 self.set_field(id, |j| j.buries += 1);
                 self.attach(id, JobState::Buried, 0, None);
             }
-            Edit::Move(to) => self.move_job(id, to, state, at, now),
+            Edit::Move(to) => self.move_job(id, to, state, at),
         }
         match self.jobs.get(&id) {
             Some(j) => Edited::Done {
@@ -139,7 +139,7 @@ impl Contents {
 
     /// To tube `to` in the same state: a ready job keeps its ready time, a delayed one
     /// its due time; a buried one goes to the end of `to`'s buried FIFO.
-    fn move_job(&mut self, id: JobId, to: &TubeName, state: JobState, at: u64, now: Nanos) {
+    fn move_job(&mut self, id: JobId, to: &TubeName, state: JobState, at: u64) {
         let Some(from) = self.jobs.get(&id).map(|j| j.tube.clone()) else {
             return;
         };
@@ -158,7 +158,7 @@ impl Contents {
             j.stored = Default::default();
         });
         self.attach(id, state, at, None);
-        self.move_key(id, &from, now);
+        self.move_key(id, &from);
         self.maybe_drop_tube(&from);
     }
 }

@@ -198,21 +198,17 @@ impl Contents {
         }
     }
 
-    /// Job `id` moved from tube `from` to its current tube (the operator API): its key
-    /// goes with it when free there, else the job loses its key.
-    pub fn move_key(&mut self, id: JobId, from: &TubeName, now: Nanos) {
-        let Some(job) = self.jobs.get(&id) else {
+    /// Job `id` moved from tube `from` to another (the operator API): it leaves its key
+    /// behind, freed (as shared mode's `edit.lua` does).
+    pub fn move_key(&mut self, id: JobId, from: &TubeName) {
+        let Some(job) = self.jobs.get_mut(&id) else {
             return;
         };
-        let Some(key) = job.key.as_ref().map(|k| k.key.clone()) else {
+        let Some(k) = job.key.take() else {
             return;
         };
-        let to = job.tube.clone();
-        self.set_key(from, &key, KeySlot::Free);
-        if self.key_lookup(&to, &key, now).is_none() {
-            self.set_key(&to, &key, KeySlot::Live(id));
-        } else if let Some(j) = self.jobs.get_mut(&id) {
-            j.key = None;
+        if self.keys.get(from, &k.key) == KeySlot::Live(id) {
+            self.set_key(from, &k.key, KeySlot::Free);
         }
     }
 

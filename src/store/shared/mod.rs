@@ -89,6 +89,8 @@ pub struct RedisStore {
     wake: Mutex<Option<mpsc::UnboundedReceiver<TubeName>>>,
     next_heartbeat: Mutex<Nanos>,
     eviction: EvictionChecks,
+    /// `--key-windows-max`, handed to the scripts that may open a dedupe window.
+    windows_max: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for RedisStore {

@@ -26,6 +26,7 @@ use super::admin::{EditReply, EntryReply, Listed};
 use super::decode::{
     Decode, JobFigures, Joined, KickReply, Peeked, Reaped, Reclaimed, Reservation, Ticked, Touched,
 };
+use super::keys::KeyReply;
 use super::namespace::Namespace;
 use super::shake::{fields_read, prelude_for};
 use crate::redis::keys::{Keys, NsKey, TubeKey, lua_key_layout};
@@ -170,6 +171,9 @@ scripts! {
     list: Listed,
     job_entry: Option<EntryReply>,
     edit: EditReply,
+    put_key: KeyReply,
+    by_key: KeyReply,
+    purge: bool,
 }
 
 /// Runs scripts on the shared connection: the one place a call's KEYS are laid out.
@@ -205,6 +209,9 @@ const ACKNOWLEDGED: &[&str] = &[
     "kick_job",
     "pause",
     "edit",
+    "put_key",
+    "by_key",
+    "purge",
 ];
 
 impl Runner {

@@ -237,10 +237,11 @@ impl Store for RedisStore {
         self.check_conn(conn, "delete")?;
         // Only the holder may delete a reserved job: its token proves it. A job this
         // connection holds needs no index lookup.
+        let max = self.windows_max();
         let deleted = match self.held_call(|s| &s.delete, conn, id) {
-            Some((_, call)) => call.run().await?,
+            Some((_, mut call)) => call.arg(max).run().await?,
             None => match self.job_call(|s| &s.delete, id).await? {
-                Some((_, mut call)) => call.arg("").run().await?,
+                Some((_, mut call)) => call.arg("").arg(max).run().await?,
                 None => false,
             },
         };
@@ -607,6 +608,10 @@ impl Store for RedisStore {
         if let Err(err) = removed {
             tracing::warn!(%err, "could not leave the registry of live instances; it lapses in 10 s");
         }
+    }
+
+    fn set_key_limits(&self, limits: crate::store::KeyLimits) {
+        self.set_windows_max(limits);
     }
 
     fn sweep_interval(&self) -> Option<Duration> {
