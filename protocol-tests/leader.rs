@@ -30,6 +30,8 @@
 //!   during a SIGKILL of the leader (through its standby, which takes over): every key
 //!   acknowledged is found by key afterwards (its window for a deleted one), and a put
 //!   with it again dedupes to the same id.
+//! - `keys_survive_a_reopen_in_either_mode` — keyed jobs and the windows of deleted
+//!   ones written by one mode are found by key by the other, and dedupe there.
 //! - `redis_away_answers_within_a_second_and_session_commands_never_wait` — with Redis
 //!   killed, a put answers INTERNAL_ERROR within about a second, `list-tube-used` at
 //!   once; the leader serves again when Redis is back.
@@ -107,6 +109,34 @@ fn reopen_in_milliseconds(from: ServerKind, to: ServerKind) {
     );
     drop(c);
     stop(second);
+}
+
+/// Keyed jobs and windows put by `from`, audited by `to` on the same namespace.
+fn reopen_with_keys(from: ServerKind, to: ServerKind) {
+    let Some(redis) = private_redis(&[], "leader-mode tests") else {
+        return;
+    };
+    let prefix = format!("l-keys-{}", from.name());
+    let (first, log1) = redstalk_on_as(from, &redis, &prefix, &[]);
+    wait_served(first.addr, REPLY, &log1);
+    let mut c = Client::connect(first.addr, "producer");
+    let ledger = KeyLedger::put(&mut c, "keys", "r", 100);
+    drop(c);
+    stop(first);
+    let (second, log2) = redstalk_on_as(to, &redis, &prefix, &[]);
+    wait_served(second.addr, REPLY, &log2);
+    let mut c = Client::connect(second.addr, "auditor");
+    c.use_tube("keys");
+    ledger.audit(&mut c, &format!("keys {} -> {}", from.name(), to.name()));
+    drop(c);
+    stop(second);
+}
+
+#[test]
+fn keys_survive_a_reopen_in_either_mode() {
+    let _serial = serial();
+    reopen_with_keys(ServerKind::Redis, ServerKind::Leader);
+    reopen_with_keys(ServerKind::Leader, ServerKind::Redis);
 }
 
 #[test]

@@ -9,7 +9,8 @@
 //!   comes back with its acknowledgement ([`Answer`]: now, or once change N is
 //!   durable).
 //! - `extension.rs`: [`Engine::execute_extension`], the protocol extensions
-//!   (docs/EXTENSIONS.md), and which of their families this build serves.
+//!   (docs/EXTENSIONS.md), and which of their families this build serves; `keys.rs`:
+//!   keyed puts and the commands by key.
 //! - `reserve.rs`: `reserve` and `reserve-with-timeout`: DEADLINE_SOON, the waiter.
 //! - `serve.rs`: serve passes, run by one task, that hand ready jobs to waiters.
 //! - `waiters.rs`: the registry of waiting connections and the claim protocol.
