@@ -89,47 +89,51 @@ fn load_config(producers: usize, workers: usize) -> LoadConfig {
     }
 }
 
-fn reopen_in_milliseconds(from: ServerKind, to: ServerKind) {
+/// Jobs `put` by a `from` instance on a fresh namespace (`name` names it), then
+/// stopped, are `check`ed through a `to` instance on the same namespace.
+fn reopen_checked<T>(
+    from: ServerKind,
+    to: ServerKind,
+    name: &str,
+    put: impl FnOnce(&mut Client) -> T,
+    check: impl FnOnce(&mut Client, T, &str),
+) {
     let Some(redis) = private_redis(&[], "leader-mode tests") else {
         return;
     };
-    let prefix = format!("l-ms-{}", from.name());
+    let prefix = format!("l-{name}-{}", from.name());
     let (first, log1) = redstalk_on_as(from, &redis, &prefix, &[]);
     wait_served(first.addr, REPLY, &log1);
     let mut c = Client::connect(first.addr, "producer");
-    let jobs = MsJobs::put(&mut c, 4500);
+    let jobs = put(&mut c);
     stop(first);
     drop(c);
     let (second, log2) = redstalk_on_as(to, &redis, &prefix, &[]);
     wait_served(second.addr, REPLY, &log2);
     let mut c = Client::connect(second.addr, "worker");
-    jobs.check(
+    check(
         &mut c,
-        &format!("milliseconds {} -> {}", from.name(), to.name()),
+        jobs,
+        &format!("{name} {} -> {}", from.name(), to.name()),
     );
     drop(c);
     stop(second);
 }
 
+fn reopen_in_milliseconds(from: ServerKind, to: ServerKind) {
+    let put = |c: &mut Client| MsJobs::put(c, 4500);
+    let check = |c: &mut Client, jobs: MsJobs, what: &str| jobs.check(c, what);
+    reopen_checked(from, to, "ms", put, check);
+}
+
 /// Keyed jobs and windows put by `from`, audited by `to` on the same namespace.
 fn reopen_with_keys(from: ServerKind, to: ServerKind) {
-    let Some(redis) = private_redis(&[], "leader-mode tests") else {
-        return;
+    let put = |c: &mut Client| KeyLedger::put(c, "keys", "r", 100);
+    let check = |c: &mut Client, ledger: KeyLedger, what: &str| {
+        c.use_tube("keys");
+        ledger.audit(c, what);
     };
-    let prefix = format!("l-keys-{}", from.name());
-    let (first, log1) = redstalk_on_as(from, &redis, &prefix, &[]);
-    wait_served(first.addr, REPLY, &log1);
-    let mut c = Client::connect(first.addr, "producer");
-    let ledger = KeyLedger::put(&mut c, "keys", "r", 100);
-    drop(c);
-    stop(first);
-    let (second, log2) = redstalk_on_as(to, &redis, &prefix, &[]);
-    wait_served(second.addr, REPLY, &log2);
-    let mut c = Client::connect(second.addr, "auditor");
-    c.use_tube("keys");
-    ledger.audit(&mut c, &format!("keys {} -> {}", from.name(), to.name()));
-    drop(c);
-    stop(second);
+    reopen_checked(from, to, "keys", put, check);
 }
 
 #[test]
