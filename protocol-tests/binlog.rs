@@ -26,6 +26,10 @@
 //!   milliseconds (docs/EXTENSIONS.md) are kept to the millisecond when compaction
 //!   rewrites their records and after kill -9: the delayed job is due at its original
 //!   time, the TTR lapses 1.5 s after the reserve, not 1 s.
+//! - `keys_and_windows_survive_compaction_and_kill_9` — keyed jobs (docs/EXTENSIONS.md,
+//!   *Keys*) and the dedupe windows of deleted ones are found by key after compaction
+//!   rewrote their records and after kill -9, and a put with each key dedupes to its
+//!   id; a window that ended before the restart is not brought back.
 //!
 //! Figures are printed (`--nocapture`).
 
@@ -39,6 +43,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use support::client::{Client, MsJobs};
+use support::keyed::KeyLedger;
 use support::load::{Load, LoadConfig};
 use support::{Log, ServerKind, ServerProc, fresh_dir, serial, signal_pid};
 
@@ -482,6 +487,46 @@ fn milliseconds_survive_compaction_and_restart() {
     c.watch_only("ms");
     let what = format!("after compaction ({migrated} records rewritten) and kill -9");
     jobs.check(&mut c, &what);
+    drop(srv2);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn keys_and_windows_survive_compaction_and_kill_9() {
+    let _serial = serial();
+    let dir = fresh_dir();
+    let (mut srv, log) = start(&dir, &["-s", "100000"]);
+    let mut c = Client::connect(srv.addr, "c");
+    let ledger = KeyLedger::put(&mut c, "keys", "k", 400);
+    // A window that ends before the restart.
+    c.expect("use short", "USING short");
+    let r = c
+        .try_call(b"put 0 0 60 1 idp:brief:300ms\r\nx\r\n", REPLY)
+        .unwrap();
+    c.expect(&format!("delete {}", r.id().unwrap()), "DELETED");
+    c.use_tube("keys");
+    for _ in 0..3 {
+        let ids = put_3000(&mut c);
+        delete_all(&mut c, &ids);
+    }
+    let [_, _, migrated, _, _] = binlog_figures(&mut c);
+    assert!(migrated >= 2, "the jobs were not rewritten: {}", log.tail());
+    ledger.audit(&mut c, "-b before the kill");
+    thread::sleep(Duration::from_millis(400));
+    kill_9(&mut srv);
+    let (srv2, _log2) = start(&dir, &[]);
+    let mut c = Client::connect(srv2.addr, "c2");
+    c.use_tube("keys");
+    ledger.audit(
+        &mut c,
+        &format!("-b after compaction ({migrated} rewritten) and kill -9"),
+    );
+    c.expect("use short", "USING short");
+    assert_eq!(
+        c.line("find-key brief"),
+        "NOT_FOUND",
+        "an ended window came back"
+    );
     drop(srv2);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -30,7 +30,7 @@ async fn flush(
     upto: Option<JobId>,
     max: usize,
 ) -> FlushStep {
-    s.flush_step(&t(tube), states, upto, max)
+    s.flush_step(&t(tube), states, upto, max, now(s))
         .await
         .expect("flush_step")
 }

@@ -25,6 +25,13 @@
 //! - `milliseconds_survive_a_reopen_in_either_mode` — a delay and a TTR written in
 //!   milliseconds (docs/EXTENSIONS.md) by one mode are kept to the millisecond by the
 //!   other: the delayed job is due at its original time, the TTR lapses after 1.5 s.
+//! - `keyed_puts_survive_a_leader_kill_and_dedupe_across_it` — keyed puts
+//!   (docs/EXTENSIONS.md, *Keys*) with dedupe windows, some deleted, made before and
+//!   during a SIGKILL of the leader (through its standby, which takes over): every key
+//!   acknowledged is found by key afterwards (its window for a deleted one), and a put
+//!   with it again dedupes to the same id.
+//! - `keys_survive_a_reopen_in_either_mode` — keyed jobs and the windows of deleted
+//!   ones written by one mode are found by key by the other, and dedupe there.
 //! - `redis_away_answers_within_a_second_and_session_commands_never_wait` — with Redis
 //!   killed, a put answers INTERNAL_ERROR within about a second, `list-tube-used` at
 //!   once; the leader serves again when Redis is back.
@@ -49,7 +56,11 @@ mod support;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use support::client::{Client, MsJobs};
+use support::keyed::{KeyLedger, keyed_producer};
 use support::load::{Load, LoadConfig, wait_drained};
 use support::redis::{RedisServer, private_redis};
 use support::{Log, ServerKind, ServerProc, redstalk_on_as, serial, wait_served};
@@ -78,26 +89,58 @@ fn load_config(producers: usize, workers: usize) -> LoadConfig {
     }
 }
 
-fn reopen_in_milliseconds(from: ServerKind, to: ServerKind) {
+/// Jobs `put` by a `from` instance on a fresh namespace (`name` names it), then
+/// stopped, are `check`ed through a `to` instance on the same namespace.
+fn reopen_checked<T>(
+    from: ServerKind,
+    to: ServerKind,
+    name: &str,
+    put: impl FnOnce(&mut Client) -> T,
+    check: impl FnOnce(&mut Client, T, &str),
+) {
     let Some(redis) = private_redis(&[], "leader-mode tests") else {
         return;
     };
-    let prefix = format!("l-ms-{}", from.name());
+    let prefix = format!("l-{name}-{}", from.name());
     let (first, log1) = redstalk_on_as(from, &redis, &prefix, &[]);
     wait_served(first.addr, REPLY, &log1);
     let mut c = Client::connect(first.addr, "producer");
-    let jobs = MsJobs::put(&mut c, 4500);
+    let jobs = put(&mut c);
     stop(first);
     drop(c);
     let (second, log2) = redstalk_on_as(to, &redis, &prefix, &[]);
     wait_served(second.addr, REPLY, &log2);
     let mut c = Client::connect(second.addr, "worker");
-    jobs.check(
+    check(
         &mut c,
-        &format!("milliseconds {} -> {}", from.name(), to.name()),
+        jobs,
+        &format!("{name} {} -> {}", from.name(), to.name()),
     );
     drop(c);
     stop(second);
+}
+
+fn reopen_in_milliseconds(from: ServerKind, to: ServerKind) {
+    let put = |c: &mut Client| MsJobs::put(c, 4500);
+    let check = |c: &mut Client, jobs: MsJobs, what: &str| jobs.check(c, what);
+    reopen_checked(from, to, "ms", put, check);
+}
+
+/// Keyed jobs and windows put by `from`, audited by `to` on the same namespace.
+fn reopen_with_keys(from: ServerKind, to: ServerKind) {
+    let put = |c: &mut Client| KeyLedger::put(c, "keys", "r", 100);
+    let check = |c: &mut Client, ledger: KeyLedger, what: &str| {
+        c.use_tube("keys");
+        ledger.audit(c, what);
+    };
+    reopen_checked(from, to, "keys", put, check);
+}
+
+#[test]
+fn keys_survive_a_reopen_in_either_mode() {
+    let _serial = serial();
+    reopen_with_keys(ServerKind::Redis, ServerKind::Leader);
+    reopen_with_keys(ServerKind::Leader, ServerKind::Redis);
 }
 
 #[test]
@@ -117,6 +160,46 @@ fn failover_to_a_standby_under_load_loses_no_acknowledged_job() {
 /// A leader frozen (SIGSTOP) with batches in flight, its lease taken over,
 /// then resumed: nothing it sends applies after its lease (the batch sequence key
 /// keeps the new leader's token), and no acknowledged job is lost.
+#[test]
+fn keyed_puts_survive_a_leader_kill_and_dedupe_across_it() {
+    let _serial = serial();
+    let Some(redis) = redis_aof_always() else {
+        return;
+    };
+    let prefix = "l-keys";
+    let (mut a, log_a) = leader(&redis, prefix);
+    wait_served(a.addr, REPLY, &log_a);
+    let (b, log_b) = leader(&redis, prefix);
+    let mut c = Client::connect(a.addr, "before");
+    let before = KeyLedger::put(&mut c, "keys", "b", 200);
+    drop(c);
+    let halt = Arc::new(AtomicBool::new(false));
+    let producer = keyed_producer(b.addr, "keys", halt.clone());
+    thread::sleep(Duration::from_millis(700));
+    a.signal("KILL").expect("kill the leader");
+    assert!(a.wait_exit(REPLY).is_some(), "the leader survived SIGKILL");
+    let killed = Instant::now();
+    // The standby leads within its lease; the producer goes on through it.
+    thread::sleep(Duration::from_secs(4));
+    halt.store(true, Ordering::Relaxed);
+    let during = producer.join().expect("the producer");
+    assert!(
+        during.live.len() + during.deleted.len() > 20,
+        "too few keyed puts acknowledged around the kill: {during:?}\n{}",
+        log_b.tail()
+    );
+    let mut c = Client::connect(b.addr, "auditor");
+    c.use_tube("keys");
+    before.audit(&mut c, "leader kill -9 (keys put before)");
+    during.audit(&mut c, "leader kill -9 (keys put around it)");
+    println!(
+        "keys: audited {} ms after the kill",
+        killed.elapsed().as_millis()
+    );
+    drop(c);
+    stop(b);
+}
+
 #[test]
 fn a_leader_frozen_with_batches_in_flight_applies_nothing_after_its_lease() {
     failover_under_load("STOP");

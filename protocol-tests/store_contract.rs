@@ -29,7 +29,9 @@
 //!    Redis time); the checks run concurrently. The operator API's store methods
 //!    (listing from a cursor, search, job entry, edits in place) are checked in
 //!    `contract_admin.rs`; the batch and flush calls (`reserve_many`, `batch`,
-//!    `flush_step`) in `contract_batch.rs`.
+//!    `flush_step`) in `contract_batch.rs`; keyed jobs (dedupe, replace, conflict, the
+//!    commands by key, windows, a purge freeing a key, a move leaving its key) in
+//!    `contract_keys.rs`.
 //!
 //! 2. A seeded randomized differential (`memory_vs_redis_differential`): one random
 //!    sequence of store operations (four fake connections, five tube names, ids mostly
@@ -76,6 +78,7 @@
 
 mod contract_admin;
 mod contract_batch;
+mod contract_keys;
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -89,6 +92,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use contract_admin::{admin_edits, admin_listing};
 use contract_batch::{batch_flush_steps, batch_list_ops, batch_reserve_many};
+use contract_keys::{keys_commands, keys_dedupe_and_replace, keys_move, keys_windows};
 use redstalk::persist::binlog::{self, BinlogConfig, Fsync};
 use redstalk::persist::engine::Committing;
 use redstalk::protocol::TubeName;
@@ -144,14 +148,19 @@ fn assert_near(what: &str, value: Nanos, lo: Nanos, hi: Nanos) {
     );
 }
 
-async fn put(s: &AnyStore, tube: &str, pri: u32, delay: u32, ttr: u32, body: &str) -> JobId {
-    let job = NewJob {
+/// A job for `tube` (delay and TTR in seconds).
+fn new_job(tube: &str, pri: u32, delay: u32, ttr: u32, body: &str) -> NewJob {
+    NewJob {
         tube: t(tube),
         pri,
         delay_ms: ms(delay),
         ttr_ms: ms(ttr),
         body: Bytes::copy_from_slice(body.as_bytes()),
-    };
+    }
+}
+
+async fn put(s: &AnyStore, tube: &str, pri: u32, delay: u32, ttr: u32, body: &str) -> JobId {
+    let job = new_job(tube, pri, delay, ttr, body);
     s.put(job, now(s)).await.expect("put")
 }
 
@@ -177,7 +186,7 @@ async fn bury(s: &AnyStore, conn: ConnId, id: JobId, pri: u32) -> bool {
 }
 
 async fn delete(s: &AnyStore, conn: ConnId, id: JobId) -> bool {
-    s.delete(conn, id).await.expect("delete")
+    s.delete(conn, id, now(s)).await.expect("delete")
 }
 
 /// Reserve job `id` for `conn` and bury it at priority `pri`.
@@ -991,6 +1000,10 @@ const CHECKS: &[Check] = checks![
     batch_reserve_many,
     batch_list_ops,
     batch_flush_steps,
+    keys_dedupe_and_replace,
+    keys_commands,
+    keys_windows,
+    keys_move,
 ];
 
 static PREFIXES: AtomicU64 = AtomicU64::new(0);
@@ -1377,7 +1390,7 @@ async fn apply(s: &AnyStore, op: &Op, now: Nanos) -> StoreResult<Out> {
         Op::BurnId => Out::Id(s.burn_id().await?),
         Op::Reserve { conn, watched } => reserved(s.reserve(*conn, watched, now).await?),
         Op::ReserveJob { conn, id } => reserved(s.reserve_job(*conn, *id, now).await?),
-        Op::Delete { conn, id } => Out::Bool(s.delete(*conn, *id).await?),
+        Op::Delete { conn, id } => Out::Bool(s.delete(*conn, *id, now).await?),
         Op::Release {
             conn,
             id,

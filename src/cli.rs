@@ -359,6 +359,26 @@ pub struct Cli {
     )]
     pub extensions: Switch,
 
+    /// The longest dedupe window a keyed put may ask for, in seconds (a longer one is
+    /// cut to it; docs/EXTENSIONS.md, *Keys*).
+    #[arg(
+        long,
+        env = "REDSTALK_KEY_WINDOW_MAX",
+        value_name = "SECS",
+        default_value_t = 86_400
+    )]
+    pub key_window_max: u32,
+
+    /// The most dedupe windows open at once; beyond it the window nearest its end
+    /// ends early (counted in redstalk_key_windows_evicted_total).
+    #[arg(
+        long,
+        env = "REDSTALK_KEY_WINDOWS_MAX",
+        value_name = "N",
+        default_value_t = 1_000_000
+    )]
+    pub key_windows_max: u64,
+
     /// On SIGTERM/SIGINT, wait this many seconds for connections to finish.
     #[arg(
         long,
@@ -468,6 +488,8 @@ pub struct Settings {
     pub dialect: crate::protocol::Dialect,
     /// Whether connections speak the protocol extensions (`--extensions`).
     pub extensions: bool,
+    /// `--key-window-max`, `--key-windows-max`.
+    pub keys: crate::store::KeyLimits,
     /// Where the HTTP listener serves (metrics, probes, the API, the console); `None`:
     /// not served.
     pub http: Option<SocketAddr>,
@@ -524,6 +546,10 @@ impl Cli {
             shutdown_grace: Duration::from_secs(self.shutdown_grace),
             dialect: self.compat,
             extensions: self.extensions == Switch::On,
+            keys: crate::store::KeyLimits {
+                window_max_ms: crate::time::secs_as_ms(self.key_window_max),
+                windows_max: self.key_windows_max,
+            },
             http: self.http_addr()?,
             metrics_tubes: self.metrics_tubes,
             access: self.access(),

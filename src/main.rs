@@ -234,6 +234,7 @@ async fn start_serving(settings: &Settings) -> anyhow::Result<Serving> {
         memory,
         dialect: settings.dialect,
         extensions: settings.extensions,
+        keys: settings.keys,
     };
     if let Some(config) = &settings.binlog {
         return start_binlog(config, engine_config);

@@ -16,6 +16,7 @@ pub mod cgroup;
 pub mod client;
 pub mod cluster;
 pub mod history;
+pub mod keyed;
 pub mod load;
 pub mod namespace;
 pub mod netfault;

@@ -239,7 +239,7 @@ impl Engine {
             return Err(AdminError::Held(id));
         }
         // No connection holds anything as connection 0 (ids start at 1).
-        if !self.store.delete(ConnId(0), id).await? {
+        if !self.store.delete(ConnId(0), id, self.clock.now()).await? {
             return Err(AdminError::ChangedMeanwhile(id));
         }
         Ok(())

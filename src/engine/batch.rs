@@ -124,7 +124,7 @@ impl Engine {
         loop {
             let step = self
                 .store
-                .flush_step(tube, states, upto, FLUSH_STEP)
+                .flush_step(tube, states, upto, FLUSH_STEP, self.clock.now())
                 .await?;
             deleted += step.deleted;
             upto = Some(step.upto);

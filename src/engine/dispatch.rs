@@ -171,18 +171,26 @@ impl Engine {
         self.mark_producer(session);
         let reply = match self.insert(session.using.clone(), put).await? {
             Inserted::Job(id) => Reply::Inserted(id),
-            Inserted::Draining => Reply::Draining,
+            refused => return Ok(self.refused_answer(refused)),
+        };
+        Ok(self.after_latest(reply))
+    }
+
+    /// The answer to a put that made no job (draining, or a full `-b` log).
+    pub(super) fn refused_answer(&self, refused: Inserted) -> Answer {
+        match refused {
             Inserted::LogFull => {
                 // No job was made, so the reply waits for no write (the log may be
                 // slow to take the others' changes while the disk is full); it still
                 // goes out with the replies beside it.
-                return Ok(Answer {
+                Answer {
                     reply: Reply::OutOfMemory,
                     ack: Ack::After(Change::NONE),
-                });
+                }
             }
-        };
-        Ok(self.after_latest(reply))
+            Inserted::Draining => self.after_latest(Reply::Draining),
+            Inserted::Job(id) => self.after_latest(Reply::Inserted(id)),
+        }
     }
 
     /// A put into `tube`, a client's or the operator API's: refused while draining (the
@@ -195,23 +203,24 @@ impl Engine {
             return Ok(Inserted::Draining);
         }
         let now = self.clock.now();
-        let job = NewJob {
-            tube: tube.clone(),
-            pri: put.pri,
-            delay_ms: put.delay_ms,
-            ttr_ms: put.ttr_ms.max(MIN_TTR_MS),
-            body: put.body,
-        };
+        let job = new_job(tube.clone(), put);
+        let delay_ms = job.delay_ms;
         let id = match self.store.put(job, now).await {
             Err(StoreError::LogFull) => return Ok(Inserted::LogFull),
             id => id?,
         };
-        if put.delay_ms > 0 {
-            self.timer.hint(now + millis(put.delay_ms));
+        self.placed(tube, delay_ms, now).await;
+        Ok(Inserted::Job(id))
+    }
+
+    /// A job was placed in `tube` at `now`, delayed by `delay_ms`: serve the tube's
+    /// waiters, or hint the timer.
+    pub(super) async fn placed(&self, tube: TubeName, delay_ms: u64, now: crate::store::Nanos) {
+        if delay_ms > 0 {
+            self.timer.hint(now + millis(delay_ms));
         } else {
             self.serve([tube]).await;
         }
-        Ok(Inserted::Job(id))
     }
 
     /// `reserve-job`: a RESERVED acknowledged as its reservation says.
@@ -273,7 +282,8 @@ impl Engine {
     }
 
     async fn delete(&self, s: &Session, id: JobId) -> StoreResult<Reply> {
-        Ok(found(self.store.delete(s.id, id).await?, Reply::Deleted))
+        let deleted = self.store.delete(s.id, id, self.clock.now()).await?;
+        Ok(found(deleted, Reply::Deleted))
     }
 
     pub(super) async fn release(
@@ -354,6 +364,17 @@ impl Engine {
         }
         self.timer.hint(now + pause_length(delay_ms));
         Ok(Reply::Paused)
+    }
+}
+
+/// The job a put into `tube` makes (its TTR raised to [`MIN_TTR_MS`]).
+pub(super) fn new_job(tube: TubeName, put: TimedPut) -> NewJob {
+    NewJob {
+        tube,
+        pri: put.pri,
+        delay_ms: put.delay_ms,
+        ttr_ms: put.ttr_ms.max(MIN_TTR_MS),
+        body: put.body,
     }
 }
 

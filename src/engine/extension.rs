@@ -13,10 +13,12 @@ use super::dispatch::TimedPut;
 use super::{Answer, Engine, Outcome, Session};
 use crate::protocol::ext::ExtendedPut;
 use crate::protocol::{EXTENSION_VERBS, Extension, Families, Family, Grammar, Reply, yaml};
+use crate::store::KeyOp;
 
 /// The extension families this build serves, on every engine. A family joins when
 /// every engine serves it; `list-extensions` names exactly these.
 pub const SERVED_FAMILIES: Families = Families::of(Family::Milliseconds)
+    .with(Family::Keys)
     .with(Family::Batches)
     .with(Family::Flush);
 
@@ -54,7 +56,7 @@ impl Engine {
                 pri,
                 delay,
                 ttr,
-                key: None,
+                key,
                 body,
             }) => {
                 let put = TimedPut {
@@ -63,8 +65,23 @@ impl Engine {
                     ttr_ms: ttr.as_millis(),
                     body,
                 };
-                let answer = self.put(s, put).await;
+                let answer = match key {
+                    None => self.put(s, put).await,
+                    Some(key) => self.put_keyed(s, put, key).await,
+                };
                 return Outcome::Reply(self.or_failed(s, answer));
+            }
+            // Keys (`keys.rs`).
+            Extension::FindKey(key) => self.by_key(s, &key, KeyOp::Find).await,
+            Extension::PeekKey(key) => self.peek_key(s, &key).await,
+            Extension::DeleteKey(key) => self.by_key(s, &key, KeyOp::Delete).await,
+            Extension::KickKey(key) => self.by_key(s, &key, KeyOp::Kick).await,
+            Extension::BuryKey { key, pri } => self.by_key(s, &key, KeyOp::Bury { pri }).await,
+            Extension::RetimeKey { key, delay } => {
+                let op = KeyOp::Retime {
+                    delay_ms: delay.as_millis(),
+                };
+                self.by_key(s, &key, op).await
             }
             Extension::Release { id, pri, delay } => {
                 self.release(s, id, pri, delay.as_millis()).await
@@ -79,16 +96,6 @@ impl Engine {
             Extension::Batch { op, ids } => self.batch(s.id, op, &ids).await,
             Extension::Flush { tube, states } => {
                 self.flush(&tube, states).await.map(Reply::Flushed)
-            }
-            other => {
-                // The grammar never yields a family that is not served (see the
-                // header); should it, beanstalkd's answer to a line it does not know.
-                tracing::warn!(
-                    conn = s.id.0,
-                    command = other.name(),
-                    "an extension this server does not serve reached the engine"
-                );
-                return Outcome::Reply(Answer::now(Reply::UnknownCommand));
             }
         };
         Outcome::Reply(self.after_latest(ran.unwrap_or_else(|err| self.failed(s, err))))

@@ -9,7 +9,8 @@
 //!   comes back with its acknowledgement ([`Answer`]: now, or once change N is
 //!   durable).
 //! - `extension.rs`: [`Engine::execute_extension`], the protocol extensions
-//!   (docs/EXTENSIONS.md), and which of their families this build serves.
+//!   (docs/EXTENSIONS.md), and which of their families this build serves; `keys.rs`:
+//!   keyed puts and the commands by key.
 //! - `reserve.rs`: `reserve` and `reserve-with-timeout`: DEADLINE_SOON, the waiter.
 //! - `serve.rs`: serve passes, run by one task, that hand ready jobs to waiters.
 //! - `waiters.rs`: the registry of waiting connections and the claim protocol.
@@ -44,6 +45,7 @@ pub mod clients;
 pub mod clients_list;
 mod dispatch;
 mod extension;
+mod keys;
 mod reserve;
 mod serve;
 mod waiting;
@@ -68,7 +70,9 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::protocol::{Dialect, Reply};
-use crate::store::{AnyStore, Change, ConnId, JobId, Nanos, Reserved, Store, StoreResult};
+use crate::store::{
+    AnyStore, Change, ConnId, JobId, KeyLimits, Nanos, Reserved, Store, StoreResult,
+};
 use crate::util::lock;
 
 pub use crate::time::Clock;
@@ -92,6 +96,8 @@ pub struct EngineConfig {
     pub dialect: Dialect,
     /// Whether connections speak the protocol extensions (`--extensions`).
     pub extensions: bool,
+    /// The bounds on keys' dedupe windows (`--key-window-max`, `--key-windows-max`).
+    pub keys: KeyLimits,
 }
 
 /// When a reply may be written: its acknowledgement, decided by the engine with the
@@ -162,6 +168,7 @@ pub struct Engine {
     memory: Option<Arc<MemoryBudget>>,
     dialect: Dialect,
     extensions: bool,
+    key_limits: KeyLimits,
     draining: AtomicBool,
     /// Requests for serve passes, to the serve task (see `serve.rs`). Unbounded, and
     /// bounded in practice by the connections: each sends at most one request per
@@ -185,6 +192,7 @@ impl Engine {
     /// runtime). Both end at [`Engine::shutdown`].
     pub fn start(store: AnyStore, config: EngineConfig) -> Arc<Engine> {
         let clock = store.clock();
+        store.set_key_limits(config.keys);
         let wake_events = store.take_wake_events();
         let (serve_requests, requests) = mpsc::unbounded_channel();
         let engine = Arc::new(Engine {
@@ -200,6 +208,7 @@ impl Engine {
             memory: config.memory,
             dialect: config.dialect,
             extensions: config.extensions,
+            key_limits: config.keys,
             draining: AtomicBool::new(false),
             serve_requests,
             wakeups: AtomicU64::new(0),

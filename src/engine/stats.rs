@@ -38,6 +38,8 @@ pub struct Snapshot {
     /// The extension verbs served and how often each ran (`/metrics` only, never
     /// `stats`: rule 3 of docs/EXTENSIONS.md).
     pub extension_commands: Vec<(&'static str, u64)>,
+    /// Dedupe windows this instance ended early (`--key-windows-max`).
+    pub key_windows_evicted: u64,
 }
 
 /// Everything `stats` prints, in order.
@@ -407,6 +409,7 @@ impl Engine {
             tubes_omitted: (listed - names.len()) as u64,
             wait: self.counters.wait.snapshot(),
             extension_commands: self.extension_commands(),
+            key_windows_evicted: self.store.key_windows_evicted(),
         })
     }
 }

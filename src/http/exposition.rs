@@ -212,6 +212,12 @@ const FAMILIES: &[Family] = &[
         Samples::Server(|s| s.server.total_jobs),
     ),
     family(
+        "redstalk_key_windows_evicted_total",
+        C,
+        "Dedupe windows of keyed jobs ended early because --key-windows-max were open (in shared mode, Redis' {P}:stats key_windows_evicted counts them instead).",
+        Samples::Server(|s| s.key_windows_evicted),
+    ),
+    family(
         "redstalk_max_job_size_bytes",
         G,
         "Largest job body accepted (stats max-job-size, the -z flag).",
@@ -619,6 +625,7 @@ mod tests {
             tubes_omitted: 3,
             wait: WaitSnapshot::default(),
             extension_commands: vec![("list-extensions", 4)],
+            key_windows_evicted: 0,
         }
     }
 

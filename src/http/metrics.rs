@@ -228,6 +228,7 @@ mod tests {
                 memory: None,
                 dialect: Default::default(),
                 extensions: true,
+                keys: Default::default(),
             },
         );
         let scrapes = Scrapes::new(10, Arc::default());

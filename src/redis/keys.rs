@@ -61,7 +61,8 @@ macro_rules! key_group {
 
 key_group!(
     /// A tube's keys: three sorted sets of jobs by state and the buried FIFO, the job
-    /// metadata and bodies, and the tube's own counters and pause.
+    /// metadata and bodies, the tube's own counters and pause, and its job keys (key
+    /// -> id, a live job's or a deleted one's inside its dedupe window).
     TubeKey {
         Ready = "ready",
         Delayed = "delayed",
@@ -70,14 +71,22 @@ key_group!(
         Jobs = "jobs",
         Bodies = "bodies",
         Meta = "meta",
+        Keys = "keys",
     }
 );
+
+impl TubeKey {
+    /// The keys a tube's destruction leaves: its job keys and their dedupe windows
+    /// (docs/EXTENSIONS.md: a window keeps its key, not the tube).
+    pub const KEPT: &[TubeKey] = &[TubeKey::Keys];
+}
 
 key_group!(
     /// The namespace's keys: the id and bury counters, the totals, the id -> tube index,
     /// the due index, the tube list with each tube's position in it, and the
     /// namespace's generation (a random token made with the namespace: a script called
-    /// for another generation refuses, see the prelude).
+    /// for another generation refuses, see the prelude), and the ends of the open
+    /// dedupe windows (member `<tube>\n<key>`).
     NsKey {
         Ids = "ids",
         Seq = "seq",
@@ -87,6 +96,7 @@ key_group!(
         Tubes = "tubes",
         Tubepos = "tubepos",
         Generation = "generation",
+        Keywin = "keywin",
     }
 );
 
@@ -429,10 +439,10 @@ mod tests {
     fn the_lua_layout_names_each_key_by_its_offset() {
         let lua = lua_key_layout();
         for line in [
-            "local N_TUBE_KEYS = 7",
-            "local TUBE_READY, TUBE_DELAYED, TUBE_RESERVED, TUBE_BURIED, TUBE_JOBS, TUBE_BODIES, TUBE_META = 0, 1, 2, 3, 4, 5, 6",
-            "  return { ready = KEYS[b + 0], delayed = KEYS[b + 1], reserved = KEYS[b + 2], buried = KEYS[b + 3], jobs = KEYS[b + 4], bodies = KEYS[b + 5], meta = KEYS[b + 6] }",
-            "local N_NS_KEYS = 8",
+            "local N_TUBE_KEYS = 8",
+            "local TUBE_READY, TUBE_DELAYED, TUBE_RESERVED, TUBE_BURIED, TUBE_JOBS, TUBE_BODIES, TUBE_META, TUBE_KEYS = 0, 1, 2, 3, 4, 5, 6, 7",
+            "  return { ready = KEYS[b + 0], delayed = KEYS[b + 1], reserved = KEYS[b + 2], buried = KEYS[b + 3], jobs = KEYS[b + 4], bodies = KEYS[b + 5], meta = KEYS[b + 6], keys = KEYS[b + 7] }",
+            "local N_NS_KEYS = 9",
             "local function ns_group(b)",
             "local N_RESERVE_KEYS = 5",
             "  return { ready = KEYS[b + 0], reserved = KEYS[b + 1], jobs = KEYS[b + 2], bodies = KEYS[b + 3], meta = KEYS[b + 4] }",

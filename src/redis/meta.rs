@@ -43,6 +43,11 @@ const READY: usize = 13;
 const DELAY_MS: usize = 14;
 const TTR_MS: usize = 15;
 const FIELDS_MS: usize = 16;
+/// Only in a keyed job (which then always has DELAY_MS and TTR_MS): its key and the
+/// dedupe window its put asked for (ms).
+const KEY: usize = 16;
+const WINDOW_MS: usize = 17;
+const FIELDS_KEYED: usize = 18;
 
 /// A job's state, by the name the format keeps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,6 +104,8 @@ pub struct Meta {
     /// Since when a ready job has been ready; `None` in other states, and in a job
     /// written before that was recorded.
     pub ready_us: Option<u64>,
+    /// A keyed job's key and window (ms).
+    pub key: Option<(String, u64)>,
 }
 
 /// The msgpack array of `m`. `owner` names the holder of a reserved job (the shared
@@ -110,8 +117,12 @@ pub fn encode(m: &Meta, owner: &str, out: &mut Vec<u8>) {
     } else {
         ""
     };
-    let in_ms = !(is_whole_secs(m.delay_ms) && is_whole_secs(m.ttr_ms));
-    let fields = if in_ms { FIELDS_MS } else { FIELDS };
+    let in_ms = !(is_whole_secs(m.delay_ms) && is_whole_secs(m.ttr_ms)) || m.key.is_some();
+    let fields = match (&m.key, in_ms) {
+        (Some(_), _) => FIELDS_KEYED,
+        (None, true) => FIELDS_MS,
+        (None, false) => FIELDS,
+    };
     // Writing to a Vec cannot fail.
     let _ = rmp::encode::write_array_len(out, fields as u32);
     for n in [
@@ -133,6 +144,10 @@ pub fn encode(m: &Meta, owner: &str, out: &mut Vec<u8>) {
     if in_ms {
         let _ = rmp::encode::write_uint(out, m.delay_ms);
         let _ = rmp::encode::write_uint(out, m.ttr_ms);
+    }
+    if let Some((key, window_ms)) = &m.key {
+        let _ = rmp::encode::write_str(out, key);
+        let _ = rmp::encode::write_uint(out, *window_ms);
     }
 }
 
@@ -228,7 +243,7 @@ pub fn decode(id: u64, meta: &[u8]) -> Result<Meta, Damaged> {
     for _ in 0..len {
         f.push(read_val(&mut rd).ok_or_else(|| damaged("field"))?);
     }
-    f.resize(FIELDS_MS, Val::Nil);
+    f.resize(f.len().max(FIELDS_KEYED), Val::Nil);
     let num = |i: usize, what| f[i].uint().ok_or_else(|| damaged(what));
     let num32 =
         |i: usize, what| num(i, what).and_then(|n| u32::try_from(n).map_err(|_| damaged(what)));
@@ -262,6 +277,13 @@ pub fn decode(id: u64, meta: &[u8]) -> Result<Meta, Damaged> {
             MetaState::Ready => f[READY].uint(),
             _ => None,
         },
+        key: match &f[KEY] {
+            Val::Str(k) => {
+                let k = String::from_utf8(k.clone()).map_err(|_| damaged("key"))?;
+                Some((k, f[WINDOW_MS].uint().unwrap_or(0)))
+            }
+            _ => None,
+        },
     })
 }
 
@@ -284,6 +306,7 @@ mod tests {
             kicks: 5,
             bury_seq: 0,
             ready_us: None,
+            key: None,
         }
     }
 
@@ -347,6 +370,22 @@ mod tests {
             );
             assert_eq!(decode(1, &out).unwrap(), m);
         }
+    }
+
+    #[test]
+    fn a_keyed_job_keeps_its_key_after_the_milliseconds() {
+        let m = Meta {
+            key: Some(("order-1".to_string(), 60_000)),
+            ready_us: Some(1_700_000_001_000_000),
+            ..meta(MetaState::Ready)
+        };
+        let mut out = Vec::new();
+        encode(&m, "", &mut out);
+        assert_eq!(out[..3], [0xdc, 0, FIELDS_KEYED as u8], "an array16 of 18");
+        assert_eq!(decode(1, &out).unwrap(), m);
+        let mut plain = Vec::new();
+        encode(&meta(MetaState::Ready), "", &mut plain);
+        assert_eq!(decode(1, &plain).unwrap().key, None);
     }
 
     #[test]

@@ -48,6 +48,7 @@ impl TestServer {
                 memory: None,
                 dialect: Default::default(),
                 extensions: true,
+                keys: Default::default(),
             },
         );
         let config = ServerConfig {

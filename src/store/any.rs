@@ -6,6 +6,7 @@
 
 use bytes::Bytes;
 
+use super::keys::{Key, KeyLimits, KeyOp, KeyOutcome, KeyedPut, PutKey};
 #[cfg(test)]
 use super::lagging;
 use super::{
@@ -70,8 +71,24 @@ impl Store for AnyStore {
     ) -> StoreResult<Option<Reserved>> {
         dispatch!(self, s => s.reserve_job(conn, id, now))
     }
-    async fn delete(&self, conn: ConnId, id: JobId) -> StoreResult<bool> {
-        dispatch!(self, s => s.delete(conn, id))
+    async fn delete(&self, conn: ConnId, id: JobId, now: Nanos) -> StoreResult<bool> {
+        dispatch!(self, s => s.delete(conn, id, now))
+    }
+    async fn put_keyed(&self, job: NewJob, key: &PutKey, now: Nanos) -> StoreResult<KeyedPut> {
+        dispatch!(self, s => s.put_keyed(job, key, now))
+    }
+    async fn by_key(
+        &self,
+        conn: ConnId,
+        tube: &TubeName,
+        key: &Key,
+        op: KeyOp,
+        now: Nanos,
+    ) -> StoreResult<KeyOutcome> {
+        dispatch!(self, s => s.by_key(conn, tube, key, op, now))
+    }
+    async fn purge(&self, id: JobId, now: Nanos) -> StoreResult<bool> {
+        dispatch!(self, s => s.purge(id, now))
     }
     async fn release(
         &self,
@@ -203,8 +220,9 @@ impl Store for AnyStore {
         states: FlushStates,
         upto: Option<JobId>,
         max: usize,
+        now: Nanos,
     ) -> StoreResult<FlushStep> {
-        dispatch!(self, s => s.flush_step(tube, states, upto, max))
+        dispatch!(self, s => s.flush_step(tube, states, upto, max, now))
     }
     fn name(&self) -> &'static str {
         match self {
@@ -240,6 +258,24 @@ impl Store for AnyStore {
             AnyStore::Redis(s) => s.sweep_interval(),
             #[cfg(test)]
             AnyStore::Lagging(l) => l.inner.sweep_interval(),
+        }
+    }
+    fn set_key_limits(&self, limits: KeyLimits) {
+        match self {
+            AnyStore::Memory(s) => s.set_key_limits(limits),
+            AnyStore::Durable(s) => s.set_key_limits(limits),
+            AnyStore::Redis(s) => s.set_key_limits(limits),
+            #[cfg(test)]
+            AnyStore::Lagging(l) => l.inner.set_key_limits(limits),
+        }
+    }
+    fn key_windows_evicted(&self) -> u64 {
+        match self {
+            AnyStore::Memory(s) => s.key_windows_evicted(),
+            AnyStore::Durable(s) => s.key_windows_evicted(),
+            AnyStore::Redis(s) => s.key_windows_evicted(),
+            #[cfg(test)]
+            AnyStore::Lagging(l) => l.inner.key_windows_evicted(),
         }
     }
     fn log_figures(&self) -> Option<&LogFigures> {

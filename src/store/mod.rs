@@ -16,6 +16,7 @@ mod any;
 pub mod batch;
 pub mod durable;
 mod error;
+pub mod keys;
 #[cfg(test)]
 pub mod lagging;
 pub mod memory;
@@ -37,6 +38,7 @@ pub use any::AnyStore;
 pub use batch::{BatchDone, FlushStep};
 pub use durable::DurableStore;
 pub use error::{BoxError, StoreError, StoreResult};
+pub use keys::{JobKey, KeyLimits, KeyOp, KeyOutcome, KeyedPut};
 pub use memory::MemoryStore;
 pub use shared::RedisStore;
 
@@ -316,8 +318,39 @@ pub trait Store: Send + Sync {
         now: Nanos,
     ) -> impl Future<Output = StoreResult<Option<Reserved>>> + Send;
 
-    /// Delete `id` unless it is reserved by another connection.
-    fn delete(&self, conn: ConnId, id: JobId) -> impl Future<Output = StoreResult<bool>> + Send;
+    /// Delete `id` unless it is reserved by another connection. A keyed job's key is
+    /// freed, or its dedupe window opens at `now`.
+    fn delete(
+        &self,
+        conn: ConnId,
+        id: JobId,
+        now: Nanos,
+    ) -> impl Future<Output = StoreResult<bool>> + Send;
+
+    /// A put with a key (docs/EXTENSIONS.md, *Keys*): a new job when the key names
+    /// nothing in `job.tube`, else the key's job deduped, replaced in place or in
+    /// conflict. O(1) in the tube's size.
+    fn put_keyed(
+        &self,
+        job: NewJob,
+        key: &keys::PutKey,
+        now: Nanos,
+    ) -> impl Future<Output = StoreResult<KeyedPut>> + Send;
+
+    /// A command by key in `tube`, for connection `conn` (whose reservations it may
+    /// touch). O(1) in the tube's size.
+    fn by_key(
+        &self,
+        conn: ConnId,
+        tube: &TubeName,
+        key: &keys::Key,
+        op: KeyOp,
+        now: Nanos,
+    ) -> impl Future<Output = StoreResult<KeyOutcome>> + Send;
+
+    /// Delete `id` in any state, whoever holds it, freeing its key at once (no
+    /// window) and counting no `cmd-delete`: what a flush does to each job.
+    fn purge(&self, id: JobId, now: Nanos) -> impl Future<Output = StoreResult<bool>> + Send;
 
     /// Release `id` held by `conn`; `Some(tube)` when released.
     fn release(
@@ -525,13 +558,15 @@ pub trait Store: Send + Sync {
     /// One step of a flush of `tube`: delete at most `max` of its jobs in `states`
     /// whose id is at most `upto` (`None`: the highest id made so far), in one atomic
     /// step, without counting `cmd-delete`; the tube may then be destroyed, and a tube
-    /// that does not exist is not made (see [`FlushStep`]).
+    /// that does not exist is not made (see [`FlushStep`]). Flushed jobs' keys are
+    /// freed at once (`now`: when).
     fn flush_step(
         &self,
         tube: &TubeName,
         states: FlushStates,
         upto: Option<JobId>,
         max: usize,
+        now: Nanos,
     ) -> impl Future<Output = StoreResult<FlushStep>> + Send;
 
     // What the engine asks of a store besides transitions. The defaults fit a store that
@@ -556,6 +591,17 @@ pub trait Store: Send + Sync {
     /// created a deadline this one was not told about (a safety sweep, not the pacing).
     fn sweep_interval(&self) -> Option<std::time::Duration> {
         None
+    }
+
+    /// The bounds on dedupe windows (`--key-windows-max`), set once by the engine.
+    fn set_key_limits(&self, limits: KeyLimits) {
+        let _ = limits;
+    }
+
+    /// How many dedupe windows ended early because too many were open (this
+    /// instance's count, for `/metrics`).
+    fn key_windows_evicted(&self) -> u64 {
+        0
     }
 
     /// The figures of the local log the store's changes go to (`-b`), if any.

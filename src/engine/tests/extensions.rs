@@ -99,3 +99,71 @@ async fn release_and_pause_take_milliseconds_and_count_as_their_verbs() {
     assert_eq!(w.stat("stats", "cmd-release").await, "2");
     assert_eq!(w.stat("stats", "cmd-pause-tube").await, "1");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_window_is_cut_to_the_longest_allowed_and_ends_on_the_timer() {
+    let limits = crate::store::KeyLimits {
+        window_max_ms: 1000,
+        ..Default::default()
+    };
+    let e = engine_keyed(AnyStore::Memory(MemoryStore::new()), true, limits);
+    let mut c = Client::connect(&e).await;
+    assert_eq!(
+        c.cmd("put 0 0 10 1 idp:k:3600\r\nx\r\n").await,
+        "INSERTED 1"
+    );
+    assert_eq!(c.cmd("delete 1").await, "DELETED");
+    assert_eq!(c.cmd("find-key k").await, "FOUND_KEY 1 DELETED");
+    advance(1001).await;
+    assert_eq!(
+        c.cmd("find-key k").await,
+        "NOT_FOUND",
+        "cut to 1 s, not 1 h"
+    );
+    assert_eq!(
+        crate::store::Store::next_deadline(&e.store).await.unwrap(),
+        None,
+        "the timer swept it"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn key_verbs_count_in_metrics_only_and_a_keyed_put_is_a_put() {
+    let e = engine();
+    let mut c = Client::connect(&e).await;
+    assert_eq!(c.cmd("put 0 0 10 1 idp:k\r\nx\r\n").await, "INSERTED 1");
+    assert_eq!(
+        c.cmd("put 0 0 10 1 idp:k\r\ny\r\n").await,
+        "INSERTED 1 READY"
+    );
+    assert_eq!(c.cmd("find-key k").await, "FOUND_KEY 1 READY");
+    assert_eq!(c.cmd("delete-key k").await, "DELETED");
+    assert_eq!(c.stat("stats", "cmd-put").await, "2");
+    assert_eq!(c.stat("stats", "cmd-delete").await, "0");
+    assert_eq!(c.stat("stats", "current-producers").await, "1");
+    let snap = e.snapshot(0).await.unwrap();
+    for verb in [("find-key", 1), ("delete-key", 1)] {
+        assert!(snap.extension_commands.contains(&verb), "{verb:?}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_replace_to_ready_and_a_retime_to_now_serve_a_waiting_reserve() {
+    let e = engine();
+    let mut p = Client::connect(&e).await;
+    let mut w = Client::connect(&e).await;
+    assert_eq!(
+        p.cmd("put 0 3600 10 3 rpl:k\r\nold\r\n").await,
+        "INSERTED 1"
+    );
+    let wait = spawn_timed_wait(w.block("reserve").await);
+    assert_eq!(
+        p.cmd("put 0 0 10 3 rpl:k\r\nnew\r\n").await,
+        "INSERTED 1 READY"
+    );
+    assert_eq!(wait.await.unwrap(), (reserved(1, "new"), ms(0)));
+    assert_eq!(w.cmd("release 1 0 3600").await, "RELEASED");
+    let wait = spawn_timed_wait(w.block("reserve").await);
+    assert_eq!(p.cmd("retime-key k 250ms").await, "RETIMED");
+    assert_eq!(wait.await.unwrap(), (reserved(1, "new"), ms(250)));
+}

@@ -44,6 +44,12 @@ fn engine_on(store: AnyStore) -> Arc<Engine> {
 
 /// A fresh engine on `store`, with the protocol extensions on or off.
 fn engine_speaking(store: AnyStore, extensions: bool) -> Arc<Engine> {
+    engine_keyed(store, extensions, Default::default())
+}
+
+/// A fresh engine on `store`, with the protocol extensions on or off and `keys`' bounds
+/// on dedupe windows.
+fn engine_keyed(store: AnyStore, extensions: bool, keys: crate::store::KeyLimits) -> Arc<Engine> {
     Engine::start(
         store,
         EngineConfig {
@@ -51,6 +57,7 @@ fn engine_speaking(store: AnyStore, extensions: bool) -> Arc<Engine> {
             memory: None,
             dialect: Default::default(),
             extensions,
+            keys,
         },
     )
 }

@@ -233,6 +233,7 @@ mod tests {
                 memory: None,
                 dialect: Default::default(),
                 extensions: true,
+                keys: Default::default(),
             },
         );
         Events::start(Source::Engine(engine), CancellationToken::new())

@@ -15,6 +15,7 @@ use bytes::Bytes;
 
 use crate::protocol::TubeName;
 use crate::store::JobState;
+use crate::store::keys::{JobKey, Key, KeyRecord, KeySlot};
 use crate::store::memory::{JobRecord, StoreCounters, Stored, TubeRecord};
 use crate::time::{is_whole_secs, secs_as_ms};
 
@@ -32,6 +33,12 @@ const KIND_COUNTERS: u8 = 4;
 /// both as u64 milliseconds. A job in whole seconds keeps [`KIND_JOB`], so a log of
 /// such jobs stays readable by versions before milliseconds.
 const KIND_JOB_MS: u8 = 5;
+/// A keyed job's record: [`KIND_JOB_MS`]'s fields, and after the tube its key (u8
+/// length, bytes) and dedupe window (u64 ms). A job without a key keeps its kind.
+const KIND_JOB_KEYED: u8 = 6;
+/// A key's dedupe window: tube, key, the deleted job's id and when the window ends
+/// (ns; 0: the key has no window any more).
+const KIND_WINDOW: u8 = 7;
 
 /// One decoded record.
 #[derive(Debug, PartialEq, Eq)]
@@ -45,6 +52,8 @@ pub enum Record {
     Gone(u64),
     Tube(TubeRecord),
     Counters(StoreCounters),
+    /// A key's window opened (`KeySlot::Window`) or ended (`KeySlot::Free`).
+    Window(KeyRecord),
 }
 
 /// Why reading stopped before the end of the data.
@@ -134,11 +143,11 @@ fn put_name(out: &mut Vec<u8>, name: &TubeName) {
 /// Append a job record (with its body when `with_body`); returns the bytes appended.
 pub fn put_job(out: &mut Vec<u8>, j: &JobRecord, with_body: bool) -> usize {
     frame(out, |o| {
-        let secs = whole_secs(j);
-        o.push(if secs.is_some() {
-            KIND_JOB
-        } else {
-            KIND_JOB_MS
+        let secs = whole_secs(j).filter(|_| j.key.is_none());
+        o.push(match (&j.key, secs) {
+            (Some(_), _) => KIND_JOB_KEYED,
+            (None, Some(_)) => KIND_JOB,
+            (None, None) => KIND_JOB_MS,
         });
         o.extend_from_slice(&j.id.to_le_bytes());
         o.push(state_byte(j.state));
@@ -159,6 +168,10 @@ pub fn put_job(out: &mut Vec<u8>, j: &JobRecord, with_body: bool) -> usize {
             o.extend_from_slice(&v.to_le_bytes());
         }
         put_name(o, &j.tube);
+        if let Some(k) = &j.key {
+            put_key(o, &k.key);
+            o.extend_from_slice(&k.window_ms.to_le_bytes());
+        }
         o.push(u8::from(with_body));
         if with_body {
             o.extend_from_slice(&(j.body.len() as u32).to_le_bytes());
@@ -179,8 +192,47 @@ fn whole_secs(j: &JobRecord) -> Option<(u32, u32)> {
 
 /// The bytes [`put_job`] appends for `j` with its body (what a live job costs on disk).
 pub fn job_len(j: &JobRecord) -> usize {
-    let times = if whole_secs(j).is_some() { 8 } else { 16 };
-    FRAME_LEN + 1 + 8 + 1 + 4 + times + 16 + 20 + 2 + j.tube.as_str().len() + 1 + 4 + j.body.len()
+    let (times, key) = match &j.key {
+        Some(k) => (16, 1 + k.key.as_str().len() + 8),
+        None if whole_secs(j).is_some() => (8, 0),
+        None => (16, 0),
+    };
+    FRAME_LEN
+        + 1
+        + 8
+        + 1
+        + 4
+        + times
+        + 16
+        + 20
+        + 2
+        + j.tube.as_str().len()
+        + key
+        + 1
+        + 4
+        + j.body.len()
+}
+
+fn put_key(out: &mut Vec<u8>, key: &Key) {
+    let b = key.as_str().as_bytes();
+    // A key is at most 128 bytes (`MAX_KEY_LEN`).
+    out.push(b.len() as u8);
+    out.extend_from_slice(b);
+}
+
+/// Append a window record: `k.slot` is a window, or `Free` (the window ended).
+pub fn put_window(out: &mut Vec<u8>, k: &KeyRecord) -> usize {
+    let (id, until) = match k.slot {
+        KeySlot::Window { id, until } => (id, until),
+        KeySlot::Live(_) | KeySlot::Free => (0, 0),
+    };
+    frame(out, |o| {
+        o.push(KIND_WINDOW);
+        put_name(o, &k.tube);
+        put_key(o, &k.key);
+        o.extend_from_slice(&id.to_le_bytes());
+        o.extend_from_slice(&until.to_le_bytes());
+    })
 }
 
 pub fn put_gone(out: &mut Vec<u8>, id: u64) -> usize {
@@ -260,6 +312,10 @@ impl<'a> Reader<'a> {
         let n = usize::from(self.u16()?);
         TubeName::new(self.take(n)?).ok_or(Damage::Malformed("bad tube name"))
     }
+    fn key(&mut self) -> Result<Key, Damage> {
+        let n = usize::from(self.u8()?);
+        Key::new(self.take(n)?).ok_or(Damage::Malformed("bad key"))
+    }
 }
 
 fn decode(file: &Bytes, start: usize, len: usize) -> Result<Record, Damage> {
@@ -269,7 +325,7 @@ fn decode(file: &Bytes, start: usize, len: usize) -> Result<Record, Damage> {
         base: start,
     };
     let record = match r.u8()? {
-        kind @ (KIND_JOB | KIND_JOB_MS) => {
+        kind @ (KIND_JOB | KIND_JOB_MS | KIND_JOB_KEYED) => {
             let id = r.u64()?;
             let state = byte_state(r.u8()?).ok_or(Damage::Malformed("bad job state"))?;
             let pri = r.u32()?;
@@ -281,6 +337,13 @@ fn decode(file: &Bytes, start: usize, len: usize) -> Result<Record, Damage> {
             let (reserves, timeouts, releases, buries, kicks) =
                 (r.u32()?, r.u32()?, r.u32()?, r.u32()?, r.u32()?);
             let tube = r.name()?;
+            let key = match kind {
+                KIND_JOB_KEYED => Some(JobKey {
+                    key: r.key()?,
+                    window_ms: r.u64()?,
+                }),
+                _ => None,
+            };
             let with_body = r.u8()? != 0;
             let body = if with_body {
                 let n = r.u32()? as usize;
@@ -304,11 +367,20 @@ fn decode(file: &Bytes, start: usize, len: usize) -> Result<Record, Damage> {
                     releases,
                     buries,
                     kicks,
+                    key,
                     body,
                     was: Stored::Never,
                 },
                 with_body,
             }
+        }
+        KIND_WINDOW => {
+            let (tube, key, id, until) = (r.name()?, r.key()?, r.u64()?, r.u64()?);
+            let slot = match until {
+                0 => KeySlot::Free,
+                until => KeySlot::Window { id, until },
+            };
+            Record::Window(KeyRecord { tube, key, slot })
         }
         KIND_GONE => Record::Gone(r.u64()?),
         KIND_TUBE => {
@@ -379,6 +451,7 @@ mod tests {
             releases: 3,
             buries: 4,
             kicks: 5,
+            key: None,
             body: Bytes::copy_from_slice(body),
             was: Stored::Never,
         }
@@ -464,6 +537,50 @@ mod tests {
                 }
             );
         }
+    }
+
+    #[test]
+    fn a_keyed_job_and_windows_round_trip() {
+        let key = Key::new(b"order-1").unwrap();
+        let keyed = JobRecord {
+            key: Some(JobKey {
+                key: key.clone(),
+                window_ms: 60_000,
+            }),
+            ..job(4, b"k")
+        };
+        let window = KeyRecord {
+            tube: TubeName::new(b"emails").unwrap(),
+            key,
+            slot: KeySlot::Window { id: 4, until: 99 },
+        };
+        let ended = KeyRecord {
+            slot: KeySlot::Free,
+            ..window.clone()
+        };
+        let mut out = Vec::new();
+        assert_eq!(put_job(&mut out, &keyed, true), job_len(&keyed));
+        assert_eq!(out[FRAME_LEN], KIND_JOB_KEYED);
+        put_window(&mut out, &window);
+        put_window(&mut out, &ended);
+        let out = Bytes::from(out);
+        let (mut at, mut got) = (0, Vec::new());
+        while at < out.len() {
+            let (r, n) = next(&out, at).unwrap();
+            got.push(r);
+            at += n;
+        }
+        assert_eq!(
+            got,
+            vec![
+                Record::Job {
+                    job: keyed,
+                    with_body: true
+                },
+                Record::Window(window),
+                Record::Window(ended),
+            ]
+        );
     }
 
     #[test]

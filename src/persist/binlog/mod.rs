@@ -154,6 +154,7 @@ pub fn open(config: BinlogConfig) -> Result<Opened, BinlogError> {
         jobs: replayed.jobs.values().map(|l| l.record.clone()).collect(),
         tubes: replayed.tubes.clone(),
         counters: replayed.counters,
+        windows: replayed.windows.values().cloned().collect(),
     };
     let records = replayed.records;
     let files = replayed.files.len();

@@ -21,6 +21,7 @@ use super::BinlogError;
 use super::format::{self, Damage, HEADER_LEN, Header, Record};
 use crate::protocol::TubeName;
 use crate::store::JobId;
+use crate::store::keys::{Key, KeyRecord, KeySlot};
 use crate::store::memory::{JobRecord, StoreCounters, TubeRecord};
 
 /// A live job as the log holds it.
@@ -38,6 +39,8 @@ pub struct Replayed {
     /// Kept tubes, in the order they first appeared.
     pub tubes: Vec<TubeRecord>,
     pub counters: StoreCounters,
+    /// Open dedupe windows by tube and key (past ones too: the restore drops them).
+    pub windows: HashMap<(TubeName, Key), KeyRecord>,
     /// Every file found: its number and size.
     pub files: BTreeMap<u64, u64>,
     pub records: u64,
@@ -135,6 +138,13 @@ pub fn replay(dir: &Path) -> Result<Replayed, BinlogError> {
                         tubes.len() - 1
                     });
                     tubes[i] = t.kept.then_some(t);
+                }
+                Record::Window(k) => {
+                    let at = (k.tube.clone(), k.key.clone());
+                    match k.slot {
+                        KeySlot::Window { .. } => out.windows.insert(at, k),
+                        _ => out.windows.remove(&at),
+                    };
                 }
                 Record::Counters(c) => {
                     out.counters = StoreCounters {

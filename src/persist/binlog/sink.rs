@@ -40,7 +40,8 @@ use super::sync::Syncer;
 use super::{BinlogConfig, BinlogError, Fsync};
 use crate::persist::{Sink, SinkError};
 use crate::protocol::TubeName;
-use crate::store::memory::{Cut, JobRecord, TubeRecord};
+use crate::store::keys::{Key, KeyRecord, KeySlot};
+use crate::store::memory::{Cut, JobRecord, Stored, TubeRecord};
 use crate::store::{JobId, LogFigures, StoreError};
 use crate::util::lock;
 
@@ -81,6 +82,8 @@ pub struct BinlogSink {
     /// `figures.job_files`).
     jobs: HashMap<JobId, JobRecord>,
     tubes: HashMap<TubeName, TubeRecord>,
+    /// Open dedupe windows (rewritten with the tubes by a compaction).
+    windows: HashMap<(TubeName, Key), KeyRecord>,
     /// Bytes a log holding only the live jobs would take.
     live_bytes: u64,
     compaction: Option<Compaction>,
@@ -184,6 +187,7 @@ impl BinlogSink {
                 .into_iter()
                 .map(|t| (t.name.clone(), t))
                 .collect(),
+            windows: replayed.windows,
             live_bytes,
             compaction: None,
             buf: Vec::new(),
@@ -286,6 +290,9 @@ impl BinlogSink {
             for t in self.tubes.values() {
                 format::put_tube(&mut self.buf, t);
             }
+            for w in self.windows.values() {
+                format::put_window(&mut self.buf, w);
+            }
         }
         if self.room.is_full() {
             return (0, 0);
@@ -352,6 +359,13 @@ impl BinlogSink {
             } else {
                 self.tubes.remove(&t.name);
             }
+        }
+        for k in &cut.keys {
+            let at = (k.tube.clone(), k.key.clone());
+            match k.slot {
+                KeySlot::Window { .. } => self.windows.insert(at, k.clone()),
+                _ => self.windows.remove(&at),
+            };
         }
         if let Some(c) = self.compaction.as_mut() {
             c.tubes_written = true;
@@ -503,7 +517,8 @@ impl BinlogSink {
         let (consumed, rewritten) = self.encode_rewrites();
         let mut with_body = Vec::with_capacity(cut.jobs.len());
         for r in &cut.jobs {
-            let body = !self.jobs.contains_key(&r.id);
+            // A replaced job (`Stored::Unknown`) has a new body.
+            let body = !self.jobs.contains_key(&r.id) || r.was == Stored::Unknown;
             format::put_job(&mut self.buf, r, body);
             with_body.push(body);
         }
@@ -512,6 +527,13 @@ impl BinlogSink {
         }
         for t in &cut.tubes {
             format::put_tube(&mut self.buf, t);
+        }
+        // Live keys are in their jobs' records: only windows, and their ends, here.
+        for k in &cut.keys {
+            let open = matches!(k.slot, KeySlot::Window { .. });
+            if open || self.windows.contains_key(&(k.tube.clone(), k.key.clone())) {
+                format::put_window(&mut self.buf, k);
+            }
         }
         format::put_counters(&mut self.buf, &cut.counters);
         // A batch is never split between files: roll first when it would overflow.

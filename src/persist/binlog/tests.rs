@@ -84,7 +84,7 @@ async fn every_state_comes_back_and_churn_stays_bounded() {
             if round % 3 == 0 {
                 flush(&s, &mut sink).await;
             }
-            s.delete(C1, id).await.unwrap();
+            s.delete(C1, id, NOW).await.unwrap();
         }
         flush(&s, &mut sink).await;
         peak = peak.max(disk(&dir));
@@ -301,12 +301,12 @@ async fn records_written_counts_what_reaches_the_log() {
             .load(std::sync::atomic::Ordering::Relaxed)
     };
     let id = s.put(job("t", 1, 0, b"x"), NOW).await.unwrap();
-    s.delete(C1, id).await.unwrap();
+    s.delete(C1, id, NOW).await.unwrap();
     flush(&s, &mut sink).await;
     assert_eq!(written(), 0, "a put and its delete in one write");
     let id = s.put(job("t", 1, 0, b"x"), NOW).await.unwrap();
     flush(&s, &mut sink).await;
-    s.delete(C1, id).await.unwrap();
+    s.delete(C1, id, NOW).await.unwrap();
     flush(&s, &mut sink).await;
     assert_eq!(written(), 2, "a put and its delete in two writes");
     let _ = std::fs::remove_dir_all(&dir);

@@ -125,6 +125,7 @@ impl Builder {
         self.group_jobs(owner, &cut.jobs, &cut.gone, &cut.moved);
         self.job_commands(&mut b, keys, &cut.jobs);
         self.tube_commands(&mut b, keys, &cut.tubes, written);
+        super::keyed::key_commands(&mut b, keys, &cut.keys);
         self.counter_commands(&mut b, keys, cut.counters, written);
         b
     }
@@ -289,7 +290,8 @@ impl Builder {
     fn dropped_tube(&mut self, b: &mut Batch, keys: &Keys, name: &TubeName, written: &mut Written) {
         written.dropped(name);
         let k = keys.tube(name.as_str());
-        for key in TubeKey::ALL {
+        // Its keys outlive it (a window guards a job that ran; keyed.rs).
+        for key in TubeKey::ALL.iter().filter(|k| !TubeKey::KEPT.contains(k)) {
             b.bare("DEL", k.get(*key));
         }
         let f = &mut self.fields;

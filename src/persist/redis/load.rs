@@ -151,6 +151,7 @@ pub async fn load(conn: &RedisConn, keys: &Keys) -> Result<Loaded, StoreError> {
             loaded.orphans.push((name, decoded.orphans));
         }
     }
+    loaded.snapshot.windows = super::keyed::read_windows(&mut c, keys).await?;
     Ok(loaded)
 }
 

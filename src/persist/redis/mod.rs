@@ -19,6 +19,7 @@ pub mod batch;
 mod call;
 mod counters;
 mod figures;
+mod keyed;
 pub mod load;
 mod record;
 pub mod sink;

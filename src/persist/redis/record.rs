@@ -7,6 +7,7 @@ use bytes::Bytes;
 use crate::protocol::TubeName;
 use crate::redis::US;
 use crate::redis::meta::{Meta, MetaState};
+use crate::store::keys::{JobKey, Key};
 use crate::store::memory::{JobRecord, Stored};
 use crate::store::{JobId, JobState};
 
@@ -50,6 +51,10 @@ pub fn meta_of(r: &JobRecord) -> Meta {
         kicks: r.kicks,
         bury_seq,
         ready_us,
+        key: r
+            .key
+            .as_ref()
+            .map(|k| (k.key.as_str().to_string(), k.window_ms)),
     }
 }
 
@@ -80,6 +85,12 @@ pub fn record_of(id: JobId, tube: &TubeName, m: Meta, body: Bytes) -> JobRecord 
         releases: m.releases,
         buries: m.buries,
         kicks: m.kicks,
+        key: m.key.and_then(|(key, window_ms)| {
+            Some(JobKey {
+                key: Key::new(key.as_bytes())?,
+                window_ms,
+            })
+        }),
         body,
         was: Stored::As(state),
     }
@@ -106,6 +117,7 @@ mod tests {
             releases: 3,
             buries: 4,
             kicks: 5,
+            key: None,
             body: Bytes::from_static(b"hello"),
             was: Stored::Never,
         }

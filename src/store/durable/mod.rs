@@ -27,6 +27,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+use super::keys::{Key, KeyLimits, KeyOp, KeyOutcome, KeyedPut, PutKey};
 use super::{
     BatchDone, Change, Clock, ConnId, Edit, Edited, FlushStep, JobEntry, JobId, JobInfo,
     LARGE_BODY, ListPage, ListQuery, LogFigures, MemoryStore, Nanos, NewJob, Reserved, Store,
@@ -88,6 +89,19 @@ impl DurableStore {
         self.link.changed.notify_one();
     }
 
+    /// A full log refuses new jobs before one is made (beanstalkd reserves a put's log
+    /// space first); the other changes go on, into the log's reserve.
+    fn refuse_when_full(&self) -> StoreResult<()> {
+        if self
+            .log
+            .as_ref()
+            .is_some_and(|l| l.full.load(Ordering::Relaxed))
+        {
+            return Err(StoreError::LogFull);
+        }
+        Ok(())
+    }
+
     /// Run a transition and tell the committer.
     async fn changed<T>(&self, f: impl Future<Output = StoreResult<T>>) -> StoreResult<T> {
         let result = f.await;
@@ -98,15 +112,7 @@ impl DurableStore {
 
 impl Store for DurableStore {
     async fn put(&self, job: NewJob, now: Nanos) -> StoreResult<JobId> {
-        // A full log refuses new jobs before one is made (beanstalkd reserves a put's
-        // log space first); the other changes go on, into the log's reserve.
-        if self
-            .log
-            .as_ref()
-            .is_some_and(|l| l.full.load(Ordering::Relaxed))
-        {
-            return Err(StoreError::LogFull);
-        }
+        self.refuse_when_full()?;
         match &self.stager {
             Some(stager) if job.body.len() >= LARGE_BODY => Ok(self.put_staged(stager, job).await),
             _ => self.changed(self.memory.put(job, now)).await,
@@ -131,8 +137,29 @@ impl Store for DurableStore {
     ) -> StoreResult<Option<Reserved>> {
         self.changed(self.memory.reserve_job(conn, id, now)).await
     }
-    async fn delete(&self, conn: ConnId, id: JobId) -> StoreResult<bool> {
-        self.changed(self.memory.delete(conn, id)).await
+    async fn delete(&self, conn: ConnId, id: JobId, now: Nanos) -> StoreResult<bool> {
+        self.changed(self.memory.delete(conn, id, now)).await
+    }
+    async fn put_keyed(&self, job: NewJob, key: &PutKey, now: Nanos) -> StoreResult<KeyedPut> {
+        // A keyed put's body goes with its job in the batch (no staging): its key is
+        // decided under the store's lock, which a staged put would have to hold
+        // across the body's write.
+        self.refuse_when_full()?;
+        self.changed(self.memory.put_keyed(job, key, now)).await
+    }
+    async fn by_key(
+        &self,
+        conn: ConnId,
+        tube: &TubeName,
+        key: &Key,
+        op: KeyOp,
+        now: Nanos,
+    ) -> StoreResult<KeyOutcome> {
+        self.changed(self.memory.by_key(conn, tube, key, op, now))
+            .await
+    }
+    async fn purge(&self, id: JobId, now: Nanos) -> StoreResult<bool> {
+        self.changed(self.memory.purge(id, now)).await
     }
     async fn release(
         &self,
@@ -276,8 +303,9 @@ impl Store for DurableStore {
         states: FlushStates,
         upto: Option<JobId>,
         max: usize,
+        now: Nanos,
     ) -> StoreResult<FlushStep> {
-        self.changed(self.memory.flush_step(tube, states, upto, max))
+        self.changed(self.memory.flush_step(tube, states, upto, max, now))
             .await
     }
 
@@ -287,6 +315,14 @@ impl Store for DurableStore {
 
     fn log_figures(&self) -> Option<&LogFigures> {
         self.log.as_deref()
+    }
+
+    fn set_key_limits(&self, limits: KeyLimits) {
+        self.memory.set_key_limits(limits);
+    }
+
+    fn key_windows_evicted(&self) -> u64 {
+        self.memory.key_windows_evicted()
     }
 
     fn clock(&self) -> Clock {

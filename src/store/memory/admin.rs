@@ -158,6 +158,7 @@ impl Contents {
             j.stored = Default::default();
         });
         self.attach(id, state, at, None);
+        self.move_key(id, &from);
         self.maybe_drop_tube(&from);
     }
 }

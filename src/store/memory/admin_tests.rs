@@ -220,7 +220,7 @@ async fn a_move_back_and_a_delete_after_a_move_leave_nothing_behind() {
     assert!(c.moved.is_empty(), "back where persistence holds it");
     assert_eq!(c.jobs[0].was, Stored::As(JobState::Ready));
     s.edit(id, &Edit::Move(tube("b")), NOW).await.unwrap();
-    s.delete(C1, id).await.unwrap();
+    s.delete(C1, id, NOW).await.unwrap();
     let c = s.cut(CutLimit::default());
     assert!(c.jobs.is_empty() && c.moved.is_empty());
     assert_eq!(c.gone.len(), 1);

@@ -26,8 +26,9 @@ use foldhash::HashMap;
 use bytes::Bytes;
 
 use super::journal::{Journal, Stored};
+use super::keys::KeyIndex;
 use crate::protocol::TubeName;
-use crate::store::{ConnId, JobId, JobState, Nanos, Reserved, Totals, URGENT_PRI};
+use crate::store::{ConnId, JobId, JobKey, JobState, Nanos, Reserved, Totals, URGENT_PRI};
 use crate::time::millis;
 use crate::util::SwapList;
 
@@ -63,6 +64,8 @@ pub(super) struct Job {
     pub releases: u32,
     pub buries: u32,
     pub kicks: u32,
+    /// Its key and window, for a keyed put's job (boxed: most jobs have none).
+    pub key: Option<Box<JobKey>>,
     pub body: Bytes,
 }
 
@@ -126,6 +129,8 @@ pub(super) struct Contents {
     pub pauses: BTreeSet<(Nanos, TubeName)>,
     pub bury_seq: u64,
     pub totals: Totals,
+    /// Keys and dedupe windows (`keys.rs`).
+    pub keys: KeyIndex,
     /// Changes not yet persisted; `None` for a store that persists nothing.
     pub journal: Option<Box<Journal>>,
 }

@@ -32,7 +32,8 @@ use foldhash::{HashMap, HashSet};
 use bytes::Bytes;
 
 use crate::protocol::TubeName;
-use crate::store::{Change, JobId, JobState, Nanos};
+use crate::store::keys::{Key, KeyRecord};
+use crate::store::{Change, JobId, JobKey, JobState, Nanos};
 
 /// What persistence holds of one job.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -63,6 +64,8 @@ pub struct Journal {
     /// may still hold them in (and as what). Written in the same cut as the job.
     pub(super) moved: HashMap<JobId, Vec<Gone>>,
     pub(super) tubes: HashSet<TubeName>,
+    /// Keys whose slot changed (a job keyed, a window opened or ended).
+    pub(super) keys: HashSet<(TubeName, Key)>,
     /// Reservations not written (see the module header).
     reserved: HashSet<JobId>,
 }
@@ -146,6 +149,12 @@ impl Journal {
         }
     }
 
+    /// What `key` names in `tube` changed (`store/memory/keys.rs`).
+    pub fn key_changed(&mut self, tube: &TubeName, key: &Key) {
+        self.note();
+        self.keys.insert((tube.clone(), key.clone()));
+    }
+
     /// The namespace's counters are in every cut; a change to them is still a change a
     /// reply may depend on (a consumed id).
     pub fn counters_changed(&mut self) {
@@ -192,6 +201,8 @@ pub struct JobRecord {
     pub releases: u32,
     pub buries: u32,
     pub kicks: u32,
+    /// Its key and window (a keyed put's job).
+    pub key: Option<JobKey>,
     pub body: Bytes,
     /// What persistence held of the job before this record.
     pub was: Stored,
@@ -251,6 +262,8 @@ pub struct Cut {
     /// keeps a job's keys per tube removes them there; the job itself lives on).
     pub moved: Vec<Gone>,
     pub tubes: Vec<TubeRecord>,
+    /// Keys whose slot changed, as they are now.
+    pub keys: Vec<KeyRecord>,
     pub counters: StoreCounters,
     /// When the cut holds every change noted so far: the last of them. `None` when
     /// its size bound left changes for the next cut.
@@ -263,6 +276,7 @@ impl Cut {
             && self.gone.is_empty()
             && self.tubes.is_empty()
             && self.moved.is_empty()
+            && self.keys.is_empty()
     }
 }
 
@@ -291,4 +305,7 @@ pub struct StoreSnapshot {
     /// Tubes in list order (`default` is added when missing).
     pub tubes: Vec<TubeRecord>,
     pub counters: StoreCounters,
+    /// Open dedupe windows (live jobs' keys come with their jobs); past ones are
+    /// dropped at the restore.
+    pub windows: Vec<KeyRecord>,
 }

@@ -12,6 +12,9 @@ mod admin;
 mod admin_tests;
 mod contents;
 mod journal;
+mod keys;
+#[cfg(test)]
+mod keys_tests;
 mod persist;
 #[cfg(test)]
 mod tests;
@@ -21,6 +24,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use bytes::Bytes;
 
+use super::keys::{Key, KeyLimits, KeyOp, KeyOutcome, KeyedPut, PutKey};
 use super::{
     BatchDone, Change, ConnId, Edit, Edited, FlushStep, JobEntry, JobId, JobInfo, JobState,
     ListPage, ListQuery, Nanos, NewJob, Reserved, Store, StoreResult, Totals, TubeInfo,
@@ -167,8 +171,30 @@ impl Store for MemoryStore {
         }
     }
 
-    async fn delete(&self, conn: ConnId, id: JobId) -> StoreResult<bool> {
-        Ok(self.lock().delete_by(conn, id, true))
+    async fn delete(&self, conn: ConnId, id: JobId, now: Nanos) -> StoreResult<bool> {
+        Ok(self.lock().delete_by(conn, id, now, true))
+    }
+
+    async fn put_keyed(&self, job: NewJob, key: &PutKey, now: Nanos) -> StoreResult<KeyedPut> {
+        let mut s = self.lock();
+        Ok(s.put_keyed(job, key, now, |s, id, job| {
+            insert(s, id, job, now, Stored::Never)
+        }))
+    }
+
+    async fn by_key(
+        &self,
+        conn: ConnId,
+        tube: &TubeName,
+        key: &Key,
+        op: KeyOp,
+        now: Nanos,
+    ) -> StoreResult<KeyOutcome> {
+        Ok(self.lock().key_op(conn, tube, key, op, now))
+    }
+
+    async fn purge(&self, id: JobId, now: Nanos) -> StoreResult<bool> {
+        Ok(self.lock().delete_job(id, now, false, false))
     }
 
     async fn release(
@@ -400,6 +426,7 @@ impl Store for MemoryStore {
                 woken.push(j.tube.clone());
             }
         }
+        s.sweep_windows(now);
         while let Some((until, name)) = s.pauses.first().cloned() {
             if until > now {
                 break;
@@ -423,6 +450,7 @@ impl Store for MemoryStore {
             s.delayed.first().map(|&(d, _)| d),
             s.reserved.first().map(|&(d, _)| d + 1),
             s.pauses.first().map(|(d, _)| *d),
+            s.keys.next_end(),
         ];
         Ok(candidates.into_iter().flatten().min())
     }
@@ -473,12 +501,21 @@ impl Store for MemoryStore {
         states: FlushStates,
         upto: Option<JobId>,
         max: usize,
+        now: Nanos,
     ) -> StoreResult<FlushStep> {
-        Ok(self.lock().flush_step(tube, states, upto, max))
+        Ok(self.lock().flush_step(tube, states, upto, max, now))
     }
 
     fn name(&self) -> &'static str {
         "memory"
+    }
+
+    fn set_key_limits(&self, limits: KeyLimits) {
+        self.lock().keys.limits = limits;
+    }
+
+    fn key_windows_evicted(&self) -> u64 {
+        self.lock().keys.evicted
     }
 
     /// With a journal, the last change it noted: a reply that depends on the store's
@@ -513,6 +550,7 @@ fn insert(s: &mut Contents, id: JobId, job: NewJob, now: Nanos, stored: Stored) 
             releases: 0,
             buries: 0,
             kicks: 0,
+            key: None,
             body: job.body,
         }),
     );

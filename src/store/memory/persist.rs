@@ -12,6 +12,7 @@ use super::journal::{
     merge,
 };
 use crate::protocol::TubeName;
+use crate::store::keys::{Key, KeyRecord, KeySlot};
 use crate::store::{Change, JobId, JobState, Nanos};
 
 impl Contents {
@@ -45,6 +46,15 @@ impl Contents {
                 .tubes
                 .drain()
                 .map(|name| self.tube_record(name))
+                .collect();
+            cut.keys = journal
+                .keys
+                .drain()
+                .map(|(tube, key)| KeyRecord {
+                    slot: self.keys.get(&tube, &key),
+                    tube,
+                    key,
+                })
                 .collect();
         }
         self.journal = Some(journal);
@@ -148,6 +158,9 @@ impl Contents {
         for t in &cut.tubes {
             journal.tubes.insert(t.name.clone());
         }
+        for k in &cut.keys {
+            journal.keys.insert((k.tube.clone(), k.key.clone()));
+        }
         journal.note();
     }
 
@@ -175,6 +188,7 @@ impl Contents {
         s.totals.total_jobs = snap.counters.total_jobs;
         s.totals.job_timeouts = snap.counters.job_timeouts;
         let returned = s.restore_jobs(snap.jobs, now);
+        let ended = s.restore_windows(snap.windows, now);
         // The first cut writes only what this start changed (reservations returned to
         // ready), plus every tube, to repair its due entry.
         if let Some(j) = journal.as_deref_mut() {
@@ -183,6 +197,7 @@ impl Contents {
             for name in s.order.as_slice().iter().chain(&dropped) {
                 j.tubes.insert(name.clone());
             }
+            j.keys.extend(ended);
         }
         s.journal = journal;
         s
@@ -231,6 +246,27 @@ impl Contents {
         returned
     }
 
+    /// Open the windows read back that end after `now` (a live job's key wins: the
+    /// window ended when the key was taken again); the keys of those that ended, for
+    /// the first cut to free in persistence.
+    fn restore_windows(&mut self, windows: Vec<KeyRecord>, now: Nanos) -> Vec<(TubeName, Key)> {
+        let mut ended = Vec::new();
+        for w in windows {
+            match w.slot {
+                KeySlot::Window { until, .. }
+                    if until > now && self.keys.get(&w.tube, &w.key) == KeySlot::Free =>
+                {
+                    self.keys.set(&w.tube, &w.key, w.slot);
+                }
+                KeySlot::Window { .. } if self.keys.get(&w.tube, &w.key) == KeySlot::Free => {
+                    ended.push((w.tube, w.key));
+                }
+                _ => {}
+            }
+        }
+        ended
+    }
+
     /// Place one job read back: as it was stored, but a reserved one ready at `now`.
     fn restore_job(&mut self, r: JobRecord, now: Nanos) {
         let id = r.id;
@@ -258,9 +294,13 @@ impl Contents {
                 releases: r.releases,
                 buries: r.buries,
                 kicks: r.kicks,
+                key: r.key.clone().map(Box::new),
                 body: r.body,
             }),
         );
+        if let Some(k) = r.key {
+            self.keys.set(&tube_name, &k.key, KeySlot::Live(id));
+        }
         if state == JobState::Buried {
             // `attach` would number it anew: place it at its own position, so buried
             // jobs keep their FIFO order whatever order they are read in.
@@ -305,6 +345,7 @@ fn record_of(id: JobId, j: &Job) -> JobRecord {
         releases: j.releases,
         buries: j.buries,
         kicks: j.kicks,
+        key: j.key.as_deref().cloned(),
         body: j.body.clone(),
         was: j.stored,
     }

@@ -54,7 +54,7 @@ async fn a_cut_carries_each_changed_job_once_as_it_is_now() {
     // Nothing changed since: the next cut is empty, and the job is stored as ready.
     let again = cut(&s);
     assert!(again.is_empty());
-    s.delete(C1, id).await.unwrap();
+    s.delete(C1, id, NOW).await.unwrap();
     let c = cut(&s);
     assert_eq!(c.gone.len(), 1);
     assert_eq!(c.gone[0].was, Stored::As(JobState::Ready));
@@ -66,7 +66,7 @@ async fn a_job_put_and_deleted_between_cuts_never_reaches_persistence() {
     let s = MemoryStore::journaled();
     cut(&s);
     let id = s.put(job("a", 5, 0), NOW).await.unwrap();
-    assert!(s.delete(C1, id).await.unwrap());
+    assert!(s.delete(C1, id, NOW).await.unwrap());
     let c = cut(&s);
     assert!(c.jobs.is_empty() && c.gone.is_empty(), "{c:?}");
     // The id is used up; the tube came and went (nothing refers to it), so persistence
@@ -84,7 +84,7 @@ async fn a_failed_cut_is_rewritten_whole_by_the_next() {
     let failed = cut(&s);
     assert_eq!(failed.jobs.len(), 2);
     // While the write was out, b was deleted.
-    s.delete(C1, b).await.unwrap();
+    s.delete(C1, b, NOW).await.unwrap();
     s.cut_failed(&failed);
     let retry = cut(&s);
     let ra = retry.jobs.iter().find(|r| r.id == a).expect("a rewritten");
@@ -148,6 +148,7 @@ async fn a_restored_store_gives_reserved_jobs_back_and_keeps_the_rest() {
         jobs: c.jobs.clone(),
         tubes: c.tubes.iter().filter(|t| t.kept).cloned().collect(),
         counters: c.counters,
+        windows: Vec::new(),
     };
     let later = NOW + 5 * NANOS_PER_SEC;
     let r = MemoryStore::restored(snap, later);
@@ -206,7 +207,7 @@ async fn a_put_whose_body_was_written_ahead_is_cut_without_it() {
     assert_eq!(s.peek(id).await.unwrap().map(|(i, _)| i), Some(id));
     // Deleted, its body is removed like any job's.
     s.reserve(C1, &[tube("big")], NOW).await.unwrap();
-    s.delete(C1, id).await.unwrap();
+    s.delete(C1, id, NOW).await.unwrap();
     let c = cut(&s);
     assert_eq!(c.gone.len(), 1);
     assert!(c.tubes.iter().any(|t| t.name == tube("big") && !t.kept));
@@ -261,7 +262,7 @@ async fn a_used_tube_stays_kept_while_it_goes_empty() {
     let id = s.put(job("solo", 5, 0), NOW).await.unwrap();
     cut(&s);
     s.reserve(C1, &[tube("solo")], NOW).await.unwrap();
-    s.delete(C1, id).await.unwrap();
+    s.delete(C1, id, NOW).await.unwrap();
     let c = cut(&s);
     assert_eq!(c.gone.len(), 1);
     assert!(
@@ -294,7 +295,7 @@ async fn a_reservation_is_written_only_by_a_flush() {
         "a reservation took a change number"
     );
     assert!(cut(&s).is_empty(), "a reservation was cut");
-    s.delete(C1, a).await.unwrap();
+    s.delete(C1, a, NOW).await.unwrap();
     let c = cut(&s);
     assert_eq!(c.gone.len(), 1);
     assert_eq!(c.gone[0].was, Stored::As(JobState::Ready));

@@ -50,24 +50,17 @@ impl Contents {
         jobs
     }
 
-    /// `delete`: unless another connection holds it. `counted`: a `delete` command,
-    /// which the tube's `cmd-delete` counts (a batch's is not, rule 3).
-    pub fn delete_by(&mut self, conn: ConnId, id: JobId, counted: bool) -> bool {
+    /// `delete`: unless another connection holds it; the job's key window opens at
+    /// `now`. `counted`: a `delete` command, which the tube's `cmd-delete` counts (a
+    /// batch's is not, rule 3).
+    pub fn delete_by(&mut self, conn: ConnId, id: JobId, now: Nanos, counted: bool) -> bool {
         let Some(job) = self.jobs.get(&id) else {
             return false;
         };
         if job.state == JobState::Reserved && !job.owned_by(conn) {
             return false;
         }
-        self.detach(id);
-        let Some(job) = self.remove_job(id) else {
-            return false;
-        };
-        if counted && let Some(t) = self.tubes.get_mut(&job.tube) {
-            t.cmd_delete += 1;
-        }
-        self.maybe_drop_tube(&job.tube);
-        true
+        self.delete_job(id, now, true, counted)
     }
 
     /// `release` of a job `conn` holds; its tube when released.
@@ -117,7 +110,7 @@ impl Contents {
         let mut done = BatchDone::default();
         for &id in ids {
             let found = match op {
-                BatchOp::Delete => self.delete_by(conn, id, false),
+                BatchOp::Delete => self.delete_by(conn, id, now, false),
                 BatchOp::Release { pri, delay } => {
                     let delay_ms = delay.as_millis();
                     match self.release_by(conn, id, pri, delay_ms, now) {
@@ -147,6 +140,7 @@ impl Contents {
         states: FlushStates,
         upto: Option<JobId>,
         max: usize,
+        now: Nanos,
     ) -> FlushStep {
         let upto = upto.unwrap_or(self.next_id.saturating_sub(1));
         let Some(t) = self.tubes.get(tube) else {
@@ -177,10 +171,9 @@ impl Contents {
             .take(max)
             .collect();
         for &id in &ids {
-            self.detach(id);
-            // The one place a flush deletes a job: a flushed job's key is freed here
-            // at once, with no window (keys, docs/EXTENSIONS.md).
-            self.remove_job(id);
+            // A flushed job did not run: its key is freed at once, with no window
+            // (docs/EXTENSIONS.md, *Flush*).
+            self.delete_job(id, now, false, false);
         }
         self.maybe_drop_tube(tube);
         FlushStep {

@@ -102,8 +102,13 @@ impl RedisStore {
         } else {
             let names = groups.names();
             let mut call = self.run.call(|s| &s.batch, &[], &names);
-            call.arg(self.run.origin())
-                .arg((word, pri, delay, names.join("\n")));
+            call.arg(self.run.origin()).arg((
+                word,
+                pri,
+                delay,
+                names.join("\n"),
+                self.windows_max(),
+            ));
             for ((id, target), at) in ids.iter().zip(&targets).zip(&at) {
                 if let (Some((_, owner)), Some(at)) = (target, at) {
                     call.arg((*id, *owner, *at));

@@ -45,6 +45,7 @@ mod decode;
 mod eviction;
 mod fresh;
 mod held;
+mod keys;
 mod large;
 mod liveness;
 mod namespace;
@@ -89,6 +90,8 @@ pub struct RedisStore {
     wake: Mutex<Option<mpsc::UnboundedReceiver<TubeName>>>,
     next_heartbeat: Mutex<Nanos>,
     eviction: EvictionChecks,
+    /// `--key-windows-max`, handed to the scripts that may open a dedupe window.
+    windows_max: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for RedisStore {

@@ -27,6 +27,7 @@ use super::batch::Flushed;
 use super::decode::{
     Decode, JobFigures, Joined, KickReply, Peeked, Reaped, Reclaimed, Reservation, Ticked, Touched,
 };
+use super::keys::KeyReply;
 use super::namespace::Namespace;
 use super::shake::{fields_read, prelude_for};
 use crate::redis::keys::{Keys, NsKey, TubeKey, lua_key_layout};
@@ -173,6 +174,9 @@ scripts! {
     edit: EditReply,
     batch: Vec<u64>,
     flush: Flushed,
+    put_key: KeyReply,
+    by_key: KeyReply,
+    purge: bool,
 }
 
 /// Runs scripts on the shared connection: the one place a call's KEYS are laid out.
@@ -210,6 +214,9 @@ const ACKNOWLEDGED: &[&str] = &[
     "edit",
     "batch",
     "flush",
+    "put_key",
+    "by_key",
+    "purge",
 ];
 
 impl Runner {

@@ -23,6 +23,7 @@ use crate::protocol::ext::{BatchOp, FlushStates};
 use crate::redis::error::redis_error_in;
 use crate::redis::keys::{NsKey, RESERVE_KEYS, TubeKey};
 use crate::redis::{Code, US};
+use crate::store::keys::{Key, KeyOp, KeyOutcome, KeyedPut, PutKey};
 use crate::store::{
     BatchDone, ConnId, Edit, Edited, FlushStep, JobEntry, JobId, JobInfo, LARGE_BODY, ListPage,
     ListQuery, Nanos, NewJob, Reserved, Store, StoreError, StoreResult, Totals, TubeInfo,
@@ -211,14 +212,34 @@ impl Store for RedisStore {
         Ok(Some(self.reserved(conn, tube, owner, r, body)))
     }
 
-    async fn delete(&self, conn: ConnId, id: JobId) -> StoreResult<bool> {
+    async fn put_keyed(&self, job: NewJob, key: &PutKey, now: Nanos) -> StoreResult<KeyedPut> {
+        self.put_keyed_in(job, key, now).await
+    }
+
+    async fn by_key(
+        &self,
+        conn: ConnId,
+        tube: &TubeName,
+        key: &Key,
+        op: KeyOp,
+        now: Nanos,
+    ) -> StoreResult<KeyOutcome> {
+        self.by_key_in(conn, tube, key, op, now).await
+    }
+
+    async fn purge(&self, id: JobId, now: Nanos) -> StoreResult<bool> {
+        self.purge_in(id, now).await
+    }
+
+    async fn delete(&self, conn: ConnId, id: JobId, _now: Nanos) -> StoreResult<bool> {
         self.check_conn(conn, "delete")?;
         // Only the holder may delete a reserved job: its token proves it. A job this
         // connection holds needs no index lookup.
+        let max = self.windows_max();
         let deleted = match self.held_call(|s| &s.delete, conn, id) {
-            Some((_, call)) => call.run().await?,
+            Some((_, mut call)) => call.arg(max).run().await?,
             None => match self.job_call(|s| &s.delete, id).await? {
-                Some((_, mut call)) => call.arg("").run().await?,
+                Some((_, mut call)) => call.arg("").arg(max).run().await?,
                 None => false,
             },
         };
@@ -532,6 +553,7 @@ impl Store for RedisStore {
         states: FlushStates,
         upto: Option<JobId>,
         max: usize,
+        _now: Nanos,
     ) -> StoreResult<FlushStep> {
         self.flush_tube_step(tube, states, upto, max).await
     }
@@ -605,6 +627,10 @@ impl Store for RedisStore {
         if let Err(err) = removed {
             tracing::warn!(%err, "could not leave the registry of live instances; it lapses in 10 s");
         }
+    }
+
+    fn set_key_limits(&self, limits: crate::store::KeyLimits) {
+        self.set_windows_max(limits);
     }
 
     fn sweep_interval(&self) -> Option<Duration> {

@@ -3,16 +3,18 @@
 -- One key group per tube the ids are in (the caller resolved each id's tube: its own
 -- reservation, or the id index). ARGV[1] origin, ARGV[2] op (delete, release, touch,
 -- bury), ARGV[3] pri, ARGV[4] delay (ms), ARGV[5] tube names joined by '\n' (tube i =
--- key group i), then triples (id, owner token or '', tube index). A delete-batch is
+-- key group i), ARGV[6] the most dedupe windows open at once, then triples (id, owner
+-- token or '', tube index). A deleted job's key window opens as in delete.lua. A delete-batch is
 -- not counted in cmd_delete (an extension verb, docs/EXTENSIONS.md's rule 3).
 -- -> {now, then per triple: 0 missing, 1 done, or (touch) the new deadline}
 local origin, op = ARGV[1], ARGV[2]
 local pri, delay = tonumber(ARGV[3]), tonumber(ARGV[4])
+local windows = tonumber(ARGV[6])
 local names = {}
 for name in string.gmatch(ARGV[5], '[^\n]+') do names[#names + 1] = name end
 local now = now_us()
 local out, woken, gone = { now }, {}, {}
-for a = 6, #ARGV, 3 do
+for a = 7, #ARGV, 3 do
   local id, owner, i = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
   local T, name = tube_keys(0, i), names[i]
   local j = get_job(T, id)
@@ -20,10 +22,7 @@ for a = 6, #ARGV, 3 do
   local r = 0
   if op == 'delete' then
     if j and (j[STATE] ~= 'reserved' or mine) then
-      detach(T, id, j)
-      redis.call('HDEL', T.jobs, id)
-      redis.call('HDEL', T.bodies, id)
-      redis.call('HDEL', G.index, id)
+      delete_job(T, G, name, id, j, true, windows)
       gone[i] = true
       r = 1
     end

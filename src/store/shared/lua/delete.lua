@@ -1,13 +1,11 @@
--- delete: ARGV[3] id, ARGV[4] owner -> 1 deleted, 0 not found (or held by another)
+-- delete: ARGV[3] id, ARGV[4] owner, ARGV[5] the most dedupe windows open at once
+-- -> 1 deleted, 0 not found (or held by another)
 local T, tube = tube_keys(0, 1), ARGV[1]
 local id = ARGV[3]
 local j = get_job(T, id)
 if not j then return 0 end
 if j[STATE] == 'reserved' and j[OWNER] ~= ARGV[4] then return 0 end
-detach(T, id, j)
-redis.call('HDEL', T.jobs, id)
-redis.call('HDEL', T.bodies, id)
-redis.call('HDEL', G.index, id)
+delete_job(T, G, tube, id, j, true, tonumber(ARGV[5]))
 redis.call('HINCRBY', T.meta, 'cmd_delete', '1')
 maybe_gc(T, G, tube)
 return 1

@@ -46,6 +46,11 @@ elseif op == 'move' and v ~= tube then
   detach(T, id, j)
   redis.call('HDEL', T.jobs, id)
   redis.call('HDEL', T.bodies, id)
+  -- A keyed job leaves its key behind, freed (docs/EXTENSIONS.md, Keys).
+  if j[KEY] then
+    if redis.call('HGET', T.keys, j[KEY]) == id then redis.call('HDEL', T.keys, j[KEY]) end
+    j[KEY], j[WINDOW_MS] = nil, nil
+  end
   ensure_tube(G, v)
   redis.call('HSET', D.bodies, id, body)
   redis.call('HSET', G.index, id, v)

@@ -4,12 +4,14 @@
 -- delayed, reserved, buried, joined by ','), ARGV[4] the most jobs, ARGV[5] the highest
 -- id the flush takes ('' on its first step: the highest id made so far). A tube that
 -- does not exist is not made. Members put after the flush began are skipped (each step
--- looks at them again: a step costs what it deletes plus those).
+-- looks at them again: a step costs what it deletes plus those). A flushed job did not
+-- run: its key is freed at once, with no window.
 -- -> {deleted, the highest id taken, the reserved ids deleted}
 local T, tube = tube_keys(0, 1), ARGV[1]
 local max = tonumber(ARGV[4])
 local upto = tonumber(ARGV[5] ~= '' and ARGV[5] or (redis.call('GET', G.ids) or '0'))
 local deleted, held = 0, {}
+local keyed = redis.call('EXISTS', T.keys) == 1
 for state in string.gmatch(ARGV[3], '[^,]+') do
   local set = T[STATE_SET[state]]
   local from = 0
@@ -19,6 +21,10 @@ for state in string.gmatch(ARGV[3], '[^,]+') do
     for _, m in ipairs(members) do
       local id = id_of(m)
       if deleted < max and id and tonumber(id) <= upto then
+        if keyed then
+          local j = get_job(T, id)
+          if j then end_key(T, G, tube, id, j, 0, false, 0) end
+        end
         redis.call('ZREM', set, m)
         redis.call('HDEL', T.jobs, id)
         redis.call('HDEL', T.bodies, id)

@@ -26,12 +26,14 @@
 -- A tube's keys ({<prefix>}:t:<tube>:<name>; every key has the namespace's hash tag):
 --   ready (zset pri/id20), delayed (zset due_us/id20), reserved (zset deadline_us/id20),
 --   buried (zset seq/id20), jobs (hash id -> msgpack meta), bodies (hash id -> body),
---   meta (hash: total_jobs, cmd_delete, cmd_pause, using, watching, pause, pause_until).
+--   meta (hash: total_jobs, cmd_delete, cmd_pause, using, watching, pause, pause_until),
+--   keys (hash key -> id: a keyed job's, or a deleted one's while its window is open).
 -- The namespace's keys: ids (counter), seq (bury counter), stats (hash: total_jobs,
 --   job_timeouts; how many jobs are in each state is counted from the sets),
 --   index (hash id -> tube), due (zset tube -> next due time), tubes (list, the
 --   reference's swap-remove order), tubepos (hash tube -> 0-based list position),
---   generation (the namespace's random token, see below).
+--   generation (the namespace's random token, see below), keywin (zset
+--   "<tube>\n<key>" -> end of that key's dedupe window).
 --
 -- KEYS of every call: the namespace's keys the script reads (G; scripts.rs passes only
 -- those, and replaces the layout's ns_group to match), then the script's own keys (a fixed
@@ -88,9 +90,11 @@ end
 -- waited; jobs written before it existed lack it (nil).
 -- DELAY and TTR are whole seconds (rounded down); a job whose delay or TTR is not
 -- whole seconds also has DELAY_MS and TTR_MS (ms), so a job in seconds keeps the
--- 14-field layout that versions before milliseconds read.
+-- 14-field layout that versions before milliseconds read. A keyed job also has KEY and
+-- WINDOW_MS (ms), after the millisecond fields, which it then always has.
 local PRI, DELAY, TTR, CREATED, STATE, DUE, OWNER, RESERVES, TIMEOUTS, RELEASES, BURIES, KICKS, BSEQ,
-  READY, DELAY_MS, TTR_MS = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16
+  READY, DELAY_MS, TTR_MS, KEY, WINDOW_MS = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16,
+  17, 18
 
 -- A job's duration in ms: its millisecond field while that agrees with the whole
 -- seconds (a version before milliseconds may have changed the seconds and kept it),
@@ -108,7 +112,7 @@ local function ttr_ms(j) return finer(j, TTR, TTR_MS) end
 -- holes, so READY is filled before the millisecond fields follow it.
 local function set_times(j, delay, ttr)
   j[DELAY], j[TTR] = math.floor(delay / 1000), math.floor(ttr / 1000)
-  if delay % 1000 == 0 and ttr % 1000 == 0 then
+  if delay % 1000 == 0 and ttr % 1000 == 0 and not j[KEY] then
     j[TTR_MS] = nil
     j[DELAY_MS] = nil
   else
@@ -250,6 +254,79 @@ local function to_ready(T, G, id, j, bump, since)
   j[READY] = since or now_us()
   attach(T, G, id, j, 'ready')
   put_job(T, id, j)
+end
+
+-- Place job `id` (meta `j`, detached, times set) of `tube`: delayed by `delay` ms from
+-- `now`, else ready (waking the tube's waiters); its meta written.
+local function place(T, G, tube, origin, id, j, delay, now)
+  if delay > 0 then
+    local due = now + delay * 1000
+    attach(T, G, id, j, 'delayed', due)
+    due_by(G, tube, due)
+  else
+    j[READY] = now
+    attach(T, G, id, j, 'ready')
+    wake(origin, tube)
+  end
+  put_job(T, id, j)
+end
+
+-- A key's member in the namespace's window set.
+local function win_member(tube, key)
+  return tube .. '\n' .. key
+end
+
+-- What `key` names in `tube` (keys T) at `now`: the id, the state word and the meta of
+-- its job; the id and 'DELETED' inside its window; nil when free (a window past its
+-- end, or an entry whose job is gone, is freed here).
+local function key_lookup(T, G, tube, key, now)
+  local id = redis.call('HGET', T.keys, key)
+  if not id then return nil end
+  local j = get_job(T, id)
+  if j and j[KEY] == key then return id, string.upper(j[STATE]), j end
+  local ends = redis.call('ZSCORE', G.keywin, win_member(tube, key))
+  if ends and tonumber(ends) > now then return id, 'DELETED' end
+  redis.call('HDEL', T.keys, key)
+  redis.call('ZREM', G.keywin, win_member(tube, key))
+  return nil
+end
+
+-- The windows over `max` end now, those nearest their end first (their keys freed in
+-- their tubes' `keys` hashes, named from the window set's: every key of a namespace
+-- shares its hash tag, so its slot). Returns how many.
+local function evict_windows(G, max)
+  local over = redis.call('ZCARD', G.keywin) - max
+  for _ = 1, over do
+    local tube, key = string.match(redis.call('ZPOPMIN', G.keywin)[1], '^(.-)\n(.*)$')
+    redis.call('HDEL', string.sub(G.keywin, 1, -8) .. ':t:' .. tube .. ':keys', key)
+  end
+  if over > 0 then
+    redis.call('HINCRBY', G.stats, 'key_windows_evicted', over)
+  end
+end
+
+-- Job `id` (meta `j`) of `tube` is being deleted: its key is freed, or with `window`
+-- its dedupe window opens at `now` (at most `max` windows stay open).
+local function end_key(T, G, tube, id, j, now, window, max)
+  local key = j[KEY]
+  if not key or redis.call('HGET', T.keys, key) ~= id then return end
+  local ms = tonumber(j[WINDOW_MS] or 0)
+  if window and ms > 0 then
+    redis.call('ZADD', G.keywin, now + ms * 1000, win_member(tube, key))
+    evict_windows(G, max)
+  else
+    redis.call('HDEL', T.keys, key)
+  end
+end
+
+-- Delete job `id` (meta `j`) of `tube`: its key freed or its window opened (see
+-- `end_key`), the tube destroyed when nothing refers to it any more.
+local function delete_job(T, G, tube, id, j, window, max)
+  end_key(T, G, tube, id, j, now_us(), window, max)
+  detach(T, id, j)
+  redis.call('HDEL', T.jobs, id)
+  redis.call('HDEL', T.bodies, id)
+  redis.call('HDEL', G.index, id)
 end
 
 -- How long the ready job `j` has waited at `now` (us), or -1 when it was not recorded.

@@ -1,0 +1,92 @@
+//! Keyed jobs in the engine (docs/EXTENSIONS.md, *Keys*): a keyed put and the commands
+//! by key, each one store call ([`Store::put_keyed`], [`Store::by_key`]) in the used
+//! tube, answered with the replies the document lists.
+//!
+//! Invariants: a put's window is cut to `--key-window-max` before the store sees it;
+//! as for every command that can make a job ready (a new or replaced ready job, a
+//! kick, a retime to now), a serve pass for the tube runs before the reply, and one
+//! that makes a job due later hints the timer.
+
+use super::dispatch::{Inserted, TimedPut, new_job};
+use super::{Answer, Engine, Session};
+use crate::protocol::Reply;
+use crate::protocol::ext::{Key, Millis, PutKey};
+use crate::store::keys::KeyState;
+use crate::store::{KeyOp, KeyOutcome, KeyedPut, Store, StoreError, StoreResult};
+
+impl Engine {
+    /// A keyed put into the used tube: `put` ([`Engine::put`]) when the key names
+    /// nothing, else the key's job's id and state (dedupe, replace) or `CONFLICT`.
+    pub(super) async fn put_keyed(
+        &self,
+        s: &mut Session,
+        put: TimedPut,
+        mut key: PutKey,
+    ) -> StoreResult<Answer> {
+        let cap = Millis::new(self.key_limits.window_max_ms).unwrap_or(Millis::MAX);
+        key.window = key.window.min(cap);
+        self.mark_producer(s);
+        let tube = s.using.clone();
+        if self.is_draining() {
+            self.store.burn_id().await?;
+            return Ok(self.refused_answer(Inserted::Draining));
+        }
+        let now = self.clock.now();
+        let job = new_job(tube.clone(), put);
+        let delay_ms = job.delay_ms;
+        let outcome = match self.store.put_keyed(job, &key, now).await {
+            Err(StoreError::LogFull) => return Ok(self.refused_answer(Inserted::LogFull)),
+            outcome => outcome?,
+        };
+        let reply = match outcome {
+            KeyedPut::Inserted(id) => {
+                self.placed(tube, delay_ms, now).await;
+                Reply::Inserted(id)
+            }
+            KeyedPut::Replaced(id, state) => {
+                self.placed(tube, delay_ms, now).await;
+                Reply::InsertedExisting { id, state }
+            }
+            KeyedPut::Existing(id, state) => Reply::InsertedExisting { id, state },
+            KeyedPut::Conflict(id, state) => Reply::Conflict { id, state },
+        };
+        Ok(self.after_latest(reply))
+    }
+
+    /// A command by key in the used tube.
+    pub(super) async fn by_key(&self, s: &Session, key: &Key, op: KeyOp) -> StoreResult<Reply> {
+        let now = self.clock.now();
+        let outcome = self.store.by_key(s.id, &s.using, key, op, now).await?;
+        Ok(match (op, outcome) {
+            (_, KeyOutcome::NotFound) => Reply::NotFound,
+            (_, KeyOutcome::Conflict(id, state)) => Reply::Conflict { id, state },
+            (_, KeyOutcome::Found(id, state)) => Reply::FoundKey { id, state },
+            (KeyOp::Find, KeyOutcome::Done(_)) => Reply::NotFound,
+            (KeyOp::Delete, KeyOutcome::Done(_)) => Reply::Deleted,
+            (KeyOp::Kick, KeyOutcome::Done(_)) => {
+                self.serve([s.using.clone()]).await;
+                Reply::KickedJob
+            }
+            (KeyOp::Bury { .. }, KeyOutcome::Done(_)) => Reply::Buried,
+            (KeyOp::Retime { delay_ms }, KeyOutcome::Done(_)) => {
+                self.placed(s.using.clone(), delay_ms, now).await;
+                Reply::Retimed
+            }
+        })
+    }
+
+    /// `peek-key`: `peek` of the key's job (a key inside its window has none).
+    pub(super) async fn peek_key(&self, s: &Session, key: &Key) -> StoreResult<Reply> {
+        let now = self.clock.now();
+        let found = self.store.by_key(s.id, &s.using, key, KeyOp::Find, now);
+        Ok(match found.await? {
+            KeyOutcome::Found(id, state) if state != KeyState::Deleted => {
+                match self.store.peek(id).await? {
+                    Some((id, body)) => Reply::Found { id, body },
+                    None => Reply::NotFound,
+                }
+            }
+            _ => Reply::NotFound,
+        })
+    }
+}
