@@ -32,6 +32,19 @@ pub enum Scenario {
     /// reserve -> delete for --duration, then `flush-tube` the full one while the
     /// probe goes on: its round trips before and during the flush (redstalk's flush).
     Flush,
+    /// Put --jobs jobs (default 10,000) paced over --duration, each delayed by its own
+    /// 0..=--spread-ms, written in --unit (ms: redstalk's milliseconds; s: rounded up
+    /// to whole seconds); workers block in reserve; reports lateness (received - due).
+    Timers,
+}
+
+/// How the timers scenario writes its delays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DelayUnit {
+    /// `<n>ms` (docs/EXTENSIONS.md; the server must list `milliseconds`).
+    Ms,
+    /// Whole seconds, rounded up, as a beanstalkd client writes them.
+    S,
 }
 
 impl Scenario {
@@ -45,6 +58,7 @@ impl Scenario {
             Scenario::Solo => "solo",
             Scenario::Batch => "batch",
             Scenario::Flush => "flush",
+            Scenario::Timers => "timers",
         }
     }
 }
@@ -91,11 +105,12 @@ pub struct Args {
     pub pipeline: usize,
 
     /// Seconds to put jobs for (put, cycle, tubes), or over which the delayed jobs are
-    /// spread (delay). Ignored when --jobs is given, except by delay.
+    /// spread (delay, timers). Ignored when --jobs is given, except by delay and timers.
     #[arg(short = 't', long, default_value_t = 2.0)]
     pub duration: f64,
 
-    /// Jobs to put instead of a duration (default for drain 10000, for delay 200).
+    /// Jobs to put instead of a duration (default for drain 10000, for delay 200, for
+    /// timers 10000).
     #[arg(short = 'n', long)]
     pub jobs: Option<u64>,
 
@@ -110,6 +125,14 @@ pub struct Args {
     /// Delay of each job in seconds (delay scenario).
     #[arg(long, default_value_t = 1)]
     pub delay: u32,
+
+    /// Longest delay of the timers scenario, in ms: each job's is spread over 0..=this.
+    #[arg(long, default_value_t = 2000)]
+    pub spread_ms: u64,
+
+    /// How the timers scenario writes its delays: `ms` or whole seconds (`s`).
+    #[arg(long, value_enum, default_value_t = DelayUnit::Ms)]
+    pub unit: DelayUnit,
 
     /// Most jobs put but not yet deleted in the cycle, so producers cannot outrun workers
     /// without bound; default 2 x max(producers x pipeline, workers).
@@ -202,6 +225,9 @@ impl Args {
         }
         if self.batch > 1000 {
             return Err("--batch takes at most 1000 (reserve-batch's bound)".into());
+        }
+        if self.spread_ms > 86_400_000 {
+            return Err("--spread-ms takes at most a day (86400000)".into());
         }
         if self.jobs == Some(0) {
             return Err("--jobs must be at least 1".into());

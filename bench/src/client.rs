@@ -178,11 +178,12 @@ impl Conn {
     }
 
     /// Queue `put <pri> <delay> <ttr> <len>` and a body of `len` bytes written in place by
-    /// `fill` (no intermediate buffer).
+    /// `fill` (no intermediate buffer). `delay` is written as it displays: whole seconds,
+    /// or `<n>ms` (redstalk's milliseconds, [`crate::scenario::timers::Written`]).
     pub fn put_with(
         &mut self,
         pri: u32,
-        delay: u32,
+        delay: impl std::fmt::Display,
         ttr: u32,
         len: usize,
         fill: impl FnOnce(&mut Vec<u8>),

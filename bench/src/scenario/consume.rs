@@ -1,8 +1,10 @@
 //! The consumer loops.
 //!
 //! [`work`]: a worker as clients write them, one command at a time: `reserve` (blocking),
-//! check the body, `delete`; until told to stop. Its latency is end to end: from the
-//! put being sent (the time stamp in the body) to the job arriving here.
+//! check the body, `delete`; until told to stop. What it records of each job is its
+//! caller's ([`Record`]): the cycle's end-to-end latency ([`end_to_end`]: from the put
+//! being sent, the time stamp in the body, to the job arriving here), the timers'
+//! lateness.
 //!
 //! [`drain`]: empty the run's tubes with up to `depth` `reserve-with-timeout 0` in
 //! flight, deleting each job it gets, until the server says the tubes have none ready.
@@ -19,13 +21,24 @@ use super::{Run, TaskOut};
 use crate::body;
 use crate::client::{Conn, Reply};
 
-/// Reserve and delete jobs until `stop` turns true. Each delete returns a permit to
-/// `backlog`.
+/// What a worker records of a job sent at `ts` (the stamp in its body) and received at
+/// `got` (both ns since the run started).
+pub trait Record: Fn(&mut TaskOut, u64, i64) + Send + 'static {}
+impl<F: Fn(&mut TaskOut, u64, i64) + Send + 'static> Record for F {}
+
+/// The end-to-end latency: put sent -> job here.
+pub fn end_to_end(out: &mut TaskOut, ts: u64, got: i64) {
+    out.latency.push(got - i64::try_from(ts).unwrap_or(0));
+}
+
+/// Reserve and delete jobs until `stop` turns true, recording each job with `record`.
+/// Each delete returns a permit to `backlog`.
 pub async fn work(
     run: Arc<Run>,
     mut conn: Conn,
     backlog: Option<Arc<Semaphore>>,
     mut stop: watch::Receiver<bool>,
+    record: impl Record,
 ) -> Result<TaskOut> {
     let size = run.args.body_size;
     let mut out = TaskOut::default();
@@ -45,7 +58,7 @@ pub async fn work(
         };
         out.ledger.reserved.push(id);
         match body::check(&body, size) {
-            Ok(ts) => out.latency.push(got - i64::try_from(ts).unwrap_or(0)),
+            Ok(ts) => record(&mut out, ts, got),
             Err(e) => out.failures.push(format!("job {id}: {e:#}")),
         }
         conn.delete(id);

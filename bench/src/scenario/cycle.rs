@@ -12,6 +12,7 @@ use anyhow::Result;
 use tokio::sync::{Semaphore, watch};
 
 use super::produce::{Plan, Quota, produce_all};
+use super::timers::Delay;
 use super::{
     PhaseMeter, Run, check_empty, connect_consumers, connect_producers, consume, join_all, secs,
 };
@@ -43,6 +44,7 @@ pub async fn run(run: Arc<Run>) -> Result<Outcome> {
                 c,
                 backlog.clone(),
                 stop_rx.clone(),
+                consume::end_to_end,
             ))
         })
         .collect();
@@ -65,7 +67,7 @@ pub async fn run(run: Arc<Run>) -> Result<Outcome> {
         depth: a.pipeline,
         backlog: backlog.clone(),
         pace,
-        delay,
+        delay: Delay::Secs(delay),
     });
     let puts = produce_all(&run, producers, plan).await;
     let total = puts.ledger.put.len() as u64;

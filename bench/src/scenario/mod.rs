@@ -10,6 +10,7 @@ pub mod drain;
 pub mod produce;
 pub mod put;
 pub mod solo;
+pub mod timers;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -85,6 +86,7 @@ pub async fn run(args: Args) -> Result<Outcome> {
         Scenario::Solo => solo::run(run).await,
         Scenario::Batch => batch::run(run).await,
         Scenario::Flush => batch::flush(run).await,
+        Scenario::Timers => timers::run(run).await,
     }
 }
 
@@ -173,6 +175,9 @@ pub struct TaskOut {
     pub put_rtt: Samples,
     pub reserve_rtt: Samples,
     pub delete_rtt: Samples,
+    /// Lateness against the delay a job wanted, beside `latency`'s against the delay
+    /// its put was written with (timers: they differ when whole seconds round it up).
+    pub late_wanted: Samples,
     /// Time of the task's last completed job, ns since the run started.
     pub last_ns: i64,
     pub failures: Vec<String>,
@@ -185,6 +190,7 @@ impl TaskOut {
         self.put_rtt.extend(other.put_rtt);
         self.reserve_rtt.extend(other.reserve_rtt);
         self.delete_rtt.extend(other.delete_rtt);
+        self.late_wanted.extend(other.late_wanted);
         self.last_ns = self.last_ns.max(other.last_ns);
         self.failures.extend(other.failures);
     }

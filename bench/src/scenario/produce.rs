@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use tokio::sync::Semaphore;
 
+use super::timers::Delay;
 use super::{Run, TaskOut};
 use crate::body;
 use crate::client::{Conn, Reply};
@@ -53,7 +54,7 @@ pub struct Plan {
     pub backlog: Option<Arc<Semaphore>>,
     /// Job `i` is not sent before `start + i * interval`.
     pub pace: Option<(Instant, Duration)>,
-    pub delay: u32,
+    pub delay: Delay,
 }
 
 enum Sent {
@@ -70,7 +71,7 @@ pub async fn fill_with(run: &Arc<Run>, producers: Vec<Conn>, jobs: u64) -> TaskO
         depth: run.args.pipeline.max(16),
         backlog: None,
         pace: None,
-        delay: 0,
+        delay: Delay::Secs(0),
     });
     produce_all(run, producers, plan).await
 }
@@ -134,7 +135,7 @@ pub async fn produce(
             }
             let ts = run.now_ns();
             let stamp = u64::try_from(ts).unwrap_or(0);
-            conn.put_with(a.pri, plan.delay, a.ttr, size, |b| {
+            conn.put_with(a.pri, plan.delay.written(stamp), a.ttr, size, |b| {
                 body::write(b, stamp, size)
             });
             window.push_back(Sent::Put(ts));

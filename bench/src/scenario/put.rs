@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 
 use super::produce::{Plan, Quota, produce_all};
+use super::timers::Delay;
 use super::{
     PhaseMeter, Run, TaskOut, check_empty, connect_consumers, connect_producers, consume, join_all,
     secs,
@@ -27,7 +28,7 @@ pub async fn run(run: Arc<Run>) -> Result<Outcome> {
         depth: a.pipeline,
         backlog: None,
         pace: None,
-        delay: 0,
+        delay: Delay::Secs(0),
     });
     let mut puts = produce_all(&run, producers, plan).await;
     let ended = run.now_ns();
