@@ -31,7 +31,8 @@
 //!   at once saying why, never quoting the password.
 //! - `too_few_replicas_for_wait_replicas_are_warned_of` — `--redis-wait-replicas 2`
 //!   with one replica: both modes warn at start, naming the slot's primary.
-//! - `faults::…` — the slot moved and its primary killed, under load (cluster_faults.rs).
+//! - `faults::…` — the slot moved and its primary killed, under load; keyed puts through
+//!   the kill found by key and deduped afterwards (cluster_faults.rs).
 
 // A test reports failure by panicking: unwrap and expect are how it says so.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

@@ -12,10 +12,20 @@
 //!   the namespace's slot under a put/reserve/delete load, `--redis-wait-replicas 1`:
 //!   the cluster promotes its replica, the old primary is restarted empty (it rejoins
 //!   as a replica), redstalk follows by itself and no acknowledged job is lost or
-//!   deleted twice. Prints the time to the promotion and to the first command
-//!   acknowledged after it, and the audit.
+//!   deleted twice. Keyed puts (docs/EXTENSIONS.md, *Keys*) in a tube no worker
+//!   watches, some deleted, made before the kill and by a producer through it and on
+//!   the new primary: every key acknowledged is found by key with its id afterwards
+//!   (`READY`, or `DELETED` in its window) and a put with it again dedupes to that id,
+//!   through a fresh instance (the one that ran through the kill killed -9), so from
+//!   what the new primary holds. Prints the time to the promotion and to the
+//!   first command acknowledged after it, the audit, and the keyed puts acknowledged,
+//!   found, deduped and unanswered (and how many of those were applied).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::*;
+use support::keyed::{KeyLedger, keyed_producer};
 
 /// The node that replicates node `primary` (by its own `ROLE`), among those that answer.
 fn replica_of(cluster: &Cluster, primary: usize) -> Option<usize> {
@@ -58,6 +68,13 @@ fn failover(kind: ServerKind) {
     // A change is acknowledged once the slot's replica has it: the failover loses none.
     let wait = ["--redis-wait-replicas", "1", "--redis-wait-timeout", "500"];
     let (mut srv, log) = redstalk_with(&cluster, kind, &prefix, &wait);
+    // Keyed jobs beside the load, in a tube its workers do not watch: some put before,
+    // and a producer's until the load has gone on after the failover.
+    let mut c = Client::connect(srv.addr, "keys before");
+    let keys_before = KeyLedger::put(&mut c, "keys", "b", 100);
+    drop(c);
+    let halt = Arc::new(AtomicBool::new(false));
+    let producer = keyed_producer(srv.addr, "keys", halt.clone());
     let load = running_load(&srv, &log);
     let old = cluster.primary_of(slot).expect("the slot has a primary");
     let acked_at_kill = load.ledger(|l| l.acked.len());
@@ -104,6 +121,8 @@ fn failover(kind: ServerKind) {
     );
     let first_ack = killed.elapsed();
     let (ledger, audit) = load.finish(&mut srv, &log);
+    halt.store(true, Ordering::Relaxed);
+    let keys_around = producer.join().expect("the keyed producer");
     let label = kind.redis_mode().unwrap();
     println!(
         "cluster failover ({label} mode, slot {slot}): primary killed with {acked_at_kill} \
@@ -120,6 +139,39 @@ fn failover(kind: ServerKind) {
         &audit,
         &format!("{label} mode, kill -9 of the slot's primary, --redis-wait-replicas 1"),
     );
+    assert!(
+        keys_around.live.len() + keys_around.deleted.len() > 20,
+        "too few keyed puts acknowledged around the kill: {} live, {} deleted, {} unanswered",
+        keys_around.live.len(),
+        keys_around.deleted.len(),
+        keys_around.unknown.len()
+    );
+    // Audited through a fresh instance, which knows only what the new primary holds (a
+    // leader keeps its namespace in memory): the one that ran through the kill is
+    // killed -9 (the drop).
+    drop(srv);
+    let restarted = Instant::now();
+    let (srv, _log) = redstalk_with(&cluster, kind, &prefix, &wait);
+    let (probe, _) = keys_before.live.first().expect("keys put before the kill");
+    let find = format!("use keys\r\nfind-key {probe}\r\n");
+    wait_for("the fresh instance answers find-key", SERVED_WITHIN, || {
+        Client::try_connect(srv.addr, "probe").is_ok_and(|mut p| {
+            let reply = Duration::from_secs(5);
+            p.try_call(find.as_bytes(), reply).is_ok()
+                && p.try_reply(reply)
+                    .is_ok_and(|r| r.word() != "INTERNAL_ERROR")
+        })
+    });
+    println!(
+        "cluster failover keys ({label} mode): a fresh instance answers by key {} ms after \
+         the old one was killed",
+        restarted.elapsed().as_millis()
+    );
+    let mut c = Client::connect(srv.addr, "keys auditor");
+    c.use_tube("keys");
+    let what = format!("cluster failover keys ({label} mode");
+    keys_before.audit(&mut c, &format!("{what}, put before the kill)"));
+    keys_around.audit(&mut c, &format!("{what}, put through the kill)"));
 }
 
 /// The namespace's slot moved to another primary under load, in `kind`'s mode.

@@ -14,14 +14,17 @@ use super::client::Client;
 /// The window every ledger put asks for: longer than any test.
 const WINDOW: &str = "600000ms";
 
+/// How many keys an audit asks about before it reads the answers.
+const PIPELINE: usize = 100;
+
 /// What the server acknowledged: keys of live jobs, keys of deleted jobs (inside their
-/// windows), with their ids; and how many requests got no answer (their fate unknown:
-/// left out of the audit).
+/// windows), with their ids; and the keys whose put (or delete) got no answer (their
+/// fate unknown: the audit only counts those found by key).
 #[derive(Debug, Default)]
 pub struct KeyLedger {
     pub live: Vec<(String, u64)>,
     pub deleted: Vec<(String, u64)>,
-    pub unknown: usize,
+    pub unknown: Vec<String>,
 }
 
 /// One keyed put of key `k` into the used tube.
@@ -50,33 +53,64 @@ impl KeyLedger {
     }
 
     /// Check every acknowledged key through `c` (using their tube): `find-key` names
-    /// its job (`DELETED` for a deleted one), and a put with the key makes nothing but
-    /// answers that id. `what` says when.
+    /// its job, `READY` (no one reserves them; `DELETED` for a deleted one), and a put
+    /// with the key makes nothing but answers that id and state. Counts the keys of
+    /// unanswered requests that are found by key. Pipelined, [`PIPELINE`] keys at a time.
+    /// Prints the figures under `what` (says when), then fails on any key not as
+    /// acknowledged.
     pub fn audit(&self, c: &mut Client, what: &str) {
-        let all = self.live.iter().map(|e| (e, false));
-        for ((k, id), deleted) in all.chain(self.deleted.iter().map(|e| (e, true))) {
-            let found = c.line(&format!("find-key {k}"));
-            let dedupe = c.try_call(&keyed_put(k), Duration::from_secs(5)).unwrap();
-            if deleted {
-                assert_eq!(found, format!("FOUND_KEY {id} DELETED"), "{what}: {k}");
-                assert_eq!(dedupe.line, format!("INSERTED {id} DELETED"), "{what}: {k}");
-            } else {
-                let prefix = format!("FOUND_KEY {id} ");
-                assert!(found.starts_with(&prefix), "{what}: {k}: {found}");
-                let again = format!("INSERTED {id} ");
-                assert!(
-                    dedupe.line.starts_with(&again),
-                    "{what}: {k}: {}",
-                    dedupe.line
-                );
+        let live = self.live.iter().map(|(k, id)| (k, id, "READY"));
+        let deleted = self.deleted.iter().map(|(k, id)| (k, id, "DELETED"));
+        let acked: Vec<_> = live.chain(deleted).collect();
+        let (mut found, mut deduped, mut wrong) = (0, 0, Vec::new());
+        for chunk in acked.chunks(PIPELINE) {
+            let mut req = Vec::new();
+            for (k, _, _) in chunk {
+                req.extend_from_slice(format!("find-key {k}\r\n").as_bytes());
+                req.extend_from_slice(&keyed_put(k));
+            }
+            c.send(&req);
+            for (k, id, state) in chunk {
+                let (by_key, again) = (c.reply().line, c.reply().line);
+                if by_key == format!("FOUND_KEY {id} {state}") {
+                    found += 1;
+                } else {
+                    wrong.push(format!("{k}: find-key: {by_key} (put as {id}, {state})"));
+                }
+                if again == format!("INSERTED {id} {state}") {
+                    deduped += 1;
+                } else {
+                    wrong.push(format!("{k}: put again: {again} (put as {id}, {state})"));
+                }
+            }
+        }
+        let mut applied = 0;
+        for chunk in self.unknown.chunks(PIPELINE) {
+            let req: String = chunk.iter().map(|k| format!("find-key {k}\r\n")).collect();
+            c.send(req.as_bytes());
+            for k in chunk {
+                match c.reply().line {
+                    l if l.starts_with("FOUND_KEY ") => applied += 1,
+                    l if l == "NOT_FOUND" => {}
+                    l => wrong.push(format!("{k} (unanswered): find-key: {l}")),
+                }
             }
         }
         println!(
-            "{what}: {} live keys and {} windows found by key, each put again deduped \
-             ({} puts unanswered, left out)",
+            "{what}: {} keyed puts acknowledged ({} live, {} deleted in their windows): {found} \
+             found by key with their id, {deduped} put again deduped to it; {} keys with a \
+             request unanswered, {applied} of them found by key",
+            acked.len(),
             self.live.len(),
             self.deleted.len(),
-            self.unknown
+            self.unknown.len()
+        );
+        assert!(
+            wrong.is_empty(),
+            "{what}: {} answers not as acknowledged (of {} keys), the first:\n{}",
+            wrong.len(),
+            acked.len(),
+            wrong[..wrong.len().min(20)].join("\n")
         );
     }
 }
@@ -118,15 +152,15 @@ pub fn keyed_producer(
                         ) {
                             Ok(d) if d.line == "DELETED" => ledger.deleted.push((k, id)),
                             // Not known deleted: it may be live or in its window.
-                            _ => ledger.unknown += 1,
+                            _ => ledger.unknown.push(k),
                         }
                     }
                     Some(id) => ledger.live.push((k, id)),
-                    None => ledger.unknown += 1,
+                    None => ledger.unknown.push(k),
                 },
-                Ok(_) => ledger.unknown += 1,
+                Ok(_) => ledger.unknown.push(k),
                 Err(_) => {
-                    ledger.unknown += 1;
+                    ledger.unknown.push(k);
                     conn = None;
                 }
             }
