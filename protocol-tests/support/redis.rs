@@ -89,6 +89,8 @@ impl RedisServer {
             cmd.arg(self.port.to_string());
             cmd.args(["--bind", "127.0.0.1", "--save", ""]);
             cmd.arg("--dir").arg(&self.dir);
+            // Its own words, for the error below when it never listens.
+            cmd.arg("--logfile").arg(self.dir.join("redis.log"));
             if !self.extra.iter().any(|a| a == "--appendonly") {
                 cmd.args(["--appendonly", "no"]);
             }
@@ -119,7 +121,10 @@ impl RedisServer {
                 std::thread::sleep(Duration::from_millis(100));
             }
         }
-        Err("redis-server did not start".into())
+        Err(format!(
+            "redis-server did not start (5 attempts); its log ends:\n{}",
+            self.log_tail(8)
+        ))
     }
 
     pub fn url(&self) -> String {
@@ -139,8 +144,7 @@ impl RedisServer {
         self.child.as_ref().map(|c| c.id())
     }
 
-    /// The last `n` lines of the log of a server started with `--logfile redis.log`
-    /// (empty when it has none).
+    /// The last `n` lines of its log (`redis.log` in its directory).
     pub fn log_tail(&self, n: usize) -> String {
         let text = std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
