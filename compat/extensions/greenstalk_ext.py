@@ -33,6 +33,25 @@ def put_ms(c, body, delay_ms, priority=greenstalk.DEFAULT_PRIORITY, ttr=60):
     return c._int_cmd(b"put %d %dms %d %d\r\n%b" % (priority, delay_ms, ttr, len(buf), buf), b"INSERTED")
 
 
+def put_key(c, body, tag, delay=0, priority=greenstalk.DEFAULT_PRIORITY, ttr=60):
+    """A put tagged idp:<key>[:<window>] or rpl:<key>[:<window>]: (id, None) for a new
+    job, (id, its state) for the key's existing one; CONFLICT raises
+    greenstalk.UnknownResponseError."""
+    buf = body.encode()
+    line = b"put %d %b %d %d %b\r\n%b" % (priority, str(delay).encode(), ttr, len(buf), tag.encode(), buf)
+    id, *state = c._send_cmd(line, b"INSERTED")
+    return int(id), state[0].decode() if state else None
+
+
+def find_key(c, key):
+    """(id, state) of the key's job in the used tube, or None."""
+    try:
+        id, state = c._send_cmd(b"find-key %b" % key.encode(), b"FOUND_KEY")
+        return int(id), state.decode()
+    except greenstalk.NotFoundError:
+        return None
+
+
 def reserve_batch(c, n, timeout=0):
     """Up to n ready jobs at once (waiting up to timeout seconds for the first)."""
     k = c._int_cmd(b"reserve-batch %d %d" % (n, timeout), b"RESERVED_BATCH")
@@ -92,6 +111,19 @@ def delay_in_ms(c):
     c.delete(job)
 
 
+def keys(c):
+    id, state = put_key(c, "order 7", "idp:order-7")
+    if state is not None:
+        fail(f"the first idp put answered an existing job ({state})")
+    if put_key(c, "order 7 again", "idp:order-7") != (id, "READY"):
+        fail("the second idp put was not deduped to the first job")
+    if find_key(c, "order-7") != (id, "READY") or c.peek(id).body != "order 7":
+        fail(f"find-key order-7: {find_key(c, 'order-7')} (put {id})")
+    c._send_cmd(b"delete-key order-7", b"DELETED")
+    if find_key(c, "order-7") is not None:
+        fail("order-7 found after delete-key")
+
+
 def batches(c):
     ids = [c.put(f"job {i}") for i in range(12)]
     got = reserve_batch(c, 10, 1)
@@ -120,8 +152,9 @@ for addr in filter(None, os.environ.get("EXT_OFF_ADDRS", "").split(",")):
     without_extensions(addr)
 with connect(os.environ["EXT_ADDR"]) as c:
     served = extensions(c)
-    if not {"milliseconds", "batches", "flush"} <= served:
+    if not {"milliseconds", "keys", "batches", "flush"} <= served:
         fail(f"list-extensions named {sorted(served)}")
     delay_in_ms(c)
+    keys(c)
     batches(c)
 print(f"greenstalk extensions: ok ({', '.join(sorted(served))}; {os.environ.get('EXT_OFF_ADDRS')} without)")

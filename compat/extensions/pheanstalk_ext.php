@@ -20,13 +20,15 @@ use Pheanstalk\Contract\SocketFactoryInterface;
 use Pheanstalk\Contract\SocketInterface;
 use Pheanstalk\Exception\ServerUnknownCommandException;
 use Pheanstalk\Job;
+use Pheanstalk\JobId;
 use Pheanstalk\Pheanstalk;
 use Pheanstalk\Response\ArrayResponse;
 use Pheanstalk\SocketFactory;
 use Pheanstalk\YamlResponseParser;
 
 // --- what a user writes ------------------------------------------------------------
-/** Any one-line extension command: its reply's words, after checking the first. */
+/** Any one-line extension command: its reply's words, after checking the first (one of
+ * `$expect`'s, split on `|`). */
 final class ExtCommand extends AbstractCommand implements ResponseParserInterface
 {
     public function __construct(private string $line, private string $expect, private ?string $body = null) {}
@@ -37,7 +39,7 @@ final class ExtCommand extends AbstractCommand implements ResponseParserInterfac
     public function parseResponse(string $responseLine, ?string $responseData): ArrayResponse
     {
         $words = explode(' ', $responseLine);
-        if ($words[0] !== $this->expect) {
+        if (!in_array($words[0], explode('|', $this->expect), true)) {
             throw new RuntimeException("'{$this->line}' answered '$responseLine'");
         }
         return new ArrayResponse($words[0], array_slice($words, 1));
@@ -72,6 +74,22 @@ function putMs(Connection $c, string $body, int $delayMs, int $pri = 1024, int $
 {
     $line = sprintf('put %u %ums %u %u', $pri, $delayMs, $ttr, strlen($body));
     return (int) $c->dispatchCommand(new ExtCommand($line, 'INSERTED', $body))[0];
+}
+
+/** A put tagged idp:<key>[:<window>] or rpl:<key>[:<window>]: [id, null] for a new job,
+ * [id, its state] for the key's existing one (a refused replace throws: CONFLICT). */
+function putKey(Connection $c, string $body, string $tag, string $delay = '0', int $pri = 1024, int $ttr = 60): array
+{
+    $line = sprintf('put %u %s %u %u %s', $pri, $delay, $ttr, strlen($body), $tag);
+    $words = $c->dispatchCommand(new ExtCommand($line, 'INSERTED', $body))->getArrayCopy();
+    return [(int) $words[0], $words[1] ?? null];
+}
+
+/** [id, state] of the key's job in the used tube, or null. */
+function findKey(Connection $c, string $key): ?array
+{
+    $r = $c->dispatchCommand(new ExtCommand("find-key $key", 'FOUND_KEY|NOT_FOUND'));
+    return $r->getResponseName() === 'FOUND_KEY' ? [(int) $r[0], $r[1]] : null;
 }
 
 /** @return Job[] up to $n ready jobs at once (waiting up to $timeout s for the first). */
@@ -128,7 +146,7 @@ foreach (array_filter(explode(',', getenv('EXT_OFF_ADDRS') ?: '')) as $addr) {
 
 [$p, $c, $f] = connect(getenv('EXT_ADDR'));
 $served = extensions($c);
-check(!array_diff(['milliseconds', 'batches', 'flush'], $served), 'list-extensions named ' . json_encode($served));
+check(!array_diff(['milliseconds', 'keys', 'batches', 'flush'], $served), 'list-extensions named ' . json_encode($served));
 
 // A delay in milliseconds: not reservable before it ran out (exact), ready soon after.
 $start = hrtime(true);
@@ -137,6 +155,15 @@ $job = $p->reserveWithTimeout(10);
 $waited = (hrtime(true) - $start) / 1e9;
 check($job?->getId() === $id && $waited >= 0.7 && $waited <= 5.7, sprintf('the 700ms job came after %.3f s', $waited));
 $p->delete($job);
+
+// Keys: a second idp put of the key answers the first job (unchanged), found and
+// deleted by key.
+[$id, $state] = putKey($c, 'order 7', 'idp:order-7');
+check($state === null, "the first idp put answered an existing job ($state)");
+check(putKey($c, 'order 7 again', 'idp:order-7') === [$id, 'READY'], 'the second idp put was not deduped to the first job');
+check(findKey($c, 'order-7') === [$id, 'READY'] && $p->peek(new JobId($id))->getData() === 'order 7', 'find-key order-7: ' . json_encode(findKey($c, 'order-7')));
+$c->dispatchCommand(new ExtCommand('delete-key order-7', 'DELETED'));
+check(findKey($c, 'order-7') === null, 'order-7 found after delete-key');
 
 // Batches: 12 jobs, a batch of 10, one delete-batch (a repeated id is missing the
 // second time), the other 2 released for a minute in one release-batch, then flushed.
