@@ -7,12 +7,24 @@
 //! kick, a retime to now), a serve pass for the tube runs before the reply, and one
 //! that makes a job due later hints the timer.
 
+use super::admin::{AdminError, AdminJob, AdminResult};
 use super::dispatch::{Inserted, TimedPut, new_job};
 use super::{Answer, Engine, Session};
-use crate::protocol::Reply;
 use crate::protocol::ext::{Key, Millis, PutKey};
+use crate::protocol::{Reply, TubeName};
 use crate::store::keys::KeyState;
-use crate::store::{KeyOp, KeyOutcome, KeyedPut, Store, StoreError, StoreResult};
+use crate::store::{
+    ConnId, JobId, JobState, KeyOp, KeyOutcome, KeyedPut, Store, StoreError, StoreResult,
+};
+
+/// What a key names, as the operator API shows it.
+#[derive(Clone, Debug)]
+pub enum KeyFound {
+    /// A live job.
+    Job(AdminJob),
+    /// A job deleted inside its dedupe window.
+    Window(JobId),
+}
 
 impl Engine {
     /// A keyed put into the used tube: `put` ([`Engine::put`]) when the key names
@@ -88,5 +100,53 @@ impl Engine {
             }
             _ => Reply::NotFound,
         })
+    }
+
+    /// The operator API's find by key: the key's job, or its window; one store call
+    /// by key (no scan), then the job's entry.
+    pub async fn admin_find_key(&self, tube: &TubeName, key: &Key) -> AdminResult<KeyFound> {
+        let now = self.clock.now();
+        // Connection 0 holds nothing (ids start at 1): a find touches no reservation.
+        let found = self.store.by_key(ConnId(0), tube, key, KeyOp::Find, now);
+        match found.await? {
+            KeyOutcome::Found(id, KeyState::Deleted) => Ok(KeyFound::Window(id)),
+            KeyOutcome::Found(id, _) => match self.store.job_entry(id, now).await? {
+                Some(e) => Ok(KeyFound::Job(self.admin_job(e))),
+                // Deleted between the two calls; its window (if any) is the next find's.
+                None => Err(no_key(tube, key)),
+            },
+            _ => Err(no_key(tube, key)),
+        }
+    }
+
+    /// The operator API's `delete-key`: the key's job, unless reserved (as
+    /// [`Engine::admin_delete`]), opening its dedupe window; its id.
+    pub async fn admin_delete_key(&self, tube: &TubeName, key: &Key) -> AdminResult<JobId> {
+        let id = match self.admin_find_key(tube, key).await? {
+            KeyFound::Window(_) => return Err(no_key(tube, key)),
+            KeyFound::Job(j) if j.stats.state == JobState::Reserved => {
+                return Err(AdminError::Held(j.stats.id));
+            }
+            KeyFound::Job(j) => j.stats.id,
+        };
+        let now = self.clock.now();
+        match self
+            .store
+            .by_key(ConnId(0), tube, key, KeyOp::Delete, now)
+            .await?
+        {
+            KeyOutcome::Done(done) if done == id => {}
+            // Reserved, deleted or replaced by another job meanwhile.
+            _ => return Err(AdminError::ChangedMeanwhile(id)),
+        }
+        self.admin_durable().await?;
+        Ok(id)
+    }
+}
+
+fn no_key(tube: &TubeName, key: &Key) -> AdminError {
+    AdminError::NoKey {
+        tube: tube.clone(),
+        key: key.clone(),
     }
 }

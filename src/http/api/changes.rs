@@ -1,7 +1,7 @@
-//! The API's changes (token required, see `http::auth`): put, delete, move, priority,
-//! delay, bury, kick, pause, and bulk changes by filter. Each is logged at info with
-//! what it did, to which jobs (or how many) and from which peer; the answer is sent
-//! once the change is durable (`-b`, leader mode).
+//! The API's changes (token required, see `http::auth`): put, delete (by id or key),
+//! move, priority, delay, bury, kick, pause, and bulk changes by filter. Each is logged
+//! at info with what it did, to which jobs (or how many) and from which peer; the
+//! answer is sent once the change is durable (`-b`, leader mode).
 
 use axum::Extension;
 use axum::http::StatusCode;
@@ -9,7 +9,7 @@ use base64::Engine as _;
 use bytes::Bytes;
 
 use super::error::{ApiError, ApiResult};
-use super::extract::{ApiEngine, ApiJson, JobPath, TubePath, tube_name};
+use super::extract::{ApiEngine, ApiJson, JobPath, KeyPath, TubePath, tube_name};
 use super::types::{
     BulkArgs, BulkChange, BulkRequest, BulkResult, Created, Deleted, FlushTube, FlushedTube,
     KickTube, Kicked, MoveJob, Paused, PutJob, SetDelay, SetPri,
@@ -52,6 +52,17 @@ pub(super) async fn delete(
 ) -> ApiResult {
     engine.admin_delete(id).await?;
     tracing::info!(action = "delete", id, peer = %peer.0, "api: job deleted");
+    ok(StatusCode::OK, Deleted { deleted: id })
+}
+
+/// `delete-key`: the key's job (unless reserved), opening its dedupe window.
+pub(super) async fn delete_key(
+    ApiEngine(engine): ApiEngine,
+    Extension(peer): Extension<Peer>,
+    KeyPath(tube, key): KeyPath,
+) -> ApiResult {
+    let id = engine.admin_delete_key(&tube, &key).await?;
+    tracing::info!(action = "delete", id, %tube, %key, peer = %peer.0, "api: job deleted by key");
     ok(StatusCode::OK, Deleted { deleted: id })
 }
 
