@@ -22,8 +22,9 @@
 //!   exist flushes 0 and is not made.
 //! - `a_job_is_found_and_deleted_by_its_key` — on every mode, a keyed job's JSON has
 //!   its `key` (an unkeyed job's none), in `/jobs/{id}` and a listing;
-//!   `/tubes/{tube}/keys/{key}` answers the job, `DELETE` deletes it (401 without the
-//!   token, 409 while reserved), then the key answers `{"id", "state": "deleted"}`
+//!   `/tubes/{tube}/keys/{key}` answers the job, `.../delay` and `.../kick` change it
+//!   (409 in a state that does not take the change), `DELETE` deletes it (401 without
+//!   the token, 409 while reserved), then the key answers `{"id", "state": "deleted"}`
 //!   inside its window; an unknown key is 404, a malformed one 400.
 //! - `a_deep_page_costs_what_the_first_does` — page 20 of 20,000 tied jobs costs about
 //!   what page 1 does (figures printed); a reserved job names its holder.
@@ -799,6 +800,24 @@ fn a_job_is_found_and_deleted_by_its_key() {
         let (s, found) = api.get("/tubes/ky/keys/order-1");
         assert_eq!((s, found["id"].as_u64()), (200, Some(keyed)), "{found}");
         assert_eq!(found["state"], "ready", "{found}");
+        // Kick and re-delay by key, refused (409) in a state that does not take them.
+        let (s, e) = api.post("/tubes/ky/keys/order-1/kick", json!({}));
+        assert_eq!(
+            (s, e["error"]["code"].as_str()),
+            (409, Some("conflict")),
+            "{e}"
+        );
+        let (s, job) = api.post("/tubes/ky/keys/order-1/delay", json!({"delay": 100}));
+        assert_eq!((s, job["state"].as_str()), (200, Some("delayed")), "{job}");
+        assert_eq!(job["key"], "order-1", "{job}");
+        let (s, job) = api.post("/tubes/ky/keys/order-1/kick", json!({}));
+        assert_eq!(
+            (s, job["state"].as_str(), job["kicks"].as_u64()),
+            (200, Some("ready"), Some(1)),
+            "{job}"
+        );
+        let (s, e) = api.post("/tubes/ky/keys/nothing/kick", json!({}));
+        assert_eq!(s, 404, "{e}");
         let auth = format!("Bearer {TOKEN}");
         let del =
             |headers: &[(&str, &str)]| api.send("DELETE", "/tubes/ky/keys/order-1", None, headers);

@@ -144,6 +144,53 @@ impl Engine {
     }
 }
 
+impl Engine {
+    /// The operator API's `kick-key` (a buried or delayed job) and `retime-key` (a
+    /// ready or delayed job): the key's job after the change. Another state is
+    /// refused with the job's state, as the changes by id are.
+    pub async fn admin_key_change(
+        &self,
+        tube: &TubeName,
+        key: &Key,
+        op: KeyOp,
+    ) -> AdminResult<AdminJob> {
+        let (id, state) = match self.admin_find_key(tube, key).await? {
+            KeyFound::Window(_) => return Err(no_key(tube, key)),
+            KeyFound::Job(j) => (j.stats.id, j.stats.state),
+        };
+        let (change, allowed) = match op {
+            KeyOp::Kick => (
+                "kick",
+                matches!(state, JobState::Buried | JobState::Delayed),
+            ),
+            KeyOp::Retime { .. } => (
+                "delay",
+                matches!(state, JobState::Ready | JobState::Delayed),
+            ),
+            _ => ("change", false),
+        };
+        if !allowed {
+            return Err(AdminError::Unchangeable { id, state, change });
+        }
+        let now = self.clock.now();
+        match self.store.by_key(ConnId(0), tube, key, op, now).await? {
+            KeyOutcome::Done(done) if done == id => {}
+            _ => return Err(AdminError::ChangedMeanwhile(id)),
+        }
+        // As the protocol's commands by key: a ready job serves the tube's waiting
+        // reserves, a delayed one tells the timer.
+        match op {
+            KeyOp::Retime { delay_ms } => self.placed(tube.clone(), delay_ms, now).await,
+            _ => self.serve([tube.clone()]).await,
+        }
+        self.admin_durable().await?;
+        match self.store.job_entry(id, self.clock.now()).await? {
+            Some(e) => Ok(self.admin_job(e)),
+            None => Err(AdminError::NoJob(id)),
+        }
+    }
+}
+
 fn no_key(tube: &TubeName, key: &Key) -> AdminError {
     AdminError::NoKey {
         tube: tube.clone(),
