@@ -20,6 +20,12 @@
 //!   deletes the states named (`{"states": ["buried"]}`), then everything (no states),
 //!   in more than one step (2,500 jobs), and answers how many; a tube that does not
 //!   exist flushes 0 and is not made.
+//! - `a_job_is_found_and_deleted_by_its_key` — on every mode, a keyed job's JSON has
+//!   its `key` (an unkeyed job's none), in `/jobs/{id}` and a listing;
+//!   `/tubes/{tube}/keys/{key}` answers the job, `.../delay` and `.../kick` change it
+//!   (409 in a state that does not take the change), `DELETE` deletes it (401 without
+//!   the token, 409 while reserved), then the key answers `{"id", "state": "deleted"}`
+//!   inside its window; an unknown key is 404, a malformed one 400.
 //! - `a_deep_page_costs_what_the_first_does` — page 20 of 20,000 tied jobs costs about
 //!   what page 1 does (figures printed); a reserved job names its holder.
 //! - `a_standby_forwards_the_api_to_the_leader` — leader mode: a listing and changes
@@ -771,6 +777,86 @@ fn flush_route_deletes_the_states_named() {
         assert_eq!((s, done["flushed"].as_u64()), (200, Some(0)), "{done}");
         assert_eq!(api.get("/tubes/nothing").0, 404, "not made");
         println!("{}: flush route ok", home.name());
+        drop(srv);
+    }
+}
+
+#[test]
+fn a_job_is_found_and_deleted_by_its_key() {
+    let _serial = serial();
+    for home in Home::all() {
+        let (srv, api) = home.launch(&["--admin-token", TOKEN]);
+        let mut c = Client::connect(srv.addr, "c");
+        c.use_tube("ky");
+        let reply = c.try_call(b"put 5 0 60 1 idp:order-1:600\r\nx\r\n", HTTP_TIMEOUT);
+        let keyed = reply.unwrap().id().expect("INSERTED");
+        let plain = c.put(5, 0, 60, b"y");
+        let (s, job) = api.get(&format!("/jobs/{keyed}"));
+        assert_eq!((s, job["key"].as_str()), (200, Some("order-1")), "{job}");
+        let (_, job) = api.get(&format!("/jobs/{plain}"));
+        assert!(job.get("key").is_none(), "an unkeyed job has no key: {job}");
+        let listed = api.list_all("ky", "ready", || 10);
+        assert_eq!(listed[0]["key"].as_str(), Some("order-1"), "{listed:?}");
+        let (s, found) = api.get("/tubes/ky/keys/order-1");
+        assert_eq!((s, found["id"].as_u64()), (200, Some(keyed)), "{found}");
+        assert_eq!(found["state"], "ready", "{found}");
+        // Kick and re-delay by key, refused (409) in a state that does not take them.
+        let (s, e) = api.post("/tubes/ky/keys/order-1/kick", json!({}));
+        assert_eq!(
+            (s, e["error"]["code"].as_str()),
+            (409, Some("conflict")),
+            "{e}"
+        );
+        let (s, job) = api.post("/tubes/ky/keys/order-1/delay", json!({"delay": 100}));
+        assert_eq!((s, job["state"].as_str()), (200, Some("delayed")), "{job}");
+        assert_eq!(job["key"], "order-1", "{job}");
+        let (s, job) = api.post("/tubes/ky/keys/order-1/kick", json!({}));
+        assert_eq!(
+            (s, job["state"].as_str(), job["kicks"].as_u64()),
+            (200, Some("ready"), Some(1)),
+            "{job}"
+        );
+        let (s, e) = api.post("/tubes/ky/keys/nothing/kick", json!({}));
+        assert_eq!(s, 404, "{e}");
+        let auth = format!("Bearer {TOKEN}");
+        let del =
+            |headers: &[(&str, &str)]| api.send("DELETE", "/tubes/ky/keys/order-1", None, headers);
+        assert_eq!(del(&[]).0, 401, "a change needs the token");
+        // A reserved job is its holder's (409), as `DELETE /jobs/{id}` says.
+        c.watch_only("ky");
+        assert_eq!(c.reserve_timeout(0).map(|(id, _)| id), Some(keyed));
+        let (s, e, _) = del(&[("authorization", &auth)]);
+        assert_eq!(
+            (s, e["error"]["code"].as_str()),
+            (409, Some("conflict")),
+            "{e}"
+        );
+        c.expect(&format!("release {keyed} 5 0"), "RELEASED");
+        let (s, done, _) = del(&[("authorization", &auth)]);
+        assert_eq!((s, done["deleted"].as_u64()), (200, Some(keyed)), "{done}");
+        // Inside its window the key names the deleted job, as `find-key` does.
+        let (s, window) = api.get("/tubes/ky/keys/order-1");
+        assert_eq!(window, json!({"id": keyed, "state": "deleted"}), "{s}");
+        c.expect("find-key order-1", &format!("FOUND_KEY {keyed} DELETED"));
+        let (s, e, _) = del(&[("authorization", &auth)]);
+        assert_eq!(
+            (s, e["error"]["code"].as_str()),
+            (404, Some("not_found")),
+            "{e}"
+        );
+        let (s, e) = api.get("/tubes/ky/keys/nothing");
+        assert_eq!(
+            (s, e["error"]["code"].as_str()),
+            (404, Some("not_found")),
+            "{e}"
+        );
+        let (s, e) = api.get("/tubes/ky/keys/-bad");
+        assert_eq!(
+            (s, e["error"]["code"].as_str()),
+            (400, Some("bad_request")),
+            "{e}"
+        );
+        println!("{}: by key ok", home.name());
         drop(srv);
     }
 }

@@ -12,6 +12,8 @@
 //! - moving a job from the tube page shows it in the other tube with the same id;
 //! - hostile bodies (`<script>`, an `onerror` attribute, invalid UTF-8, 1 MiB) render as
 //!   text: `window.__pwned` stays undefined and the body holds no element;
+//! - a keyed job's key (`$ ( ) ; /` in it) shows as text in the tube's list and on the job's page, and the tube page's
+//!   find-by-key box opens the job;
 //! - the login sets an HttpOnly cookie that is not the token; a change from another
 //!   origin (`Origin: http://evil.example`) is refused 403, with the token or the cookie;
 //! - with `--admin-read-only` an action is refused and the page shows the error; with
@@ -349,6 +351,7 @@ async fn console_in_a_browser() {
         paging(&b, &server, &mut c).await;
         moving(&b, &server, first).await;
         let hostile = hostile_bodies(&b, &server, &mut c).await;
+        keyed(&b, &server, &mut c).await;
         search(&b, &server).await;
         clients_page(&b, &server).await;
         many_tabs(&b, &server, &mut c).await;
@@ -686,6 +689,38 @@ async fn hostile_bodies(b: &Browser, s: &Server, c: &mut Client) -> u64 {
     println!("5 MiB body previewed in {t:?}");
     println!("hostile bodies inert: window.__pwned undefined, no element in the body view");
     id
+}
+
+/// A keyed job's key in the tube's list and on its page, and the find-by-key box. A
+/// key may hold `$ ( ) ; /` (never `<` or a quote: the protocol refuses them), shown as
+/// the text it is.
+async fn keyed(b: &Browser, s: &Server, c: &mut Client) {
+    let key = "a$(b);c/d";
+    c.use_tube("emails");
+    // Priority 0: first on the tube's first page, ahead of the paging test's jobs.
+    let put = format!("put 0 0 60 1 idp:{key}\r\nk\r\n");
+    let id = c.try_call(put.as_bytes(), WAIT).unwrap().id().unwrap();
+    go(b, &s.url("#/tube/emails")).await;
+    let cell =
+        format!("document.querySelector('#jobs-body tr[data-id=\"{id}\"] td.key')?.textContent");
+    let (shown, _) = until(b, &cell).await;
+    assert_eq!(shown, json!(key));
+    b.find(Locator::Id("find-key"))
+        .await
+        .unwrap()
+        .send_keys(key)
+        .await
+        .unwrap();
+    click(b, "find-key-submit").await;
+    let (_, t) = until(b, &format!("location.hash === '#/job/{id}'")).await;
+    let (shown, _) = until(
+        b,
+        "document.querySelector('td[data-k=\"Key\"]')?.textContent",
+    )
+    .await;
+    assert_eq!(shown, json!(key));
+    c.expect(&format!("delete {id}"), "DELETED");
+    println!("job {id}'s key shown in the list and on its page; found by key in {t:?}");
 }
 
 async fn search(b: &Browser, s: &Server) {

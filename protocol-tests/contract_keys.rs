@@ -11,7 +11,9 @@
 //!   `DELETED`, a dedupe answers the deleted id, a replace conflicts) and a delete
 //!   without one frees the key; a purge frees it at once whatever the window;
 //! - `keys_move`: a job the operator API moves to another tube leaves its key behind,
-//!   freed (its delete then opens no window).
+//!   freed (its delete then opens no window);
+//! - `keys_in_entries`: a keyed job's entry (`job_entry`, `list_jobs`: what the
+//!   operator API shows) carries its key, an unkeyed job's none.
 
 use redstalk::protocol::ext::{Key, KeyMode, Millis, PutKey};
 use redstalk::store::keys::KeyState;
@@ -192,4 +194,29 @@ pub(super) async fn keys_move(s: &AnyStore) {
     assert!(delete(s, C1, a).await);
     let b = inserted(kput(s, "m", 0, 0, "b", pk("moved", KeyMode::Dedupe, 0)).await);
     assert!(b > a);
+}
+
+pub(super) async fn keys_in_entries(s: &AnyStore) {
+    use redstalk::store::{JobState, ListQuery};
+    let a = inserted(kput(s, "e", 0, 0, "a", pk("shown", KeyMode::Dedupe, 0)).await);
+    let plain = put(s, "e", 0, 0, LONG, "b").await;
+    let entry = s.job_entry(a, now(s)).await.expect("job_entry").expect("a");
+    assert_eq!(entry.job_key, Some(key("shown")));
+    let entry = s
+        .job_entry(plain, now(s))
+        .await
+        .expect("job_entry")
+        .expect("b");
+    assert_eq!(entry.job_key, None, "an unkeyed job has no key");
+    let q = ListQuery {
+        tube: t("e"),
+        state: JobState::Ready,
+        after: None,
+        limit: 10,
+        scan: 10,
+        contains: None,
+    };
+    let page = s.list_jobs(&q, now(s)).await.expect("list_jobs");
+    let keys: Vec<_> = page.jobs.iter().map(|e| e.job_key.clone()).collect();
+    assert_eq!(keys, [Some(key("shown")), None]);
 }

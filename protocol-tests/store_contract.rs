@@ -92,7 +92,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use contract_admin::{admin_edits, admin_listing};
 use contract_batch::{batch_flush_steps, batch_list_ops, batch_reserve_many};
-use contract_keys::{keys_commands, keys_dedupe_and_replace, keys_move, keys_windows};
+use contract_keys::{
+    keys_commands, keys_dedupe_and_replace, keys_in_entries, keys_move, keys_windows,
+};
 use redstalk::persist::binlog::{self, BinlogConfig, Fsync};
 use redstalk::persist::engine::Committing;
 use redstalk::protocol::TubeName;
@@ -1004,6 +1006,7 @@ const CHECKS: &[Check] = checks![
     keys_commands,
     keys_windows,
     keys_move,
+    keys_in_entries,
 ];
 
 static PREFIXES: AtomicU64 = AtomicU64::new(0);

@@ -1,6 +1,7 @@
 //! The admin API commands of redstalkctl (jobs with paging, job, pri, delay, bury, move,
-//! search, put/delete, a bulk move with --dry-run, tail/top with --api) against
-//! redstalk's API, each change checked over the beanstalk protocol.
+//! search, put/delete, a bulk move with --dry-run, tail/top with --api, `key` by
+//! the protocol and the API) against redstalk's API, each change checked over the
+//! beanstalk protocol.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -256,5 +257,84 @@ fn flush_over_the_protocol_and_the_api() {
     if let Some(b) = ServerProc::start(ServerKind::Beanstalkd, &[]).expect("start beanstalkd") {
         let server = b.addr.to_string();
         assert_eq!(run(&["--server", &server, "flush", "fl"], b"").code, 3);
+    }
+}
+
+#[test]
+fn keys_over_the_protocol_and_the_api() {
+    let (srv, http) = api_server();
+    let mut c = Client::connect(srv.addr, "checker");
+    c.use_tube("ky");
+    let timeout = Duration::from_secs(10);
+    let mut keyed = Vec::new();
+    for k in ["order-1", "order-2"] {
+        let put = format!("put 5 0 60 1 idp:{k}:600\r\nx\r\n");
+        keyed.push(c.try_call(put.as_bytes(), timeout).unwrap().id().unwrap());
+    }
+    let server = srv.addr.to_string();
+    let by_port = |args: &[&str]| {
+        let mut all = vec!["--server", server.as_str()];
+        all.extend_from_slice(args);
+        run(&all, b"")
+    };
+    for found in [
+        by_port(&["--json", "key", "ky", "order-1"]).ok().json(),
+        api(&srv, http, false, &["--json", "key", "ky", "order-1"])
+            .ok()
+            .json(),
+    ] {
+        assert_eq!(found["id"], keyed[0], "{found}");
+        assert_eq!(
+            (found["key"].as_str(), found["state"].as_str()),
+            (Some("order-1"), Some("ready"))
+        );
+    }
+    let listed = api(&srv, http, false, &["--json", "jobs", "ky"])
+        .ok()
+        .json();
+    assert_eq!(listed["jobs"][1]["key"], "order-2", "{listed}");
+    let table = api(&srv, http, false, &["jobs", "ky"]).ok().stdout;
+    assert!(table.lines().next().unwrap().contains("KEY"), "{table}");
+    assert!(table.contains("order-2"), "{table}");
+    assert_eq!(
+        api(&srv, http, false, &["key", "ky", "order-1", "--delete"]).code,
+        4
+    );
+    let deleted = by_port(&["--json", "key", "ky", "order-1", "--delete"])
+        .ok()
+        .json();
+    assert_eq!(deleted["deleted"], keyed[0]);
+    let deleted = api(
+        &srv,
+        http,
+        true,
+        &["--json", "key", "ky", "order-2", "--delete"],
+    )
+    .ok()
+    .json();
+    assert_eq!(deleted["deleted"], keyed[1]);
+    assert_eq!(c.line("peek-ready"), "NOT_FOUND");
+    // Inside its window the key names the deleted job, on both paths.
+    let window = by_port(&["--json", "key", "ky", "order-1"]).ok().json();
+    assert_eq!(
+        window,
+        serde_json::json!({"id": keyed[0], "state": "deleted"})
+    );
+    let window = api(&srv, http, false, &["--json", "key", "ky", "order-2"])
+        .ok()
+        .json();
+    assert_eq!(
+        window,
+        serde_json::json!({"id": keyed[1], "state": "deleted"})
+    );
+    assert_eq!(by_port(&["key", "ky", "order-1", "--delete"]).code, 5);
+    assert_eq!(by_port(&["key", "ky", "nothing"]).code, 5);
+    assert_eq!(
+        api(&srv, http, true, &["key", "ky", "nothing", "--delete"]).code,
+        5
+    );
+    if let Some(b) = ServerProc::start(ServerKind::Beanstalkd, &[]).expect("start beanstalkd") {
+        let server = b.addr.to_string();
+        assert_eq!(run(&["--server", &server, "key", "ky", "k"], b"").code, 3);
     }
 }

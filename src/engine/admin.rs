@@ -18,6 +18,7 @@ use bytes::Bytes;
 use super::Engine;
 use super::dispatch::Inserted;
 use super::stats::JobStats;
+use crate::protocol::ext::Key;
 use crate::protocol::{Put, TubeName};
 use crate::store::admin::MAX_LIST;
 use crate::store::{
@@ -31,6 +32,9 @@ pub enum AdminError {
     NoJob(JobId),
     #[error("no tube {0}")]
     NoTube(TubeName),
+    /// No job has the key in the tube, and no window is open for it.
+    #[error("no job has key {key} in tube {tube}")]
+    NoKey { tube: TubeName, key: Key },
     /// The job's state does not take the change (the job is as it was).
     #[error("job {id} is {}: it cannot take a {change}", state.name())]
     Unchangeable {
@@ -77,13 +81,14 @@ impl AdminError {
 
 pub type AdminResult<T> = Result<T, AdminError>;
 
-/// A job as the API shows it: its `stats-job` figures, body size, and for a reserved
-/// job its holder.
+/// A job as the API shows it: its `stats-job` figures, body size, for a reserved job
+/// its holder, and for a keyed job its key.
 #[derive(Clone, Debug)]
 pub struct AdminJob {
     pub stats: JobStats,
     pub body_size: u64,
     pub holder: Option<JobHolder>,
+    pub key: Option<Key>,
 }
 
 /// Who holds a reserved job: the instance, the client's address (known only on the
@@ -118,7 +123,7 @@ impl Engine {
         &self.host.id
     }
 
-    fn admin_job(&self, entry: JobEntry) -> AdminJob {
+    pub(super) fn admin_job(&self, entry: JobEntry) -> AdminJob {
         let holder = entry.holder.as_ref().map(|h| JobHolder {
             instance: h.instance.clone().unwrap_or_else(|| self.host.id.clone()),
             addr: match h.instance {
@@ -134,6 +139,7 @@ impl Engine {
             stats: JobStats::of(&entry.info),
             body_size: entry.body_size,
             holder,
+            key: entry.job_key,
         }
     }
 

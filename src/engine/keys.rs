@@ -7,12 +7,24 @@
 //! kick, a retime to now), a serve pass for the tube runs before the reply, and one
 //! that makes a job due later hints the timer.
 
+use super::admin::{AdminError, AdminJob, AdminResult};
 use super::dispatch::{Inserted, TimedPut, new_job};
 use super::{Answer, Engine, Session};
-use crate::protocol::Reply;
 use crate::protocol::ext::{Key, Millis, PutKey};
+use crate::protocol::{Reply, TubeName};
 use crate::store::keys::KeyState;
-use crate::store::{KeyOp, KeyOutcome, KeyedPut, Store, StoreError, StoreResult};
+use crate::store::{
+    ConnId, JobId, JobState, KeyOp, KeyOutcome, KeyedPut, Store, StoreError, StoreResult,
+};
+
+/// What a key names, as the operator API shows it.
+#[derive(Clone, Debug)]
+pub enum KeyFound {
+    /// A live job.
+    Job(AdminJob),
+    /// A job deleted inside its dedupe window.
+    Window(JobId),
+}
 
 impl Engine {
     /// A keyed put into the used tube: `put` ([`Engine::put`]) when the key names
@@ -88,5 +100,100 @@ impl Engine {
             }
             _ => Reply::NotFound,
         })
+    }
+
+    /// The operator API's find by key: the key's job, or its window; one store call
+    /// by key (no scan), then the job's entry.
+    pub async fn admin_find_key(&self, tube: &TubeName, key: &Key) -> AdminResult<KeyFound> {
+        let now = self.clock.now();
+        // Connection 0 holds nothing (ids start at 1): a find touches no reservation.
+        let found = self.store.by_key(ConnId(0), tube, key, KeyOp::Find, now);
+        match found.await? {
+            KeyOutcome::Found(id, KeyState::Deleted) => Ok(KeyFound::Window(id)),
+            KeyOutcome::Found(id, _) => match self.store.job_entry(id, now).await? {
+                Some(e) => Ok(KeyFound::Job(self.admin_job(e))),
+                // Deleted between the two calls; its window (if any) is the next find's.
+                None => Err(no_key(tube, key)),
+            },
+            _ => Err(no_key(tube, key)),
+        }
+    }
+
+    /// The operator API's `delete-key`: the key's job, unless reserved (as
+    /// [`Engine::admin_delete`]), opening its dedupe window; its id.
+    pub async fn admin_delete_key(&self, tube: &TubeName, key: &Key) -> AdminResult<JobId> {
+        let id = match self.admin_find_key(tube, key).await? {
+            KeyFound::Window(_) => return Err(no_key(tube, key)),
+            KeyFound::Job(j) if j.stats.state == JobState::Reserved => {
+                return Err(AdminError::Held(j.stats.id));
+            }
+            KeyFound::Job(j) => j.stats.id,
+        };
+        let now = self.clock.now();
+        match self
+            .store
+            .by_key(ConnId(0), tube, key, KeyOp::Delete, now)
+            .await?
+        {
+            KeyOutcome::Done(done) if done == id => {}
+            // Reserved, deleted or replaced by another job meanwhile.
+            _ => return Err(AdminError::ChangedMeanwhile(id)),
+        }
+        self.admin_durable().await?;
+        Ok(id)
+    }
+}
+
+impl Engine {
+    /// The operator API's `kick-key` (a buried or delayed job) and `retime-key` (a
+    /// ready or delayed job): the key's job after the change. Another state is
+    /// refused with the job's state, as the changes by id are.
+    pub async fn admin_key_change(
+        &self,
+        tube: &TubeName,
+        key: &Key,
+        op: KeyOp,
+    ) -> AdminResult<AdminJob> {
+        let (id, state) = match self.admin_find_key(tube, key).await? {
+            KeyFound::Window(_) => return Err(no_key(tube, key)),
+            KeyFound::Job(j) => (j.stats.id, j.stats.state),
+        };
+        let (change, allowed) = match op {
+            KeyOp::Kick => (
+                "kick",
+                matches!(state, JobState::Buried | JobState::Delayed),
+            ),
+            KeyOp::Retime { .. } => (
+                "delay",
+                matches!(state, JobState::Ready | JobState::Delayed),
+            ),
+            _ => ("change", false),
+        };
+        if !allowed {
+            return Err(AdminError::Unchangeable { id, state, change });
+        }
+        let now = self.clock.now();
+        match self.store.by_key(ConnId(0), tube, key, op, now).await? {
+            KeyOutcome::Done(done) if done == id => {}
+            _ => return Err(AdminError::ChangedMeanwhile(id)),
+        }
+        // As the protocol's commands by key: a ready job serves the tube's waiting
+        // reserves, a delayed one tells the timer.
+        match op {
+            KeyOp::Retime { delay_ms } => self.placed(tube.clone(), delay_ms, now).await,
+            _ => self.serve([tube.clone()]).await,
+        }
+        self.admin_durable().await?;
+        match self.store.job_entry(id, self.clock.now()).await? {
+            Some(e) => Ok(self.admin_job(e)),
+            None => Err(AdminError::NoJob(id)),
+        }
+    }
+}
+
+fn no_key(tube: &TubeName, key: &Key) -> AdminError {
+    AdminError::NoKey {
+        tube: tube.clone(),
+        key: key.clone(),
     }
 }

@@ -80,6 +80,7 @@ pub use batch::FLUSH_STEP;
 pub use counters::{Counters, WAIT_BUCKETS, WaitSnapshot};
 pub use extension::SERVED_FAMILIES;
 pub use host::HostInfo;
+pub use keys::KeyFound;
 pub use session::Session;
 pub use stats::{BinlogStats, JobStats, PROTOCOL_VERSION, ServerStats, Snapshot, TubeStats};
 pub use timer::Timer;

@@ -12,6 +12,7 @@
 
 use bytes::Bytes;
 
+use super::keys::Key;
 use super::{JobId, JobInfo, JobState, Nanos};
 use crate::protocol::TubeName;
 
@@ -60,13 +61,16 @@ pub struct ReservedBy {
     pub conn: u64,
 }
 
-/// A job's `stats-job` figures, its body size, its holder and its sort key.
+/// A job's `stats-job` figures, its body size, its holder, its sort key and, for a
+/// keyed job, its key.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JobEntry {
     pub info: JobInfo,
     pub body_size: u64,
     pub holder: Option<ReservedBy>,
     pub key: ListKey,
+    /// The key a keyed put gave the job (docs/EXTENSIONS.md, *Keys*).
+    pub job_key: Option<Key>,
 }
 
 /// A change in place to one job (the operator API's).
@@ -106,6 +110,9 @@ impl Edit {
 }
 
 /// What an [`Edit`] did.
+// One is returned per edit and never stored, so boxing `Done`'s entry (the common
+// answer) would cost an allocation for nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Edited {
     NotFound,

@@ -227,6 +227,29 @@ impl Beanstalk {
         self.expect(&line, "PAUSED", &format!("tube {tube}"))
     }
 
+    /// `find-key` in `tube` (a redstalk extension): the key's job id and state word
+    /// (`DELETED` inside its dedupe window).
+    pub fn find_key(&mut self, tube: &str, key: &str) -> Result<(u64, String)> {
+        self.use_tube(tube)?;
+        let line = format!("find-key {key}");
+        let words = self.call(&line)?;
+        match words.as_slice() {
+            [w, id, state] if w == "FOUND_KEY" => Ok((parse_num(id, &line)?, state.clone())),
+            _ => Err(reply_error(
+                &words,
+                &line,
+                &format!("key {key} in tube {tube}"),
+            )),
+        }
+    }
+
+    /// `delete-key` in `tube` (a redstalk extension).
+    pub fn delete_key(&mut self, tube: &str, key: &str) -> Result<()> {
+        self.use_tube(tube)?;
+        let what = format!("key {key} in tube {tube}");
+        self.expect(&format!("delete-key {key}"), "DELETED", &what)
+    }
+
     fn expect(&mut self, line: &str, want: &str, what: &str) -> Result<()> {
         let words = self.call(line)?;
         if words.len() == 1 && words[0] == want {

@@ -14,6 +14,7 @@ mod change;
 mod dict;
 mod error;
 mod inspect;
+mod keys;
 mod render;
 mod watch;
 
@@ -76,6 +77,8 @@ enum Cmd {
     Put(change::PutArgs),
     /// Delete a job.
     Delete { id: u64 },
+    /// Find a tube's job by its key, or delete it with --delete (redstalk's keys).
+    Key(keys::KeyArgs),
     /// Kick up to N buried (else delayed) jobs of a tube, or one job with --job.
     Kick(change::KickArgs),
     /// Bury a ready or delayed job (API).
@@ -176,6 +179,7 @@ fn run(cli: Cli) -> Result<u8> {
         Cmd::Search(a) => inspect::search(&ctx, &a),
         Cmd::Put(a) => change::put(&ctx, &a),
         Cmd::Delete { id } => change::delete(&ctx, id),
+        Cmd::Key(a) => keys::key(&ctx, &a),
         Cmd::Kick(a) => change::kick(&ctx, &a),
         Cmd::Bury { id } => change::job_action(&ctx, id, JobChange::Bury),
         Cmd::Move(a) => change::move_jobs(&ctx, &a),

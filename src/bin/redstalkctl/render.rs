@@ -128,12 +128,17 @@ const JOB_COLUMNS: &[(&str, Cell)] = &[
     ("SIZE", |j| j.body_size.to_string()),
 ];
 
-/// A jobs table; with `with_tube` a TUBE column, and a HOLDER column
-/// (`addr#conn@instance`) for reserved jobs.
+/// A jobs table; with `with_tube` a TUBE column, a KEY column when a job has a key,
+/// and a HOLDER column (`addr#conn@instance`) for reserved jobs.
 pub fn jobs_table(jobs: &[Job<'_>], with_tube: bool) -> String {
     let mut headers: Vec<&str> = JOB_COLUMNS.iter().map(|(h, _)| *h).collect();
     if with_tube {
         headers.insert(1, "TUBE");
+    }
+    // Only a table with a keyed job has the KEY column: others print as before keys.
+    let keyed = jobs.iter().any(|j| j.key.is_some());
+    if keyed {
+        headers.push("KEY");
     }
     headers.push("HOLDER");
     let mut t = Table::new(&headers);
@@ -141,6 +146,9 @@ pub fn jobs_table(jobs: &[Job<'_>], with_tube: bool) -> String {
         let mut row: Vec<String> = JOB_COLUMNS.iter().map(|(_, cell)| cell(job)).collect();
         if with_tube {
             row.insert(1, job.stats.tube.clone());
+        }
+        if keyed {
+            row.push(job.key.as_deref().unwrap_or("-").to_string());
         }
         row.push(holder(job.holder.as_ref()));
         t.row(row);

@@ -1,7 +1,8 @@
 //! The API's changes (token required, see `http::auth`): put, delete, move, priority,
-//! delay, bury, kick, pause, and bulk changes by filter. Each is logged at info with
-//! what it did, to which jobs (or how many) and from which peer; the answer is sent
-//! once the change is durable (`-b`, leader mode).
+//! delay, bury, kick (delete, delay and kick also by key), pause, and bulk changes by
+//! filter. Each is logged
+//! at info with what it did, to which jobs (or how many) and from which peer; the
+//! answer is sent once the change is durable (`-b`, leader mode).
 
 use axum::Extension;
 use axum::http::StatusCode;
@@ -9,7 +10,7 @@ use base64::Engine as _;
 use bytes::Bytes;
 
 use super::error::{ApiError, ApiResult};
-use super::extract::{ApiEngine, ApiJson, JobPath, TubePath, tube_name};
+use super::extract::{ApiEngine, ApiJson, JobPath, KeyPath, TubePath, tube_name};
 use super::types::{
     BulkArgs, BulkChange, BulkRequest, BulkResult, Created, Deleted, FlushTube, FlushedTube,
     KickTube, Kicked, MoveJob, Paused, PutJob, SetDelay, SetPri,
@@ -18,7 +19,7 @@ use super::{job_view, ok};
 use crate::engine::admin_bulk::{Bulk, BulkAction};
 use crate::http::Peer;
 use crate::protocol::Put;
-use crate::store::{Edit, JobId};
+use crate::store::{Edit, JobId, KeyOp};
 
 pub(super) async fn put(
     ApiEngine(engine): ApiEngine,
@@ -53,6 +54,45 @@ pub(super) async fn delete(
     engine.admin_delete(id).await?;
     tracing::info!(action = "delete", id, peer = %peer.0, "api: job deleted");
     ok(StatusCode::OK, Deleted { deleted: id })
+}
+
+/// `delete-key`: the key's job (unless reserved), opening its dedupe window.
+pub(super) async fn delete_key(
+    ApiEngine(engine): ApiEngine,
+    Extension(peer): Extension<Peer>,
+    KeyPath(tube, key): KeyPath,
+) -> ApiResult {
+    let id = engine.admin_delete_key(&tube, &key).await?;
+    tracing::info!(action = "delete", id, %tube, %key, peer = %peer.0, "api: job deleted by key");
+    ok(StatusCode::OK, Deleted { deleted: id })
+}
+
+/// `kick-key`: the key's buried or delayed job made ready.
+pub(super) async fn kick_key(
+    ApiEngine(engine): ApiEngine,
+    Extension(peer): Extension<Peer>,
+    KeyPath(tube, key): KeyPath,
+) -> ApiResult {
+    let job = engine.admin_key_change(&tube, &key, KeyOp::Kick).await?;
+    let id = job.stats.id;
+    tracing::info!(action = "kick", id, %tube, %key, peer = %peer.0, "api: job kicked by key");
+    ok(StatusCode::OK, job_view(&job))
+}
+
+/// `retime-key`: the key's ready or delayed job due `delay` seconds from now.
+pub(super) async fn delay_key(
+    ApiEngine(engine): ApiEngine,
+    Extension(peer): Extension<Peer>,
+    KeyPath(tube, key): KeyPath,
+    ApiJson(req): ApiJson<SetDelay>,
+) -> ApiResult {
+    let op = KeyOp::Retime {
+        delay_ms: u64::from(req.delay) * 1000,
+    };
+    let job = engine.admin_key_change(&tube, &key, op).await?;
+    let id = job.stats.id;
+    tracing::info!(action = "delay", id, %tube, %key, delay = req.delay, peer = %peer.0, "api: job re-delayed by key");
+    ok(StatusCode::OK, job_view(&job))
 }
 
 /// One edit of one job, logged.

@@ -121,7 +121,9 @@ fn chain(e: &dyn std::error::Error) -> String {
 impl From<AdminError> for ApiError {
     fn from(e: AdminError) -> ApiError {
         let code = match &e {
-            AdminError::NoJob(_) | AdminError::NoTube(_) => ErrorCode::NotFound,
+            AdminError::NoJob(_) | AdminError::NoTube(_) | AdminError::NoKey { .. } => {
+                ErrorCode::NotFound
+            }
             AdminError::Unchangeable { .. }
             | AdminError::Held(_)
             | AdminError::ChangedMeanwhile(_) => ErrorCode::Conflict,

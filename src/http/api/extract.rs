@@ -1,5 +1,6 @@
 //! The API's extractors: a request's JSON body ([`ApiJson`]), its query ([`ApiQuery`]),
-//! a job id or tube name in its path ([`JobPath`], [`TubePath`]) and the engine that
+//! a job id, tube name or tube and key in its path ([`JobPath`], [`TubePath`],
+//! [`KeyPath`]) and the engine that
 //! answers it ([`ApiEngine`]). Each one's rejection is an [`ApiError`], so a malformed
 //! request, a body over the limit or a wrong parameter is answered the API's JSON
 //! error, never axum's plain text.
@@ -20,6 +21,7 @@ use super::error::ApiError;
 use super::forward::Served;
 use crate::engine::Engine;
 use crate::protocol::TubeName;
+use crate::protocol::ext::Key;
 use crate::store::JobId;
 
 /// A JSON request body of type `T`.
@@ -78,6 +80,20 @@ impl<S: Send + Sync> FromRequestParts<S> for TubePath {
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
         let Path(tube) = Path::<String>::from_request_parts(parts, state).await?;
         tube_name(&tube).map(TubePath)
+    }
+}
+
+/// The tube and key of a route's `{tube}/keys/{key}`.
+pub struct KeyPath(pub TubeName, pub Key);
+
+impl<S: Send + Sync> FromRequestParts<S> for KeyPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let Path((tube, key)) = Path::<(String, String)>::from_request_parts(parts, state).await?;
+        let key = Key::new(key.as_bytes())
+            .ok_or_else(|| ApiError::bad_request(format!("{key:?} is not a key")))?;
+        Ok(KeyPath(tube_name(&tube)?, key))
     }
 }
 

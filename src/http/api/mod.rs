@@ -1,8 +1,9 @@
 //! The operator API, `/api/v1/...` (docs/API.md): JSON over the one HTTP listener.
-//! Reads list tubes and jobs, show a job and its body, search bodies, list the live
-//! connections, the per-minute history and the live figures; changes (token required,
-//! see `http::auth`) put, delete, move, re-prioritise, re-delay, bury and kick jobs,
-//! pause tubes, and change many jobs by filter.
+//! Reads list tubes and jobs, show a job and its body, find a job by key, search
+//! bodies, list the live connections, the per-minute history and the live figures;
+//! changes (token required, see `http::auth`) put, delete, move, re-prioritise,
+//! re-delay, bury and kick jobs (delete, re-delay and kick also by key), pause tubes,
+//! and change many jobs by filter.
 //!
 //! Files: `types.rs` (the contract: every request and answer, shared with
 //! redstalkctl), `error.rs` (the error and its status), `extract.rs` (body, query,
@@ -65,6 +66,7 @@ pub fn ok(status: StatusCode, body: impl Serialize) -> ApiResult {
 pub fn job_view(j: &AdminJob) -> Job<'_> {
     Job {
         stats: Cow::Borrowed(&j.stats),
+        key: j.key.as_ref().map(|k| Cow::Borrowed(k.as_str())),
         body_size: j.body_size,
         holder: j.holder.as_ref().map(|h| HeldBy {
             instance: Cow::Borrowed(&h.instance),
@@ -85,6 +87,12 @@ pub(super) fn router() -> Router<Arc<App>> {
         .route("/tubes/{tube}/kick", post(changes::kick_tube))
         .route("/tubes/{tube}/pause", post(changes::pause))
         .route("/tubes/{tube}/flush", post(changes::flush))
+        .route(
+            "/tubes/{tube}/keys/{key}",
+            get(reads::by_key).delete(changes::delete_key),
+        )
+        .route("/tubes/{tube}/keys/{key}/kick", post(changes::kick_key))
+        .route("/tubes/{tube}/keys/{key}/delay", post(changes::delay_key))
         .route("/jobs/{id}", get(reads::job).delete(changes::delete))
         .route("/jobs/{id}/body", get(reads::body))
         .route("/jobs/{id}/move", post(changes::move_job))

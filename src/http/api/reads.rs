@@ -1,6 +1,6 @@
 //! The API's reads: who this is, `stats`, tubes, a tube's jobs in one state from a
-//! cursor, one job with (a preview of) its body, the raw body, and the bounded body
-//! search. None changes anything; each is bounded (a page, one job, a scan budget).
+//! cursor, one job with (a preview of) its body, a tube's job by key, the raw body, and
+//! the bounded body search. None changes anything; each is bounded (a page, one job, a scan budget).
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -14,16 +14,16 @@ use serde_json::{Map, Value, json};
 
 use super::cursor::{decode, encode};
 use super::error::{ApiError, ApiResult};
-use super::extract::{ApiEngine, ApiQuery, JobPath, TubePath, tube_name};
+use super::extract::{ApiEngine, ApiQuery, JobPath, KeyPath, TubePath, tube_name};
 use super::forward::Served;
 use super::types::{
-    BodyShown, InstanceRole, JobQuery, JobWithBody, JobsPage, JobsQuery, SearchPage, SearchQuery,
-    StatsDoc, TubesPage, TubesQuery, WhoAmI,
+    BodyShown, InstanceRole, JobQuery, JobWithBody, JobsPage, JobsQuery, KeyAnswer, KeyWindow,
+    SearchPage, SearchQuery, StatsDoc, TubesPage, TubesQuery, WhoAmI, WindowState,
 };
 use super::{job_view, ok};
-use crate::engine::Engine;
 use crate::engine::admin_bulk::Search;
 use crate::engine::stats::Figures;
+use crate::engine::{Engine, KeyFound};
 use crate::http::{App, Source};
 use crate::protocol::TubeName;
 use crate::store::{JobState, ListQuery};
@@ -185,6 +185,20 @@ pub(super) async fn job(
             body_base64: base64,
         },
     )
+}
+
+/// The key's job (no scan: the store's find by key), or its window.
+pub(super) async fn by_key(ApiEngine(engine): ApiEngine, KeyPath(tube, key): KeyPath) -> ApiResult {
+    match engine.admin_find_key(&tube, &key).await? {
+        KeyFound::Job(job) => ok(StatusCode::OK, KeyAnswer::Job(job_view(&job))),
+        KeyFound::Window(id) => ok(
+            StatusCode::OK,
+            KeyAnswer::Window(KeyWindow {
+                id,
+                state: WindowState::Deleted,
+            }),
+        ),
+    }
 }
 
 pub(super) async fn body(ApiEngine(engine): ApiEngine, JobPath(id): JobPath) -> ApiResult {

@@ -238,12 +238,15 @@ pub struct TubesPage {
     pub next_cursor: Option<Cursor>,
 }
 
-/// A job: `stats-job`'s figures under their names, its body size, and for a reserved
-/// job who holds it.
+/// A job: `stats-job`'s figures under their names, its key (a keyed job's only), its
+/// body size, and for a reserved job who holds it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Job<'a> {
     #[serde(flatten)]
     pub stats: Cow<'a, JobStats>,
+    /// A keyed job's key (absent: the job has none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<Cow<'a, str>>,
     pub body_size: u64,
     pub holder: Option<HeldBy<'a>>,
 }
@@ -255,6 +258,29 @@ pub struct HeldBy<'a> {
     pub instance: Cow<'a, str>,
     pub addr: Option<Cow<'a, str>>,
     pub conn: u64,
+}
+
+/// The answer of `GET /tubes/{tube}/keys/{key}`: the key's job, or the job deleted
+/// inside the key's dedupe window.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum KeyAnswer<'a> {
+    Job(Job<'a>),
+    Window(KeyWindow),
+}
+
+/// A key inside its dedupe window: the deleted job's id, and `"state": "deleted"`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyWindow {
+    pub id: u64,
+    pub state: WindowState,
+}
+
+/// The one state a window's answer names (a job's states are [`JobState`]'s).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WindowState {
+    Deleted,
 }
 
 /// `GET /tubes/{tube}/jobs?state=&cursor=&limit=`.
@@ -712,6 +738,7 @@ mod tests {
                 buries: 0,
                 kicks: 0,
             }),
+            key: None,
             body_size: 118,
             holder: Some(HeldBy {
                 instance: "e7c5".into(),

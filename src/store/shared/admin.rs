@@ -20,6 +20,7 @@ use super::RedisStore;
 use super::decode::{Decode, JobFigures, count, fields, string};
 use crate::protocol::TubeName;
 use crate::redis::US;
+use crate::store::keys::Key;
 use crate::store::{
     Edit, Edited, JobEntry, JobId, JobState, ListKey, ListPage, ListQuery, ReservedBy, StoreResult,
 };
@@ -43,6 +44,8 @@ pub struct EntryReply {
     score: u64,
     body_size: u64,
     owner: String,
+    /// A keyed job's key (the job's KEY field; empty: none).
+    key: Option<Key>,
     figures: JobFigures,
 }
 
@@ -51,16 +54,21 @@ impl Decode for EntryReply {
         let Value::Array(mut items) = v else {
             return Err(format!("expected a job entry, got {v:?}"));
         };
-        if items.len() < 4 {
+        if items.len() < 5 {
             return Err(format!("expected a job entry, got {} fields", items.len()));
         }
-        let figures = JobFigures::decode(Value::Array(items.split_off(4)))?;
-        let [id, score, body_size, owner] = fields(Value::Array(items))?;
+        let figures = JobFigures::decode(Value::Array(items.split_off(5)))?;
+        let [id, score, body_size, owner, key] = fields(Value::Array(items))?;
+        let key = match string(&key, "a job's key")?.as_str() {
+            "" => None,
+            k => Some(Key::new(k.as_bytes()).ok_or_else(|| format!("a bad job key {k:?}"))?),
+        };
         Ok(EntryReply {
             id: count(&id)?,
             score: count(&score)?,
             body_size: count(&body_size)?,
             owner: string(&owner, "an owner token")?,
+            key,
             figures,
         })
     }
@@ -166,6 +174,7 @@ impl RedisStore {
             body_size: e.body_size,
             holder,
             info,
+            job_key: e.key,
         }
     }
 

@@ -1,7 +1,8 @@
 // redstalk console, pages: a tube (its jobs by state, paged by the API's cursors (the
 // `Pager` of app.js),
-// selected and acted on; pause; put), a job (figures, body as text / JSON / hex,
-// download) and the body search. Every value reaches the page as text (see app.js `el`).
+// selected and acted on; pause; put; find by key), a job (figures with its key, body as
+// text / JSON / hex, download) and the body search. Every value reaches the page as
+// text (see app.js `el`).
 "use strict";
 
 const STATES = ["ready", "delayed", "reserved", "buried"];
@@ -84,8 +85,25 @@ function jobRow(j, selected, onToggle) {
     el("td", { class: "n" }, fmt.num(j.pri)), el("td", {}, fmt.ago(j.age)), el("td", {}, timing),
     el("td", { class: "n" }, fmt.num(j.reserves)), el("td", { class: "n" }, fmt.num(j.releases)),
     el("td", { class: "n" }, fmt.num(j.buries)), el("td", { class: "n" }, fmt.num(j.kicks)),
-    el("td", { class: "n" }, fmt.bytes(j.body_size)));
+    el("td", { class: "n" }, fmt.bytes(j.body_size)), el("td", { class: "key" }, j.key || ""));
   return tr;
+}
+
+// Find the tube's job by its key (the API's find by key, no scan): open it, or say that
+// the key's job was deleted inside its dedupe window.
+function keyFinder(name) {
+  const key = el("input", { id: "find-key", placeholder: "key", "aria-label": "job key", size: 20 });
+  const form = el("form", { id: "find-key-form", class: "bar" }, key,
+    el("button", { type: "submit", id: "find-key-submit" }, "Find by key"));
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const r = await act("find by key", () => api("GET", "/tubes/" + encodeURIComponent(name) +
+      "/keys/" + encodeURIComponent(key.value)));
+    if (!r) return;
+    if (r.state === "deleted") notify("key " + key.value + ": job " + r.id + " was deleted (its dedupe window is open)");
+    else location.hash = "#/job/" + r.id;
+  });
+  return form;
 }
 
 Pages.tube = async function (main, parts, params) {
@@ -109,7 +127,7 @@ Pages.tube = async function (main, parts, params) {
     selected.clear();
     all.checked = false;
     body.replaceChildren(...r.jobs.map((j) => jobRow(j, selected, toggle)));
-    if (!r.jobs.length) body.append(el("tr", {}, el("td", { colspan: 10, class: "muted" }, "no " + state + " jobs")));
+    if (!r.jobs.length) body.append(el("tr", {}, el("td", { colspan: 11, class: "muted" }, "no " + state + " jobs")));
     where.textContent = "page " + (pager.index + 1) + " (" + r.jobs.length + " jobs)";
     return r.next_cursor;
   });
@@ -130,10 +148,10 @@ Pages.tube = async function (main, parts, params) {
   }));
   limit.onchange = () => pager.restart().catch((e) => showError(e.message));
   main.append(el("h1", {}, "Tube ", el("span", { id: "tube-name" }, name)), figures, tubeControls(name, reload),
-    tabs, jobActions(() => [...selected], reload),
+    keyFinder(name), tabs, jobActions(() => [...selected], reload),
     el("table", { id: "jobs" }, el("thead", {}, el("tr", {}, el("th", {}, all),
-      ...["Id", "Priority", "Put", "Time left", "Reserves", "Releases", "Buries", "Kicks", "Size"].map((h, i) =>
-        el("th", { class: i === 2 || i === 3 ? null : "n" }, h)))), body),
+      ...["Id", "Priority", "Put", "Time left", "Reserves", "Releases", "Buries", "Kicks", "Size", "Key"].map((h, i) =>
+        el("th", { class: i === 2 || i === 3 || i === 9 ? null : "n" }, h)))), body),
     el("div", { class: "bar" }, prev, next, limit, where), putForm(name, reload),
     el("h2", {}, "Last 24 hours"), Hist.day(name));
   await reload();
@@ -206,7 +224,7 @@ Pages.job = async function (main, parts) {
   const views = el("div", { class: "bar", id: "body-views" }, ...["text", "json", "hex"].map((k) =>
     el("button", { type: "button", "data-kind": k, id: "view-" + k, onclick: () => view(k) }, k === "json" ? "Pretty JSON" : k === "hex" ? "Hex" : "Text")),
   el("a", { href: API + "/jobs/" + id + "/body", download: "job-" + id + ".bin", id: "download" }, "Download (" + fmt.bytes(j.body_size) + ")"));
-  const rows = [["Id", j.id], ["Tube", tubeLink(j.tube)], ["State", j.state], ["Priority", fmt.num(j.pri)],
+  const rows = [["Id", j.id], ["Tube", tubeLink(j.tube)], ["Key", j.key || "–"], ["State", j.state], ["Priority", fmt.num(j.pri)],
     ["Put", fmt.ago(j.age)], ["Delay", fmt.secs(j.delay)], ["TTR", fmt.secs(j.ttr)],
     ["Time left", j.state === "delayed" || j.state === "reserved" ? fmt.secs(j["time-left"]) : "–"],
     ["Reserves", fmt.num(j.reserves)], ["Timeouts", fmt.num(j.timeouts)], ["Releases", fmt.num(j.releases)],

@@ -348,7 +348,8 @@ local function drop_damaged(T, G, set, m, id)
 end
 
 -- The operator API's view of job `id` (meta `j`) at `now`: {id, sort score, body size,
--- holder's owner token ('' unless reserved), then the `job_info` figures}. The sort
+-- holder's owner token ('' unless reserved), its key ('' unless keyed), then the
+-- `job_info` figures}. The sort
 -- score is the job's key in its state's set (priority, due time or deadline, bury
 -- sequence), what a listing's cursor resumes after.
 local function admin_entry(T, id, j, now)
@@ -356,7 +357,8 @@ local function admin_entry(T, id, j, now)
   if j[STATE] == 'ready' then score = j[PRI] elseif j[STATE] == 'buried' then score = j[BSEQ] end
   local owner = ''
   if j[STATE] == 'reserved' then owner = j[OWNER] or '' end
-  return { id, score, redis.call('HSTRLEN', T.bodies, id), owner, j[PRI], delay_ms(j), ttr_ms(j),
+  return { id, score, redis.call('HSTRLEN', T.bodies, id), owner, j[KEY] or '', j[PRI],
+    delay_ms(j), ttr_ms(j),
     j[CREATED], j[STATE], j[DUE], j[RESERVES], j[TIMEOUTS], j[RELEASES], j[BURIES], j[KICKS],
     now }
 end
