@@ -117,7 +117,7 @@ pub fn key_state(state: JobState) -> KeyState {
 }
 
 /// What a keyed put does given what its key names now (`None`: nothing); the one rule
-/// every store follows (the Lua scripts spell it again, see `put.lua`).
+/// every store follows (the Lua scripts spell it again, see `put_key.lua`).
 pub fn put_decision(mode: KeyMode, found: Option<(JobId, KeyState)>) -> PutDecision {
     match (found, mode) {
         (None, _) => PutDecision::Insert,

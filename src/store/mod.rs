@@ -349,7 +349,8 @@ pub trait Store: Send + Sync {
     ) -> impl Future<Output = StoreResult<KeyOutcome>> + Send;
 
     /// Delete `id` in any state, whoever holds it, freeing its key at once (no
-    /// window) and counting no `cmd-delete`: what a flush does to each job.
+    /// window) and counting no `cmd-delete`, as a flush step does to each of its jobs
+    /// (`flush_step` does that itself; this one job at a time is the store contract's).
     fn purge(&self, id: JobId, now: Nanos) -> impl Future<Output = StoreResult<bool>> + Send;
 
     /// Release `id` held by `conn`; `Some(tube)` when released.

@@ -62,7 +62,6 @@ enum Sent {
     Put(i64),
 }
 
-/// Run `produce` on every producer connection at once and merge what they report.
 /// Put `jobs` jobs with `producers` as fast as the server takes them (a fill before
 /// the measured phase: pipelined, no backlog, no delay).
 pub async fn fill_with(run: &Arc<Run>, producers: Vec<Conn>, jobs: u64) -> TaskOut {
@@ -76,6 +75,7 @@ pub async fn fill_with(run: &Arc<Run>, producers: Vec<Conn>, jobs: u64) -> TaskO
     produce_all(run, producers, plan).await
 }
 
+/// Run `produce` on every producer connection at once and merge what they report.
 pub async fn produce_all(run: &Arc<Run>, producers: Vec<Conn>, plan: Arc<Plan>) -> TaskOut {
     let handles = producers
         .into_iter()

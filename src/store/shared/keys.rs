@@ -1,6 +1,6 @@
 //! Keyed jobs in shared mode (docs/EXTENSIONS.md, *Keys*; docs/REDIS.md): a keyed put
-//! (`put_key.lua`), the commands by key (`by_key.lua`) and a flush's delete without a
-//! window (`purge.lua`), each one script call on the used tube's keys, whose `keys`
+//! (`put_key.lua`), the commands by key (`by_key.lua`) and a delete without a window
+//! (`purge.lua`; a flush frees its jobs' keys in `flush.lua`), each one script call on the used tube's keys, whose `keys`
 //! hash maps a key to its job (or to a deleted job while its window is open, the
 //! window's end in the namespace's `keywin` set).
 //!
