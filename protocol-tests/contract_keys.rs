@@ -9,13 +9,13 @@
 //!   otherwise), retime (waiting jobs only);
 //! - `keys_windows`: a delete opens the window its put asked for (the key answers
 //!   `DELETED`, a dedupe answers the deleted id, a replace conflicts) and a delete
-//!   without one frees the key; a purge frees it at once whatever the window;
+//!   without one frees the key; a flush frees it at once whatever the window;
 //! - `keys_move`: a job the operator API moves to another tube leaves its key behind,
 //!   freed (its delete then opens no window);
 //! - `keys_in_entries`: a keyed job's entry (`job_entry`, `list_jobs`: what the
 //!   operator API shows) carries its key, an unkeyed job's none.
 
-use redstalk::protocol::ext::{Key, KeyMode, Millis, PutKey};
+use redstalk::protocol::ext::{FlushStates, Key, KeyMode, Millis, PutKey};
 use redstalk::store::keys::KeyState;
 use redstalk::store::{KeyOp, KeyOutcome, KeyedPut};
 
@@ -167,9 +167,13 @@ pub(super) async fn keys_windows(s: &AnyStore) {
     );
     let again = kput(s, "w", 0, 0, "c", pk("ran", Dedupe, 0)).await;
     assert_eq!(again, KeyedPut::Existing(a, KeyState::Deleted));
-    // A purge (a flush's delete) frees its key at once, whatever its window.
+    // A flush frees its jobs' keys at once, whatever their windows.
     let b = inserted(kput(s, "w", 0, 0, "b", pk("waiting", Dedupe, ms(LONG))).await);
-    assert!(s.purge(b, now(s)).await.expect("purge"));
+    let step = s
+        .flush_step(&t("w"), FlushStates::ALL, None, 1_000, now(s))
+        .await
+        .expect("flush_step");
+    assert_eq!(step.deleted, 1, "the flush deleted the keyed job");
     assert_eq!(
         by_key(s, C1, "w", "waiting", KeyOp::Find).await,
         KeyOutcome::NotFound
@@ -177,7 +181,7 @@ pub(super) async fn keys_windows(s: &AnyStore) {
     let c = inserted(kput(s, "w", 0, 0, "c", pk("waiting", Dedupe, 0)).await);
     assert!(c > b);
     let figures = tube_info(s, "w").await.expect("the tube");
-    assert_eq!(figures.cmd_delete, 0, "a purge is no `delete` command");
+    assert_eq!(figures.cmd_delete, 0, "a flush is no `delete` command");
 }
 
 pub(super) async fn keys_move(s: &AnyStore) {

@@ -30,7 +30,7 @@
 //!    (listing from a cursor, search, job entry, edits in place) are checked in
 //!    `contract_admin.rs`; the batch and flush calls (`reserve_many`, `batch`,
 //!    `flush_step`) in `contract_batch.rs`; keyed jobs (dedupe, replace, conflict, the
-//!    commands by key, windows, a purge freeing a key, a move leaving its key) in
+//!    commands by key, windows, a flush freeing a key, a move leaving its key) in
 //!    `contract_keys.rs`.
 //!
 //! 2. A seeded randomized differential (`memory_vs_redis_differential`): one random

@@ -25,36 +25,19 @@ import threading
 import time
 
 import greenstalk
+from greenstalk_ext import find_key, put_key
 
 TUBE = "compat-dq-keys"
 WINDOW = 60  # seconds the key stays taken after its job is deleted
 LATE = 5.0
+DQ_PRI, DQ_TTR = 2, 5  # what dq puts with
 
 
-# --- what a user writes -------------------------------------------------------------
-def put_key(c, body, delay, tag, priority=2, ttr=5):
-    """A keyed put: (id, None) for a new job, (id, state) for the key's existing one.
-    A replace refused raises greenstalk.UnknownResponseError (status b"CONFLICT",
-    values [id, state])."""
-    buf = body.encode()
-    line = b"put %d %b %d %d %b\r\n%b" % (priority, str(delay).encode(), ttr, len(buf), tag.encode(), buf)
-    id, *state = c._send_cmd(line, b"INSERTED")
-    return int(id), state[0].decode() if state else None
-
-
-def find_key(c, key):
-    """(id, state) of the key's job in the used tube (state DELETED within its window)."""
-    try:
-        id, state = c._send_cmd(b"find-key %b" % key.encode(), b"FOUND_KEY")
-        return int(id), state.decode()
-    except greenstalk.NotFoundError:
-        return None
-
-
+# --- what a user writes (put_key and find_key: greenstalk_ext.py's) -----------------
 def schedule(c, order, delay):
     """dq's Delay() with the order id as key: schedules, or moves while it waits."""
     due = time.time_ns() + (int(delay[:-2]) * 10**6 if delay.endswith("ms") else int(delay) * 10**9)
-    return put_key(c, f"{due}/cancel order {order}", delay, f"rpl:order-{order}:{WINDOW}")
+    return put_key(c, f"{due}/cancel order {order}", f"rpl:order-{order}:{WINDOW}", delay, DQ_PRI, DQ_TTR)
 
 
 # --- the checks -----------------------------------------------------------------------
@@ -117,7 +100,7 @@ with greenstalk.Client(addr, use=TUBE) as p:
     if state is not None:
         fail(f"order 1 answered an existing job ({state})")
     sent[1] = (id1, 0.3, t)
-    got = put_key(p, "0/cancel order 1", "300ms", f"idp:order-1:{WINDOW}")
+    got = put_key(p, "0/cancel order 1", f"idp:order-1:{WINDOW}", "300ms", DQ_PRI, DQ_TTR)
     # Delayed while 300 ms have not passed; a stalled producer may find it further on.
     late = {"DELAYED", "READY", "RESERVED", "DELETED"} if time.monotonic() - t >= 0.3 else {"DELAYED"}
     if got[0] != id1 or got[1] not in late:
@@ -146,7 +129,7 @@ with greenstalk.Client(addr, use=TUBE) as p:
 
     wait_runs(3)
     # The producer retries order 1's put after its job ran (a lost INSERTED): deduped.
-    if put_key(p, "0/cancel order 1", "300ms", f"idp:order-1:{WINDOW}") != (id1, "DELETED"):
+    if put_key(p, "0/cancel order 1", f"idp:order-1:{WINDOW}", "300ms", DQ_PRI, DQ_TTR) != (id1, "DELETED"):
         fail("a put of order 1 after its job ran was not deduped by its window")
     if find_key(p, "order-1") != (id1, "DELETED"):
         fail(f"order 1 after it ran: {find_key(p, 'order-1')}")

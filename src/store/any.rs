@@ -87,9 +87,6 @@ impl Store for AnyStore {
     ) -> StoreResult<KeyOutcome> {
         dispatch!(self, s => s.by_key(conn, tube, key, op, now))
     }
-    async fn purge(&self, id: JobId, now: Nanos) -> StoreResult<bool> {
-        dispatch!(self, s => s.purge(id, now))
-    }
     async fn release(
         &self,
         conn: ConnId,

@@ -158,9 +158,6 @@ impl Store for DurableStore {
         self.changed(self.memory.by_key(conn, tube, key, op, now))
             .await
     }
-    async fn purge(&self, id: JobId, now: Nanos) -> StoreResult<bool> {
-        self.changed(self.memory.purge(id, now)).await
-    }
     async fn release(
         &self,
         conn: ConnId,

@@ -244,12 +244,7 @@ impl Contents {
             (KeyOp::Bury { .. }, KeyState::Buried) => KeyOutcome::Conflict(id, state),
             (KeyOp::Bury { .. }, KeyState::Reserved) if !mine => KeyOutcome::Conflict(id, state),
             (KeyOp::Bury { pri }, _) => {
-                self.detach(id);
-                if let Some(j) = self.jobs.get_mut(&id) {
-                    j.pri = pri;
-                    j.buries += 1;
-                }
-                self.attach(id, JobState::Buried, 0, None);
+                self.bury_job(id, pri);
                 KeyOutcome::Done(id)
             }
             (KeyOp::Retime { delay_ms }, KeyState::Ready | KeyState::Delayed) => {

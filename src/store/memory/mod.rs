@@ -193,10 +193,6 @@ impl Store for MemoryStore {
         Ok(self.lock().key_op(conn, tube, key, op, now))
     }
 
-    async fn purge(&self, id: JobId, now: Nanos) -> StoreResult<bool> {
-        Ok(self.lock().delete_job(id, now, false, false))
-    }
-
     async fn release(
         &self,
         conn: ConnId,

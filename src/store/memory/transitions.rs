@@ -88,13 +88,19 @@ impl Contents {
         if self.held_by(id, conn).is_none() {
             return false;
         }
+        self.bury_job(id, pri);
+        true
+    }
+
+    /// Bury job `id` with priority `pri` (whoever may, already checked), its
+    /// `buries` counted.
+    pub fn bury_job(&mut self, id: JobId, pri: u32) {
         self.detach(id);
         if let Some(job) = self.jobs.get_mut(&id) {
             job.pri = pri;
             job.buries += 1;
         }
         self.attach(id, JobState::Buried, 0, None);
-        true
     }
 
     /// `touch` of a job `conn` holds: its new deadline.

@@ -1,8 +1,8 @@
 //! Keyed jobs in shared mode (docs/EXTENSIONS.md, *Keys*; docs/REDIS.md): a keyed put
-//! (`put_key.lua`), the commands by key (`by_key.lua`) and a delete without a window
-//! (`purge.lua`; a flush frees its jobs' keys in `flush.lua`), each one script call on the used tube's keys, whose `keys`
-//! hash maps a key to its job (or to a deleted job while its window is open, the
-//! window's end in the namespace's `keywin` set).
+//! (`put_key.lua`) and the commands by key (`by_key.lua`; a flush frees its jobs' keys
+//! in `flush.lua`), each one script call on the used tube's keys, whose `keys` hash
+//! maps a key to its job (or to a deleted job while its window is open, the window's
+//! end in the namespace's `keywin` set).
 //!
 //! Invariants: a script finds a key, checks its job's state and writes in one call
 //! (O(1) in the tube's size); a reservation this instance holds is released from
@@ -156,12 +156,5 @@ impl RedisStore {
             self.held.unhold(conn, id);
         }
         Ok(outcome)
-    }
-
-    pub(super) async fn purge_in(&self, id: JobId, _now: Nanos) -> StoreResult<bool> {
-        match self.job_call(|s| &s.purge, id).await? {
-            Some((_, call)) => call.run().await,
-            None => Ok(false),
-        }
     }
 }

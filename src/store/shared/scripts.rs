@@ -176,7 +176,6 @@ scripts! {
     flush: Flushed,
     put_key: KeyReply,
     by_key: KeyReply,
-    purge: bool,
 }
 
 /// Runs scripts on the shared connection: the one place a call's KEYS are laid out.
@@ -216,7 +215,6 @@ const ACKNOWLEDGED: &[&str] = &[
     "flush",
     "put_key",
     "by_key",
-    "purge",
 ];
 
 impl Runner {

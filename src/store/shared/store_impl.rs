@@ -227,10 +227,6 @@ impl Store for RedisStore {
         self.by_key_in(conn, tube, key, op, now).await
     }
 
-    async fn purge(&self, id: JobId, now: Nanos) -> StoreResult<bool> {
-        self.purge_in(id, now).await
-    }
-
     async fn delete(&self, conn: ConnId, id: JobId, _now: Nanos) -> StoreResult<bool> {
         self.check_conn(conn, "delete")?;
         // Only the holder may delete a reserved job: its token proves it. A job this
