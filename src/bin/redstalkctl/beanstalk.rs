@@ -243,13 +243,6 @@ impl Beanstalk {
         }
     }
 
-    /// `delete-key` in `tube` (a redstalk extension).
-    pub fn delete_key(&mut self, tube: &str, key: &str) -> Result<()> {
-        self.use_tube(tube)?;
-        let what = format!("key {key} in tube {tube}");
-        self.expect(&format!("delete-key {key}"), "DELETED", &what)
-    }
-
     fn expect(&mut self, line: &str, want: &str, what: &str) -> Result<()> {
         let words = self.call(line)?;
         if words.len() == 1 && words[0] == want {

@@ -1,7 +1,7 @@
 //! `redstalkctl key TUBE KEY [--delete]`: a keyed job (docs/EXTENSIONS.md, *Keys*)
-//! found, or deleted, by its key. Over the protocol `find-key` and `delete-key` (redstalk
-//! extensions: beanstalkd answers `UNKNOWN_COMMAND`, exit 3); with `--api`
-//! `GET` and `DELETE /tubes/{tube}/keys/{key}`.
+//! found, or deleted, by its key. Over the protocol `find-key` (a redstalk extension:
+//! beanstalkd answers `UNKNOWN_COMMAND`, exit 3), then `stats-job` or `delete` of the id
+//! found; with `--api` `GET` and `DELETE /tubes/{tube}/keys/{key}`.
 //!
 //! Invariant: the JSON printed has the API's shape on both paths: the job's figures
 //! with its `key`, or `{"id", "state": "deleted"}` for a key inside its dedupe window;
@@ -24,7 +24,7 @@ pub struct KeyArgs {
     pub tube: String,
     /// The key a put gave the job (`idp:KEY` or `rpl:KEY`).
     pub key: String,
-    /// Delete the key's job (`delete-key`: the window its put asked for opens).
+    /// Delete the key's job (the window its put asked for opens).
     #[arg(long)]
     pub delete: bool,
 }
@@ -83,14 +83,16 @@ fn delete(ctx: &Ctx, a: &KeyArgs) -> Result<u8> {
     let id = match ctx.api() {
         Some(api) => api.delete::<Deleted>(&path(a))?.deleted,
         None => {
-            // `delete-key` does not say which job it deleted: find it first.
+            // `delete-key` does not say which job it deleted, and the key may name
+            // another job by the time it runs: the job found is deleted by its id
+            // (a keyed job's `delete` opens its window as `delete-key` does).
             let mut b = ctx.proto()?;
             let (id, state) = b.find_key(&a.tube, &a.key)?;
             if state == "DELETED" {
                 let what = format!("key {} in tube {}", a.key, a.tube);
                 return Err(CtlError::NotFound(format!("{what}: its job is deleted")));
             }
-            b.delete_key(&a.tube, &a.key)?;
+            b.delete(id)?;
             id
         }
     };
