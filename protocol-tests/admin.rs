@@ -22,8 +22,9 @@
 //!   exist flushes 0 and is not made.
 //! - `a_job_is_found_and_deleted_by_its_key` — on every mode, a keyed job's JSON has
 //!   its `key` (an unkeyed job's none), in `/jobs/{id}` and a listing;
-//!   `/tubes/{tube}/keys/{key}` answers the job, `.../delay` and `.../kick` change it
-//!   (409 in a state that does not take the change), `DELETE` deletes it (401 without
+//!   `/tubes/{tube}/keys/{key}` answers the job, `.../delay`, `.../kick` and
+//!   `.../bury` (priority kept; `stats-job` agrees) change it (409 in a state that
+//!   does not take the change), `DELETE` deletes it (401 without
 //!   the token, 409 while reserved), then the key answers `{"id", "state": "deleted"}`
 //!   inside its window; an unknown key is 404, a malformed one 400.
 //! - `a_deep_page_costs_what_the_first_does` — page 20 of 20,000 tied jobs costs about
@@ -818,6 +819,27 @@ fn a_job_is_found_and_deleted_by_its_key() {
         );
         let (s, e) = api.post("/tubes/ky/keys/nothing/kick", json!({}));
         assert_eq!(s, 404, "{e}");
+        // Bury by key keeps the priority; a buried job takes no second bury.
+        let (s, job) = api.post("/tubes/ky/keys/order-1/bury", json!({}));
+        assert_eq!(
+            (s, job["state"].as_str(), job["buries"].as_u64()),
+            (200, Some("buried"), Some(1)),
+            "{job}"
+        );
+        assert_eq!(job["pri"].as_u64(), Some(5), "{job}");
+        let seen = stats_job(&mut c, keyed);
+        assert_eq!(
+            (seen["state"].as_str(), seen["buries"].as_str()),
+            ("buried", "1")
+        );
+        let (s, e) = api.post("/tubes/ky/keys/order-1/bury", json!({}));
+        assert_eq!(
+            (s, e["error"]["code"].as_str()),
+            (409, Some("conflict")),
+            "{e}"
+        );
+        let (s, job) = api.post("/tubes/ky/keys/order-1/kick", json!({}));
+        assert_eq!((s, job["state"].as_str()), (200, Some("ready")), "{job}");
         let auth = format!("Bearer {TOKEN}");
         let del =
             |headers: &[(&str, &str)]| api.send("DELETE", "/tubes/ky/keys/order-1", None, headers);

@@ -145,18 +145,24 @@ impl Engine {
 }
 
 impl Engine {
-    /// The operator API's `kick-key` (a buried or delayed job) and `retime-key` (a
-    /// ready or delayed job): the key's job after the change. Another state is
-    /// refused with the job's state, as the changes by id are.
+    /// The operator API's `kick-key` (a buried or delayed job), `retime-key` (a
+    /// ready or delayed job) and `bury-key` (a ready or delayed job; the priority of
+    /// `op` is replaced by the job's own, as `POST /jobs/{id}/bury` keeps it): the
+    /// key's job after the change. Another state is refused with the job's state, as
+    /// the changes by id are.
     pub async fn admin_key_change(
         &self,
         tube: &TubeName,
         key: &Key,
         op: KeyOp,
     ) -> AdminResult<AdminJob> {
-        let (id, state) = match self.admin_find_key(tube, key).await? {
+        let (id, state, pri) = match self.admin_find_key(tube, key).await? {
             KeyFound::Window(_) => return Err(no_key(tube, key)),
-            KeyFound::Job(j) => (j.stats.id, j.stats.state),
+            KeyFound::Job(j) => (j.stats.id, j.stats.state, j.stats.pri),
+        };
+        let op = match op {
+            KeyOp::Bury { .. } => KeyOp::Bury { pri },
+            op => op,
         };
         let (change, allowed) = match op {
             KeyOp::Kick => (
@@ -167,7 +173,8 @@ impl Engine {
                 "delay",
                 matches!(state, JobState::Ready | JobState::Delayed),
             ),
-            _ => ("change", false),
+            KeyOp::Bury { .. } => ("bury", matches!(state, JobState::Ready | JobState::Delayed)),
+            KeyOp::Find | KeyOp::Delete => ("change", false),
         };
         if !allowed {
             return Err(AdminError::Unchangeable { id, state, change });
@@ -181,7 +188,8 @@ impl Engine {
         // reserves, a delayed one tells the timer.
         match op {
             KeyOp::Retime { delay_ms } => self.placed(tube.clone(), delay_ms, now).await,
-            _ => self.serve([tube.clone()]).await,
+            KeyOp::Kick => self.serve([tube.clone()]).await,
+            KeyOp::Find | KeyOp::Delete | KeyOp::Bury { .. } => {}
         }
         self.admin_durable().await?;
         match self.store.job_entry(id, self.clock.now()).await? {

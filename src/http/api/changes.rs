@@ -79,6 +79,19 @@ pub(super) async fn kick_key(
     ok(StatusCode::OK, job_view(&job))
 }
 
+/// `bury-key`: the key's ready or delayed job buried, its priority kept.
+pub(super) async fn bury_key(
+    ApiEngine(engine): ApiEngine,
+    Extension(peer): Extension<Peer>,
+    KeyPath(tube, key): KeyPath,
+) -> ApiResult {
+    let op = KeyOp::Bury { pri: 0 };
+    let job = engine.admin_key_change(&tube, &key, op).await?;
+    let id = job.stats.id;
+    tracing::info!(action = "bury", id, %tube, %key, peer = %peer.0, "api: job buried by key");
+    ok(StatusCode::OK, job_view(&job))
+}
+
 /// `retime-key`: the key's ready or delayed job due `delay` seconds from now.
 pub(super) async fn delay_key(
     ApiEngine(engine): ApiEngine,

@@ -93,6 +93,7 @@ pub(super) fn router() -> Router<Arc<App>> {
         )
         .route("/tubes/{tube}/keys/{key}/kick", post(changes::kick_key))
         .route("/tubes/{tube}/keys/{key}/delay", post(changes::delay_key))
+        .route("/tubes/{tube}/keys/{key}/bury", post(changes::bury_key))
         .route("/jobs/{id}", get(reads::job).delete(changes::delete))
         .route("/jobs/{id}/body", get(reads::body))
         .route("/jobs/{id}/move", post(changes::move_job))
