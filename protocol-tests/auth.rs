@@ -32,6 +32,10 @@ read = ["emails"]
 [roles.nothing]
 api = "read"
 
+[roles.orders]
+put = ["orders"]
+reserve = ["orders"]
+
 [[token]]
 name = "billing"
 token = "tok-billing-0123456789"
@@ -41,6 +45,11 @@ role = "producer"
 name = "idle"
 token = "tok-nothing-0123456789"
 role = "nothing"
+
+[[token]]
+name = "order-desk"
+token = "tok-orders-0123456789"
+role = "orders"
 
 [[token]]
 name = "mailer"
@@ -479,6 +488,44 @@ fn a_producer_and_a_worker_do_their_own_work_only() {
     w.expect(&format!("delete {mail}"), "FORBIDDEN");
     let (again, _) = w.reserve();
     w.expect(&format!("delete {again}"), "DELETED");
+}
+
+/// A job let go without a reply naming it (here `bury-key`) no longer counts as held
+/// once the connection checks what it holds, at 1,024 ids: a `delete` of it, which a
+/// role without `manage` may send only for its own reservations, is refused.
+#[test]
+fn jobs_let_go_by_key_stop_counting_as_held() {
+    let s = Secured::start(&[]);
+    let mut p = s.plain();
+    p.use_tube("orders");
+    let n = 1024;
+    let ids: Vec<u64> = (0..n)
+        .map(|i| {
+            let put = format!("put 5 0 60 1 idp:o{i}\r\nx\r\n");
+            p.try_call(put.as_bytes(), Duration::from_secs(30))
+                .unwrap()
+                .id()
+                .expect("INSERTED")
+        })
+        .collect();
+    let mut w = s.authed("tok-orders-0123456789", "order-desk");
+    w.use_tube("orders");
+    w.watch_only("orders");
+    for i in 0..n - 1 {
+        let (id, _) = w.reserve();
+        assert_eq!(id, ids[i]);
+        w.expect(&format!("bury-key o{i} 5"), "BURIED");
+    }
+    // The 1,024th reservation makes the check.
+    let (last, _) = w.reserve();
+    assert_eq!(last, ids[n - 1]);
+    w.expect(&format!("delete {}", ids[0]), "FORBIDDEN");
+    assert_eq!(
+        p.cmd(&format!("stats-job {}", ids[0])).word(),
+        "OK",
+        "still there"
+    );
+    w.expect(&format!("delete {last}"), "DELETED");
 }
 
 #[test]

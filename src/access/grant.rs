@@ -7,7 +7,9 @@
 //! grant keeps, up to date after `use`, `watch` and `ignore`, whether the used tube
 //! may be put to and read and whether every watched tube may be reserved from, so a
 //! `put` or a `reserve` looks nothing up. `delete` needs the ids the connection holds
-//! (kept from its RESERVED replies); `peek <id>` and `stats-job <id>` of a role whose
+//! (kept from its RESERVED replies, and checked against the store's holders once they
+//! reach a bound that doubles: a job let go without a reply naming it would otherwise
+//! stay, see [`Grant::held_to_check`]); `peek <id>` and `stats-job <id>` of a role whose
 //! `read` is not `*` need the job's tube, which the caller looks up ([`Verdict::IfTube`]).
 //!
 //! Invariant: a refused command changes nothing (the caller answers FORBIDDEN without
@@ -84,9 +86,17 @@ pub struct Grant {
     read_used: bool,
     /// The role may reserve from every watched tube.
     reserve_watched: bool,
-    /// The jobs this connection reserved and has not deleted, released or buried.
+    /// The jobs this connection reserved and has not deleted, released or buried by
+    /// a reply that names them. A job let go otherwise (`delete-key`, `bury-key`, its
+    /// TTR ran out, an operator deleted it) stays until the connection checks `held`
+    /// against the store ([`Grant::held_to_check`]), once it reaches `check_at`.
     held: HashSet<u64>,
+    check_at: usize,
 }
+
+/// The `held` size at which a connection first checks it against the store; after a
+/// check, twice what was still held (so checks cost O(1) per reserve, amortized).
+pub const HELD_CHECK_AT: usize = 1024;
 
 impl Grant {
     /// A new connection (using and watching `default`) of `identity`, found by `key`
@@ -100,6 +110,7 @@ impl Grant {
             read_used: false,
             reserve_watched: false,
             held: HashSet::new(),
+            check_at: HELD_CHECK_AT,
         };
         let default = TubeName::default_tube();
         g.recompute(&default, std::slice::from_ref(&default));
@@ -132,9 +143,9 @@ impl Grant {
 
     /// Another identity for this connection (a second `auth`).
     pub fn replace(&mut self, other: Grant, using: &TubeName, watching: &[TubeName]) {
-        let held = std::mem::take(&mut self.held);
+        let (held, check_at) = (std::mem::take(&mut self.held), self.check_at);
         *self = other;
-        self.held = held;
+        (self.held, self.check_at) = (held, check_at);
         self.recompute(using, watching);
     }
 
@@ -249,6 +260,21 @@ impl Grant {
             }
             _ => Note::Nothing,
         }
+    }
+
+    /// The held ids to check against the store, once there are `check_at` of them.
+    pub fn held_to_check(&self) -> Option<Vec<u64>> {
+        (self.held.len() >= self.check_at).then(|| self.held.iter().copied().collect())
+    }
+
+    /// Keep, of the ids [`Grant::held_to_check`] gave, only `still` (those the store
+    /// says this connection holds); `None` when the store could not tell (all kept).
+    /// The next check waits for twice as many.
+    pub fn checked_held(&mut self, still: Option<HashSet<u64>>) {
+        if let Some(still) = still {
+            self.held.retain(|id| still.contains(id));
+        }
+        self.check_at = HELD_CHECK_AT.max(2 * self.held.len());
     }
 
     /// Note what a request (`note`), answered `reply`, changed of what the checks look
@@ -377,6 +403,42 @@ mod tests {
             &[tube("default")],
         );
         assert_eq!(g.check_extension(&put), Verdict::Refuse, "not its tube");
+    }
+
+    #[test]
+    fn held_ids_let_go_without_a_reply_naming_them_are_checked_in_doubling_steps() {
+        let mut g = grant("[roles.r]\nreserve = [\"*\"]\n");
+        let d = tube("default");
+        let reserved = |g: &mut Grant, id: u64| {
+            let reply = Reply::Reserved {
+                id,
+                body: bytes::Bytes::new(),
+            };
+            g.after(Note::Nothing, &reply, &d, std::slice::from_ref(&d));
+        };
+        for id in 1..HELD_CHECK_AT as u64 {
+            reserved(&mut g, id);
+        }
+        assert_eq!(g.held_to_check(), None, "below the first check");
+        reserved(&mut g, HELD_CHECK_AT as u64);
+        let ids = g.held_to_check().expect("a check at HELD_CHECK_AT");
+        assert_eq!(ids.len(), HELD_CHECK_AT);
+        // The store still names 10 of them this connection's (delete-key let the
+        // others go): those stay, the rest no longer allow a `delete`.
+        g.checked_held(Some((1..=10).collect()));
+        assert_eq!(g.check(&cmd(Command::Delete(5))), Verdict::Allow);
+        assert_eq!(g.check(&cmd(Command::Delete(11))), Verdict::Refuse);
+        assert_eq!(g.held_to_check(), None);
+        // A store that cannot tell keeps them all, and the next check waits for twice
+        // as many.
+        for id in 2000..2000 + HELD_CHECK_AT as u64 - 10 {
+            reserved(&mut g, id);
+        }
+        assert_eq!(g.held_to_check().map(|v| v.len()), Some(HELD_CHECK_AT));
+        g.checked_held(None);
+        assert_eq!(g.check(&cmd(Command::Delete(2000))), Verdict::Allow);
+        reserved(&mut g, 5000);
+        assert_eq!(g.held_to_check(), None, "the next check is at 2 x 1024");
     }
 
     #[test]

@@ -8,6 +8,9 @@
 //! finding held jobs lists at most [`HELD_SCAN_TUBES`] tubes' reserved jobs (the page's
 //! own used and watched tubes first) and at most [`HELD_SCAN_JOBS`] jobs, in bounded
 //! store calls, and says when it stopped short ([`ClientsPage::held_complete`]).
+//!
+//! Also [`Engine::still_held`]: which of some jobs one connection holds, from the same
+//! holders, for a role's check of what it may `delete` (access/grant.rs).
 
 use std::sync::Arc;
 
@@ -18,7 +21,7 @@ use super::clients::SHOWN_TUBES;
 use super::{Blocked, Engine};
 use crate::protocol::TubeName;
 use crate::store::admin::MAX_LIST;
-use crate::store::{JobId, JobState, ListQuery, Nanos, Store};
+use crate::store::{ConnId, JobId, JobState, ListQuery, Nanos, Store};
 
 /// The largest page of connections.
 pub const MAX_CLIENTS: usize = 1_000;
@@ -186,5 +189,24 @@ impl Engine {
             }
         }
         Ok((held, tubes.len() <= HELD_SCAN_TUBES))
+    }
+
+    /// Which of `ids` connection `conn` holds now (the store's holder of each, one
+    /// lookup per id); `None` when the store could not tell.
+    pub async fn still_held(
+        &self,
+        conn: ConnId,
+        ids: &[JobId],
+    ) -> Option<std::collections::HashSet<u64>> {
+        let now = self.clock.now();
+        let mut held = std::collections::HashSet::new();
+        for &id in ids {
+            let entry = self.store.job_entry(id, now).await.ok()?;
+            let holder = entry.and_then(|e| e.holder);
+            if holder.is_some_and(|h| h.instance.is_none() && h.conn == conn.0) {
+                held.insert(id);
+            }
+        }
+        Some(held)
     }
 }

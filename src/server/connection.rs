@@ -316,6 +316,10 @@ impl<S: ClientStream> Connection<S> {
             if let Some(auth) = &mut self.auth {
                 let (using, watching) = (&session.using, session.watching.as_slice());
                 auth.grant.after(note, &answer.reply, using, watching);
+                if let Some(ids) = auth.grant.held_to_check() {
+                    let still = self.engine.still_held(session.id, &ids).await;
+                    auth.grant.checked_held(still);
+                }
             }
             self.push(answer);
             if self.wbuf.len() >= WRITE_FLUSH_AT && self.flush_for(session).await.is_err() {
