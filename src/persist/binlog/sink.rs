@@ -390,11 +390,13 @@ impl BinlogSink {
         let mut files = lock_files(&self.figures);
         for (r, &with_body) in cut.jobs.iter().zip(written_with_body) {
             if with_body {
-                self.live_bytes += format::job_len(r) as u64;
                 files.insert(r.id, self.out_no);
             }
-            let old = self.jobs.insert(r.id, r.clone());
-            if let (Some(old), true) = (old, with_body) {
+            // The latest record is what a compaction rewrites, so its length counts even
+            // when it came without its body: a release in milliseconds makes a job put in
+            // whole seconds 8 bytes longer, and its delete takes those off again.
+            self.live_bytes += format::job_len(r) as u64;
+            if let Some(old) = self.jobs.insert(r.id, r.clone()) {
                 self.live_bytes -= format::job_len(&old) as u64;
             }
         }

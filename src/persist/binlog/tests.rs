@@ -408,3 +408,27 @@ async fn open_windows_count_as_live_and_survive_compaction() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A change of state written without the body can change the job's record length (a
+/// release in milliseconds of a job put in whole seconds): the live bytes follow it,
+/// and are back to none once the job is deleted.
+#[tokio::test]
+async fn a_record_that_changes_length_keeps_live_bytes_true() {
+    let dir = tempdir("length");
+    let (s, mut sink) = reopen(&dir, 1 << 20);
+    let id = s.put(job("t", 1, 0, b"x"), NOW).await.unwrap();
+    flush(&s, &mut sink).await;
+    let whole = sink.live_bytes();
+    s.reserve_job(C1, id, NOW).await.unwrap();
+    s.release(C1, id, 1, 1500, NOW).await.unwrap();
+    flush(&s, &mut sink).await;
+    assert_eq!(
+        sink.live_bytes(),
+        whole + 8,
+        "a delay in milliseconds: 8 more"
+    );
+    s.delete(C1, id, NOW).await.unwrap();
+    flush(&s, &mut sink).await;
+    assert_eq!(sink.live_bytes(), 0, "no live job");
+    let _ = std::fs::remove_dir_all(&dir);
+}
