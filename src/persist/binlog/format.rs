@@ -220,6 +220,11 @@ fn put_key(out: &mut Vec<u8>, key: &Key) {
     out.extend_from_slice(b);
 }
 
+/// The bytes [`put_window`] appends for `k` (what an open window costs on disk).
+pub fn window_len(k: &KeyRecord) -> usize {
+    FRAME_LEN + 1 + 2 + k.tube.as_str().len() + 1 + k.key.as_str().len() + 8 + 8
+}
+
 /// Append a window record: `k.slot` is a window, or `Free` (the window ended).
 pub fn put_window(out: &mut Vec<u8>, k: &KeyRecord) -> usize {
     let (id, until) = match k.slot {
@@ -561,8 +566,8 @@ mod tests {
         let mut out = Vec::new();
         assert_eq!(put_job(&mut out, &keyed, true), job_len(&keyed));
         assert_eq!(out[FRAME_LEN], KIND_JOB_KEYED);
-        put_window(&mut out, &window);
-        put_window(&mut out, &ended);
+        assert_eq!(put_window(&mut out, &window), window_len(&window));
+        assert_eq!(put_window(&mut out, &ended), window_len(&ended));
         let out = Bytes::from(out);
         let (mut at, mut got) = (0, Vec::new());
         while at < out.len() {

@@ -4,21 +4,23 @@
 //!
 //! The sink mirrors what the log holds live (each job's latest record, sharing its
 //! body with the store; the file holding each job's body is in
-//! [`LogFigures::job_files`], where `stats-job` reads it), so it knows the live bytes
-//! and can rewrite live jobs without asking the store.
+//! [`LogFigures::job_files`], where `stats-job` reads it; the open dedupe windows), so
+//! it knows the live bytes and can rewrite live jobs and windows without asking the
+//! store.
 //!
 //! Compaction: once the files hold more than 2 × live bytes + one file, the sink rolls
 //! to a new file `K`, writes every tube there, and then, ahead of each batch's own
-//! records, rewrites a bounded chunk of the jobs whose bodies are in files before `K`
-//! (the rewrite goes first, so the batch's newer records win at replay). When none is
-//! left, files before `K` are deleted (after an fsync of `K`, unless `-F`). Commands
-//! never wait for more than one chunk.
+//! records, rewrites a bounded chunk of the windows open when it began and of the jobs
+//! whose bodies are in files before `K` (the rewrite goes first, so the batch's newer
+//! records win at replay). When none is left, files before `K` are deleted (after an
+//! fsync of `K`, unless `-F`). Commands never wait for more than one chunk.
 //!
 //! A full disk (see `room`): puts are refused before they make a job; the other
 //! batches go into the current file's reserve, past `-s` if need be (no new file is
 //! started, no compaction begins or rewrites, while full).
 //!
-//! Invariants: the mirror changes only after a write succeeded; a failed write is cut
+//! Invariants: the mirror changes only after a write succeeded; `live_bytes` is the
+//! sum of each mirrored job's and window's record length; a failed write is cut
 //! off the file (or, if that fails too, the next write starts a new file), so no torn
 //! record is ever followed by good ones in the same file; a new file that cannot be
 //! started whole is removed again, so its number stays free for the next try.
@@ -45,7 +47,8 @@ use crate::store::memory::{Cut, JobRecord, Stored, TubeRecord};
 use crate::store::{JobId, LogFigures, StoreError};
 use crate::util::lock;
 
-/// A compaction rewrites at most this much per batch, so no batch waits long for it.
+/// A compaction rewrites at most this much per batch (windows and jobs together), so
+/// no batch waits long for it and no write buffer grows past about this.
 const REWRITE_RECORDS: usize = 2_000;
 const REWRITE_BYTES: usize = 1 << 20;
 /// After a new file could not be started, the next try waits this long (one warning
@@ -60,9 +63,43 @@ struct Compaction {
     from: u64,
     /// Jobs that may still have their bodies in files before `from`.
     pending: Vec<JobId>,
+    /// Windows open when the compaction began (their records are in files before
+    /// `from`), still to rewrite. One that ends meanwhile is skipped; one reopened
+    /// meanwhile is rewritten again, harmlessly (its latest record, once more).
+    windows: Vec<(TubeName, Key)>,
     tubes_written: bool,
     started: Instant,
     disk_before: u64,
+}
+
+/// What one batch carried of a compaction.
+#[derive(Debug, Default, Clone, Copy)]
+struct Rewritten {
+    /// Pending jobs consumed (rewritten, or found gone or moved already).
+    jobs: usize,
+    /// Pending windows consumed (rewritten, or found ended).
+    windows: usize,
+    /// Job records written (`binlog-records-*` count jobs' records only).
+    job_records: u64,
+}
+
+/// A compaction's share of one batch: [`REWRITE_RECORDS`] records or
+/// [`REWRITE_BYTES`], whichever comes first.
+#[derive(Debug, Default)]
+struct Chunk {
+    records: usize,
+    bytes: usize,
+}
+
+impl Chunk {
+    fn is_full(&self) -> bool {
+        self.records >= REWRITE_RECORDS || self.bytes >= REWRITE_BYTES
+    }
+
+    fn add(&mut self, bytes: usize) {
+        self.records += 1;
+        self.bytes += bytes;
+    }
 }
 
 #[derive(Debug)]
@@ -82,9 +119,9 @@ pub struct BinlogSink {
     /// `figures.job_files`).
     jobs: HashMap<JobId, JobRecord>,
     tubes: HashMap<TubeName, TubeRecord>,
-    /// Open dedupe windows (rewritten with the tubes by a compaction).
+    /// Open dedupe windows (rewritten in chunks, as the jobs, by a compaction).
     windows: HashMap<(TubeName, Key), KeyRecord>,
-    /// Bytes a log holding only the live jobs would take.
+    /// Bytes a log holding only the live jobs and the open windows would take.
     live_bytes: u64,
     compaction: Option<Compaction>,
     buf: Vec<u8>,
@@ -171,6 +208,13 @@ impl BinlogSink {
             job_files.insert(id, live.file);
             jobs.insert(id, live.record);
         }
+        // Windows are live data too: uncounted, a million of them would look like a
+        // log of dead records and be compacted (and rewritten) over and over.
+        live_bytes += replayed
+            .windows
+            .values()
+            .map(|w| format::window_len(w) as u64)
+            .sum::<u64>();
         *lock_files(&figures) = job_files;
         figures.max_size.store(config.file_size, Ordering::Relaxed);
         let sink = BinlogSink {
@@ -208,7 +252,8 @@ impl BinlogSink {
         f.current_index.store(self.out_no, Ordering::Relaxed);
     }
 
-    /// Bytes a log holding only the live jobs would take (what compaction aims at).
+    /// Bytes a log holding only the live jobs and the open windows would take (what
+    /// compaction aims at).
     pub fn live_bytes(&self) -> u64 {
         self.live_bytes
     }
@@ -279,38 +324,44 @@ impl BinlogSink {
     }
 
     /// Append the compaction's share of this batch to `buf`: the tubes at its start,
-    /// then a bounded chunk of old jobs (none while the disk is full: the reserve is
-    /// for clients' changes). Returns how many pending jobs it consumed, and how many
-    /// job records it wrote.
-    fn encode_rewrites(&mut self) -> (usize, u64) {
+    /// then one [`Chunk`] of the pending windows and old jobs (none while the disk is
+    /// full: the reserve is for clients' changes).
+    fn encode_rewrites(&mut self) -> Rewritten {
+        let mut done = Rewritten::default();
         let Some(c) = self.compaction.as_mut() else {
-            return (0, 0);
+            return done;
         };
         if !c.tubes_written {
             for t in self.tubes.values() {
                 format::put_tube(&mut self.buf, t);
             }
-            for w in self.windows.values() {
-                format::put_window(&mut self.buf, w);
-            }
         }
         if self.room.is_full() {
-            return (0, 0);
+            return done;
         }
-        let files = lock_files(&self.figures);
-        let (mut records, mut bytes, mut consumed) = (0, 0, 0);
-        for id in c.pending.iter().rev() {
-            if records >= REWRITE_RECORDS || bytes >= REWRITE_BYTES {
+        let mut chunk = Chunk::default();
+        for at in c.windows.iter().rev() {
+            if chunk.is_full() {
                 break;
             }
-            consumed += 1;
-            let old = files.get(id).is_some_and(|&f| f < c.from);
-            if let Some(job) = self.jobs.get(id).filter(|_| old) {
-                bytes += format::put_job(&mut self.buf, job, true);
-                records += 1;
+            done.windows += 1;
+            if let Some(w) = self.windows.get(at) {
+                chunk.add(format::put_window(&mut self.buf, w));
             }
         }
-        (consumed, records as u64)
+        let files = lock_files(&self.figures);
+        for id in c.pending.iter().rev() {
+            if chunk.is_full() {
+                break;
+            }
+            done.jobs += 1;
+            let old = files.get(id).is_some_and(|&f| f < c.from);
+            if let Some(job) = self.jobs.get(id).filter(|_| old) {
+                chunk.add(format::put_job(&mut self.buf, job, true));
+                done.job_records += 1;
+            }
+        }
+        done
     }
 
     /// Write `buf` at the end of the current file (and to the disk, with `-f 0`).
@@ -335,15 +386,17 @@ impl BinlogSink {
     }
 
     /// After a successful write: what the log now holds.
-    fn apply(&mut self, cut: &Cut, written_with_body: &[bool], consumed: usize) {
+    fn apply(&mut self, cut: &Cut, written_with_body: &[bool], rewritten: Rewritten) {
         let mut files = lock_files(&self.figures);
         for (r, &with_body) in cut.jobs.iter().zip(written_with_body) {
             if with_body {
-                self.live_bytes += format::job_len(r) as u64;
                 files.insert(r.id, self.out_no);
             }
-            let old = self.jobs.insert(r.id, r.clone());
-            if let (Some(old), true) = (old, with_body) {
+            // The latest record is what a compaction rewrites, so its length counts even
+            // when it came without its body: a release in milliseconds makes a job put in
+            // whole seconds 8 bytes longer, and its delete takes those off again.
+            self.live_bytes += format::job_len(r) as u64;
+            if let Some(old) = self.jobs.insert(r.id, r.clone()) {
                 self.live_bytes -= format::job_len(&old) as u64;
             }
         }
@@ -362,14 +415,20 @@ impl BinlogSink {
         }
         for k in &cut.keys {
             let at = (k.tube.clone(), k.key.clone());
-            match k.slot {
-                KeySlot::Window { .. } => self.windows.insert(at, k.clone()),
-                _ => self.windows.remove(&at),
-            };
+            if matches!(k.slot, KeySlot::Window { .. }) {
+                self.live_bytes += format::window_len(k) as u64;
+                if let Some(old) = self.windows.insert(at, k.clone()) {
+                    self.live_bytes -= format::window_len(&old) as u64;
+                }
+            } else if let Some(old) = self.windows.remove(&at) {
+                self.live_bytes -= format::window_len(&old) as u64;
+            }
         }
         if let Some(c) = self.compaction.as_mut() {
             c.tubes_written = true;
-            let keep = c.pending.len() - consumed;
+            let keep = c.windows.len() - rewritten.windows;
+            c.windows.truncate(keep);
+            let keep = c.pending.len() - rewritten.jobs;
             for id in c.pending.drain(keep..) {
                 if let Some(file) = files.get_mut(&id).filter(|f| **f < c.from) {
                     *file = self.out_no;
@@ -379,10 +438,10 @@ impl BinlogSink {
     }
 
     /// Begin a compaction when the log holds too much that is dead; finish one that
-    /// has rewritten every old job.
+    /// has rewritten every old job and window.
     async fn compact(&mut self) {
         if let Some(c) = &self.compaction {
-            if !c.pending.is_empty() || !c.tubes_written {
+            if !c.pending.is_empty() || !c.windows.is_empty() || !c.tubes_written {
                 return;
             }
             if self.config.fsync != Fsync::Never {
@@ -447,6 +506,7 @@ impl BinlogSink {
         self.compaction = Some(Compaction {
             from,
             pending,
+            windows: self.windows.keys().cloned().collect(),
             tubes_written: false,
             started: Instant::now(),
             disk_before: disk,
@@ -514,7 +574,7 @@ impl BinlogSink {
                 .map_err(io_err("binlog: start a new file"))?;
         }
         self.buf.clear();
-        let (consumed, rewritten) = self.encode_rewrites();
+        let rewritten = self.encode_rewrites();
         let mut with_body = Vec::with_capacity(cut.jobs.len());
         for r in &cut.jobs {
             // A replaced job (`Stored::Unknown`) has a new body.
@@ -559,17 +619,17 @@ impl BinlogSink {
         self.out_len += self.buf.len() as u64;
         self.room.wrote(self.out_len);
         self.files.insert(self.out_no, self.out_len);
-        self.apply(cut, &with_body, consumed);
+        self.apply(cut, &with_body, rewritten);
         // A record per job written or deleted, compaction's rewrites included (the
         // reference counts its own records so); changes that coalesced in memory
         // before the write (a job put and deleted) are no record.
-        let written = (cut.jobs.len() + cut.gone.len()) as u64 + rewritten;
+        let written = (cut.jobs.len() + cut.gone.len()) as u64 + rewritten.job_records;
         self.figures
             .records_written
             .fetch_add(written, Ordering::Relaxed);
         self.figures
             .records_migrated
-            .fetch_add(rewritten, Ordering::Relaxed);
+            .fetch_add(rewritten.job_records, Ordering::Relaxed);
         self.compact().await;
         self.publish();
         Ok(())

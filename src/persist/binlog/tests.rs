@@ -1,16 +1,23 @@
 //! Unit tests of the binlog sink and replay, in process: a journaled memory store's cuts
 //! written through the sink, read back; compaction keeps the log bounded and loses
-//! nothing; damage keeps every record before it.
+//! nothing (dedupe windows included, which count as live); damage keeps every record
+//! before it.
 
 use std::io::Write;
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 
 use super::{BinlogConfig, Fsync, open};
 use crate::protocol::TubeName;
+use crate::protocol::ext::{Key, KeyMode, Millis, PutKey};
+use crate::store::keys::KeyState;
 use crate::store::memory::CutLimit;
-use crate::store::{ConnId, JobState, MemoryStore, NANOS_PER_SEC, NewJob, Store};
+use crate::store::{
+    ConnId, JobState, KeyedPut, LogFigures, MemoryStore, NANOS_PER_SEC, NewJob, Store,
+};
 
 const NOW: u64 = 1_700_000_000 * NANOS_PER_SEC;
 const C1: ConnId = ConnId(1);
@@ -52,8 +59,27 @@ fn disk(dir: &Path) -> u64 {
 
 /// Open `dir`, restore a store from it, and hand both over.
 fn reopen(dir: &Path, file_size: u64) -> (MemoryStore, super::BinlogSink) {
+    let (s, sink, _) = reopen_with_figures(dir, file_size);
+    (s, sink)
+}
+
+/// [`reopen`], and the `binlog-*` figures the sink keeps.
+fn reopen_with_figures(
+    dir: &Path,
+    file_size: u64,
+) -> (MemoryStore, super::BinlogSink, Arc<LogFigures>) {
     let opened = open(config(dir, file_size)).unwrap();
-    (MemoryStore::restored(opened.snapshot, NOW), opened.sink)
+    let figures = opened.figures.clone();
+    (
+        MemoryStore::restored(opened.snapshot, NOW),
+        opened.sink,
+        figures,
+    )
+}
+
+/// The figure `field` of `figures` now.
+fn figure(figures: &LogFigures, field: fn(&LogFigures) -> &AtomicU64) -> u64 {
+    field(figures).load(Ordering::Relaxed)
 }
 
 async fn flush(s: &MemoryStore, sink: &mut super::BinlogSink) {
@@ -292,14 +318,8 @@ async fn an_os_error_is_printed_once() {
 #[tokio::test]
 async fn records_written_counts_what_reaches_the_log() {
     let dir = tempdir("records");
-    let opened = open(config(&dir, 1 << 20)).unwrap();
-    let figures = opened.figures.clone();
-    let (s, mut sink) = (MemoryStore::restored(opened.snapshot, NOW), opened.sink);
-    let written = || {
-        figures
-            .records_written
-            .load(std::sync::atomic::Ordering::Relaxed)
-    };
+    let (s, mut sink, figures) = reopen_with_figures(&dir, 1 << 20);
+    let written = || figure(&figures, |f| &f.records_written);
     let id = s.put(job("t", 1, 0, b"x"), NOW).await.unwrap();
     s.delete(C1, id, NOW).await.unwrap();
     flush(&s, &mut sink).await;
@@ -309,5 +329,106 @@ async fn records_written_counts_what_reaches_the_log() {
     s.delete(C1, id, NOW).await.unwrap();
     flush(&s, &mut sink).await;
     assert_eq!(written(), 2, "a put and its delete in two writes");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Dedupe windows are live data: many open windows (no live job) do not make the log
+/// compact at every write, a compaction rewrites them a chunk at a time (no file grows
+/// far past `-s`), and after compactions and a restart each key still dedupes to its
+/// deleted job.
+#[tokio::test]
+async fn open_windows_count_as_live_and_survive_compaction() {
+    const KEYS: usize = 20_000;
+    const PER_FLUSH: usize = 100;
+    let dir = tempdir("windows");
+    let file_size = 64 << 10;
+    let (s, mut sink, figures) = reopen_with_figures(&dir, file_size);
+    let oldest = || figure(&figures, |f| &f.oldest_index);
+    let pk = |i: usize| PutKey {
+        key: Key::new(format!("k-{i:05}").as_bytes()).unwrap(),
+        mode: KeyMode::Dedupe,
+        window: Millis::new(3_600_000).unwrap(),
+    };
+    let (mut compactions, mut last_oldest, mut peak_file) = (0, oldest(), 0);
+    let mut ids = Vec::with_capacity(KEYS);
+    for chunk in (0..KEYS).collect::<Vec<_>>().chunks(PER_FLUSH) {
+        let mut batch = Vec::new();
+        for &i in chunk {
+            let put = s.put_keyed(job("keys", 1, 0, b"body"), &pk(i), NOW).await;
+            let Ok(KeyedPut::Inserted(id)) = put else {
+                panic!("key {i}: a new key makes a job: {put:?}");
+            };
+            batch.push(id);
+        }
+        flush(&s, &mut sink).await;
+        for &id in &batch {
+            assert!(s.delete(C1, id, NOW).await.unwrap());
+        }
+        ids.extend(batch);
+        flush(&s, &mut sink).await;
+        // A compaction ends by deleting the files before its own: the oldest advances.
+        if oldest() != last_oldest {
+            compactions += 1;
+            last_oldest = oldest();
+        }
+        for e in std::fs::read_dir(&dir).unwrap() {
+            peak_file = peak_file.max(e.unwrap().metadata().unwrap().len());
+        }
+    }
+    let live = sink.live_bytes();
+    println!(
+        "binlog windows: {KEYS} keyed puts and deletes ({} flushes), windows open: \
+         {compactions} compactions, live {live} bytes, largest file {peak_file} bytes, \
+         disk {} bytes, file size {file_size}",
+        2 * KEYS / PER_FLUSH,
+        disk(&dir)
+    );
+    assert!(compactions >= 1, "no compaction ran");
+    assert!(!dir.join("binlog.1").exists(), "the first file was kept");
+    assert!(
+        compactions <= 20,
+        "{compactions} compactions: the windows are not counted as live"
+    );
+    assert!(
+        peak_file <= 4 * file_size,
+        "a file of {peak_file} bytes (-s {file_size}): the windows were not rewritten \
+         in chunks"
+    );
+    drop(sink);
+    let (back, _sink) = reopen(&dir, file_size);
+    for (i, &id) in ids.iter().enumerate() {
+        let put = back
+            .put_keyed(job("keys", 1, 0, b"again"), &pk(i), NOW)
+            .await;
+        assert_eq!(
+            put.unwrap(),
+            KeyedPut::Existing(id, KeyState::Deleted),
+            "key {i} after compaction and restart"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A change of state written without the body can change the job's record length (a
+/// release in milliseconds of a job put in whole seconds): the live bytes follow it,
+/// and are back to none once the job is deleted.
+#[tokio::test]
+async fn a_record_that_changes_length_keeps_live_bytes_true() {
+    let dir = tempdir("length");
+    let (s, mut sink) = reopen(&dir, 1 << 20);
+    let id = s.put(job("t", 1, 0, b"x"), NOW).await.unwrap();
+    flush(&s, &mut sink).await;
+    let whole = sink.live_bytes();
+    s.reserve_job(C1, id, NOW).await.unwrap();
+    s.release(C1, id, 1, 1500, NOW).await.unwrap();
+    flush(&s, &mut sink).await;
+    assert_eq!(
+        sink.live_bytes(),
+        whole + 8,
+        "a delay in milliseconds: 8 more"
+    );
+    s.delete(C1, id, NOW).await.unwrap();
+    flush(&s, &mut sink).await;
+    assert_eq!(sink.live_bytes(), 0, "no live job");
     let _ = std::fs::remove_dir_all(&dir);
 }
