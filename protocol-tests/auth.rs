@@ -511,9 +511,9 @@ fn jobs_let_go_by_key_stop_counting_as_held() {
     let mut w = s.authed("tok-orders-0123456789", "order-desk");
     w.use_tube("orders");
     w.watch_only("orders");
-    for i in 0..n - 1 {
+    for (i, &want) in ids.iter().enumerate().take(n - 1) {
         let (id, _) = w.reserve();
-        assert_eq!(id, ids[i]);
+        assert_eq!(id, want);
         w.expect(&format!("bury-key o{i} 5"), "BURIED");
     }
     // The 1,024th reservation makes the check.
