@@ -62,6 +62,9 @@
 //!    worth are buried), and the reclaim of a lost reserve among 2,500 reservations all
 //!    finish over several calls of at most `SCRIPT_CHUNK` jobs each.
 //!
+//! 4. Dedupe windows past their end in Redis (`contract_windows.rs`): swept by the
+//!    tick, and dropped before a delete evicts an open one, never counted as evicted.
+//!
 //! Environment: `REDSTALK_STORE_SEED` (one seed or a comma-separated list, decimal or
 //! 0x-hex; default: three fixed seeds plus one from the clock, printed),
 //! `REDSTALK_STORE_OPS` (operations per seed, default 1000). On a mismatch the test
@@ -79,6 +82,7 @@
 mod contract_admin;
 mod contract_batch;
 mod contract_keys;
+mod contract_windows;
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -1013,15 +1017,22 @@ static PREFIXES: AtomicU64 = AtomicU64::new(0);
 
 /// A fresh Redis store: a prefix no other store of this process uses.
 async fn redis_store(url: &str, label: &str) -> RedisStore {
+    redis_store_with_prefix(url, label).await.0
+}
+
+/// [`redis_store`], and its prefix (for a test that reads its keys in Redis).
+async fn redis_store_with_prefix(url: &str, label: &str) -> (RedisStore, String) {
     let n = PREFIXES.fetch_add(1, Ordering::Relaxed);
+    let prefix = format!("rs-contract-{}-{label}-{n}", std::process::id());
     let config = RedisConfig {
         url: url.to_string(),
-        prefix: format!("rs-contract-{}-{label}-{n}", std::process::id()),
+        prefix: prefix.clone(),
         ..RedisConfig::default()
     };
-    RedisStore::connect(&config)
+    let store = RedisStore::connect(&config)
         .await
-        .unwrap_or_else(|e| panic!("connect to {url}: {e}"))
+        .unwrap_or_else(|e| panic!("connect to {url}: {e}"));
+    (store, prefix)
 }
 
 /// Start a private redis-server, or `None` (said loudly) when it is not installed and

@@ -121,10 +121,18 @@ impl TubeKeys {
     }
 }
 
+/// What a tube's key names hold between the namespace's tag and the tube's name
+/// (`{<prefix>}:t:<tube>:<name>`): the one spelling [`Keys`] and the scripts' generated
+/// `tube_key_of` share.
+const TUBE_INFIX: &str = ":t:";
+
 /// The Lua that names the KEYS of a call, prepended to every script (before the
 /// prelude): for each group its size (`N_TUBE_KEYS`), each key's offset in it
 /// (`TUBE_READY`), and a function that names the keys of a group starting at KEYS index
 /// `b` (`tube_group(b).ready`). Plain constructors, not loops: this runs on every call.
+/// Then `tube_key_of(tag, tube, name)`, one key of a tube the call was not given (a
+/// dedupe window names its tube only in the namespace's window set), spelt as
+/// [`Keys`] spells it.
 pub fn lua_key_layout() -> String {
     let reserve_names: Vec<&str> = RESERVE_KEYS.iter().map(|k| k.name()).collect();
     let mut lua = String::from("-- Generated from keys.rs (TubeKey, NsKey, RESERVE_KEYS).\n");
@@ -153,6 +161,10 @@ pub fn lua_key_layout() -> String {
             fields.join(", ")
         );
     }
+    let _ = writeln!(
+        lua,
+        "local function tube_key_of(tag, tube, name)\n  return tag .. '{TUBE_INFIX}' .. tube .. ':' .. name\nend"
+    );
     lua
 }
 
@@ -314,7 +326,7 @@ impl Keys {
     }
 
     fn format_key(&self, tube: &str, key: TubeKey) -> String {
-        format!("{}:t:{tube}:{}", self.tag, key.name())
+        format!("{}{TUBE_INFIX}{tube}:{}", self.tag, key.name())
     }
 
     /// The hash of use/watch references held by connections of one instance, so that a

@@ -91,6 +91,7 @@ impl RedisStore {
             refs,
             wake: Mutex::new(Some(wake_rx)),
             next_heartbeat: Mutex::new(0),
+            next_window_sweep: Mutex::new(0),
             eviction: EvictionChecks::default(),
             windows_max: crate::store::KeyLimits::WINDOWS_MAX.into(),
         };

@@ -26,7 +26,8 @@
 //! - `held`: the reservations this instance's connections hold.
 //! - `reclaim`: owner tokens of reserve attempts, and undoing those whose answer was lost.
 //! - `refs`: this instance's tube references and the task that keeps them in Redis.
-//! - `ticks`: the timer's tick: due work a tube at a time, damaged tubes set aside.
+//! - `ticks`: the timer's tick: due work a tube at a time, damaged tubes set aside,
+//!   the sweep of ended dedupe windows.
 //! - `liveness`: the heartbeat, and dropping the references of dead instances.
 //! - `eviction`: the eviction policy check (`crate::redis::policy`) at start and on
 //!   the heartbeat.
@@ -35,8 +36,9 @@
 //!
 //! Ownership: Redis owns the jobs. This store owns only its view of its connections'
 //! reservations (`held`), its reference counts (`refs`), the tokens of reserve attempts
-//! whose answer was lost (`reclaim`), and when its checks are due (`liveness`,
-//! `eviction`): nothing is process-wide, so several stores may share a process.
+//! whose answer was lost (`reclaim`), and when its checks and sweeps are due
+//! (`liveness`, `eviction`, `ticks`): nothing is process-wide, so several stores may
+//! share a process.
 
 mod admin;
 mod batch;
@@ -89,6 +91,8 @@ pub struct RedisStore {
     refs: References,
     wake: Mutex<Option<mpsc::UnboundedReceiver<TubeName>>>,
     next_heartbeat: Mutex<Nanos>,
+    /// When the tick next sweeps the ended dedupe windows (ticks.rs).
+    next_window_sweep: Mutex<Nanos>,
     eviction: EvictionChecks,
     /// `--key-windows-max`, handed to the scripts that may open a dedupe window.
     windows_max: std::sync::atomic::AtomicU64,

@@ -76,7 +76,8 @@ fn compose(prelude: &str, body: &str, read_only: bool) -> (String, Vec<NsKey>) {
         .copied()
         .filter(|k| read.iter().any(|r| r == k.name()))
         .collect();
-    let prelude = prelude_for(prelude, &ns_group(&ns), body);
+    let tag = read.iter().any(|r| r == TAG);
+    let prelude = prelude_for(prelude, &ns_group(&ns, tag), body);
     // `#!lua` first (Redis 7's script flags): a script may then touch only keys of the
     // slot of its declared keys on a Redis Cluster, and every script's keys are one
     // namespace's (keys.rs).
@@ -88,14 +89,26 @@ fn compose(prelude: &str, body: &str, read_only: bool) -> (String, Vec<NsKey>) {
     (format!("{shebang}\n{prelude}\n{body}"), ns)
 }
 
+/// The field of `G` that holds the namespace's hash tag, `{<prefix>}`, for a script
+/// that names a key it is not given (`tube_key_of` in the layout): not a key, so in
+/// `G` only when the script reads it.
+const TAG: &str = "tag";
+
 /// The Lua naming the namespace's keys of a call that passes only `ns` of them: in
-/// place of the layout's group of every key (`lua_key_layout`), same names.
-fn ns_group(ns: &[NsKey]) -> String {
-    let fields: Vec<String> = ns
+/// place of the layout's group of every key (`lua_key_layout`), same names. With `tag`,
+/// also `G.tag`: the hash tag that starts every key of the namespace (keys.rs; a
+/// prefix holds no brace, so the tag is the balanced `{...}` at the start of the first
+/// key), read from the key rather than cut at a length, so it holds whatever keys the
+/// call passes.
+fn ns_group(ns: &[NsKey], tag: bool) -> String {
+    let mut fields: Vec<String> = ns
         .iter()
         .enumerate()
         .map(|(i, k)| format!("{} = KEYS[b + {i}]", k.name()))
         .collect();
+    if tag {
+        fields.push(format!("{TAG} = string.match(KEYS[b], '^%b{{}}')"));
+    }
     format!(
         "local N_NS_KEYS = {}\nlocal function ns_group(b)\n  return {{ {} }}\nend\n",
         ns.len(),
@@ -176,6 +189,7 @@ scripts! {
     flush: Flushed,
     put_key: KeyReply,
     by_key: KeyReply,
+    windows: u64,
 }
 
 /// Runs scripts on the shared connection: the one place a call's KEYS are laid out.
@@ -417,7 +431,7 @@ mod tests {
             for (table, names) in [('T', TubeKey::NAMES), ('G', NsKey::NAMES)] {
                 for name in fields_read(&source, table) {
                     assert!(
-                        names.contains(&name.as_str()),
+                        names.contains(&name.as_str()) || (table == 'G' && name == TAG),
                         "{}: {table}.{name} is not a key of the layout",
                         path.display()
                     );
@@ -462,6 +476,28 @@ mod tests {
             assert_eq!(text.matches("local N_NS_KEYS").count(), 1);
             assert_eq!(text.matches("local function ns_group").count(), 1);
         }
+    }
+
+    /// Only a script that names keys it is not given (the window sweep, and every
+    /// delete, through `end_windows`) has the namespace's tag in `G` and the layout's
+    /// `tube_key_of`; the others do not pay for them.
+    #[test]
+    fn only_scripts_naming_keys_they_are_not_given_read_the_tag() {
+        let prelude = format!("{}\n{}", lua_key_layout(), include_str!("lua/prelude.lua"));
+        let tag = "tag = string.match(KEYS[b], '^%b{}')";
+        for body in [
+            include_str!("lua/windows.lua"),
+            include_str!("lua/delete.lua"),
+        ] {
+            let (text, ns) = compose(&prelude, body, false);
+            assert!(text.contains(tag) && text.contains("local function tube_key_of"));
+            assert!(ns.contains(&NsKey::Keywin), "{ns:?}");
+        }
+        let (text, _) = compose(&prelude, include_str!("lua/reserve.lua"), false);
+        assert!(
+            !text.contains(tag) && !text.contains("tube_key_of"),
+            "{text}"
+        );
     }
 
     /// Every script compiles: the shared mode's (as composed: layout, shaken prelude,

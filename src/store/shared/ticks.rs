@@ -1,6 +1,11 @@
 //! The Redis store's tick: what is due (delayed jobs, lapsed reservations, ended
-//! pauses), a tube at a time in bounded calls, then undoing lost reserve attempts and
-//! the heartbeat, so neither delays a timer.
+//! pauses), a tube at a time in bounded calls, then undoing lost reserve attempts, the
+//! sweep of ended dedupe windows and the heartbeat, so none delays a timer.
+//!
+//! The window sweep (`windows.lua`, at most every [`WINDOW_SWEEP_EVERY`], one call of
+//! at most [`SCRIPT_CHUNK`] windows) is what ends a window when no delete comes to end
+//! it: a lookup of its key treats it as gone from its end, but it holds its members in
+//! Redis until something removes it. It runs sooner while a call finds a full chunk.
 //!
 //! Invariants: a tube whose data is damaged never stops the others: a job without meta
 //! is dropped and reported by the script, a tube whose script still fails is set aside
@@ -15,9 +20,15 @@ use crate::protocol::TubeName;
 use crate::redis::keys::NsKey;
 use crate::redis::{Code, US};
 use crate::store::{Nanos, StoreError, StoreResult};
+use crate::util::lock;
 
 /// How long a tube whose timers fail is set aside before its next try.
 const SET_ASIDE: Duration = Duration::from_secs(10);
+
+/// How often the ended dedupe windows are swept, while a sweep leaves none behind:
+/// a window past its end already reads as gone, so the sweep only frees its memory
+/// and need not cost a call on every tick.
+const WINDOW_SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 impl RedisStore {
     /// A tick of the timer (see [`crate::store::Store::tick`]).
@@ -53,6 +64,9 @@ impl RedisStore {
         let beat = self.heartbeat(now).await;
         if let Err(err) = self.reclaim_lost(&mut woken).await {
             tracing::debug!(%err, "undoing lost reserve attempts failed; the next tick retries");
+        }
+        if let Err(err) = self.sweep_windows(now).await {
+            tracing::debug!(%err, "sweeping ended dedupe windows failed; the next tick retries");
         }
         // The heartbeat may have found the namespace gone (an instance with nothing to
         // do notices within a heartbeat).
@@ -91,6 +105,30 @@ impl RedisStore {
                 return Ok(woke);
             }
         }
+    }
+
+    /// End the dedupe windows past their end (and any over `--key-windows-max`), one
+    /// bounded call, when [`WINDOW_SWEEP_EVERY`] has passed since the last sweep or
+    /// that one found a full chunk (more may be waiting).
+    async fn sweep_windows(&self, now: Nanos) -> StoreResult<()> {
+        {
+            let mut next = lock(&self.next_window_sweep);
+            if now < *next {
+                return Ok(());
+            }
+            *next = now + WINDOW_SWEEP_EVERY.as_nanos() as u64;
+        }
+        let ended = self
+            .run
+            .call(|s| &s.windows, &[], &[] as &[&str])
+            .arg(self.windows_max())
+            .arg(SCRIPT_CHUNK)
+            .run()
+            .await?;
+        if ended >= u64::from(SCRIPT_CHUNK) {
+            *lock(&self.next_window_sweep) = now;
+        }
+        Ok(())
     }
 
     /// Move `tube`'s due time [`SET_ASIDE`] ahead: its tick failed with `err`.

@@ -291,18 +291,44 @@ local function key_lookup(T, G, tube, key, now)
   return nil
 end
 
--- The windows over `max` end now, those nearest their end first (their keys freed in
--- their tubes' `keys` hashes, named from the window set's: every key of a namespace
--- shares its hash tag, so its slot). Returns how many.
-local function evict_windows(G, max)
-  local over = redis.call('ZCARD', G.keywin) - max
+-- The most ended windows a delete frees before it opens its own (see `end_windows`):
+-- the window set is kept short as it grows, at a bounded cost per delete.
+local WINDOWS_PER_DELETE = 100
+
+-- Window member `m` ("<tube>\n<key>", out of the window set) is over: its key is freed
+-- in its tube's `keys` hash, unless the entry there now names the key's live job (what
+-- `key_lookup` calls live: a job with this key), which a window's end must not free.
+-- The tube's keys are named from the member (every key of a namespace shares its hash
+-- tag, so its slot; `G.tag`).
+local function end_window(G, m)
+  local tube, key = string.match(m, '^(.-)\n(.*)$')
+  local T = { keys = tube_key_of(G.tag, tube, 'keys'), jobs = tube_key_of(G.tag, tube, 'jobs') }
+  local id = redis.call('HGET', T.keys, key)
+  if not id then return end
+  local j = get_job(T, id)
+  if j and j[KEY] == key then return end
+  redis.call('HDEL', T.keys, key)
+end
+
+-- At `now`: the windows past their end go (uncounted: they ran their course), then
+-- those over `max`, nearest their end first (counted in stats' key_windows_evicted:
+-- they end early), at most `budget` of each, so a call's work stays bounded however
+-- many have piled up (the timer's sweep, windows.lua, takes the rest). The memory
+-- store's `sweep_windows` does the same. Returns how many past their end went.
+local function end_windows(G, max, now, budget)
+  local ended = redis.call('ZRANGEBYSCORE', G.keywin, '-inf', now, 'LIMIT', 0, budget)
+  for _, m in ipairs(ended) do
+    end_window(G, m)
+  end
+  if ended[1] then redis.call('ZREM', G.keywin, unpack(ended)) end
+  local over = math.min(redis.call('ZCARD', G.keywin) - max, budget)
   for _ = 1, over do
-    local tube, key = string.match(redis.call('ZPOPMIN', G.keywin)[1], '^(.-)\n(.*)$')
-    redis.call('HDEL', string.sub(G.keywin, 1, -8) .. ':t:' .. tube .. ':keys', key)
+    end_window(G, redis.call('ZPOPMIN', G.keywin)[1])
   end
   if over > 0 then
     redis.call('HINCRBY', G.stats, 'key_windows_evicted', over)
   end
+  return #ended
 end
 
 -- Job `id` (meta `j`) of `tube` is being deleted: its key is freed, or with `window`
@@ -313,20 +339,22 @@ local function end_key(T, G, tube, id, j, now, window, max)
   local ms = tonumber(j[WINDOW_MS] or 0)
   if window and ms > 0 then
     redis.call('ZADD', G.keywin, now + ms * 1000, win_member(tube, key))
-    evict_windows(G, max)
+    end_windows(G, max, now, WINDOWS_PER_DELETE)
   else
     redis.call('HDEL', T.keys, key)
   end
 end
 
 -- Delete job `id` (meta `j`) of `tube`: its key freed or its window opened (see
--- `end_key`), the tube destroyed when nothing refers to it any more.
+-- `end_key`), the tube destroyed when nothing refers to it any more. The job is gone
+-- before its key is ended: a window evicted at once (over `max`, its own among them)
+-- then frees the key, which `end_window` keeps while the key's job is there.
 local function delete_job(T, G, tube, id, j, window, max)
-  end_key(T, G, tube, id, j, now_us(), window, max)
   detach(T, id, j)
   redis.call('HDEL', T.jobs, id)
   redis.call('HDEL', T.bodies, id)
   redis.call('HDEL', G.index, id)
+  end_key(T, G, tube, id, j, now_us(), window, max)
 end
 
 -- How long the ready job `j` has waited at `now` (us), or -1 when it was not recorded.
