@@ -922,12 +922,14 @@ async fn timed_tick(s: &AnyStore) {
     let d = put(s, "td", 1, 1, LONG, "due in 1 s").await;
     let r = put(s, "tr", 1, 0, 1, "TTR 1 s").await;
     assert_eq!(reserve(s, C1, &["tr"]).await.map(|x| x.id), Some(r));
-    assert!(s.pause(&t("tp"), 1, now(s)).await.expect("pause"));
+    assert!(s.pause(&t("tp"), ms(1), now(s)).await.expect("pause"));
     let start = now(s);
 
+    let early = s.tick(now(s)).await.expect("tick");
     assert!(
-        s.tick(now(s)).await.expect("tick").is_empty(),
-        "nothing due yet"
+        early.is_empty(),
+        "nothing due yet: {early:?} {} ms after the puts",
+        (now(s) - start) / 1_000_000
     );
     assert_eq!(state(s, d).await, JobState::Delayed);
     assert_eq!(state(s, r).await, JobState::Reserved);

@@ -41,19 +41,8 @@ for a = 7, #ARGV, 3 do
     detach(T, id, j)
     j[PRI], j[RELEASES] = pri, j[RELEASES] + 1
     set_times(j, delay, ttr_ms(j))
-    if delay > 0 then
-      local due = now + delay * 1000
-      attach(T, G, id, j, 'delayed', due)
-      due_by(G, name, due)
-    else
-      j[READY] = now
-      attach(T, G, id, j, 'ready')
-      if not woken[i] then
-        woken[i] = true
-        wake(origin, name)
-      end
-    end
-    put_job(T, id, j)
+    place(T, G, name, origin, id, j, delay, now, woken[i])
+    if delay == 0 then woken[i] = true end
     r = 1
   end
   out[#out + 1] = r

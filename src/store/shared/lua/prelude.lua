@@ -257,8 +257,9 @@ local function to_ready(T, G, id, j, bump, since)
 end
 
 -- Place job `id` (meta `j`, detached, times set) of `tube`: delayed by `delay` ms from
--- `now`, else ready (waking the tube's waiters); its meta written.
-local function place(T, G, tube, origin, id, j, delay, now)
+-- `now`, else ready (waking the tube's waiters, unless `woken`: a batch wakes a tube
+-- once); its meta written.
+local function place(T, G, tube, origin, id, j, delay, now, woken)
   if delay > 0 then
     local due = now + delay * 1000
     attach(T, G, id, j, 'delayed', due)
@@ -266,7 +267,7 @@ local function place(T, G, tube, origin, id, j, delay, now)
   else
     j[READY] = now
     attach(T, G, id, j, 'ready')
-    wake(origin, tube)
+    if not woken then wake(origin, tube) end
   end
   put_job(T, id, j)
 end
