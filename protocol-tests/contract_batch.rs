@@ -74,6 +74,24 @@ pub async fn batch_reserve_many(s: &AnyStore) {
         .await
         .expect("empty");
     assert!(none.is_empty());
+    // A large body (read apart by a Redis store) comes whole, and the batch's jobs are
+    // each this connection's: a list command lets them all go.
+    let large = "L".repeat(redstalk::store::LARGE_BODY + 1);
+    let big = put(s, "bl", 1, 0, LONG, &large).await;
+    let small = put(s, "bl", 2, 0, LONG, "small").await;
+    let got = s
+        .reserve_many(C2, &tubes(&["bl"]), 5, now(s))
+        .await
+        .expect("reserve_many");
+    assert_eq!(got.iter().map(|r| r.id).collect::<Vec<_>>(), [big, small]);
+    assert_eq!(got[0].body.len(), large.len(), "the large body, whole");
+    assert_eq!(got[1].body, body("small"));
+    let done = batch(s, C2, BatchOp::Delete, &[big, small]).await;
+    assert!(done.missing.is_empty(), "{:?}", done.missing);
+    for id in [big, small] {
+        let gone = s.job_info(id, now(s)).await.expect("job_info");
+        assert!(gone.is_none(), "job {id} deleted");
+    }
 }
 
 pub async fn batch_list_ops(s: &AnyStore) {

@@ -1,6 +1,12 @@
-//! The shared mode's batches and flush (docs/EXTENSIONS.md): a list command is one
-//! call of `batch.lua` over the tubes its ids are in, a flush step one call of
-//! `flush.lua` on the tube.
+//! The shared mode's batches and flush (docs/EXTENSIONS.md): a `reserve-batch` is one
+//! call of `reserve_batch.lua` over the watched tubes, a list command one call of
+//! `batch.lua` over the tubes its ids are in, a flush step one call of `flush.lua` on
+//! the tube.
+//!
+//! A `reserve-batch` reserves under one owner token: a call whose answer is lost is
+//! undone whole by the reclaim of that token, as a lost `reserve` is; so is a batch one
+//! of whose large bodies cannot be read (every tube it reserved in is handed to the
+//! reclaim), since none of it was answered.
 //!
 //! Invariants: as the single commands, an id this connection holds is sent with its
 //! owner token and tube from `held` (no lookup); any other id of a `delete-batch` is
@@ -13,12 +19,12 @@
 use foldhash::HashMap;
 
 use super::RedisStore;
-use super::decode::{Decode, count, fields};
+use super::decode::{Decode, Reservation, count, fields};
 use super::held::Held;
 use crate::protocol::TubeName;
 use crate::protocol::ext::{BatchOp, FlushStates};
-use crate::redis::keys::NsKey;
-use crate::store::{BatchDone, ConnId, FlushStep, JobId, StoreError, StoreResult};
+use crate::redis::keys::{NsKey, RESERVE_KEYS};
+use crate::store::{BatchDone, ConnId, FlushStep, JobId, Reserved, StoreError, StoreResult};
 
 /// The tubes of a call over several, each named once, numbered from 1 in the order
 /// first met: the key groups of the call, and the index its arguments name them by.
@@ -63,7 +69,88 @@ impl Decode for Flushed {
     }
 }
 
+/// What `reserve_batch.lua` answers: the reservations, in the order successive
+/// reserves would have made them, and the DAMAGED report of a job it dropped ('' when
+/// none; that job ended the batch).
+#[derive(Debug)]
+pub(super) struct BatchReserved {
+    jobs: Vec<Reservation>,
+    damaged: String,
+}
+
+impl Decode for BatchReserved {
+    fn decode(v: redis::Value) -> Result<Self, String> {
+        let [jobs, damaged] = fields(v)?;
+        let jobs = match jobs {
+            redis::Value::Array(items) => items
+                .into_iter()
+                .map(Reservation::decode)
+                .collect::<Result<_, _>>()?,
+            other => return Err(format!("expected an array of reservations, got {other:?}")),
+        };
+        let damaged = match damaged {
+            redis::Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
+            other => return Err(format!("expected a DAMAGED report or '', got {other:?}")),
+        };
+        Ok(BatchReserved { jobs, damaged })
+    }
+}
+
 impl RedisStore {
+    /// `reserve-batch`: up to `max` jobs of the `watched` tubes in one call.
+    pub(super) async fn reserve_batch(
+        &self,
+        conn: ConnId,
+        watched: &[TubeName],
+        max: usize,
+    ) -> StoreResult<Vec<Reserved>> {
+        self.check_conn(conn, "reserve-batch")?;
+        let owner = self.attempts.owner(conn);
+        let mut call = self
+            .run
+            .call_with(|s| &s.reserve_batch, &[], watched, RESERVE_KEYS);
+        call.arg(self.run.origin()).arg(&owner).arg(max);
+        for t in watched {
+            call.arg(t.as_str());
+        }
+        let batch = match call.run().await {
+            Ok(b) => b,
+            Err(err) => {
+                // The script may still run (a timeout does not cancel it).
+                self.attempts.failed(watched, &owner, &err);
+                return Err(err);
+            }
+        };
+        if !batch.damaged.is_empty() {
+            tracing::error!("{}", batch.damaged);
+        }
+        let mut placed = Vec::with_capacity(batch.jobs.len());
+        for r in batch.jobs {
+            let tube = watched
+                .get(r.tube_index.wrapping_sub(1))
+                .cloned()
+                .ok_or_else(|| StoreError::bad_reply("reserve_batch", "tube index out of range"))?;
+            placed.push((tube, r));
+        }
+        let mut bodies = Vec::with_capacity(placed.len());
+        for (tube, r) in &mut placed {
+            match self.reserved_body(tube, &owner, r, call.generation()).await {
+                Ok(body) => bodies.push(body),
+                Err(err) => {
+                    for (tube, _) in &placed {
+                        self.attempts.unanswered(tube, &owner);
+                    }
+                    return Err(err);
+                }
+            }
+        }
+        Ok(placed
+            .into_iter()
+            .zip(bodies)
+            .map(|((tube, r), body)| self.reserved(conn, tube, owner.clone(), r, body))
+            .collect())
+    }
+
     /// [`crate::store::Store::batch`] in shared mode.
     pub(super) async fn batch_ids(
         &self,

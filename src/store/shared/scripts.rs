@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use redis::{Cmd, ToRedisArgs, Value};
 
 use super::admin::{EditReply, EntryReply, Listed};
-use super::batch::Flushed;
+use super::batch::{BatchReserved, Flushed};
 use super::decode::{
     Decode, JobFigures, Joined, KickReply, Peeked, Reaped, Reclaimed, Reservation, Ticked, Touched,
 };
@@ -166,6 +166,7 @@ scripts! {
     put: u64,
     reserve: Option<Reservation>,
     reserve_job: Option<Reservation>,
+    reserve_batch: BatchReserved,
     delete: bool,
     release: bool,
     bury: bool,
@@ -217,6 +218,7 @@ const ACKNOWLEDGED: &[&str] = &[
     "put",
     "reserve",
     "reserve_job",
+    "reserve_batch",
     "delete",
     "release",
     "bury",

@@ -533,6 +533,16 @@ impl Store for RedisStore {
         self.admin_edit(id, edit).await
     }
 
+    async fn reserve_many(
+        &self,
+        conn: ConnId,
+        watched: &[TubeName],
+        max: usize,
+        _now: Nanos,
+    ) -> StoreResult<Vec<Reserved>> {
+        self.reserve_batch(conn, watched, max).await
+    }
+
     async fn batch(
         &self,
         conn: ConnId,
