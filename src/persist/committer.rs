@@ -183,6 +183,11 @@ impl<S: Sink> Committer<S> {
             {
                 self.start(sink_due).await
             }
+            CommitPhase::Idle | CommitPhase::Writing => {
+                // Woken by a call that changed nothing: no batch's wait starts there.
+                self.link.stages.nothing_changed();
+                self.wait(phase, due).await
+            }
             _ => self.wait(phase, due).await,
         }
     }
@@ -196,9 +201,7 @@ impl<S: Sink> Committer<S> {
         self.failing.retry_at = None;
         let cut_at = std::time::Instant::now();
         let cut = self.memory.cut(self.limit);
-        self.link
-            .stages
-            .cut(cut_at, cut.jobs.len() + cut.gone.len());
+        self.link.stages.cut(cut_at);
         if cut.is_empty() && cut.last_change.is_some_and(|c| c <= self.taken) && !sink_due {
             return ControlFlow::Continue(());
         }
@@ -220,6 +223,7 @@ impl<S: Sink> Committer<S> {
         };
         let sent = std::time::Instant::now();
         self.link.stages.observe(Stage::Build, sent - cut_at);
+        self.link.stages.batch(cut.jobs.len() + cut.gone.len());
         self.in_flight.push_back(match started {
             Ok(pending) => Box::pin(async move {
                 let result = pending.await;

@@ -223,11 +223,23 @@ impl BatchStages {
         }
     }
 
-    /// The committer cuts a batch of `jobs` jobs at `now`: the wait ends.
-    pub fn cut(&self, now: Instant, jobs: usize) {
+    /// The committer cuts a batch at `now`: the wait ends.
+    pub fn cut(&self, now: Instant) {
         if let Some(waited) = self.since(self.pending_since.swap(0, Relaxed), now) {
             self.stages[Stage::Wait.index()].observe(waited);
         }
+    }
+
+    /// The committer found nothing changed since its last cut (it was woken by a call
+    /// that changed nothing): the wait noted since belongs to no batch. A change noted
+    /// while the committer looked loses its start (one observation missing, never one
+    /// too long).
+    pub fn nothing_changed(&self) {
+        self.pending_since.store(0, Relaxed);
+    }
+
+    /// The committer hands a batch of `jobs` jobs to the sink.
+    pub fn batch(&self, jobs: usize) {
         self.jobs.observe(jobs as u64);
     }
 
@@ -279,8 +291,16 @@ mod tests {
     fn the_wait_runs_from_the_first_change_after_a_cut() {
         let s = BatchStages::default();
         let t0 = Instant::now();
-        s.cut(t0, 0);
+        s.cut(t0);
         assert_eq!(s.snapshot().stages[0].1.count, 0, "no change, no wait");
+        s.changed();
+        s.nothing_changed();
+        s.cut(t0);
+        assert_eq!(
+            s.snapshot().stages[0].1.count,
+            0,
+            "a call that changed nothing"
+        );
         s.changed();
         let first = s.pending_since.load(Relaxed);
         s.changed();
@@ -289,7 +309,9 @@ mod tests {
             first,
             "the first change counts"
         );
-        s.cut(Instant::now() + Duration::from_millis(3), 2);
+        s.cut(Instant::now() + Duration::from_millis(3));
+        s.batch(0);
+        s.batch(2);
         let snap = s.snapshot();
         assert_eq!(snap.stages[0].1.count, 1);
         assert!(snap.stages[0].1.sum >= 3_000_000);
