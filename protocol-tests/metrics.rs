@@ -14,6 +14,10 @@
 //!   key is neither. The wait histogram counts exactly the reserves done, its buckets
 //!   are cumulative and monotonic with `+Inf` = `_count`, and the one job reserved
 //!   200 ms or more after its put lands above 0.1 s (and under 1 s).
+//! - `batch_stages_count_a_leaders_batches` — in leader mode, after puts and deletes,
+//!   every stage of `redstalk_batch_stage_seconds` (wait, build, write, settle, wake)
+//!   and `redstalk_batch_jobs` have counts, cumulative buckets and `+Inf` = `_count`;
+//!   the in-memory engine has the families and no samples.
 //! - `readyz_follows_redis` — `/healthz` 200 and `/readyz` 200; with the test's
 //!   redis-server killed, `/readyz` turns 503 (with a reason) within a few seconds,
 //!   `/metrics` answers 503 promptly and `/healthz` stays 200; with Redis restarted on
@@ -579,6 +583,73 @@ fn metrics_agree_with_stats_on_memory() {
 #[test]
 fn metrics_agree_with_stats_on_redis() {
     metrics_agree_with_stats(ServerKind::Redis);
+}
+
+/// The stage histograms of the group commit: after 20 puts and their deletes in
+/// leader mode each stage has counts, each histogram's buckets are cumulative with
+/// `+Inf` = `_count`, and the batches carried at least the 20 jobs; the in-memory
+/// engine has the families but no samples (it has no batches).
+#[test]
+fn batch_stages_count_a_leaders_batches() {
+    let Some((srv, maddr)) = start(ServerKind::Leader) else {
+        return;
+    };
+    let mut p = Client::connect(srv.addr, "producer");
+    for i in 0..20 {
+        let id = p.put(0, 0, 60, format!("s{i}").as_bytes());
+        p.expect(&format!("delete {id}"), "DELETED");
+    }
+    let m = scrape(maddr);
+    let check = |name: &str, labels: &[(&str, &str)]| -> f64 {
+        let count = m.get(&format!("{name}_count"), labels);
+        let buckets: Vec<f64> = m
+            .named(&format!("{name}_bucket"))
+            .filter(|s| {
+                labels
+                    .iter()
+                    .all(|(k, v)| s.labels.get(*k) == Some(&v.to_string()))
+            })
+            .map(|s| s.value)
+            .collect();
+        assert!(
+            buckets.windows(2).all(|w| w[0] <= w[1]),
+            "{name}{labels:?}: {buckets:?}"
+        );
+        assert_eq!(
+            buckets.last().copied(),
+            Some(count),
+            "{name}{labels:?}: +Inf is _count"
+        );
+        count
+    };
+    for stage in ["wait", "build", "write", "settle", "wake"] {
+        let n = check("redstalk_batch_stage_seconds", &[("stage", stage)]);
+        let sum = m.get("redstalk_batch_stage_seconds_sum", &[("stage", stage)]);
+        println!("stage {stage}: {n} observations, {sum:.6} s");
+        assert!(n >= 1.0, "stage {stage} has no count");
+        assert!(sum < 60.0, "stage {stage}: sum {sum}");
+    }
+    let batches = check("redstalk_batch_jobs", &[]);
+    let jobs = m.get("redstalk_batch_jobs_sum", &[]);
+    println!("{batches} batches, {jobs} jobs");
+    assert!(
+        batches >= 1.0 && jobs >= 20.0,
+        "{batches} batches of {jobs} jobs"
+    );
+    drop(srv);
+
+    let Some((_mem, maddr)) = start(ServerKind::Memory) else {
+        return;
+    };
+    let m = scrape(maddr);
+    assert_eq!(
+        m.types
+            .get("redstalk_batch_stage_seconds")
+            .map(String::as_str),
+        Some("histogram")
+    );
+    assert_eq!(m.named("redstalk_batch_stage_seconds_count").count(), 0);
+    assert_eq!(m.named("redstalk_batch_jobs_count").count(), 0);
 }
 
 // ---- health and readiness ----

@@ -15,6 +15,7 @@ use bytes::Bytes;
 use super::{Counters, Engine, WaitSnapshot, host};
 use crate::protocol::yaml::Doc;
 use crate::protocol::{Counter, Dialect, TubeName};
+use crate::store::durable::StagesSnapshot;
 use crate::store::{JobInfo, JobState, NANOS_PER_SEC, Nanos, Store, StoreResult};
 
 /// The protocol version redstalk implements (the reference's); `stats` reports the one
@@ -40,6 +41,8 @@ pub struct Snapshot {
     pub extension_commands: Vec<(&'static str, u64)>,
     /// Dedupe windows this instance ended early (`--key-windows-max`).
     pub key_windows_evicted: u64,
+    /// Where the batches of a persisted store spent their time (`-b`, leader mode).
+    pub batch_stages: Option<StagesSnapshot>,
 }
 
 /// Everything `stats` prints, in order.
@@ -410,6 +413,7 @@ impl Engine {
             wait: self.counters.wait.snapshot(),
             extension_commands: self.extension_commands(),
             key_windows_evicted: self.store.key_windows_evicted(),
+            batch_stages: self.store.batch_stages(),
         })
     }
 }

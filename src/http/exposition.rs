@@ -20,6 +20,7 @@ use std::fmt::{Display, Write};
 use crate::engine::{ServerStats, Snapshot, TubeStats, WAIT_BUCKETS};
 use crate::protocol::Counter;
 use crate::redis::placement::Placement;
+use crate::store::durable::HistogramSnapshot;
 
 /// The media type of [`render`]'s output.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -355,6 +356,18 @@ const FAMILIES: &[Family] = &[
         Samples::ServerWith(wait),
     ),
     family(
+        "redstalk_batch_stage_seconds",
+        MetricKind::Histogram,
+        "Where a persisted change's acknowledgement time goes, per batch of the group commit (leader mode and -b): stage=wait (from the first change after the last batch was cut until this one is cut), build (the cut and the batch handed to the connection), write (until the answer is taken in: on the wire and in Redis, or the log written and synced), settle (until the progress is published), wake (from then until a waiting reply runs again, once per reply).",
+        Samples::ServerWith(batch_stages),
+    ),
+    family(
+        "redstalk_batch_jobs",
+        MetricKind::Histogram,
+        "Jobs a batch of the group commit writes or removes (leader mode and -b).",
+        Samples::ServerWith(batch_jobs),
+    ),
+    family(
         "redstalk_redis_info",
         G,
         "Where the namespace lives in Redis: the topology (standalone, sentinel, cluster), the prefix, the hash slot of every key (cluster only) and the primary in use (HOST:PORT); always 1.",
@@ -525,6 +538,38 @@ fn wait(snap: &Snapshot, out: &mut Out<'_>) {
     out.sample("_count", &[], w.count);
 }
 
+fn batch_stages(snap: &Snapshot, out: &mut Out<'_>) {
+    let Some(b) = &snap.batch_stages else {
+        return;
+    };
+    for (stage, h) in &b.stages {
+        histogram(out, &[("stage", stage.name())], h, seconds);
+    }
+}
+
+fn batch_jobs(snap: &Snapshot, out: &mut Out<'_>) {
+    if let Some(b) = &snap.batch_stages {
+        histogram(out, &[], &b.jobs, |n| n.to_string());
+    }
+}
+
+/// A histogram's samples, each with `labels` first; `value` prints a bound or the sum.
+fn histogram(
+    out: &mut Out<'_>,
+    labels: &[(&str, &str)],
+    h: &HistogramSnapshot,
+    value: fn(u64) -> String,
+) {
+    let bounds = h.bounds.iter().map(|b| value(*b));
+    let counts = h.cumulative.iter().copied();
+    for (le, n) in bounds.zip(counts).chain([("+Inf".to_string(), h.count)]) {
+        let all: Vec<(&str, &str)> = labels.iter().copied().chain([("le", &*le)]).collect();
+        out.sample("_bucket", &all, n);
+    }
+    out.sample("_sum", labels, value(h.sum));
+    out.sample("_count", labels, h.count);
+}
+
 /// `nanos` as decimal seconds, exactly (no float rounding in bucket labels).
 fn seconds(nanos: u64) -> String {
     let (whole, frac) = (nanos / 1_000_000_000, nanos % 1_000_000_000);
@@ -626,6 +671,7 @@ mod tests {
             wait: WaitSnapshot::default(),
             extension_commands: vec![("list-extensions", 4)],
             key_windows_evicted: 0,
+            batch_stages: None,
         }
     }
 

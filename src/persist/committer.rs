@@ -20,6 +20,10 @@
 //! A sink that refuses new jobs for want of space is probed while idle (see
 //! [`Sink::probe_every`]), so it notices by itself when space comes back.
 //!
+//! Timing: each batch's cut, hand-over to the sink, answer and publication are noted
+//! in the link's stage histograms (`crate::store::durable::BatchStages`, on
+//! `/metrics`): relaxed atomics and a few clock reads per batch.
+//!
 //! Failure: a failed write is retried with a growing pause (5 ms up to 500 ms) and
 //! logged once per failure streak (then every 10 s), never in a tight loop. A fenced
 //! write (another instance leads) or a stop request ends the task: `stopped` is
@@ -37,7 +41,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{Sink, SinkError};
-use crate::store::durable::CommitLink;
+use crate::store::durable::{CommitLink, Stage};
 use crate::store::memory::{Cut, CutLimit, MemoryStore};
 use crate::store::{Change, Store, StoreError};
 
@@ -75,8 +79,15 @@ enum CommitPhase {
     Retrying,
 }
 
-/// One write in flight: its outcome, with the cut it writes.
-type InFlight = Pin<Box<dyn Future<Output = (Result<(), SinkError>, Cut)> + Send>>;
+/// One write in flight: its outcome, with the cut it writes and its times.
+type InFlight = Pin<Box<dyn Future<Output = (Result<(), SinkError>, Cut, Times)> + Send>>;
+
+/// When a write was handed to the sink's medium and when its answer was taken in
+/// (for the stage histograms, `crate::store::durable::BatchStages`).
+struct Times {
+    sent: std::time::Instant,
+    answered: std::time::Instant,
+}
 
 /// The failure streak and its pacing.
 struct Failing {
@@ -172,6 +183,11 @@ impl<S: Sink> Committer<S> {
             {
                 self.start(sink_due).await
             }
+            CommitPhase::Idle | CommitPhase::Writing => {
+                // Woken by a call that changed nothing: no batch's wait starts there.
+                self.link.stages.nothing_changed();
+                self.wait(phase, due).await
+            }
             _ => self.wait(phase, due).await,
         }
     }
@@ -183,7 +199,9 @@ impl<S: Sink> Committer<S> {
         // nobody else is ready (one client), batches more under load.
         tokio::task::yield_now().await;
         self.failing.retry_at = None;
+        let cut_at = std::time::Instant::now();
         let cut = self.memory.cut(self.limit);
+        self.link.stages.cut(cut_at);
         if cut.is_empty() && cut.last_change.is_some_and(|c| c <= self.taken) && !sink_due {
             return ControlFlow::Continue(());
         }
@@ -203,9 +221,24 @@ impl<S: Sink> Committer<S> {
             // standing, which no longer matters to a committer that stops.
             _ = self.stop.cancelled() => return ControlFlow::Break(Ended::Stopped),
         };
+        let sent = std::time::Instant::now();
+        self.link.stages.observe(Stage::Build, sent - cut_at);
+        self.link.stages.batch(cut.jobs.len() + cut.gone.len());
         self.in_flight.push_back(match started {
-            Ok(pending) => Box::pin(async move { (pending.await, cut) }),
-            Err(e) => Box::pin(std::future::ready((Err(e), cut))),
+            Ok(pending) => Box::pin(async move {
+                let result = pending.await;
+                // Taken when the committer polls the write after its answer came: the
+                // committer's own wake-up counts as part of the write.
+                let answered = std::time::Instant::now();
+                (result, cut, Times { sent, answered })
+            }),
+            Err(e) => {
+                let times = Times {
+                    sent,
+                    answered: sent,
+                };
+                Box::pin(std::future::ready((Err(e), cut, times)))
+            }
         });
         ControlFlow::Continue(())
     }
@@ -230,8 +263,8 @@ impl<S: Sink> Committer<S> {
         tokio::select! {
             biased;
             _ = self.stop.cancelled() => return ControlFlow::Break(Ended::Stopped),
-            Some((result, cut)) = self.in_flight.next(), if !self.in_flight.is_empty() => {
-                return self.answered(result, &cut);
+            Some((result, cut, times)) = self.in_flight.next(), if !self.in_flight.is_empty() => {
+                return self.answered(result, &cut, &times);
             }
             _ = self.link.changed.notified(), if open => {}
             _ = tokio::time::sleep_until(pause_end.unwrap_or_else(Instant::now)),
@@ -248,10 +281,21 @@ impl<S: Sink> Committer<S> {
     /// Take in the outcome of one write (in start order): publish how far the writes
     /// got, or note the failure (the cut's changes are rewritten by a later cut, after
     /// a pause that grows with the streak). A fenced write ends the committer.
-    fn answered(&mut self, result: Result<(), SinkError>, cut: &Cut) -> ControlFlow<Ended> {
+    fn answered(
+        &mut self,
+        result: Result<(), SinkError>,
+        cut: &Cut,
+        times: &Times,
+    ) -> ControlFlow<Ended> {
         self.sink.finished(&result);
         match result {
-            Ok(()) => self.written(cut),
+            Ok(()) => {
+                let write = times.answered - times.sent;
+                self.link.stages.observe(Stage::Write, write);
+                self.written(cut);
+                let settle = times.answered.elapsed();
+                self.link.stages.observe(Stage::Settle, settle);
+            }
             Err(SinkError::Fenced) => {
                 self.memory.cut_failed(cut);
                 return ControlFlow::Break(Ended::Fenced);

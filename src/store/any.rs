@@ -284,6 +284,15 @@ impl Store for AnyStore {
             AnyStore::Lagging(l) => l.inner.log_figures(),
         }
     }
+    fn batch_stages(&self) -> Option<super::durable::StagesSnapshot> {
+        match self {
+            AnyStore::Memory(s) => s.batch_stages(),
+            AnyStore::Durable(s) => s.batch_stages(),
+            AnyStore::Redis(s) => s.batch_stages(),
+            #[cfg(test)]
+            AnyStore::Lagging(l) => l.inner.batch_stages(),
+        }
+    }
     fn namespace_changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
         match self {
             AnyStore::Memory(s) => s.namespace_changes(),

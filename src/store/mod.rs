@@ -423,6 +423,12 @@ pub trait Store: Send + Sync {
         None
     }
 
+    /// Where a persisted store's batches spent their time (`-b`, leader mode), if it
+    /// has a committer.
+    fn batch_stages(&self) -> Option<durable::StagesSnapshot> {
+        None
+    }
+
     /// For a shared store, a count that goes up each time the store found its
     /// namespace lost and started a fresh one: every connection open before then must
     /// be closed (they belonged to the old namespace).

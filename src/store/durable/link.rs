@@ -27,6 +27,7 @@ use std::time::Instant;
 
 use tokio::sync::{Notify, oneshot, watch};
 
+use super::stages::BatchStages;
 use crate::store::{Change, StoreError};
 
 /// How far the committer has written, as it publishes it.
@@ -87,6 +88,8 @@ pub struct CommitLink {
     /// Set by a clean stop before its last change: the sink writes everything it
     /// holds back (see `persist::Sink::finishing`) with the batches that follow.
     pub finishing: Arc<std::sync::atomic::AtomicBool>,
+    /// Where each batch's time went (`/metrics`): noted by the store and the committer.
+    pub stages: Arc<BatchStages>,
     waiters: Arc<WaitingReplies>,
 }
 
@@ -136,6 +139,7 @@ impl CommitLink {
             changed: Arc::new(Notify::new()),
             valid: Arc::new(ValidUntil::forever()),
             finishing: Arc::default(),
+            stages: Arc::default(),
             waiters: Arc::default(),
         }
     }
@@ -144,6 +148,8 @@ impl CommitLink {
     /// covers: those whose change is written, or every one once stopped.
     pub fn publish(&self, f: impl FnOnce(&mut CommitProgress)) {
         self.progress.send_modify(f);
+        // Before any reply is woken, so each reads this publication's time.
+        self.stages.published(Instant::now());
         let (written, stopped) = {
             let p = self.progress.borrow();
             (p.written, p.stopped)

@@ -15,9 +15,13 @@
 //! (`wake_committer`), so no change waits for a write that is not coming.
 
 mod link;
+mod stages;
 mod staging;
 
 pub use link::{CommitLink, CommitProgress, ValidUntil};
+pub use stages::{
+    BatchStages, HistogramSnapshot, JOBS_BUCKETS, STAGE_BUCKETS, Stage, StagesSnapshot,
+};
 pub use staging::{StageRequest, Stager};
 
 use std::future::Future;
@@ -86,6 +90,7 @@ impl DurableStore {
 
     /// Tell the committer the store may have changed.
     fn wake_committer(&self) {
+        self.link.stages.changed();
         self.link.changed.notify_one();
     }
 
@@ -314,6 +319,10 @@ impl Store for DurableStore {
         self.log.as_deref()
     }
 
+    fn batch_stages(&self) -> Option<StagesSnapshot> {
+        Some(self.link.stages.snapshot())
+    }
+
     fn set_key_limits(&self, limits: KeyLimits) {
         self.memory.set_key_limits(limits);
     }
@@ -338,7 +347,10 @@ impl Store for DurableStore {
         }
         let outcome =
             match tokio::time::timeout(COMMIT_TIMEOUT, self.link.until_written(upto)).await {
-                Ok(()) => Some(self.link.progress.borrow().written >= upto),
+                Ok(()) => {
+                    self.link.stages.woken();
+                    Some(self.link.progress.borrow().written >= upto)
+                }
                 Err(_) => None,
             };
         match outcome {
