@@ -334,9 +334,9 @@ pub trait Store: Send + Sync {
 
     /// Reserve up to `max` ready jobs among the `watched` tubes that are not paused, in
     /// the order successive [`Store::reserve`]s would take them. By default those
-    /// reserves one after another (shared mode: each a script); the memory store takes
-    /// them in one step, so a persisted store writes them as one change. A failure after
-    /// some were reserved answers those (they are this connection's now).
+    /// reserves one after another; the memory store takes them in one step, so a
+    /// persisted store writes them as one change, and shared mode in one script call.
+    /// A failure after some were reserved answers those (they are this connection's now).
     fn reserve_many(
         &self,
         conn: ConnId,
