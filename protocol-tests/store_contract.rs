@@ -31,7 +31,8 @@
 //!    `contract_admin.rs`; the batch and flush calls (`reserve_many`, `batch`,
 //!    `flush_step`) in `contract_batch.rs`; keyed jobs (dedupe, replace, conflict, the
 //!    commands by key, windows, a flush freeing a key, a move leaving its key) in
-//!    `contract_keys.rs`.
+//!    `contract_keys.rs`; tube policies (dead letters by reserves and by lapsed TTRs,
+//!    backoff) in `contract_policies.rs`.
 //!
 //! 2. A seeded randomized differential (`memory_vs_redis_differential`): one random
 //!    sequence of store operations (four fake connections, five tube names, ids mostly
@@ -82,6 +83,7 @@
 mod contract_admin;
 mod contract_batch;
 mod contract_keys;
+mod contract_policies;
 mod contract_windows;
 mod support;
 
@@ -99,6 +101,7 @@ use contract_batch::{batch_flush_steps, batch_list_ops, batch_reserve_many};
 use contract_keys::{
     keys_commands, keys_dedupe_and_replace, keys_in_entries, keys_move, keys_windows,
 };
+use contract_policies::{policies_backoff, policies_dead_letter, policies_dead_letter_timeouts};
 use redstalk::persist::binlog::{self, BinlogConfig, Fsync};
 use redstalk::persist::engine::Committing;
 use redstalk::protocol::TubeName;
@@ -1013,6 +1016,9 @@ const CHECKS: &[Check] = checks![
     keys_windows,
     keys_move,
     keys_in_entries,
+    policies_dead_letter,
+    policies_dead_letter_timeouts,
+    policies_backoff,
 ];
 
 static PREFIXES: AtomicU64 = AtomicU64::new(0);

@@ -5,51 +5,7 @@
 //! followed by `*`, or `*` alone; a role is immutable once built (a reload builds new
 //! ones), so a connection may keep an `Arc<Role>` and read it without a lock.
 
-use std::fmt;
-
-use crate::protocol::command::{is_tube_name_byte, is_valid_tube_name};
-
-/// One tube pattern: a tube, every tube whose name starts with a prefix, or every tube.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Pattern {
-    Tube(String),
-    Prefix(String),
-    Any,
-}
-
-impl Pattern {
-    /// `name`, `prefix*` or `*`; `None` when it cannot match a valid tube name.
-    pub fn parse(s: &str) -> Option<Pattern> {
-        if s == "*" {
-            return Some(Pattern::Any);
-        }
-        if let Some(prefix) = s.strip_suffix('*') {
-            let ok = !prefix.starts_with('-')
-                && prefix.len() < crate::protocol::command::MAX_TUBE_NAME_LEN
-                && prefix.bytes().all(is_tube_name_byte);
-            return ok.then(|| Pattern::Prefix(prefix.to_string()));
-        }
-        is_valid_tube_name(s.as_bytes()).then(|| Pattern::Tube(s.to_string()))
-    }
-
-    pub fn matches(&self, tube: &str) -> bool {
-        match self {
-            Pattern::Tube(t) => t == tube,
-            Pattern::Prefix(p) => tube.starts_with(p.as_str()),
-            Pattern::Any => true,
-        }
-    }
-}
-
-impl fmt::Display for Pattern {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Pattern::Tube(t) => f.write_str(t),
-            Pattern::Prefix(p) => write!(f, "{p}*"),
-            Pattern::Any => f.write_str("*"),
-        }
-    }
-}
+pub use crate::protocol::pattern::Pattern;
 
 /// A list of patterns; matches a tube when any of them does.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -9,6 +9,7 @@ pub mod command;
 pub mod dialect;
 pub mod ext;
 pub mod parse;
+pub mod pattern;
 pub mod reply;
 pub mod yaml;
 

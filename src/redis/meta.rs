@@ -21,6 +21,7 @@
 use rmp::Marker;
 use rmp::decode::RmpRead;
 
+use crate::store::policy::DeadReason;
 use crate::time::{is_whole_secs, secs_as_ms};
 
 /// The fields of the array, 0-based (the Lua prelude's indexes minus one).
@@ -48,6 +49,11 @@ const FIELDS_MS: usize = 16;
 const KEY: usize = 16;
 const WINDOW_MS: usize = 17;
 const FIELDS_KEYED: usize = 18;
+/// Only in a job a dead letter rule buried (store/policy.rs), after KEY and WINDOW_MS
+/// (an empty KEY: the job has none): the reason, as `DeadReason::encode` writes it.
+/// Instances of a version before tube policies read such a job as it was and ignore it.
+const DEAD: usize = 18;
+const FIELDS_DEAD: usize = 19;
 
 /// A job's state, by the name the format keeps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,6 +112,8 @@ pub struct Meta {
     pub ready_us: Option<u64>,
     /// A keyed job's key and window (ms).
     pub key: Option<(String, u64)>,
+    /// Why a dead letter rule buried it.
+    pub dead: Option<DeadReason>,
 }
 
 /// The msgpack array of `m`. `owner` names the holder of a reserved job (the shared
@@ -117,11 +125,14 @@ pub fn encode(m: &Meta, owner: &str, out: &mut Vec<u8>) {
     } else {
         ""
     };
-    let in_ms = !(is_whole_secs(m.delay_ms) && is_whole_secs(m.ttr_ms)) || m.key.is_some();
-    let fields = match (&m.key, in_ms) {
-        (Some(_), _) => FIELDS_KEYED,
-        (None, true) => FIELDS_MS,
-        (None, false) => FIELDS,
+    let in_ms = !(is_whole_secs(m.delay_ms) && is_whole_secs(m.ttr_ms))
+        || m.key.is_some()
+        || m.dead.is_some();
+    let fields = match (&m.dead, &m.key, in_ms) {
+        (Some(_), _, _) => FIELDS_DEAD,
+        (None, Some(_), _) => FIELDS_KEYED,
+        (None, None, true) => FIELDS_MS,
+        (None, None, false) => FIELDS,
     };
     // Writing to a Vec cannot fail.
     let _ = rmp::encode::write_array_len(out, fields as u32);
@@ -145,9 +156,19 @@ pub fn encode(m: &Meta, owner: &str, out: &mut Vec<u8>) {
         let _ = rmp::encode::write_uint(out, m.delay_ms);
         let _ = rmp::encode::write_uint(out, m.ttr_ms);
     }
-    if let Some((key, window_ms)) = &m.key {
-        let _ = rmp::encode::write_str(out, key);
-        let _ = rmp::encode::write_uint(out, *window_ms);
+    match (&m.key, &m.dead) {
+        (Some((key, window_ms)), _) => {
+            let _ = rmp::encode::write_str(out, key);
+            let _ = rmp::encode::write_uint(out, *window_ms);
+        }
+        (None, Some(_)) => {
+            let _ = rmp::encode::write_str(out, "");
+            let _ = rmp::encode::write_uint(out, 0);
+        }
+        (None, None) => {}
+    }
+    if let Some(dead) = &m.dead {
+        let _ = rmp::encode::write_str(out, &dead.encode());
     }
 }
 
@@ -243,7 +264,7 @@ pub fn decode(id: u64, meta: &[u8]) -> Result<Meta, Damaged> {
     for _ in 0..len {
         f.push(read_val(&mut rd).ok_or_else(|| damaged("field"))?);
     }
-    f.resize(f.len().max(FIELDS_KEYED), Val::Nil);
+    f.resize(f.len().max(FIELDS_DEAD), Val::Nil);
     let num = |i: usize, what| f[i].uint().ok_or_else(|| damaged(what));
     let num32 =
         |i: usize, what| num(i, what).and_then(|n| u32::try_from(n).map_err(|_| damaged(what)));
@@ -278,10 +299,19 @@ pub fn decode(id: u64, meta: &[u8]) -> Result<Meta, Damaged> {
             _ => None,
         },
         key: match &f[KEY] {
-            Val::Str(k) => {
+            Val::Str(k) if !k.is_empty() => {
                 let k = String::from_utf8(k.clone()).map_err(|_| damaged("key"))?;
                 Some((k, f[WINDOW_MS].uint().unwrap_or(0)))
             }
+            _ => None,
+        },
+        dead: match (&f[DEAD], state) {
+            (Val::Str(d), MetaState::Buried) => Some(
+                std::str::from_utf8(d)
+                    .ok()
+                    .and_then(DeadReason::decode)
+                    .ok_or_else(|| damaged("dead letter reason"))?,
+            ),
             _ => None,
         },
     })
@@ -307,6 +337,7 @@ mod tests {
             bury_seq: 0,
             ready_us: None,
             key: None,
+            dead: None,
         }
     }
 
@@ -421,6 +452,34 @@ mod tests {
         let mut old = lua[..lua.len() - 9].to_vec();
         old[0] = 0x9d;
         assert_eq!(decode(1, &old).unwrap().ready_us, None);
+    }
+
+    #[test]
+    fn a_dead_letter_keeps_its_reason_with_or_without_a_key() {
+        let reason = DeadReason {
+            cause: crate::store::policy::DeadCause::Reserves,
+            count: 5,
+            limit: 5,
+        };
+        for key in [None, Some(("order-1".to_string(), 0))] {
+            let m = Meta {
+                key,
+                dead: Some(reason),
+                ..meta(MetaState::Buried)
+            };
+            let mut out = Vec::new();
+            encode(&m, "", &mut out);
+            assert_eq!(out[..3], [0xdc, 0, FIELDS_DEAD as u8], "an array16 of 19");
+            assert_eq!(decode(1, &out).unwrap(), m);
+        }
+        // Kicked: the reason goes with the state (a script may leave the field).
+        let kicked = Meta {
+            dead: Some(reason),
+            ..meta(MetaState::Ready)
+        };
+        let mut out = Vec::new();
+        encode(&kicked, "", &mut out);
+        assert_eq!(decode(1, &out).unwrap().dead, None);
     }
 
     #[test]

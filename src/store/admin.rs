@@ -71,6 +71,8 @@ pub struct JobEntry {
     pub key: ListKey,
     /// The key a keyed put gave the job (docs/EXTENSIONS.md, *Keys*).
     pub job_key: Option<Key>,
+    /// Why a dead letter rule buried it (store/policy.rs), while it stays buried.
+    pub dead: Option<crate::store::policy::DeadReason>,
 }
 
 /// A change in place to one job (the operator API's).

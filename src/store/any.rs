@@ -257,6 +257,17 @@ impl Store for AnyStore {
             AnyStore::Lagging(l) => l.inner.sweep_interval(),
         }
     }
+
+    fn set_policies(&self, policies: std::sync::Arc<crate::store::Policies>) {
+        match self {
+            AnyStore::Memory(s) => s.set_policies(policies),
+            AnyStore::Durable(s) => s.set_policies(policies),
+            AnyStore::Redis(s) => s.set_policies(policies),
+            #[cfg(test)]
+            AnyStore::Lagging(l) => l.inner.set_policies(policies),
+        }
+    }
+
     fn set_key_limits(&self, limits: KeyLimits) {
         match self {
             AnyStore::Memory(s) => s.set_key_limits(limits),

@@ -20,6 +20,7 @@ pub mod keys;
 #[cfg(test)]
 pub mod lagging;
 pub mod memory;
+pub mod policy;
 pub mod shared;
 mod values;
 
@@ -38,6 +39,7 @@ pub use durable::DurableStore;
 pub use error::{BoxError, StoreError, StoreResult};
 pub use keys::{JobKey, KeyLimits, KeyOp, KeyOutcome, KeyedPut};
 pub use memory::MemoryStore;
+pub use policy::Policies;
 pub use shared::RedisStore;
 pub use values::{JobInfo, JobState, LogFigures, NewJob, Reserved, Totals, TubeInfo, UnknownState};
 
@@ -411,6 +413,11 @@ pub trait Store: Send + Sync {
     fn set_key_limits(&self, limits: KeyLimits) {
         let _ = limits;
     }
+
+    /// The tubes' dead letter and backoff rules (store/policy.rs), applied from the
+    /// next reservation that ends. Every store applies them; set by the engine at start
+    /// and at each change.
+    fn set_policies(&self, policies: std::sync::Arc<Policies>);
 
     /// How many dedupe windows ended early because too many were open (this
     /// instance's count, for `/metrics`).

@@ -17,6 +17,7 @@ use crate::protocol::TubeName;
 use crate::store::JobState;
 use crate::store::keys::{JobKey, Key, KeyRecord, KeySlot};
 use crate::store::memory::{JobRecord, StoreCounters, Stored, TubeRecord};
+use crate::store::policy::{DeadCause, DeadReason};
 use crate::time::{is_whole_secs, secs_as_ms};
 
 pub const HEADER_MAGIC: &[u8; 8] = b"RSTKBLOG";
@@ -39,6 +40,10 @@ const KIND_JOB_KEYED: u8 = 6;
 /// A key's dedupe window: tube, key, the deleted job's id and when the window ends
 /// (ns; 0: the key has no window any more).
 const KIND_WINDOW: u8 = 7;
+/// A job a dead letter rule buried: [`KIND_JOB_MS`]'s fields, and after the tube a key
+/// flag (u8; 1: the key and window follow as in [`KIND_JOB_KEYED`]) and the reason
+/// (cause u8, count u32, limit u32). Every other job keeps its kind.
+const KIND_JOB_DEAD: u8 = 8;
 
 /// One decoded record.
 #[derive(Debug, PartialEq, Eq)]
@@ -143,11 +148,12 @@ fn put_name(out: &mut Vec<u8>, name: &TubeName) {
 /// Append a job record (with its body when `with_body`); returns the bytes appended.
 pub fn put_job(out: &mut Vec<u8>, j: &JobRecord, with_body: bool) -> usize {
     frame(out, |o| {
-        let secs = whole_secs(j).filter(|_| j.key.is_none());
-        o.push(match (&j.key, secs) {
-            (Some(_), _) => KIND_JOB_KEYED,
-            (None, Some(_)) => KIND_JOB,
-            (None, None) => KIND_JOB_MS,
+        let secs = whole_secs(j).filter(|_| j.key.is_none() && j.dead.is_none());
+        o.push(match (&j.dead, &j.key, secs) {
+            (Some(_), _, _) => KIND_JOB_DEAD,
+            (None, Some(_), _) => KIND_JOB_KEYED,
+            (None, None, Some(_)) => KIND_JOB,
+            (None, None, None) => KIND_JOB_MS,
         });
         o.extend_from_slice(&j.id.to_le_bytes());
         o.push(state_byte(j.state));
@@ -168,9 +174,17 @@ pub fn put_job(out: &mut Vec<u8>, j: &JobRecord, with_body: bool) -> usize {
             o.extend_from_slice(&v.to_le_bytes());
         }
         put_name(o, &j.tube);
+        if j.dead.is_some() {
+            o.push(u8::from(j.key.is_some()));
+        }
         if let Some(k) = &j.key {
             put_key(o, &k.key);
             o.extend_from_slice(&k.window_ms.to_le_bytes());
+        }
+        if let Some(d) = &j.dead {
+            o.push(d.cause.code());
+            o.extend_from_slice(&d.count.to_le_bytes());
+            o.extend_from_slice(&d.limit.to_le_bytes());
         }
         o.push(u8::from(with_body));
         if with_body {
@@ -192,10 +206,12 @@ fn whole_secs(j: &JobRecord) -> Option<(u32, u32)> {
 
 /// The bytes [`put_job`] appends for `j` with its body (what a live job costs on disk).
 pub fn job_len(j: &JobRecord) -> usize {
-    let (times, key) = match &j.key {
-        Some(k) => (16, 1 + k.key.as_str().len() + 8),
-        None if whole_secs(j).is_some() => (8, 0),
-        None => (16, 0),
+    let key_len = |k: &JobKey| 1 + k.key.as_str().len() + 8;
+    let (times, key) = match (&j.dead, &j.key) {
+        (Some(_), key) => (16, 1 + key.as_ref().map_or(0, key_len) + 9),
+        (None, Some(k)) => (16, key_len(k)),
+        (None, None) if whole_secs(j).is_some() => (8, 0),
+        (None, None) => (16, 0),
     };
     FRAME_LEN
         + 1
@@ -330,7 +346,7 @@ fn decode(file: &Bytes, start: usize, len: usize) -> Result<Record, Damage> {
         base: start,
     };
     let record = match r.u8()? {
-        kind @ (KIND_JOB | KIND_JOB_MS | KIND_JOB_KEYED) => {
+        kind @ (KIND_JOB | KIND_JOB_MS | KIND_JOB_KEYED | KIND_JOB_DEAD) => {
             let id = r.u64()?;
             let state = byte_state(r.u8()?).ok_or(Damage::Malformed("bad job state"))?;
             let pri = r.u32()?;
@@ -342,10 +358,24 @@ fn decode(file: &Bytes, start: usize, len: usize) -> Result<Record, Damage> {
             let (reserves, timeouts, releases, buries, kicks) =
                 (r.u32()?, r.u32()?, r.u32()?, r.u32()?, r.u32()?);
             let tube = r.name()?;
-            let key = match kind {
-                KIND_JOB_KEYED => Some(JobKey {
+            let keyed = match kind {
+                KIND_JOB_KEYED => true,
+                KIND_JOB_DEAD => r.u8()? != 0,
+                _ => false,
+            };
+            let key = match keyed {
+                true => Some(JobKey {
                     key: r.key()?,
                     window_ms: r.u64()?,
+                }),
+                false => None,
+            };
+            let dead = match kind {
+                KIND_JOB_DEAD => Some(DeadReason {
+                    cause: DeadCause::from_code(r.u8()?)
+                        .ok_or(Damage::Malformed("bad dead letter cause"))?,
+                    count: r.u32()?,
+                    limit: r.u32()?,
                 }),
                 _ => None,
             };
@@ -373,6 +403,7 @@ fn decode(file: &Bytes, start: usize, len: usize) -> Result<Record, Damage> {
                     buries,
                     kicks,
                     key,
+                    dead,
                     body,
                     was: Stored::Never,
                 },
@@ -457,6 +488,7 @@ mod tests {
             buries: 4,
             kicks: 5,
             key: None,
+            dead: None,
             body: Bytes::copy_from_slice(body),
             was: Stored::Never,
         }
@@ -533,6 +565,40 @@ mod tests {
             let mut out = Vec::new();
             assert_eq!(put_job(&mut out, &j, true), job_len(&j));
             assert_eq!(out[FRAME_LEN], kind, "job {}", j.id);
+            let (got, _) = next(&Bytes::from(out), 0).unwrap();
+            assert_eq!(
+                got,
+                Record::Job {
+                    job: j,
+                    with_body: true
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn a_dead_letter_keeps_its_reason_with_or_without_a_key() {
+        let reason = DeadReason {
+            cause: DeadCause::Timeouts,
+            count: 3,
+            limit: 3,
+        };
+        let dead = JobRecord {
+            state: JobState::Buried,
+            dead: Some(reason),
+            ..job(5, b"d")
+        };
+        let keyed = JobRecord {
+            key: Some(JobKey {
+                key: Key::new(b"order-9").unwrap(),
+                window_ms: 0,
+            }),
+            ..dead.clone()
+        };
+        for j in [dead, keyed] {
+            let mut out = Vec::new();
+            assert_eq!(put_job(&mut out, &j, true), job_len(&j));
+            assert_eq!(out[FRAME_LEN], KIND_JOB_DEAD);
             let (got, _) = next(&Bytes::from(out), 0).unwrap();
             assert_eq!(
                 got,

@@ -55,6 +55,7 @@ pub fn meta_of(r: &JobRecord) -> Meta {
             .key
             .as_ref()
             .map(|k| (k.key.as_str().to_string(), k.window_ms)),
+        dead: r.dead,
     }
 }
 
@@ -91,6 +92,7 @@ pub fn record_of(id: JobId, tube: &TubeName, m: Meta, body: Bytes) -> JobRecord 
                 window_ms,
             })
         }),
+        dead: m.dead,
         body,
         was: Stored::As(state),
     }
@@ -118,6 +120,7 @@ mod tests {
             buries: 4,
             kicks: 5,
             key: None,
+            dead: None,
             body: Bytes::from_static(b"hello"),
             was: Stored::Never,
         }

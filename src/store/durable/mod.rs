@@ -323,6 +323,10 @@ impl Store for DurableStore {
         Some(self.link.stages.snapshot())
     }
 
+    fn set_policies(&self, policies: std::sync::Arc<crate::store::Policies>) {
+        self.memory.set_policies(policies);
+    }
+
     fn set_key_limits(&self, limits: KeyLimits) {
         self.memory.set_key_limits(limits);
     }

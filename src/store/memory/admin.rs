@@ -208,5 +208,6 @@ pub(super) fn entry_of(id: JobId, j: &Job, now: Nanos) -> JobEntry {
             id,
         },
         job_key: j.key.as_ref().map(|k| k.key.clone()),
+        dead: j.dead,
     }
 }

@@ -18,6 +18,7 @@
 //!   finds every change (see `journal.rs`; the cut itself is in `persist.rs`).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 // Every lookup of a job, tube or connection hashes its key: foldhash (seeded per
 // process) instead of SipHash, which was the largest single cost of a command.
@@ -28,6 +29,7 @@ use bytes::Bytes;
 use super::journal::{Journal, Stored};
 use super::keys::KeyIndex;
 use crate::protocol::TubeName;
+use crate::store::policy::{DeadReason, Policies};
 use crate::store::{ConnId, JobId, JobKey, JobState, Nanos, Reserved, Totals, URGENT_PRI};
 use crate::time::millis;
 use crate::util::SwapList;
@@ -66,6 +68,8 @@ pub(super) struct Job {
     pub kicks: u32,
     /// Its key and window, for a keyed put's job (boxed: most jobs have none).
     pub key: Option<Box<JobKey>>,
+    /// Why a dead letter rule buried it, while it stays buried (store/policy.rs).
+    pub dead: Option<DeadReason>,
     pub body: Bytes,
 }
 
@@ -133,6 +137,8 @@ pub(super) struct Contents {
     pub keys: KeyIndex,
     /// Changes not yet persisted; `None` for a store that persists nothing.
     pub journal: Option<Box<Journal>>,
+    /// The tubes' dead letter and backoff rules, applied where a reservation ends.
+    pub policies: Arc<Policies>,
 }
 
 impl Contents {
@@ -242,6 +248,9 @@ impl Contents {
                 Stored::As(JobState::Ready) | Stored::As(JobState::Reserved)
             );
         job.state = state;
+        if state != JobState::Buried {
+            job.dead = None;
+        }
         job.at = if state == JobState::Buried {
             bury_seq
         } else {
@@ -386,6 +395,9 @@ impl Contents {
         };
         let mut tubes = Vec::new();
         for (_, id) in held {
+            if self.dead_letter(id) {
+                continue;
+            }
             self.make_ready(id, now);
             if let Some(j) = self.jobs.get(&id) {
                 tubes.push(j.tube.clone());

@@ -33,6 +33,7 @@ use bytes::Bytes;
 
 use crate::protocol::TubeName;
 use crate::store::keys::{Key, KeyRecord};
+use crate::store::policy::DeadReason;
 use crate::store::{Change, JobId, JobKey, JobState, Nanos};
 
 /// What persistence holds of one job.
@@ -203,6 +204,8 @@ pub struct JobRecord {
     pub kicks: u32,
     /// Its key and window (a keyed put's job).
     pub key: Option<JobKey>,
+    /// Why a dead letter rule buried it (buried jobs only).
+    pub dead: Option<DeadReason>,
     pub body: Bytes,
     /// What persistence held of the job before this record.
     pub was: Stored,

@@ -414,11 +414,16 @@ impl Store for MemoryStore {
             if deadline >= now {
                 break;
             }
-            s.make_ready(id, deadline);
             s.totals.job_timeouts += 1;
             s.note_counters();
             if let Some(j) = s.jobs.get_mut(&id) {
                 j.timeouts += 1;
+            }
+            if s.dead_letter(id) {
+                continue;
+            }
+            s.make_ready(id, deadline);
+            if let Some(j) = s.jobs.get(&id) {
                 woken.push(j.tube.clone());
             }
         }
@@ -506,6 +511,10 @@ impl Store for MemoryStore {
         "memory"
     }
 
+    fn set_policies(&self, policies: std::sync::Arc<crate::store::Policies>) {
+        self.lock().policies = policies;
+    }
+
     fn set_key_limits(&self, limits: KeyLimits) {
         self.lock().keys.limits = limits;
     }
@@ -547,6 +556,7 @@ fn insert(s: &mut Contents, id: JobId, job: NewJob, now: Nanos, stored: Stored) 
             buries: 0,
             kicks: 0,
             key: None,
+            dead: None,
             body: job.body,
         }),
     );

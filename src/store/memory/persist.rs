@@ -295,6 +295,7 @@ impl Contents {
                 buries: r.buries,
                 kicks: r.kicks,
                 key: r.key.clone().map(Box::new),
+                dead: r.dead,
                 body: r.body,
             }),
         );
@@ -346,6 +347,7 @@ fn record_of(id: JobId, j: &Job) -> JobRecord {
         buries: j.buries,
         kicks: j.kicks,
         key: j.key.as_deref().cloned(),
+        dead: j.dead,
         body: j.body.clone(),
         was: j.stored,
     }

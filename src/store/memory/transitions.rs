@@ -12,6 +12,7 @@ use super::contents::Contents;
 use crate::protocol::TubeName;
 use crate::protocol::ext::{BatchOp, FlushStates};
 use crate::store::batch::flushes;
+use crate::store::policy::Backoff;
 use crate::store::{BatchDone, ConnId, FlushStep, JobId, JobState, Nanos, Reserved};
 
 impl Contents {
@@ -72,15 +73,52 @@ impl Contents {
         delay_ms: u64,
         now: Nanos,
     ) -> Option<TubeName> {
-        self.held_by(id, conn)?;
-        self.detach(id);
+        let job = self.held_by(id, conn)?;
+        let tube = job.tube.clone();
+        let backoff = self
+            .policies
+            .for_tube(tube.as_str())
+            .and_then(|p| p.backoff);
+        let delay_ms = match backoff {
+            Some(b) if delay_ms == 0 => b.delay_ms(job.releases, jitter_spread(&b)),
+            _ => delay_ms,
+        };
         let job = self.jobs.get_mut(&id)?;
         job.pri = pri;
-        job.delay_ms = delay_ms;
         job.releases += 1;
-        let tube = job.tube.clone();
+        if self.dead_letter(id) {
+            return Some(tube);
+        }
+        self.detach(id);
+        let job = self.jobs.get_mut(&id)?;
+        job.delay_ms = delay_ms;
         self.attach_after(id, delay_ms, now);
         Some(tube)
+    }
+
+    /// A reservation of `id` ended without a delete, its counters counted (the job is
+    /// still attached as reserved): when its tube's dead letter rule says so, bury it
+    /// where it is, keeping its priority, with the reason. Whether it did.
+    pub fn dead_letter(&mut self, id: JobId) -> bool {
+        let Some(job) = self.jobs.get(&id) else {
+            return false;
+        };
+        let Some(rule) = self
+            .policies
+            .for_tube(job.tube.as_str())
+            .and_then(|p| p.dead_letter)
+        else {
+            return false;
+        };
+        let Some(why) = rule.verdict(job.reserves, job.timeouts, job.kicks) else {
+            return false;
+        };
+        let pri = job.pri;
+        self.bury_job(id, pri);
+        if let Some(job) = self.jobs.get_mut(&id) {
+            job.dead = Some(why);
+        }
+        true
     }
 
     /// `bury` of a job `conn` holds.
@@ -187,5 +225,14 @@ impl Contents {
             upto,
             more: ids.len() == max,
         }
+    }
+}
+
+/// Where in a backoff's jitter a release lands: uniform in [-1, 1], 0 without jitter.
+fn jitter_spread(b: &Backoff) -> f64 {
+    if b.jitter > 0.0 {
+        rand::random_range(-1.0..=1.0)
+    } else {
+        0.0
     }
 }

@@ -46,6 +46,8 @@ pub struct EntryReply {
     owner: String,
     /// A keyed job's key (the job's KEY field; empty: none).
     key: Option<Key>,
+    /// Why a dead letter rule buried it.
+    dead: Option<crate::store::policy::DeadReason>,
     figures: JobFigures,
 }
 
@@ -69,6 +71,7 @@ impl Decode for EntryReply {
             body_size: count(&body_size)?,
             owner: string(&owner, "an owner token")?,
             key,
+            dead: None,
             figures,
         })
     }
@@ -175,6 +178,7 @@ impl RedisStore {
             holder,
             info,
             job_key: e.key,
+            dead: e.dead,
         }
     }
 

@@ -94,6 +94,7 @@ impl RedisStore {
             next_window_sweep: Mutex::new(0),
             eviction: EvictionChecks::default(),
             windows_max: crate::store::KeyLimits::WINDOWS_MAX.into(),
+            policies: Mutex::default(),
         };
         store.heartbeat(now).await?;
         Ok(store)

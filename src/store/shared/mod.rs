@@ -96,6 +96,9 @@ pub struct RedisStore {
     eviction: EvictionChecks,
     /// `--key-windows-max`, handed to the scripts that may open a dedupe window.
     windows_max: std::sync::atomic::AtomicU64,
+    /// The tubes' dead letter and backoff rules, handed to the scripts where a
+    /// reservation ends (set by the engine; the lock is held only to clone the `Arc`).
+    policies: Mutex<std::sync::Arc<crate::store::Policies>>,
 }
 
 impl std::fmt::Debug for RedisStore {

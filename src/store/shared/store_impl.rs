@@ -635,6 +635,10 @@ impl Store for RedisStore {
         }
     }
 
+    fn set_policies(&self, policies: std::sync::Arc<crate::store::Policies>) {
+        *crate::util::lock(&self.policies) = policies;
+    }
+
     fn set_key_limits(&self, limits: crate::store::KeyLimits) {
         self.set_windows_max(limits);
     }
