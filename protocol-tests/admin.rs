@@ -49,6 +49,7 @@
 //!   token configured 401 for changes but reads served, read-only 403 `read_only`,
 //!   cross-origin (`Origin`, `Sec-Fetch-Site`) 403 `forbidden`, `--admin-read-auth`
 //!   reads 401 without the token; 404, 409 and 400 as the contract says.
+//! - tube policies (`/policies`, dead letters, backoff, `--policies`): `admin_policies.rs`.
 
 // A test reports failure by panicking: unwrap and expect are how it says so.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -64,6 +65,8 @@ use support::client::Client;
 use support::redis::{RedisServer, private_redis};
 use support::rng::Rng;
 use support::{ServerKind, ServerProc, TEST_LEASE_MS, fresh_dir, serial, signal_pid};
+
+mod admin_policies;
 
 const TOKEN: &str = "t0k3n-for-tests";
 const HTTP_TIMEOUT: Duration = Duration::from_secs(15);

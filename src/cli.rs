@@ -379,6 +379,12 @@ pub struct Cli {
     )]
     pub key_windows_max: u64,
 
+    /// Tube policies (TOML: dead letters, release backoff) written at start into where
+    /// this mode keeps them (`-b DIR`'s policies.json, the Redis namespace, or this
+    /// process), replacing the rules kept for the same tubes. See docs/POLICIES.md.
+    #[arg(long, env = "REDSTALK_POLICIES", value_name = "FILE")]
+    pub policies: Option<PathBuf>,
+
     /// On SIGTERM/SIGINT, wait this many seconds for connections to finish.
     #[arg(
         long,
@@ -490,6 +496,8 @@ pub struct Settings {
     pub extensions: bool,
     /// `--key-window-max`, `--key-windows-max`.
     pub keys: crate::store::KeyLimits,
+    /// `--policies`: the tube policies to write at start.
+    pub policies: Option<PathBuf>,
     /// Where the HTTP listener serves (metrics, probes, the API, the console); `None`:
     /// not served.
     pub http: Option<SocketAddr>,
@@ -546,6 +554,7 @@ impl Cli {
             shutdown_grace: Duration::from_secs(self.shutdown_grace),
             dialect: self.compat,
             extensions: self.extensions == Switch::On,
+            policies: self.policies.clone(),
             keys: crate::store::KeyLimits {
                 window_max_ms: crate::time::secs_as_ms(self.key_window_max),
                 windows_max: self.key_windows_max,

@@ -30,6 +30,7 @@ use redstalk::http::{self, HttpConfig, HttpListener};
 use redstalk::manual::{self, Section};
 use redstalk::persist::binlog::{self, BinlogConfig};
 use redstalk::persist::engine::Persisted;
+use redstalk::persist::policies::{self, PolicyBook};
 use redstalk::redis::policy::PolicyError;
 use redstalk::server::activation::Inherited;
 use redstalk::server::policy::AuthMode;
@@ -215,7 +216,7 @@ fn start_binlog(config: &BinlogConfig, engine_config: EngineConfig) -> anyhow::R
 /// Start what serves clients. Everything that must work before a client can connect
 /// happens here, so that "listening" means "ready" (and a SIGUSR1 sent then is not
 /// fatal).
-async fn start_serving(settings: &Settings) -> anyhow::Result<Serving> {
+async fn start_serving(settings: &Settings) -> anyhow::Result<(Serving, Arc<PolicyBook>)> {
     let memory = MemoryBudget::configure(settings.memory_limit).map(|b| {
         let source = match b.source() {
             LimitSource::Option => "--memory-limit",
@@ -235,13 +236,37 @@ async fn start_serving(settings: &Settings) -> anyhow::Result<Serving> {
         dialect: settings.dialect,
         extensions: settings.extensions,
         keys: settings.keys,
+        policies: None,
     };
+    let seed = settings
+        .policies
+        .as_deref()
+        .map(policies::read_seed)
+        .transpose()
+        .map_err(|err| anyhow::anyhow!("cannot start: {err}"))?;
     if let Some(config) = &settings.binlog {
-        return start_binlog(config, engine_config);
+        std::fs::create_dir_all(&config.dir).with_context(|| {
+            format!(
+                "cannot start with -b: cannot create {}",
+                config.dir.display()
+            )
+        })?;
+        let home = policies::Home::File(config.dir.join(policies::FILE_NAME));
+        let book = open_policies(home, seed).await?;
+        let engine_config = EngineConfig {
+            policies: Some(book.subscribe()),
+            ..engine_config
+        };
+        return Ok((start_binlog(config, engine_config)?, book));
     }
     let Some(redis) = &settings.redis else {
+        let book = open_policies(policies::Home::Process, seed).await?;
+        let engine_config = EngineConfig {
+            policies: Some(book.subscribe()),
+            ..engine_config
+        };
         let store = AnyStore::Memory(MemoryStore::new());
-        return Ok(Serving::Engine(Engine::start(store, engine_config)));
+        return Ok((Serving::Engine(Engine::start(store, engine_config)), book));
     };
     // Both modes, before anything else touches the namespace: its key layout.
     redstalk::redis::schema::prepare(&redis.config)
@@ -253,10 +278,39 @@ async fn start_serving(settings: &Settings) -> anyhow::Result<Serving> {
                 anyhow::Error::new(err).context(unreachable(redis))
             }
         })?;
-    match redis.mode {
+    let conn = redis
+        .config
+        .connector()
+        .map_err(anyhow::Error::new)
+        .with_context(|| unreachable(redis))?
+        .managed("policies", std::time::Duration::from_secs(5))
+        .await
+        .with_context(|| unreachable(redis))?;
+    let book = open_policies(policies::Home::redis(conn, &redis.config.prefix), seed).await?;
+    let engine_config = EngineConfig {
+        policies: Some(book.subscribe()),
+        ..engine_config
+    };
+    let serving = match redis.mode {
         RedisMode::Shared => start_shared(redis, engine_config).await,
         RedisMode::Leader => start_leader(redis, settings, engine_config).await,
+    }?;
+    Ok((serving, book))
+}
+
+/// The tube policies of this mode's home, with the `--policies` file's written in.
+async fn open_policies(
+    home: policies::Home,
+    seed: Option<redstalk::store::Policies>,
+) -> anyhow::Result<Arc<PolicyBook>> {
+    let book = PolicyBook::open(home, seed)
+        .await
+        .context("cannot start: cannot read the tube policies")?;
+    let rules = book.current().rules().len();
+    if rules > 0 {
+        tracing::info!(rules, persisted = book.persisted(), "tube policies");
     }
+    Ok(book)
 }
 
 /// Why a start that could not use Redis failed; the reason follows (`{err:#}` prints
@@ -378,7 +432,9 @@ async fn serve(
     budget: limits::Budget,
 ) -> anyhow::Result<()> {
     let security = security(&settings)?;
-    let serving = start_serving(&settings).await?;
+    let (serving, policy_book) = start_serving(&settings).await?;
+    let policies_stop = CancellationToken::new();
+    let following = policy_book.clone().follow(policies_stop.clone());
     let shutdown = install_signals(&serving, &security)?;
     let listener = bind_beanstalk(&settings, inherited)?;
     // Bound before the privileges go (a port below 1024), served after.
@@ -386,8 +442,16 @@ async fn serve(
     if let Some(user) = &settings.user {
         server::privileges::become_user(user)?;
     }
-    let http =
-        http_listener.map(|l| start_http(l, &settings, &serving, &security, listener.ports()));
+    let http = http_listener.map(|l| {
+        start_http(
+            l,
+            &settings,
+            &serving,
+            &security,
+            listener.ports(),
+            &policy_book,
+        )
+    });
     tracing::info!(
         version = build_info::VERSION,
         commit = build_info::COMMIT,
@@ -406,6 +470,10 @@ async fn serve(
     serve_until_shutdown(serving, listener, config, shutdown).await;
     if let Some(http) = http {
         http.stop().await;
+    }
+    policies_stop.cancel();
+    if let Some(following) = following {
+        let _ = following.await;
     }
     tracing::info!("redstalk stopped");
     Ok(())
@@ -542,6 +610,7 @@ fn start_http(
     serving: &Serving,
     security: &Arc<Security>,
     ports: Vec<Arc<server::listen::Port>>,
+    policies: &Arc<PolicyBook>,
 ) -> HttpServing {
     let addr = listener
         .local_addr()
@@ -557,6 +626,7 @@ fn start_http(
             .as_ref()
             .map(|r| r.config.lookups.placements().clone())
             .unwrap_or_default(),
+        policies: policies.clone(),
     };
     let stop = CancellationToken::new();
     let task = tokio::spawn(http::serve(

@@ -89,6 +89,8 @@ pub struct AdminJob {
     pub body_size: u64,
     pub holder: Option<JobHolder>,
     pub key: Option<Key>,
+    /// Why a dead letter rule buried it.
+    pub dead: Option<crate::store::policy::DeadReason>,
 }
 
 /// Who holds a reserved job: the instance, the client's address (known only on the
@@ -140,6 +142,7 @@ impl Engine {
             body_size: entry.body_size,
             holder,
             key: entry.job_key,
+            dead: entry.dead,
         }
     }
 

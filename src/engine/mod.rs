@@ -99,6 +99,8 @@ pub struct EngineConfig {
     pub extensions: bool,
     /// The bounds on keys' dedupe windows (`--key-window-max`, `--key-windows-max`).
     pub keys: KeyLimits,
+    /// The tube policies, followed for as long as the engine runs (`None`: no rules).
+    pub policies: Option<tokio::sync::watch::Receiver<Arc<crate::store::Policies>>>,
 }
 
 /// When a reply may be written: its acknowledgement, decided by the engine with the
@@ -188,12 +190,35 @@ pub struct Engine {
     clients: clients::Clients,
 }
 
+/// Hand the store each new set of tube policies (after the one `Engine::start` gave
+/// it), until the engine stops.
+async fn follow_policies(
+    engine: Arc<Engine>,
+    mut policies: tokio::sync::watch::Receiver<Arc<crate::store::Policies>>,
+) {
+    loop {
+        tokio::select! {
+            _ = engine.stop.cancelled() => return,
+            changed = policies.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
+        }
+        let set = policies.borrow_and_update().clone();
+        engine.store.set_policies(set);
+    }
+}
+
 impl Engine {
     /// Build the engine and start its timer and serve tasks (call inside a tokio
     /// runtime). Both end at [`Engine::shutdown`].
     pub fn start(store: AnyStore, config: EngineConfig) -> Arc<Engine> {
         let clock = store.clock();
         store.set_key_limits(config.keys);
+        if let Some(policies) = &config.policies {
+            store.set_policies(policies.borrow().clone());
+        }
         let wake_events = store.take_wake_events();
         let (serve_requests, requests) = mpsc::unbounded_channel();
         let engine = Arc::new(Engine {
@@ -221,6 +246,10 @@ impl Engine {
         let timer = tokio::spawn(timer::run(engine.clone()));
         let serve = tokio::spawn(serve::run(engine.clone(), requests, wake_events));
         lock(&engine.tasks).extend([timer, serve]);
+        if let Some(policies) = config.policies {
+            let follow = tokio::spawn(follow_policies(engine.clone(), policies));
+            lock(&engine.tasks).push(follow);
+        }
         engine
     }
 

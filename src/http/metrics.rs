@@ -229,6 +229,7 @@ mod tests {
                 dialect: Default::default(),
                 extensions: true,
                 keys: Default::default(),
+                policies: None,
             },
         );
         let scrapes = Scrapes::new(10, Arc::default());

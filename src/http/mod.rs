@@ -89,6 +89,8 @@ pub struct HttpConfig {
     /// Where the process's Redis namespaces live, for `/metrics` (the value its Redis
     /// connectors record into; empty without Redis).
     pub placements: Arc<Placements>,
+    /// The process's tube policies (the API's `/policies`).
+    pub policies: Arc<crate::persist::policies::PolicyBook>,
 }
 
 /// The address of the client of an HTTP request (set by [`connection`]), for the log
@@ -137,6 +139,8 @@ struct App {
     ports: Vec<Arc<crate::server::listen::Port>>,
     events: Arc<api::Events>,
     history: Arc<history::Recorder>,
+    /// The tube policies (their routes: `api::policies`).
+    policies: Arc<crate::persist::policies::PolicyBook>,
 }
 
 /// Every route: `/metrics`, the probes and `/` (GET only), the API under `/api/v1`
@@ -155,6 +159,7 @@ fn router(source: Source, config: &HttpConfig, stop: &CancellationToken) -> Rout
         )),
         security: config.security.clone(),
         ports: config.ports.clone(),
+        policies: config.policies.clone(),
     });
     let plain = Router::new()
         .route("/", get(|| async { Redirect::to("/console/") }))

@@ -11,6 +11,8 @@
 //!   lease and the batch sequence, several in flight; the shared mode's schema), and
 //!   the loader that reads a namespace back.
 //! - [`binlog`]: `-b DIR`'s sink, a local write-ahead log, and its replay at start.
+//! - [`policies`]: where the tube policies are kept (this process, `-b DIR`'s file, a
+//!   Redis hash) and how a change reaches every store.
 //!
 //! Layering: this module uses `store` (the cut and snapshot types), `crate::redis`, and
 //! `engine` (to build a persisted one); neither store nor engine knows anything of it
@@ -19,6 +21,7 @@
 pub mod binlog;
 pub mod committer;
 pub mod engine;
+pub mod policies;
 pub mod redis;
 
 use std::future::Future;

@@ -346,6 +346,11 @@ impl Keys {
         format!("{}:history:{minute}", self.tag)
     }
 
+    /// The tube policies: a hash, tubes pattern → the rule as JSON (persist/policies.rs).
+    pub fn policies(&self) -> String {
+        format!("{}:policies", self.tag)
+    }
+
     /// The pub/sub channel on which scripts announce tubes that gained ready jobs.
     pub fn wake_channel(&self) -> String {
         format!("{}:wake", self.tag)

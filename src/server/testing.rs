@@ -49,6 +49,7 @@ impl TestServer {
                 dialect: Default::default(),
                 extensions: true,
                 keys: Default::default(),
+                policies: None,
             },
         );
         let config = ServerConfig {

@@ -58,6 +58,7 @@ fn engine_keyed(store: AnyStore, extensions: bool, keys: crate::store::KeyLimits
             dialect: Default::default(),
             extensions,
             keys,
+            policies: None,
         },
     )
 }

@@ -234,6 +234,7 @@ mod tests {
                 dialect: Default::default(),
                 extensions: true,
                 keys: Default::default(),
+                policies: None,
             },
         );
         Events::start(Source::Engine(engine), CancellationToken::new())

@@ -83,6 +83,23 @@ impl<S: Send + Sync> FromRequestParts<S> for TubePath {
     }
 }
 
+/// The tube pattern of a route's `{tubes}`: `name`, `prefix*` or `*`.
+pub struct PatternPath(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for PatternPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let Path(tubes) = Path::<String>::from_request_parts(parts, state).await?;
+        match crate::protocol::pattern::Pattern::parse(&tubes) {
+            Some(p) => Ok(PatternPath(p.to_string())),
+            None => Err(ApiError::bad_request(format!(
+                "{tubes:?} is not a tube name, a prefix followed by *, or *"
+            ))),
+        }
+    }
+}
+
 /// The tube and key of a route's `{tube}/keys/{key}`.
 pub struct KeyPath(pub TubeName, pub Key);
 

@@ -26,6 +26,7 @@ mod events;
 pub mod extract;
 pub mod forward;
 mod history;
+mod policies;
 mod reads;
 pub mod types;
 
@@ -73,6 +74,7 @@ pub fn job_view(j: &AdminJob) -> Job<'_> {
             addr: h.addr.as_deref().map(Cow::Borrowed),
             conn: h.conn,
         }),
+        dead_letter: j.dead.map(|why| Box::new(why.into())),
     }
 }
 
@@ -104,6 +106,11 @@ pub(super) fn router() -> Router<Arc<App>> {
         .route("/search", get(reads::search))
         .route("/bulk", post(changes::bulk))
         .route("/history", get(history::history))
+        .route("/policies", get(policies::list))
+        .route(
+            "/policies/{tubes}",
+            axum::routing::put(policies::set).delete(policies::remove),
+        )
         .route("/clients", get(clients::clients))
         .route("/events", get(events::stream))
         // After every route: it applies to the routes already added. The `Allow`

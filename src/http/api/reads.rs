@@ -190,7 +190,7 @@ pub(super) async fn job(
 /// The key's job (no scan: the store's find by key), or its window.
 pub(super) async fn by_key(ApiEngine(engine): ApiEngine, KeyPath(tube, key): KeyPath) -> ApiResult {
     match engine.admin_find_key(&tube, &key).await? {
-        KeyFound::Job(job) => ok(StatusCode::OK, KeyAnswer::Job(job_view(&job))),
+        KeyFound::Job(job) => ok(StatusCode::OK, KeyAnswer::Job(Box::new(job_view(&job)))),
         KeyFound::Window(id) => ok(
             StatusCode::OK,
             KeyAnswer::Window(KeyWindow {

@@ -31,6 +31,7 @@ use crate::engine::clients_list::MAX_CLIENTS;
 use crate::engine::history::{KEEP, Point};
 pub use crate::store::JobState;
 use crate::store::admin::MAX_LIST;
+use crate::store::policy::{DeadReason, Rule};
 
 /// A page's size as the request asks for it.
 const MAX_PAGE: u64 = MAX_LIST as u64;
@@ -249,6 +250,42 @@ pub struct Job<'a> {
     pub key: Option<Cow<'a, str>>,
     pub body_size: u64,
     pub holder: Option<HeldBy<'a>>,
+    /// Why a tube policy's dead letter rule buried it (absent: it did not, or the job
+    /// left the buried state since).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dead_letter: Option<Box<DeadLetter>>,
+}
+
+/// A dead letter's reason: which limit (`reserves` or `timeouts`), the job's count and
+/// the limit, and the same in words.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeadLetter {
+    #[serde(flatten)]
+    pub why: DeadReason,
+    pub reason: String,
+}
+
+impl From<DeadReason> for DeadLetter {
+    fn from(why: DeadReason) -> DeadLetter {
+        DeadLetter {
+            reason: why.to_string(),
+            why,
+        }
+    }
+}
+
+/// `GET /policies`: every tube policy, most specific first, and whether they persist
+/// (`false`: memory mode, this process only).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PolicyList {
+    pub policies: Vec<Rule>,
+    pub persisted: bool,
+}
+
+/// `DELETE /policies/{tubes}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PolicyRemoved {
+    pub removed: bool,
 }
 
 /// Who holds a reserved job: the instance, the client's address (known only on that
@@ -265,7 +302,7 @@ pub struct HeldBy<'a> {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum KeyAnswer<'a> {
-    Job(Job<'a>),
+    Job(Box<Job<'a>>),
     Window(KeyWindow),
 }
 
@@ -722,6 +759,7 @@ mod tests {
     #[test]
     fn a_job_is_stats_jobs_figures_then_its_size_and_holder() {
         let job = Job {
+            dead_letter: None,
             stats: Cow::Owned(JobStats {
                 id: 7,
                 tube: "emails".into(),
