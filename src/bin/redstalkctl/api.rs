@@ -80,6 +80,12 @@ impl Api {
         self.finish(&url, self.authorized(self.agent.post(&url)).send_empty())
     }
 
+    /// `PUT path` with a JSON body.
+    pub fn put<T: DeserializeOwned>(&self, path: &str, body: &impl Serialize) -> Result<T> {
+        let url = self.url(path);
+        self.finish(&url, self.authorized(self.agent.put(&url)).send_json(body))
+    }
+
     /// `DELETE path`.
     pub fn delete<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
         let url = self.url(path);

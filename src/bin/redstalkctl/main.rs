@@ -15,6 +15,7 @@ mod dict;
 mod error;
 mod inspect;
 mod keys;
+mod policy;
 mod render;
 mod watch;
 
@@ -94,6 +95,9 @@ enum Cmd {
     Flush(change::FlushArgs),
     /// Pause a tube for SECS seconds (0 ends a pause).
     Pause { tube: String, secs: u32 },
+    /// The tube policies: dead letters and release backoff (API).
+    #[command(subcommand)]
+    Policy(policy::PolicyCmd),
     /// Find jobs whose body contains SUBSTR (API).
     Search(inspect::SearchArgs),
     /// Print changes of the tubes' counts as they happen.
@@ -187,6 +191,7 @@ fn run(cli: Cli) -> Result<u8> {
         Cmd::Delay { id, secs } => change::job_action(&ctx, id, JobChange::Delay(secs)),
         Cmd::Pause { tube, secs } => change::pause(&ctx, &tube, secs),
         Cmd::Flush(a) => change::flush(&ctx, &a),
+        Cmd::Policy(p) => policy::policy(&ctx, &p),
         Cmd::Tail(a) => watch::tail(&ctx, &a),
         Cmd::Top(a) => watch::top(&ctx, &a),
         Cmd::Completions { shell } => {
