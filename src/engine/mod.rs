@@ -77,7 +77,7 @@ use crate::util::lock;
 
 pub use crate::time::Clock;
 pub use batch::FLUSH_STEP;
-pub use counters::{Counters, WAIT_BUCKETS, WaitSnapshot};
+pub use counters::Counters;
 pub use extension::SERVED_FAMILIES;
 pub use host::HostInfo;
 pub use keys::KeyFound;
