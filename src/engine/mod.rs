@@ -80,7 +80,7 @@ pub use batch::FLUSH_STEP;
 pub use counters::Counters;
 pub use extension::SERVED_FAMILIES;
 pub use host::HostInfo;
-pub use keys::KeyFound;
+pub use keys::{KeyChange, KeyFound};
 pub use session::Session;
 pub use stats::{BinlogStats, JobStats, PROTOCOL_VERSION, ServerStats, Snapshot, TubeStats};
 pub use timer::Timer;
