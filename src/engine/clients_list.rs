@@ -10,11 +10,13 @@
 //! store calls, and says when it stopped short ([`ClientsPage::held_complete`]).
 //!
 //! Also [`Engine::still_held`]: which of some jobs one connection holds, from the same
-//! holders, for a role's check of what it may `delete` (access/grant.rs).
+//! holders, for a role's check of what it may `delete` (access/grant.rs); it looks up
+//! at most [`HELD_CHECK_GROUP`] jobs at once.
 
 use std::sync::Arc;
 
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
+use futures_util::future::join_all;
 
 use super::admin::{AdminError, AdminResult};
 use super::clients::SHOWN_TUBES;
@@ -31,6 +33,11 @@ pub const SHOWN_HELD: usize = 10;
 pub const HELD_SCAN_TUBES: usize = 1_000;
 /// Reserved jobs one listing looks at.
 pub const HELD_SCAN_JOBS: u64 = 100_000;
+/// Job lookups [`Engine::still_held`] has in flight at once: in shared mode each is a
+/// Redis round trip and a connection may hold about a thousand jobs, so one after
+/// another would hold up its reply for as many round trips, and all at once would
+/// crowd the store's connections.
+pub const HELD_CHECK_GROUP: usize = 64;
 
 /// A job a connection holds reserved.
 #[derive(Clone, Debug)]
@@ -192,7 +199,8 @@ impl Engine {
     }
 
     /// Which of `ids` connection `conn` holds now (the store's holder of each, one
-    /// lookup per id); `None` when the store could not tell.
+    /// lookup per id, [`HELD_CHECK_GROUP`] at a time); `None` when the store could not
+    /// tell.
     pub async fn still_held(
         &self,
         conn: ConnId,
@@ -200,11 +208,13 @@ impl Engine {
     ) -> Option<std::collections::HashSet<u64>> {
         let now = self.clock.now();
         let mut held = std::collections::HashSet::new();
-        for &id in ids {
-            let entry = self.store.job_entry(id, now).await.ok()?;
-            let holder = entry.and_then(|e| e.holder);
-            if holder.is_some_and(|h| h.instance.is_none() && h.conn == conn.0) {
-                held.insert(id);
+        for group in ids.chunks(HELD_CHECK_GROUP) {
+            let entries = join_all(group.iter().map(|&id| self.store.job_entry(id, now))).await;
+            for (&id, entry) in group.iter().zip(entries) {
+                let holder = entry.ok()?.and_then(|e| e.holder);
+                if holder.is_some_and(|h| h.instance.is_none() && h.conn == conn.0) {
+                    held.insert(id);
+                }
             }
         }
         Some(held)

@@ -2,15 +2,16 @@
 //! histogram of how long reserved jobs had waited as ready. Shared by every connection
 //! task, so they are atomics (relaxed: each is an independent tally).
 //!
-//! Invariant: a [`WaitSnapshot`]'s count is the sum of its buckets, so the `+Inf`
-//! bucket always equals `_count` in the exposition even if an observation races a read.
+//! Invariant: the wait histogram is a [`Histogram`] over [`WAIT_BUCKETS`], so its
+//! `+Inf` bucket equals `_count` in the exposition even if an observation races a read.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use crate::protocol::{Counter, EXTENSION_VERBS};
 use crate::time::Nanos;
+use crate::util::histogram::Histogram;
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Counters {
     cmd: [AtomicU64; Counter::ALL.len()],
     /// Extension verbs, by [`EXTENSION_VERBS`] index: `/metrics` only, never `stats`.
@@ -19,7 +20,24 @@ pub struct Counters {
     pub total_connections: AtomicU64,
     pub producers: AtomicU64,
     pub workers: AtomicU64,
-    pub wait: WaitHistogram,
+    /// How long jobs had been ready when a reserve took them (ns).
+    pub wait: Histogram,
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        Counters {
+            cmd: Default::default(),
+            extension: Default::default(),
+            connections: AtomicU64::default(),
+            total_connections: AtomicU64::default(),
+            producers: AtomicU64::default(),
+            workers: AtomicU64::default(),
+            // The sum in microseconds: nanoseconds could wrap after a few million
+            // hour-long waits.
+            wait: Histogram::with_sum_unit(&WAIT_BUCKETS, 1_000),
+        }
+    }
 }
 
 impl Counters {
@@ -84,61 +102,17 @@ pub const WAIT_BUCKETS: [Nanos; 19] = [
     3600 * SEC,
 ];
 
-/// How long jobs had been ready when a reserve took them.
-#[derive(Debug, Default)]
-pub struct WaitHistogram {
-    /// Per bucket, not cumulative; the last slot counts waits above every bound.
-    buckets: [AtomicU64; WAIT_BUCKETS.len() + 1],
-    /// In microseconds: nanoseconds could wrap after a few million hour-long waits.
-    sum_us: AtomicU64,
-}
-
-/// A copy of the histogram, cumulative as the exposition format wants it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct WaitSnapshot {
-    /// Jobs that had waited at most `WAIT_BUCKETS[i]`.
-    pub cumulative: [u64; WAIT_BUCKETS.len()],
-    pub count: u64,
-    pub sum_us: u64,
-}
-
-impl WaitHistogram {
-    pub fn observe(&self, waited: Nanos) {
-        let i = WAIT_BUCKETS.partition_point(|&bound| bound < waited);
-        self.buckets[i].fetch_add(1, Relaxed);
-        self.sum_us.fetch_add(waited / 1_000, Relaxed);
-    }
-
-    pub fn snapshot(&self) -> WaitSnapshot {
-        let mut snap = WaitSnapshot {
-            sum_us: self.sum_us.load(Relaxed),
-            ..WaitSnapshot::default()
-        };
-        let mut running = 0;
-        for (i, b) in self.buckets.iter().enumerate() {
-            running += b.load(Relaxed);
-            if let Some(slot) = snap.cumulative.get_mut(i) {
-                *slot = running;
-            }
-        }
-        snap.count = running;
-        snap
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn bounds_are_inclusive_and_cumulative() {
-        let h = WaitHistogram::default();
-        h.observe(0);
-        h.observe(MS);
-        h.observe(MS + 1);
-        h.observe(200 * MS);
-        h.observe(2 * 3600 * SEC);
-        let s = h.snapshot();
+        let h = Counters::default();
+        for w in [0, MS, MS + 1, 200 * MS, 2 * 3600 * SEC] {
+            h.wait.observe(w);
+        }
+        let s = h.wait.snapshot();
         assert_eq!(s.cumulative[0], 2, "0 and exactly 1 ms are <= 1 ms");
         assert_eq!(s.cumulative[1], 3);
         assert_eq!(s.cumulative[6], 3, "200 ms is above 100 ms");
@@ -146,6 +120,10 @@ mod tests {
         assert_eq!(s.cumulative[WAIT_BUCKETS.len() - 1], 4, "2 h is above 1 h");
         assert_eq!(s.count, 5);
         assert!(s.cumulative.windows(2).all(|w| w[0] <= w[1]));
-        assert_eq!(s.sum_us, (MS + MS + 1 + 200 * MS + 2 * 3600 * SEC) / 1_000);
+        assert_eq!(
+            s.sum,
+            MS + MS + 200 * MS + 2 * 3600 * SEC,
+            "in whole microseconds"
+        );
     }
 }

@@ -144,40 +144,48 @@ impl Engine {
     }
 }
 
+/// A change the operator API makes to a key's job ([`Engine::admin_key_change`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyChange {
+    /// A buried or delayed job made ready.
+    Kick,
+    /// A ready or delayed job due this long from now (0: ready at once).
+    Retime { delay_ms: u64 },
+    /// A ready or delayed job buried with the priority it has, as `POST /jobs/{id}/bury`
+    /// keeps it (the API has no priority to give).
+    Bury,
+}
+
 impl Engine {
-    /// The operator API's `kick-key` (a buried or delayed job), `retime-key` (a
-    /// ready or delayed job) and `bury-key` (a ready or delayed job; the priority of
-    /// `op` is replaced by the job's own, as `POST /jobs/{id}/bury` keeps it): the
-    /// key's job after the change. Another state is refused with the job's state, as
-    /// the changes by id are.
+    /// The operator API's `kick-key`, `retime-key` and `bury-key`: the key's job after
+    /// the change. Another state than the change allows is refused with the job's
+    /// state, as the changes by id are.
     pub async fn admin_key_change(
         &self,
         tube: &TubeName,
         key: &Key,
-        op: KeyOp,
+        change: KeyChange,
     ) -> AdminResult<AdminJob> {
         let (id, state, pri) = match self.admin_find_key(tube, key).await? {
             KeyFound::Window(_) => return Err(no_key(tube, key)),
             KeyFound::Job(j) => (j.stats.id, j.stats.state, j.stats.pri),
         };
-        let op = match op {
-            KeyOp::Bury { .. } => KeyOp::Bury { pri },
-            op => op,
-        };
-        let (change, allowed) = match op {
-            KeyOp::Kick => (
+        let waiting = matches!(state, JobState::Ready | JobState::Delayed);
+        let (op, name, allowed) = match change {
+            KeyChange::Kick => (
+                KeyOp::Kick,
                 "kick",
                 matches!(state, JobState::Buried | JobState::Delayed),
             ),
-            KeyOp::Retime { .. } => (
-                "delay",
-                matches!(state, JobState::Ready | JobState::Delayed),
-            ),
-            KeyOp::Bury { .. } => ("bury", matches!(state, JobState::Ready | JobState::Delayed)),
-            KeyOp::Find | KeyOp::Delete => ("change", false),
+            KeyChange::Retime { delay_ms } => (KeyOp::Retime { delay_ms }, "delay", waiting),
+            KeyChange::Bury => (KeyOp::Bury { pri }, "bury", waiting),
         };
         if !allowed {
-            return Err(AdminError::Unchangeable { id, state, change });
+            return Err(AdminError::Unchangeable {
+                id,
+                state,
+                change: name,
+            });
         }
         let now = self.clock.now();
         match self.store.by_key(ConnId(0), tube, key, op, now).await? {
@@ -186,10 +194,10 @@ impl Engine {
         }
         // As the protocol's commands by key: a ready job serves the tube's waiting
         // reserves, a delayed one tells the timer.
-        match op {
-            KeyOp::Retime { delay_ms } => self.placed(tube.clone(), delay_ms, now).await,
-            KeyOp::Kick => self.serve([tube.clone()]).await,
-            KeyOp::Find | KeyOp::Delete | KeyOp::Bury { .. } => {}
+        match change {
+            KeyChange::Retime { delay_ms } => self.placed(tube.clone(), delay_ms, now).await,
+            KeyChange::Kick => self.serve([tube.clone()]).await,
+            KeyChange::Bury => {}
         }
         self.admin_durable().await?;
         match self.store.job_entry(id, self.clock.now()).await? {

@@ -77,10 +77,10 @@ use crate::util::lock;
 
 pub use crate::time::Clock;
 pub use batch::FLUSH_STEP;
-pub use counters::{Counters, WAIT_BUCKETS, WaitSnapshot};
+pub use counters::Counters;
 pub use extension::SERVED_FAMILIES;
 pub use host::HostInfo;
-pub use keys::KeyFound;
+pub use keys::{KeyChange, KeyFound};
 pub use session::Session;
 pub use stats::{BinlogStats, JobStats, PROTOCOL_VERSION, ServerStats, Snapshot, TubeStats};
 pub use timer::Timer;

@@ -12,11 +12,12 @@ use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 
-use super::{Counters, Engine, WaitSnapshot, host};
+use super::{Counters, Engine, host};
 use crate::protocol::yaml::Doc;
 use crate::protocol::{Counter, Dialect, TubeName};
 use crate::store::durable::StagesSnapshot;
 use crate::store::{JobInfo, JobState, NANOS_PER_SEC, Nanos, Store, StoreResult};
+use crate::util::histogram::HistogramSnapshot;
 
 /// The protocol version redstalk implements (the reference's); `stats` reports the one
 /// it answers as ([`Dialect::version`]).
@@ -35,7 +36,7 @@ pub struct Snapshot {
     pub tubes: Vec<TubeStats>,
     /// Tubes that existed but were beyond that limit.
     pub tubes_omitted: u64,
-    pub wait: WaitSnapshot,
+    pub wait: HistogramSnapshot,
     /// The extension verbs served and how often each ran (`/metrics` only, never
     /// `stats`: rule 3 of docs/EXTENSIONS.md).
     pub extension_commands: Vec<(&'static str, u64)>,

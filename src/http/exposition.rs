@@ -17,10 +17,10 @@
 
 use std::fmt::{Display, Write};
 
-use crate::engine::{ServerStats, Snapshot, TubeStats, WAIT_BUCKETS};
+use crate::engine::{ServerStats, Snapshot, TubeStats};
 use crate::protocol::Counter;
 use crate::redis::placement::Placement;
-use crate::store::durable::HistogramSnapshot;
+use crate::util::histogram::HistogramSnapshot;
 
 /// The media type of [`render`]'s output.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -529,13 +529,7 @@ fn cpu(snap: &Snapshot, out: &mut Out<'_>) {
 }
 
 fn wait(snap: &Snapshot, out: &mut Out<'_>) {
-    let w = &snap.wait;
-    for (bound, n) in WAIT_BUCKETS.iter().zip(w.cumulative) {
-        out.sample("_bucket", &[("le", &seconds(*bound))], n);
-    }
-    out.sample("_bucket", &[("le", "+Inf")], w.count);
-    out.sample("_sum", &[], seconds(w.sum_us * 1_000));
-    out.sample("_count", &[], w.count);
+    histogram(out, &[], &snap.wait, seconds);
 }
 
 fn batch_stages(snap: &Snapshot, out: &mut Out<'_>) {
@@ -554,6 +548,8 @@ fn batch_jobs(snap: &Snapshot, out: &mut Out<'_>) {
 }
 
 /// A histogram's samples, each with `labels` first; `value` prints a bound or the sum.
+/// Every histogram family is printed here, so all keep one layout: the cumulative
+/// buckets in bound order, `+Inf` (the count), `_sum`, `_count`.
 fn histogram(
     out: &mut Out<'_>,
     labels: &[(&str, &str)],
@@ -651,7 +647,6 @@ fn escape(s: &str, label: bool) -> std::borrow::Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::WaitSnapshot;
     use crate::redis::placement::Topology;
 
     fn snapshot() -> Snapshot {
@@ -668,7 +663,7 @@ mod tests {
                 ..TubeStats::default()
             }],
             tubes_omitted: 3,
-            wait: WaitSnapshot::default(),
+            wait: crate::engine::Counters::default().wait.snapshot(),
             extension_commands: vec![("list-extensions", 4)],
             key_windows_evicted: 0,
             batch_stages: None,

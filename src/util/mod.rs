@@ -1,5 +1,6 @@
 //! Small helpers shared by more than one layer.
 
+pub mod histogram;
 pub mod memory;
 pub mod swap_list;
 

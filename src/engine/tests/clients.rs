@@ -1,7 +1,7 @@
 //! The clients listing against what the protocol did: used and watched tubes, the
 //! producer/worker flags, held jobs with their time left (from the store's holders),
 //! a blocked reserve with its timeout, the last command, paging; a closed connection
-//! is gone.
+//! is gone. And `still_held`, over more ids than one group of lookups.
 
 use super::*;
 
@@ -76,4 +76,37 @@ async fn the_listing_shows_what_each_connection_did() {
     b.close().await;
     let page = e.admin_clients(0, 100).await.unwrap();
     assert_eq!((page.total, page.clients.len()), (0, 0));
+}
+
+/// `still_held` across more than one group of lookups: the ids a connection holds,
+/// none of another's, not a released one, not one that does not exist.
+#[tokio::test(start_paused = true)]
+async fn still_held_finds_a_connections_jobs_across_lookup_groups() {
+    let e = engine();
+    let mut a = Client::connect(&e).await;
+    let b = Client::connect(&e).await;
+    let n = 2 * crate::engine::clients_list::HELD_CHECK_GROUP + 10;
+    let mut ids = Vec::new();
+    for _ in 0..n {
+        ids.push(id_of(&a.put_with(0, 0, 60, "x").await, "INSERTED"));
+    }
+    for &id in &ids[..n - 5] {
+        assert_eq!(a.cmd("reserve").await, reserved(id, "x"));
+    }
+    let let_go = ids[3];
+    assert_eq!(a.cmd(&format!("release {let_go} 0 0")).await, "RELEASED");
+    ids.push(1_000_000);
+    let a_id = a.session.as_ref().unwrap().id;
+    let b_id = b.session.as_ref().unwrap().id;
+    let held = e
+        .still_held(a_id, &ids)
+        .await
+        .expect("the memory store tells");
+    let want: std::collections::HashSet<u64> = ids[..n - 5]
+        .iter()
+        .copied()
+        .filter(|&id| id != let_go)
+        .collect();
+    assert_eq!(held, want);
+    assert_eq!(e.still_held(b_id, &ids).await, Some(Default::default()));
 }

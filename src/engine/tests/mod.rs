@@ -13,7 +13,7 @@
 //! (hand-over order and claim races), `timing.rs` (delays, TTR, pause-tube), `late.rs`
 //! (a store that answers late, as Redis does: the windows a round trip opens),
 //! `acks.rs` (which change each reply is acknowledged after), `clients.rs` (the
-//! operator's listing of connections), `extensions.rs` (the protocol extensions).
+//! operator's listing of connections, and which jobs a connection still holds), `extensions.rs` (the protocol extensions).
 
 mod acks;
 mod batches;

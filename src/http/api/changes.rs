@@ -16,10 +16,11 @@ use super::types::{
     KickTube, Kicked, MoveJob, Paused, PutJob, SetDelay, SetPri,
 };
 use super::{job_view, ok};
+use crate::engine::KeyChange;
 use crate::engine::admin_bulk::{Bulk, BulkAction};
 use crate::http::Peer;
 use crate::protocol::Put;
-use crate::store::{Edit, JobId, KeyOp};
+use crate::store::{Edit, JobId};
 
 pub(super) async fn put(
     ApiEngine(engine): ApiEngine,
@@ -73,7 +74,9 @@ pub(super) async fn kick_key(
     Extension(peer): Extension<Peer>,
     KeyPath(tube, key): KeyPath,
 ) -> ApiResult {
-    let job = engine.admin_key_change(&tube, &key, KeyOp::Kick).await?;
+    let job = engine
+        .admin_key_change(&tube, &key, KeyChange::Kick)
+        .await?;
     let id = job.stats.id;
     tracing::info!(action = "kick", id, %tube, %key, peer = %peer.0, "api: job kicked by key");
     ok(StatusCode::OK, job_view(&job))
@@ -85,8 +88,9 @@ pub(super) async fn bury_key(
     Extension(peer): Extension<Peer>,
     KeyPath(tube, key): KeyPath,
 ) -> ApiResult {
-    let op = KeyOp::Bury { pri: 0 };
-    let job = engine.admin_key_change(&tube, &key, op).await?;
+    let job = engine
+        .admin_key_change(&tube, &key, KeyChange::Bury)
+        .await?;
     let id = job.stats.id;
     tracing::info!(action = "bury", id, %tube, %key, peer = %peer.0, "api: job buried by key");
     ok(StatusCode::OK, job_view(&job))
@@ -99,10 +103,10 @@ pub(super) async fn delay_key(
     KeyPath(tube, key): KeyPath,
     ApiJson(req): ApiJson<SetDelay>,
 ) -> ApiResult {
-    let op = KeyOp::Retime {
+    let change = KeyChange::Retime {
         delay_ms: u64::from(req.delay) * 1000,
     };
-    let job = engine.admin_key_change(&tube, &key, op).await?;
+    let job = engine.admin_key_change(&tube, &key, change).await?;
     let id = job.stats.id;
     tracing::info!(action = "delay", id, %tube, %key, delay = req.delay, peer = %peer.0, "api: job re-delayed by key");
     ok(StatusCode::OK, job_view(&job))

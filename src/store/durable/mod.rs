@@ -19,9 +19,7 @@ mod stages;
 mod staging;
 
 pub use link::{CommitLink, CommitProgress, ValidUntil};
-pub use stages::{
-    BatchStages, HistogramSnapshot, JOBS_BUCKETS, STAGE_BUCKETS, Stage, StagesSnapshot,
-};
+pub use stages::{BatchStages, JOBS_BUCKETS, STAGE_BUCKETS, Stage, StagesSnapshot};
 pub use staging::{StageRequest, Stager};
 
 use std::future::Future;

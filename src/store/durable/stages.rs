@@ -19,13 +19,15 @@
 //! nothing is done at a scrape but reading the atomics. Shared by the store, the
 //! committer and the exposition through the [`super::CommitLink`].
 //!
-//! Invariant: a snapshot's count is the sum of its buckets, so the `+Inf` bucket
-//! equals `_count` even if an observation races a read.
+//! Invariant: each histogram is a [`Histogram`] (its sum exact: nanoseconds for a
+//! stage, jobs for a size), so its `+Inf` bucket equals `_count` even if an
+//! observation races a read.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use crate::time::Nanos;
+use crate::util::histogram::{Histogram, HistogramSnapshot};
 
 const US: Nanos = 1_000;
 const MS: Nanos = 1_000 * US;
@@ -108,66 +110,13 @@ impl Stage {
     }
 }
 
-/// A histogram over fixed bounds, of atomics.
-#[derive(Debug)]
-pub struct Histogram<const N: usize> {
-    bounds: &'static [u64; N],
-    /// Per bucket, not cumulative; `N + 1` slots, the last above every bound.
-    buckets: Box<[AtomicU64]>,
-    sum: AtomicU64,
-}
-
-/// A copy of a histogram, cumulative as the exposition format wants it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HistogramSnapshot {
-    pub bounds: &'static [u64],
-    /// Observations of at most `bounds[i]`.
-    pub cumulative: Vec<u64>,
-    pub count: u64,
-    /// The sum of the observations (nanoseconds for a stage, jobs for a size).
-    pub sum: u64,
-}
-
-impl<const N: usize> Histogram<N> {
-    fn new(bounds: &'static [u64; N]) -> Histogram<N> {
-        Histogram {
-            bounds,
-            buckets: (0..=N).map(|_| AtomicU64::new(0)).collect(),
-            sum: AtomicU64::new(0),
-        }
-    }
-
-    pub fn observe(&self, v: u64) {
-        let i = self.bounds.partition_point(|&bound| bound < v);
-        self.buckets[i].fetch_add(1, Relaxed);
-        self.sum.fetch_add(v, Relaxed);
-    }
-
-    pub fn snapshot(&self) -> HistogramSnapshot {
-        let mut cumulative = Vec::with_capacity(N);
-        let mut running = 0;
-        for (i, b) in self.buckets.iter().enumerate() {
-            running += b.load(Relaxed);
-            if i < N {
-                cumulative.push(running);
-            }
-        }
-        HistogramSnapshot {
-            bounds: self.bounds,
-            cumulative,
-            count: running,
-            sum: self.sum.load(Relaxed),
-        }
-    }
-}
-
 /// The stage histograms of one persisted store, and the instants that link the stages
 /// of one batch across the tasks that see them.
 #[derive(Debug)]
 pub struct BatchStages {
     base: Instant,
-    stages: [Histogram<{ STAGE_BUCKETS.len() }>; 5],
-    jobs: Histogram<{ JOBS_BUCKETS.len() }>,
+    stages: [Histogram; 5],
+    jobs: Histogram,
     /// When the first change after the last cut was noted: nanoseconds after `base`,
     /// plus one (0: none since the cut).
     pending_since: AtomicU64,

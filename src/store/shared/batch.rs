@@ -21,9 +21,10 @@ use foldhash::HashMap;
 use super::RedisStore;
 use super::decode::{Decode, Reservation, count, fields};
 use super::held::Held;
+use super::store_impl::watched_tube;
 use crate::protocol::TubeName;
 use crate::protocol::ext::{BatchOp, FlushStates};
-use crate::redis::keys::{NsKey, RESERVE_KEYS};
+use crate::redis::keys::NsKey;
 use crate::store::{BatchDone, ConnId, FlushStep, JobId, Reserved, StoreError, StoreResult};
 
 /// The tubes of a call over several, each named once, numbered from 1 in the order
@@ -104,15 +105,13 @@ impl RedisStore {
         watched: &[TubeName],
         max: usize,
     ) -> StoreResult<Vec<Reserved>> {
-        self.check_conn(conn, "reserve-batch")?;
-        let owner = self.attempts.owner(conn);
-        let mut call = self
-            .run
-            .call_with(|s| &s.reserve_batch, &[], watched, RESERVE_KEYS);
-        call.arg(self.run.origin()).arg(&owner).arg(max);
-        for t in watched {
-            call.arg(t.as_str());
-        }
+        let (owner, call) = self.reserve_call(
+            conn,
+            "reserve-batch",
+            |s| &s.reserve_batch,
+            watched,
+            Some(max),
+        )?;
         let batch = match call.run().await {
             Ok(b) => b,
             Err(err) => {
@@ -126,11 +125,7 @@ impl RedisStore {
         }
         let mut placed = Vec::with_capacity(batch.jobs.len());
         for r in batch.jobs {
-            let tube = watched
-                .get(r.tube_index.wrapping_sub(1))
-                .cloned()
-                .ok_or_else(|| StoreError::bad_reply("reserve_batch", "tube index out of range"))?;
-            placed.push((tube, r));
+            placed.push((watched_tube(watched, r.tube_index, "reserve_batch")?, r));
         }
         let mut bodies = Vec::with_capacity(placed.len());
         for (tube, r) in &mut placed {

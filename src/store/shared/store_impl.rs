@@ -17,6 +17,7 @@ use super::batch::TubeGroups;
 use super::decode::{self, KickSet};
 use super::held::Held;
 use super::refs::RefKind;
+use super::scripts::{Call, Lua, Scripts};
 use super::{RedisStore, SCRIPT_CHUNK};
 use crate::protocol::TubeName;
 use crate::protocol::ext::{BatchOp, FlushStates};
@@ -52,7 +53,45 @@ fn report_damage(err: &StoreError) {
     }
 }
 
+/// The tube a reserve script's reply names by its 1-based index into `watched` (the
+/// order [`RedisStore::reserve_call`] passed them in).
+pub(super) fn watched_tube(
+    watched: &[TubeName],
+    index: usize,
+    op: &'static str,
+) -> StoreResult<TubeName> {
+    watched
+        .get(index.wrapping_sub(1))
+        .cloned()
+        .ok_or_else(|| StoreError::bad_reply(op, "tube index out of range"))
+}
+
 impl RedisStore {
+    /// A reserve script's call by `conn` over `watched`, under a fresh owner token (the
+    /// one a lost answer is reclaimed by): ARGV the origin, the owner, `max` (a batch's
+    /// most jobs, when given), then the tube names, whose order the reply's tube index
+    /// counts in ([`watched_tube`]).
+    pub(super) fn reserve_call<'a, R: 'static>(
+        &'a self,
+        conn: ConnId,
+        op: &'static str,
+        pick: impl FnOnce(&Scripts) -> &Lua<R>,
+        watched: &[TubeName],
+        max: Option<usize>,
+    ) -> StoreResult<(String, Call<'a, R>)> {
+        self.check_conn(conn, op)?;
+        let owner = self.attempts.owner(conn);
+        let mut call = self.run.call_with(pick, &[], watched, RESERVE_KEYS);
+        call.arg(self.run.origin()).arg(&owner);
+        if let Some(max) = max {
+            call.arg(max);
+        }
+        for t in watched {
+            call.arg(t.as_str());
+        }
+        Ok((owner, call))
+    }
+
     /// A peek in `tube`: of job `id` (`which` "id"), or the head of a set.
     async fn peek_in(
         &self,
@@ -156,15 +195,7 @@ impl Store for RedisStore {
         watched: &[TubeName],
         _now: Nanos,
     ) -> StoreResult<Option<Reserved>> {
-        self.check_conn(conn, "reserve")?;
-        let owner = self.attempts.owner(conn);
-        let mut call = self
-            .run
-            .call_with(|s| &s.reserve, &[], watched, RESERVE_KEYS);
-        call.arg(self.run.origin()).arg(&owner);
-        for t in watched {
-            call.arg(t.as_str());
-        }
+        let (owner, call) = self.reserve_call(conn, "reserve", |s| &s.reserve, watched, None)?;
         let reservation = match call.run().await {
             Ok(r) => r,
             Err(err) => {
@@ -177,10 +208,7 @@ impl Store for RedisStore {
         let Some(mut r) = reservation else {
             return Ok(None);
         };
-        let tube = watched
-            .get(r.tube_index.wrapping_sub(1))
-            .cloned()
-            .ok_or_else(|| StoreError::bad_reply("reserve", "tube index out of range"))?;
+        let tube = watched_tube(watched, r.tube_index, "reserve")?;
         let body = self
             .reserved_body(&tube, &owner, &mut r, call.generation())
             .await?;
