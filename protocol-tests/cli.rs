@@ -18,7 +18,8 @@
 //!   search, a bulk move with --dry-run, refused without the token, conflict, not
 //!   found) against redstalk's API, and `flush` and `key` (a job found and deleted by
 //!   its key, a key inside its window, a job's key in `jobs`) over the beanstalk port
-//!   and the API (unsupported on beanstalkd), in `cli/api.rs`.
+//!   and the API (unsupported on beanstalkd), and `policy set/list/remove`, in
+//!   `cli/api.rs`.
 //!
 //! Without beanstalkd the beanstalkd cases are skipped with a notice, unless
 //! `REDSTALK_REQUIRE_ORACLE=1`.

@@ -338,3 +338,56 @@ fn keys_over_the_protocol_and_the_api() {
         assert_eq!(run(&["--server", &server, "key", "ky", "k"], b"").code, 3);
     }
 }
+
+#[test]
+fn api_policies_set_list_and_remove() {
+    let (srv, http) = api_server();
+    let out = api(
+        &srv,
+        http,
+        true,
+        &["policy", "set", "mail*", "--dead-reserves", "3"],
+    );
+    assert!(out.ok().stdout.contains("3 reserves"));
+    let args = [
+        "--json",
+        "policy",
+        "set",
+        "slow",
+        "--backoff-base",
+        "1000",
+        "--backoff-max",
+        "8000",
+    ];
+    let set: Value = serde_json::from_str(&api(&srv, http, true, &args).ok().stdout).unwrap();
+    assert_eq!(set["backoff"]["factor"], 2.0, "{set}");
+    let list: Value = serde_json::from_str(
+        &api(&srv, http, true, &["--json", "policy", "list"])
+            .ok()
+            .stdout,
+    )
+    .unwrap();
+    let tubes: Vec<&str> = list["policies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["tubes"].as_str().unwrap())
+        .collect();
+    assert_eq!(tubes, ["slow", "mail*"], "{list}");
+    let table = api(&srv, http, true, &["policy", "list"]).ok().stdout;
+    assert!(table.starts_with("TUBES"), "{table}");
+    // Refused without the token (4), a bad rule is the server's 400 (2), a missing
+    // one not found (5), no flags a usage error (2), without --api unsupported (3).
+    assert_eq!(
+        api(&srv, http, false, &["policy", "remove", "slow"]).code,
+        4
+    );
+    let zero = ["policy", "set", "x", "--dead-reserves", "0"];
+    assert_eq!(api(&srv, http, true, &zero).code, 2);
+    assert_eq!(api(&srv, http, true, &["policy", "set", "x"]).code, 2);
+    api(&srv, http, true, &["policy", "remove", "slow"]).ok();
+    assert_eq!(api(&srv, http, true, &["policy", "remove", "slow"]).code, 5);
+    let server = srv.addr.to_string();
+    let no_api = run(&["--server", &server, "policy", "list"], b"");
+    assert_eq!(no_api.code, 3, "{}", no_api.stderr);
+}

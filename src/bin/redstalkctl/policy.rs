@@ -51,12 +51,11 @@ pub struct SetArgs {
 
 impl SetArgs {
     fn policy(&self) -> Result<Policy> {
-        let dead_letter = (self.dead_reserves.is_some() || self.dead_timeouts.is_some()).then_some(
-            DeadLetter {
+        let dead_letter =
+            (self.dead_reserves.is_some() || self.dead_timeouts.is_some()).then_some(DeadLetter {
                 reserves: self.dead_reserves,
                 timeouts: self.dead_timeouts,
-            },
-        );
+            });
         let backoff = match (self.backoff_base, self.backoff_max) {
             (Some(base_ms), Some(max_ms)) => Some(Backoff {
                 base_ms,
