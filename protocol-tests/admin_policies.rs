@@ -11,6 +11,8 @@
 //!   rule (404 the second time) and the tube behaves as beanstalkd again.
 //! - `the_policies_file_is_read_at_start` — `--policies FILE` (TOML) gives its rules;
 //!   a file with a bad rule stops the start, naming it.
+//! - `a_change_reaches_every_shared_instance` — shared mode: a rule set through one
+//!   instance is applied by another within seconds (figure printed), and its removal.
 
 use super::*;
 
@@ -234,4 +236,42 @@ fn the_policies_file_is_read_at_start() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "a bad file stops the start");
     assert!(err.contains("policies") && err.contains("a b"), "{err}");
+}
+
+/// Shared mode: a policy set through one instance applies on another within about a
+/// second (each reads the Redis hash each second), and so does its removal.
+#[test]
+fn a_change_reaches_every_shared_instance() {
+    let _serial = serial();
+    let Some(redis) = private_redis(&[], "shared-mode policy tests") else {
+        return;
+    };
+    let home = Home::Shared(redis);
+    let (a, api_a) = home.launch(&["--admin-token", TOKEN]);
+    let (b, api_b) = home.launch(&["--admin-token", TOKEN]);
+    let rules = |api: &Api| api.get("/policies").1["policies"].as_array().map_or(0, Vec::len);
+    let wait = |api: &Api, n: usize| {
+        let start = Instant::now();
+        while rules(api) != n {
+            assert!(start.elapsed() < Duration::from_secs(15), "never saw {n} rules");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        start.elapsed()
+    };
+    assert_eq!(put_policy(&api_a, "fan*", json!({"dead_letter": {"reserves": 1}})).0, 200);
+    let took = wait(&api_b, 1);
+    println!("shared: set through one instance, the other had it after {took:?}");
+    let mut c = Client::connect(b.addr, "b");
+    c.use_tube("fan-1");
+    let id = c.put(1, 0, 60, b"x");
+    fail_once(&mut c, "fan-1", id);
+    assert_eq!(stats_job(&mut c, id)["state"], "buried", "the other instance applies it");
+    assert_eq!(delete_policy(&api_b, "fan*"), 200);
+    let took = wait(&api_a, 0);
+    println!("shared: removed through one instance, the other followed after {took:?}");
+    let mut c = Client::connect(a.addr, "a");
+    c.use_tube("fan-1");
+    let id = c.put(1, 0, 60, b"y");
+    fail_once(&mut c, "fan-1", id);
+    assert_eq!(stats_job(&mut c, id)["state"], "ready");
 }

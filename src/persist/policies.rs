@@ -225,16 +225,6 @@ impl PolicyBook {
     }
 }
 
-impl Policies {
-    /// The rule set exactly for `tubes` (not the one that would govern such a tube).
-    pub fn rule_for_pattern(&self, tubes: &str) -> Option<Policy> {
-        self.rules()
-            .into_iter()
-            .find(|r| r.tubes == tubes)
-            .map(|r| r.policy)
-    }
-}
-
 /// The `--policies` file's rules.
 pub fn read_seed(path: &Path) -> Result<Policies, HomeError> {
     let text = std::fs::read_to_string(path).map_err(|source| HomeError::Io {

@@ -301,6 +301,15 @@ impl Policies {
             })
     }
 
+    /// The rule set exactly for `tubes` (not the one that would govern such a tube).
+    pub fn rule_for_pattern(&self, tubes: &str) -> Option<Policy> {
+        let pattern = Pattern::parse(tubes)?;
+        self.rules
+            .iter()
+            .find(|(p, _)| *p == pattern)
+            .map(|(_, policy)| *policy)
+    }
+
     /// Every rule, most specific first.
     pub fn rules(&self) -> Vec<Rule> {
         self.rules
