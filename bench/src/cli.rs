@@ -173,6 +173,12 @@ pub struct Args {
     #[arg(long, value_name = "HOST:PORT")]
     pub redis_info: Option<String>,
 
+    /// Solo: each job is released (delay 0) and reserved again this many times before
+    /// its delete, as a job whose worker fails does (the release path tube policies act
+    /// on, docs/POLICIES.md).
+    #[arg(long, default_value_t = 0)]
+    pub retries: u32,
+
     /// Seconds of the `reserve-with-timeout` that solo sends after each put. The job
     /// just put is the only one on the connection's tube, so TIMED_OUT is a failure.
     #[arg(long, default_value_t = 1)]

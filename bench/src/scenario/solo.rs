@@ -4,7 +4,8 @@
 //! tube empty. (The cycle shares one tube that stays busy.)
 //!
 //! The job reserved must be the one just put (nobody else uses the tube) with its body
-//! intact; TIMED_OUT or any other answer is a failure. The measured phase runs from the
+//! intact; TIMED_OUT or any other answer is a failure. With `--retries N` each job is
+//! released (delay 0) and reserved again N times before its delete. The measured phase runs from the
 //! first put to the last delete.
 
 use std::sync::Arc;
@@ -122,6 +123,10 @@ async fn cycle_alone(run: Arc<Run>, mut conn: Conn, quota: Arc<Quota>) -> Result
             Ok(ts) => out.latency.push(got - i64::try_from(ts).unwrap_or(0)),
             Err(e) => out.failures.push(format!("job {reserved}: {e:#}")),
         }
+        if let Err(e) = retry(&mut conn, reserved, a.pri, a.retries, &reserve).await {
+            out.failures.push(format!("{e:#}"));
+            break;
+        }
 
         conn.delete(reserved);
         conn.flush().await?;
@@ -142,6 +147,21 @@ async fn cycle_alone(run: Arc<Run>, mut conn: Conn, quota: Arc<Quota>) -> Result
         }
     }
     Ok(out)
+}
+
+/// Release job `id` with delay 0 and reserve it again, `times` times (`--retries`).
+async fn retry(conn: &mut Conn, id: u64, pri: u32, times: u32, reserve: &str) -> Result<()> {
+    for _ in 0..times {
+        let reply = conn.call(&format!("release {id} {pri} 0")).await?;
+        if reply != Reply::Other("RELEASED".to_string()) {
+            bail!("release {id} answered {}", reply.describe());
+        }
+        match conn.call(reserve).await? {
+            Reply::Reserved { id: again, .. } if again == id => {}
+            other => bail!("{reserve} after releasing job {id} answered {}", other.describe()),
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
