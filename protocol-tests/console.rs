@@ -30,6 +30,13 @@
 //! answers 429 with `Retry-After`, the right token included, and takes the token again
 //! once the (shortened) window has passed.
 //!
+//! `policies_in_a_browser`, in each mode: a tube policy set through the policies page's
+//! form shows in its table (and in the API); a job its dead letter rule buried (a
+//! beanstalk client reserved and released it twice) is marked in the tube's buried list
+//! and its page gives the reason; the tube page names the rule that governs it (the
+//! console picks it as the server does); a hostile-looking pattern is refused and the
+//! API's message shows as text; a removal asks first, and the table ends empty.
+//!
 //! Needs `chromium` and `chromedriver` (Debian: `chromium chromium-driver`; .ci/test
 //! installs them); without them the test fails, saying so.
 
@@ -954,4 +961,230 @@ async fn many_tabs(b: &Browser, s: &Server, c: &mut Client) {
         b.close_window().await.unwrap();
     }
     b.switch_to_window(home).await.unwrap();
+}
+
+/// The policies page (`#/policies`), in each mode: a rule set through the form (dead
+/// letter after 2 reserves for `pc*`) shows in the table; a job of `pc-1` reserved and
+/// released twice by a beanstalk client is buried, marked in the tube's buried list,
+/// and its page gives the reason; the tube page names the governing rule; a bad
+/// pattern (hostile-looking) shows the API's message as text; a removal asks first,
+/// and once accepted the table is empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn policies_in_a_browser() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let driver = Driver::start();
+    for mode in Mode::all() {
+        println!("== {mode:?} mode");
+        let server = Server::start_as(mode, &[]);
+        let b = driver.browser(false).await;
+        let mut c = server.client();
+        login(&b, &server).await;
+        policies_page(&b, &server, &mut c).await;
+        b.close().await.unwrap();
+    }
+}
+
+/// Replace the value of field `id` with `text`.
+async fn fill(b: &Browser, id: &str, text: &str) {
+    let input = b.find(Locator::Id(id)).await.unwrap();
+    input.clear().await.unwrap();
+    if !text.is_empty() {
+        input.send_keys(text).await.unwrap();
+    }
+}
+
+/// Set the rule of `tubes` through the policies page's form: `fields` are (field id,
+/// value), every other field emptied.
+async fn set_rule(b: &Browser, tubes: &str, fields: &[(&str, &str)]) {
+    fill(b, "pol-tubes", tubes).await;
+    for id in [
+        "pol-reserves",
+        "pol-timeouts",
+        "pol-base",
+        "pol-factor",
+        "pol-max",
+        "pol-jitter",
+    ] {
+        let value = fields
+            .iter()
+            .find(|(f, _)| *f == id)
+            .map_or("", |(_, v)| *v);
+        fill(b, id, value).await;
+    }
+    click(b, "pol-submit").await;
+}
+
+/// Click the Remove button of `tubes`'s row; the confirmation accepted or dismissed.
+async fn remove_rule(b: &Browser, tubes: &str, accept: bool) {
+    let button = format!("#policies-body tr[data-tubes=\"{tubes}\"] button.remove");
+    b.find(Locator::Css(&button))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    if accept {
+        b.accept_alert().await.unwrap();
+    } else {
+        b.dismiss_alert().await.unwrap();
+    }
+}
+
+async fn policies_page(b: &Browser, s: &Server, c: &mut Client) {
+    go(b, &s.url("#/policies")).await;
+    until(
+        b,
+        "document.getElementById('nav-policies').hasAttribute('aria-current') \
+         && document.getElementById('policies-persisted')?.textContent",
+    )
+    .await;
+    let persisted = js(
+        b,
+        "document.getElementById('policies-persisted').textContent",
+    )
+    .await;
+    let lasts = persisted
+        .as_str()
+        .unwrap()
+        .contains("while this process runs");
+    assert_eq!(lasts, s.mode == Mode::Memory, "{persisted}");
+    // A bad pattern (tube names have no `<`, `"` or space): the API's message, as text.
+    let hostile = r#"<img src=x onerror="window.__pwned=1">*"#;
+    set_rule(b, hostile, &[("pol-reserves", "2")]).await;
+    let (err, _) = until(
+        b,
+        "!document.getElementById('error').hidden && document.getElementById('error').textContent",
+    )
+    .await;
+    let err = err.as_str().unwrap();
+    assert!(err.starts_with("set policy failed: bad_request: "), "{err}");
+    assert_eq!(js(b, "typeof window.__pwned").await, json!("undefined"));
+    assert_eq!(
+        js(
+            b,
+            "document.querySelectorAll('#error *, #policies-body img').length"
+        )
+        .await,
+        json!(0)
+    );
+    println!("policies: a hostile pattern refused, shown as text: {err}");
+    // The rule of pc*, and one with every field for mail*.
+    set_rule(b, "pc*", &[("pol-reserves", "2")]).await;
+    let (_, t) = until(
+        b,
+        "document.querySelector('#policies-body tr[data-tubes=\"pc*\"] td[data-k=\"reserves\"]')?.textContent === '2' \
+         && document.getElementById('error').hidden",
+    )
+    .await;
+    println!("policies: pc* set through the form, in the table after {t:?}");
+    set_rule(
+        b,
+        "mail*",
+        &[
+            ("pol-timeouts", "3"),
+            ("pol-base", "1500"),
+            ("pol-factor", "2.5"),
+            ("pol-max", "60000"),
+            ("pol-jitter", "0.2"),
+        ],
+    )
+    .await;
+    let (row, _) = until(
+        b,
+        "[...document.querySelectorAll('#policies-body tr[data-tubes=\"mail*\"] td[data-k]')]\
+         .map(td => td.textContent).join('|')",
+    )
+    .await;
+    assert_eq!(row, json!("mail*|–|3|1.5 s|2.5|1 min 0 s|20%"));
+    let (_, api) = http_get_auth(s.http, "/api/v1/policies");
+    let api: Value = serde_json::from_str(&api).unwrap();
+    assert_eq!(
+        api["policies"],
+        json!([
+            {"tubes": "mail*", "dead_letter": {"timeouts": 3},
+             "backoff": {"base_ms": 1500, "factor": 2.5, "max_ms": 60000, "jitter": 0.2}},
+            {"tubes": "pc*", "dead_letter": {"reserves": 2}},
+        ]),
+        "{api}"
+    );
+    // The governing rule, as the server picks it.
+    let picks = js(
+        b,
+        "(() => { const rules = [{tubes: '*'}, {tubes: 'pc*'}, {tubes: 'pc-*'}, {tubes: 'pc-1'}];\
+           return ['pc-1', 'pc-2', 'pc', 'other'].map(t => governingRule(rules, t)?.tubes); })()",
+    )
+    .await;
+    assert_eq!(picks, json!(["pc-1", "pc-*", "pc*", "*"]));
+    // Failing twice in pc-1 buries the job.
+    c.use_tube("pc-1");
+    let id = c.put(1024, 0, 60, b"fails");
+    for _ in 0..2 {
+        assert_eq!(c.cmd(&format!("reserve-job {id}")).word(), "RESERVED");
+        c.expect(&format!("release {id} 1 0"), "RELEASED");
+    }
+    assert_eq!(c.dict_value(&format!("stats-job {id}"), "state"), "buried");
+    go(b, &s.url("#/tube/pc-1?state=buried")).await;
+    until(
+        b,
+        "document.getElementById('tube-policy')?.dataset.tubes === 'pc*'",
+    )
+    .await;
+    let (title, _) = until(
+        b,
+        &format!("document.querySelector('#jobs-body tr[data-id=\"{id}\"] .badge.dead')?.title"),
+    )
+    .await;
+    assert_eq!(title, json!("dead letter: reserved 2 times (limit 2)"));
+    go(b, &s.url(&format!("#/job/{id}"))).await;
+    let (reason, _) = until(
+        b,
+        "document.querySelector('td[data-k=\"Dead letter\"]')?.textContent",
+    )
+    .await;
+    assert_eq!(reason, json!("reserved 2 times (limit 2)"));
+    println!("policies: job {id} buried by pc*; its page says {reason}");
+    go(b, &s.url("#/tube/other-tube")).await;
+    let (line, _) = until(
+        b,
+        "document.getElementById('tube-policy')?.dataset.tubes === '' \
+         && document.getElementById('tube-policy').textContent",
+    )
+    .await;
+    assert!(line.as_str().unwrap().starts_with("No policy"), "{line}");
+    go(b, &s.url("#/policies")).await;
+    until(
+        b,
+        "document.querySelectorAll('#policies-body tr[data-tubes]').length === 2",
+    )
+    .await;
+    if s.mode == Mode::Memory {
+        screenshot(b, "policies").await;
+    }
+    // Removal asks first: dismissed, the rule stays.
+    remove_rule(b, "pc*", false).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        js(
+            b,
+            "document.querySelectorAll('#policies-body tr[data-tubes]').length"
+        )
+        .await,
+        json!(2)
+    );
+    remove_rule(b, "pc*", true).await;
+    until(
+        b,
+        "document.querySelectorAll('#policies-body tr[data-tubes]').length === 1",
+    )
+    .await;
+    remove_rule(b, "mail*", true).await;
+    let (_, t) = until(
+        b,
+        "document.querySelectorAll('#policies-body tr[data-tubes]').length === 0 \
+         && document.getElementById('policies-body').textContent === 'no rules'",
+    )
+    .await;
+    let (_, api) = http_get_auth(s.http, "/api/v1/policies");
+    assert!(api.contains("\"policies\":[]"), "{api}");
+    println!("policies: removed through the page (after a confirmation), table empty after {t:?}");
 }
