@@ -14,6 +14,12 @@
 //!   text: `window.__pwned` stays undefined and the body holds no element;
 //! - a keyed job's key (`$ ( ) ; /` in it) shows as text in the tube's list and on the job's page, and the tube page's
 //!   find-by-key box opens the job;
+//! - the policies page: a tube policy set through its form shows in its table (and in
+//!   the API); a job its dead letter rule buried (a beanstalk client reserved and
+//!   released it twice) is marked in the tube's buried list and its page gives the
+//!   reason; the tube page names the rule that governs it (picked as the server does);
+//!   a hostile-looking pattern is refused and the API's message shows as text; a
+//!   removal asks first, and the table ends empty;
 //! - the login sets an HttpOnly cookie that is not the token; a change from another
 //!   origin (`Origin: http://evil.example`) is refused 403, with the token or the cookie;
 //! - with `--admin-read-only` an action is refused and the page shows the error; with
@@ -29,13 +35,6 @@
 //! counted the same way, the API's `Authorization: Bearer`)
 //! answers 429 with `Retry-After`, the right token included, and takes the token again
 //! once the (shortened) window has passed.
-//!
-//! `policies_in_a_browser`, in each mode: a tube policy set through the policies page's
-//! form shows in its table (and in the API); a job its dead letter rule buried (a
-//! beanstalk client reserved and released it twice) is marked in the tube's buried list
-//! and its page gives the reason; the tube page names the rule that governs it (the
-//! console picks it as the server does); a hostile-looking pattern is refused and the
-//! API's message shows as text; a removal asks first, and the table ends empty.
 //!
 //! Needs `chromium` and `chromedriver` (Debian: `chromium chromium-driver`; .ci/test
 //! installs them); without them the test fails, saying so.
@@ -319,12 +318,12 @@ async fn login(b: &Browser, s: &Server) {
 
 /// Click `id` (an element of the page).
 async fn click(b: &Browser, id: &str) {
-    b.find(Locator::Id(id))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click_at(b, Locator::Id(id)).await;
+}
+
+/// Click the element `at` finds.
+async fn click_at(b: &Browser, at: Locator<'_>) {
+    b.find(at).await.unwrap().click().await.unwrap();
 }
 
 /// The ids of the job rows shown on the tube page.
@@ -361,6 +360,7 @@ async fn console_in_a_browser() {
         keyed(&b, &server, &mut c).await;
         search(&b, &server).await;
         clients_page(&b, &server).await;
+        policies_page(&b, &server, &mut c).await;
         many_tabs(&b, &server, &mut c).await;
         through_a_standby(&b, &server, &mut c).await;
         if mode == Mode::Memory {
@@ -626,12 +626,7 @@ async fn moving(b: &Browser, s: &Server, id: u64) {
     go(b, &s.url("#/tube/emails")).await;
     let row = format!("#jobs-body tr[data-id=\"{id}\"] input.sel");
     until(b, &format!("document.querySelector('{row}')")).await;
-    b.find(Locator::Css(&row))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click_at(b, Locator::Css(&row)).await;
     b.find(Locator::Id("move-tube"))
         .await
         .unwrap()
@@ -809,12 +804,7 @@ async fn read_only(driver: &Driver, mode: Mode) {
     go(&b, &server.url("#/tube/default")).await;
     let row = format!("#jobs-body tr[data-id=\"{id}\"] input.sel");
     until(&b, &format!("document.querySelector('{row}')")).await;
-    b.find(Locator::Css(&row))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click_at(&b, Locator::Css(&row)).await;
     click(&b, "act-delete").await;
     // The page asks before deleting.
     b.accept_alert().await.unwrap();
@@ -963,27 +953,6 @@ async fn many_tabs(b: &Browser, s: &Server, c: &mut Client) {
     b.switch_to_window(home).await.unwrap();
 }
 
-/// The policies page (`#/policies`), in each mode: a rule set through the form (dead
-/// letter after 2 reserves for `pc*`) shows in the table; a job of `pc-1` reserved and
-/// released twice by a beanstalk client is buried, marked in the tube's buried list,
-/// and its page gives the reason; the tube page names the governing rule; a bad
-/// pattern (hostile-looking) shows the API's message as text; a removal asks first,
-/// and once accepted the table is empty.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn policies_in_a_browser() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let driver = Driver::start();
-    for mode in Mode::all() {
-        println!("== {mode:?} mode");
-        let server = Server::start_as(mode, &[]);
-        let b = driver.browser(false).await;
-        let mut c = server.client();
-        login(&b, &server).await;
-        policies_page(&b, &server, &mut c).await;
-        b.close().await.unwrap();
-    }
-}
-
 /// Replace the value of field `id` with `text`.
 async fn fill(b: &Browser, id: &str, text: &str) {
     let input = b.find(Locator::Id(id)).await.unwrap();
@@ -1017,12 +986,7 @@ async fn set_rule(b: &Browser, tubes: &str, fields: &[(&str, &str)]) {
 /// Click the Remove button of `tubes`'s row; the confirmation accepted or dismissed.
 async fn remove_rule(b: &Browser, tubes: &str, accept: bool) {
     let button = format!("#policies-body tr[data-tubes=\"{tubes}\"] button.remove");
-    b.find(Locator::Css(&button))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click_at(b, Locator::Css(&button)).await;
     if accept {
         b.accept_alert().await.unwrap();
     } else {
@@ -1030,6 +994,12 @@ async fn remove_rule(b: &Browser, tubes: &str, accept: bool) {
     }
 }
 
+/// The policies page (`#/policies`): a rule set through the form (dead letter after 2
+/// reserves for `pc*`) shows in the table; a job of `pc-1` reserved and released twice
+/// by a beanstalk client is buried, marked in the tube's buried list, and its page
+/// gives the reason; the tube page names the governing rule; a bad pattern
+/// (hostile-looking) shows the API's message as text; a removal asks first, and once
+/// accepted the table is empty.
 async fn policies_page(b: &Browser, s: &Server, c: &mut Client) {
     go(b, &s.url("#/policies")).await;
     until(
@@ -1187,4 +1157,5 @@ async fn policies_page(b: &Browser, s: &Server, c: &mut Client) {
     let (_, api) = http_get_auth(s.http, "/api/v1/policies");
     assert!(api.contains("\"policies\":[]"), "{api}");
     println!("policies: removed through the page (after a confirmation), table empty after {t:?}");
+    c.use_tube("emails");
 }
