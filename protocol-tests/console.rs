@@ -1105,6 +1105,9 @@ async fn policies_page(b: &Browser, s: &Server, c: &mut Client) {
     )
     .await;
     assert_eq!(title, json!("dead letter: reserved 2 times (limit 2)"));
+    if s.mode == Mode::Memory {
+        screenshot(b, "policies-tube").await;
+    }
     go(b, &s.url(&format!("#/job/{id}"))).await;
     let (reason, _) = until(
         b,
@@ -1112,6 +1115,9 @@ async fn policies_page(b: &Browser, s: &Server, c: &mut Client) {
     )
     .await;
     assert_eq!(reason, json!("reserved 2 times (limit 2)"));
+    if s.mode == Mode::Memory {
+        screenshot(b, "policies-job").await;
+    }
     println!("policies: job {id} buried by pc*; its page says {reason}");
     go(b, &s.url("#/tube/other-tube")).await;
     let (line, _) = until(
@@ -1130,6 +1136,19 @@ async fn policies_page(b: &Browser, s: &Server, c: &mut Client) {
     if s.mode == Mode::Memory {
         screenshot(b, "policies").await;
     }
+    // Edit fills the form with a row's rule.
+    click_at(
+        b,
+        Locator::Css("#policies-body tr[data-tubes=\"mail*\"] button.edit"),
+    )
+    .await;
+    let form = js(
+        b,
+        "['pol-tubes', 'pol-reserves', 'pol-timeouts', 'pol-base', 'pol-factor', 'pol-max', 'pol-jitter']\
+         .map(id => document.getElementById(id).value).join('|')",
+    )
+    .await;
+    assert_eq!(form, json!("mail*||3|1500|2.5|60000|0.2"));
     // Removal asks first: dismissed, the rule stays.
     remove_rule(b, "pc*", false).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
