@@ -14,6 +14,12 @@
 //!   text: `window.__pwned` stays undefined and the body holds no element;
 //! - a keyed job's key (`$ ( ) ; /` in it) shows as text in the tube's list and on the job's page, and the tube page's
 //!   find-by-key box opens the job;
+//! - the policies page: a tube policy set through its form shows in its table (and in
+//!   the API); a job its dead letter rule buried (a beanstalk client reserved and
+//!   released it twice) is marked in the tube's buried list and its page gives the
+//!   reason; the tube page names the rule that governs it (picked as the server does);
+//!   a hostile-looking pattern is refused and the API's message shows as text; a
+//!   removal asks first, and the table ends empty;
 //! - the login sets an HttpOnly cookie that is not the token; a change from another
 //!   origin (`Origin: http://evil.example`) is refused 403, with the token or the cookie;
 //! - with `--admin-read-only` an action is refused and the page shows the error; with
@@ -312,12 +318,12 @@ async fn login(b: &Browser, s: &Server) {
 
 /// Click `id` (an element of the page).
 async fn click(b: &Browser, id: &str) {
-    b.find(Locator::Id(id))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click_at(b, Locator::Id(id)).await;
+}
+
+/// Click the element `at` finds.
+async fn click_at(b: &Browser, at: Locator<'_>) {
+    b.find(at).await.unwrap().click().await.unwrap();
 }
 
 /// The ids of the job rows shown on the tube page.
@@ -354,6 +360,7 @@ async fn console_in_a_browser() {
         keyed(&b, &server, &mut c).await;
         search(&b, &server).await;
         clients_page(&b, &server).await;
+        policies_page(&b, &server, &mut c).await;
         many_tabs(&b, &server, &mut c).await;
         through_a_standby(&b, &server, &mut c).await;
         if mode == Mode::Memory {
@@ -619,12 +626,7 @@ async fn moving(b: &Browser, s: &Server, id: u64) {
     go(b, &s.url("#/tube/emails")).await;
     let row = format!("#jobs-body tr[data-id=\"{id}\"] input.sel");
     until(b, &format!("document.querySelector('{row}')")).await;
-    b.find(Locator::Css(&row))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click_at(b, Locator::Css(&row)).await;
     b.find(Locator::Id("move-tube"))
         .await
         .unwrap()
@@ -802,12 +804,7 @@ async fn read_only(driver: &Driver, mode: Mode) {
     go(&b, &server.url("#/tube/default")).await;
     let row = format!("#jobs-body tr[data-id=\"{id}\"] input.sel");
     until(&b, &format!("document.querySelector('{row}')")).await;
-    b.find(Locator::Css(&row))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click_at(&b, Locator::Css(&row)).await;
     click(&b, "act-delete").await;
     // The page asks before deleting.
     b.accept_alert().await.unwrap();
@@ -954,4 +951,230 @@ async fn many_tabs(b: &Browser, s: &Server, c: &mut Client) {
         b.close_window().await.unwrap();
     }
     b.switch_to_window(home).await.unwrap();
+}
+
+/// Replace the value of field `id` with `text`.
+async fn fill(b: &Browser, id: &str, text: &str) {
+    let input = b.find(Locator::Id(id)).await.unwrap();
+    input.clear().await.unwrap();
+    if !text.is_empty() {
+        input.send_keys(text).await.unwrap();
+    }
+}
+
+/// Set the rule of `tubes` through the policies page's form: `fields` are (field id,
+/// value), every other field emptied.
+async fn set_rule(b: &Browser, tubes: &str, fields: &[(&str, &str)]) {
+    fill(b, "pol-tubes", tubes).await;
+    for id in [
+        "pol-reserves",
+        "pol-timeouts",
+        "pol-base",
+        "pol-factor",
+        "pol-max",
+        "pol-jitter",
+    ] {
+        let value = fields
+            .iter()
+            .find(|(f, _)| *f == id)
+            .map_or("", |(_, v)| *v);
+        fill(b, id, value).await;
+    }
+    click(b, "pol-submit").await;
+}
+
+/// Click the Remove button of `tubes`'s row; the confirmation accepted or dismissed.
+async fn remove_rule(b: &Browser, tubes: &str, accept: bool) {
+    let button = format!("#policies-body tr[data-tubes=\"{tubes}\"] button.remove");
+    click_at(b, Locator::Css(&button)).await;
+    if accept {
+        b.accept_alert().await.unwrap();
+    } else {
+        b.dismiss_alert().await.unwrap();
+    }
+}
+
+/// The policies page (`#/policies`): a rule set through the form (dead letter after 2
+/// reserves for `pc*`) shows in the table; a job of `pc-1` reserved and released twice
+/// by a beanstalk client is buried, marked in the tube's buried list, and its page
+/// gives the reason; the tube page names the governing rule; a bad pattern
+/// (hostile-looking) shows the API's message as text; a removal asks first, and once
+/// accepted the table is empty.
+async fn policies_page(b: &Browser, s: &Server, c: &mut Client) {
+    go(b, &s.url("#/policies")).await;
+    until(
+        b,
+        "document.getElementById('nav-policies').hasAttribute('aria-current') \
+         && document.getElementById('policies-persisted')?.textContent",
+    )
+    .await;
+    let persisted = js(
+        b,
+        "document.getElementById('policies-persisted').textContent",
+    )
+    .await;
+    let lasts = persisted
+        .as_str()
+        .unwrap()
+        .contains("while this process runs");
+    assert_eq!(lasts, s.mode == Mode::Memory, "{persisted}");
+    // A bad pattern (tube names have no `<`, `"` or space): the API's message, as text.
+    let hostile = r#"<img src=x onerror="window.__pwned=1">*"#;
+    set_rule(b, hostile, &[("pol-reserves", "2")]).await;
+    let (err, _) = until(
+        b,
+        "!document.getElementById('error').hidden && document.getElementById('error').textContent",
+    )
+    .await;
+    let err = err.as_str().unwrap();
+    assert!(err.starts_with("set policy failed: bad_request: "), "{err}");
+    assert_eq!(js(b, "typeof window.__pwned").await, json!("undefined"));
+    assert_eq!(
+        js(
+            b,
+            "document.querySelectorAll('#error *, #policies-body img').length"
+        )
+        .await,
+        json!(0)
+    );
+    println!("policies: a hostile pattern refused, shown as text: {err}");
+    // The rule of pc*, and one with every field for mail*.
+    set_rule(b, "pc*", &[("pol-reserves", "2")]).await;
+    let (_, t) = until(
+        b,
+        "document.querySelector('#policies-body tr[data-tubes=\"pc*\"] td[data-k=\"reserves\"]')?.textContent === '2' \
+         && document.getElementById('error').hidden",
+    )
+    .await;
+    println!("policies: pc* set through the form, in the table after {t:?}");
+    set_rule(
+        b,
+        "mail*",
+        &[
+            ("pol-timeouts", "3"),
+            ("pol-base", "1500"),
+            ("pol-factor", "2.5"),
+            ("pol-max", "60000"),
+            ("pol-jitter", "0.2"),
+        ],
+    )
+    .await;
+    let (row, _) = until(
+        b,
+        "[...document.querySelectorAll('#policies-body tr[data-tubes=\"mail*\"] td[data-k]')]\
+         .map(td => td.textContent).join('|')",
+    )
+    .await;
+    assert_eq!(row, json!("mail*|–|3|1.5 s|2.5|1 min 0 s|20%"));
+    let (_, api) = http_get_auth(s.http, "/api/v1/policies");
+    let api: Value = serde_json::from_str(&api).unwrap();
+    assert_eq!(
+        api["policies"],
+        json!([
+            {"tubes": "mail*", "dead_letter": {"timeouts": 3},
+             "backoff": {"base_ms": 1500, "factor": 2.5, "max_ms": 60000, "jitter": 0.2}},
+            {"tubes": "pc*", "dead_letter": {"reserves": 2}},
+        ]),
+        "{api}"
+    );
+    // The governing rule, as the server picks it.
+    let picks = js(
+        b,
+        "(() => { const rules = [{tubes: '*'}, {tubes: 'pc*'}, {tubes: 'pc-*'}, {tubes: 'pc-1'}];\
+           return ['pc-1', 'pc-2', 'pc', 'other'].map(t => governingRule(rules, t)?.tubes); })()",
+    )
+    .await;
+    assert_eq!(picks, json!(["pc-1", "pc-*", "pc*", "*"]));
+    // Failing twice in pc-1 buries the job.
+    c.use_tube("pc-1");
+    let id = c.put(1024, 0, 60, b"fails");
+    for _ in 0..2 {
+        assert_eq!(c.cmd(&format!("reserve-job {id}")).word(), "RESERVED");
+        c.expect(&format!("release {id} 1 0"), "RELEASED");
+    }
+    assert_eq!(c.dict_value(&format!("stats-job {id}"), "state"), "buried");
+    go(b, &s.url("#/tube/pc-1?state=buried")).await;
+    until(
+        b,
+        "document.getElementById('tube-policy')?.dataset.tubes === 'pc*'",
+    )
+    .await;
+    let (title, _) = until(
+        b,
+        &format!("document.querySelector('#jobs-body tr[data-id=\"{id}\"] .badge.dead')?.title"),
+    )
+    .await;
+    assert_eq!(title, json!("dead letter: reserved 2 times (limit 2)"));
+    if s.mode == Mode::Memory {
+        screenshot(b, "policies-tube").await;
+    }
+    go(b, &s.url(&format!("#/job/{id}"))).await;
+    let (reason, _) = until(
+        b,
+        "document.querySelector('td[data-k=\"Dead letter\"]')?.textContent",
+    )
+    .await;
+    assert_eq!(reason, json!("reserved 2 times (limit 2)"));
+    if s.mode == Mode::Memory {
+        screenshot(b, "policies-job").await;
+    }
+    println!("policies: job {id} buried by pc*; its page says {reason}");
+    go(b, &s.url("#/tube/other-tube")).await;
+    let (line, _) = until(
+        b,
+        "document.getElementById('tube-policy')?.dataset.tubes === '' \
+         && document.getElementById('tube-policy').textContent",
+    )
+    .await;
+    assert!(line.as_str().unwrap().starts_with("No policy"), "{line}");
+    go(b, &s.url("#/policies")).await;
+    until(
+        b,
+        "document.querySelectorAll('#policies-body tr[data-tubes]').length === 2",
+    )
+    .await;
+    if s.mode == Mode::Memory {
+        screenshot(b, "policies").await;
+    }
+    // Edit fills the form with a row's rule.
+    click_at(
+        b,
+        Locator::Css("#policies-body tr[data-tubes=\"mail*\"] button.edit"),
+    )
+    .await;
+    let form = js(
+        b,
+        "['pol-tubes', 'pol-reserves', 'pol-timeouts', 'pol-base', 'pol-factor', 'pol-max', 'pol-jitter']\
+         .map(id => document.getElementById(id).value).join('|')",
+    )
+    .await;
+    assert_eq!(form, json!("mail*||3|1500|2.5|60000|0.2"));
+    // Removal asks first: dismissed, the rule stays.
+    remove_rule(b, "pc*", false).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        js(
+            b,
+            "document.querySelectorAll('#policies-body tr[data-tubes]').length"
+        )
+        .await,
+        json!(2)
+    );
+    remove_rule(b, "pc*", true).await;
+    until(
+        b,
+        "document.querySelectorAll('#policies-body tr[data-tubes]').length === 1",
+    )
+    .await;
+    remove_rule(b, "mail*", true).await;
+    let (_, t) = until(
+        b,
+        "document.querySelectorAll('#policies-body tr[data-tubes]').length === 0 \
+         && document.getElementById('policies-body').textContent === 'no rules'",
+    )
+    .await;
+    let (_, api) = http_get_auth(s.http, "/api/v1/policies");
+    assert!(api.contains("\"policies\":[]"), "{api}");
+    println!("policies: removed through the page (after a confirmation), table empty after {t:?}");
+    c.use_tube("emails");
 }

@@ -45,6 +45,7 @@ pub(super) fn router() -> Router<Arc<App>> {
         .route("/console/pages.js", get(|| async { asset(PAGES_JS) }))
         .route("/console/history.js", get(|| async { asset(HISTORY_JS) }))
         .route("/console/clients.js", get(|| async { asset(CLIENTS_JS) }))
+        .route("/console/policies.js", get(|| async { asset(POLICIES_JS) }))
         .route("/console/favicon.svg", get(|| async { asset(ICON) }))
         .route("/console/session", get(session))
         .route("/console/login", post(login))
@@ -61,6 +62,10 @@ const INDEX: Asset = (
 const CLIENTS_JS: Asset = (
     "text/javascript; charset=utf-8",
     include_str!("assets/clients.js"),
+);
+const POLICIES_JS: Asset = (
+    "text/javascript; charset=utf-8",
+    include_str!("assets/policies.js"),
 );
 const CSS: Asset = ("text/css; charset=utf-8", include_str!("assets/app.css"));
 const APP_JS: Asset = (

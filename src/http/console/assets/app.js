@@ -1,6 +1,7 @@
 // redstalk console, core: DOM helpers (text only: never innerHTML), the API client,
 // formatting, the pager of every list, the hash router, live events, login and the
-// overview page. pages.js adds the tube, job and search pages to `Pages`.
+// overview page. pages.js adds the tube, job and search pages to `Pages`, clients.js the
+// clients page, policies.js the policies page.
 "use strict";
 
 const API = "/api/v1";
@@ -142,7 +143,8 @@ function tubeLink(name) {
   return el("a", { href: "#/tube/" + encodeURIComponent(name), class: "tube" }, name);
 }
 
-// The hash router: #/, #/tube/NAME?state=S, #/job/ID, #/search, #/login.
+// The hash router: #/, #/tube/NAME?state=S, #/job/ID, #/search, #/clients, #/policies,
+// #/login.
 function route() {
   const hash = location.hash.replace(/^#/, "") || "/";
   const [path, query] = hash.split("?");

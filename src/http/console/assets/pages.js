@@ -1,6 +1,7 @@
 // redstalk console, pages: a tube (its jobs by state, paged by the API's cursors (the
 // `Pager` of app.js),
-// selected and acted on; pause; put; find by key), a job (figures with its key, body as
+// selected and acted on; pause; put; find by key; the policy that governs it, from
+// policies.js), a job (figures with its key and dead letter reason, body as
 // text / JSON / hex, download) and the body search. Every value reaches the page as
 // text (see app.js `el`).
 "use strict";
@@ -75,13 +76,19 @@ function putForm(name, reload) {
   return el("fieldset", {}, form);
 }
 
+// A job a dead letter rule buried: a badge whose title gives the reason (none else).
+function deadBadge(j) {
+  if (!j.dead_letter) return null;
+  return el("span", { class: "badge warn dead", title: "dead letter: " + j.dead_letter.reason }, "dead letter");
+}
+
 function jobRow(j, selected, onToggle) {
   const box = el("input", { type: "checkbox", class: "sel", "aria-label": "select job " + j.id });
   box.checked = selected.has(j.id);
   box.addEventListener("change", () => onToggle(j.id, box.checked));
   const timing = j.state === "delayed" || j.state === "reserved" ? fmt.secs(j["time-left"]) + " left" : "";
   const tr = el("tr", { "data-id": j.id, class: box.checked ? "selected" : null },
-    el("td", {}, box), el("td", { class: "n" }, el("a", { href: "#/job/" + j.id }, String(j.id))),
+    el("td", {}, box), el("td", { class: "n" }, deadBadge(j), el("a", { href: "#/job/" + j.id }, String(j.id))),
     el("td", { class: "n" }, fmt.num(j.pri)), el("td", {}, fmt.ago(j.age)), el("td", {}, timing),
     el("td", { class: "n" }, fmt.num(j.reserves)), el("td", { class: "n" }, fmt.num(j.releases)),
     el("td", { class: "n" }, fmt.num(j.buries)), el("td", { class: "n" }, fmt.num(j.kicks)),
@@ -147,7 +154,8 @@ Pages.tube = async function (main, parts, params) {
     toggle(Number(tr.dataset.id), all.checked);
   }));
   limit.onchange = () => pager.restart().catch((e) => showError(e.message));
-  main.append(el("h1", {}, "Tube ", el("span", { id: "tube-name" }, name)), figures, tubeControls(name, reload),
+  main.append(el("h1", {}, "Tube ", el("span", { id: "tube-name" }, name)), figures, tubePolicyLine(name),
+    tubeControls(name, reload),
     keyFinder(name), tabs, jobActions(() => [...selected], reload),
     el("table", { id: "jobs" }, el("thead", {}, el("tr", {}, el("th", {}, all),
       ...["Id", "Priority", "Put", "Time left", "Reserves", "Releases", "Buries", "Kicks", "Size", "Key"].map((h, i) =>
@@ -224,7 +232,8 @@ Pages.job = async function (main, parts) {
   const views = el("div", { class: "bar", id: "body-views" }, ...["text", "json", "hex"].map((k) =>
     el("button", { type: "button", "data-kind": k, id: "view-" + k, onclick: () => view(k) }, k === "json" ? "Pretty JSON" : k === "hex" ? "Hex" : "Text")),
   el("a", { href: API + "/jobs/" + id + "/body", download: "job-" + id + ".bin", id: "download" }, "Download (" + fmt.bytes(j.body_size) + ")"));
-  const rows = [["Id", j.id], ["Tube", tubeLink(j.tube)], ["Key", j.key || "–"], ["State", j.state], ["Priority", fmt.num(j.pri)],
+  const rows = [["Id", j.id], ["Tube", tubeLink(j.tube)], ["Key", j.key || "–"], ["State", j.state],
+    ...(j.dead_letter ? [["Dead letter", j.dead_letter.reason]] : []), ["Priority", fmt.num(j.pri)],
     ["Put", fmt.ago(j.age)], ["Delay", fmt.secs(j.delay)], ["TTR", fmt.secs(j.ttr)],
     ["Time left", j.state === "delayed" || j.state === "reserved" ? fmt.secs(j["time-left"]) : "–"],
     ["Reserves", fmt.num(j.reserves)], ["Timeouts", fmt.num(j.timeouts)], ["Releases", fmt.num(j.releases)],
@@ -269,7 +278,7 @@ Pages.search = async function (main, parts, params) {
     const r = await api("GET", "/search?" + p.toString());
     scanned += r.scanned;
     for (const j of r.jobs) {
-      body.append(el("tr", { "data-id": j.id }, el("td", { class: "n" }, el("a", { href: "#/job/" + j.id }, String(j.id))),
+      body.append(el("tr", { "data-id": j.id }, el("td", { class: "n" }, deadBadge(j), el("a", { href: "#/job/" + j.id }, String(j.id))),
         el("td", {}, tubeLink(j.tube)), el("td", {}, j.state), el("td", { class: "n" }, fmt.num(j.pri)),
         el("td", { class: "n" }, fmt.bytes(j.body_size))));
     }
