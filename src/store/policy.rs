@@ -225,6 +225,40 @@ pub enum PolicyError {
 pub struct Policies {
     /// Most specific first: tubes, then prefixes longest first, then `*`.
     rules: Vec<(Pattern, Policy)>,
+    /// The same rules indexed for [`Policies::for_tube`], which runs at every ended
+    /// reservation: a scan of 1,000 prefixes cost a release about 5 µs
+    /// (bench/policies); a lookup per distinct prefix length costs next to nothing.
+    index: Index,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+struct Index {
+    tubes: foldhash::HashMap<String, Policy>,
+    prefixes: foldhash::HashMap<String, Policy>,
+    /// The prefixes' lengths, longest first, each once.
+    prefix_lens: Vec<usize>,
+    any: Option<Policy>,
+}
+
+impl Index {
+    fn of(rules: &[(Pattern, Policy)]) -> Index {
+        let mut index = Index::default();
+        for (pattern, policy) in rules {
+            match pattern {
+                Pattern::Tube(t) => {
+                    index.tubes.insert(t.clone(), *policy);
+                }
+                Pattern::Prefix(p) => {
+                    index.prefixes.insert(p.clone(), *policy);
+                    index.prefix_lens.push(p.len());
+                }
+                Pattern::Any => index.any = Some(*policy),
+            }
+        }
+        index.prefix_lens.sort_unstable_by(|a, b| b.cmp(a));
+        index.prefix_lens.dedup();
+        index
+    }
 }
 
 fn specificity(p: &Pattern) -> (u8, std::cmp::Reverse<usize>) {
@@ -263,7 +297,14 @@ impl Policies {
                 .cmp(&specificity(b))
                 .then_with(|| a.to_string().cmp(&b.to_string()))
         });
-        Ok(Policies { rules })
+        Ok(Policies::of(rules))
+    }
+
+    fn of(rules: Vec<(Pattern, Policy)>) -> Policies {
+        Policies {
+            index: Index::of(&rules),
+            rules,
+        }
     }
 
     /// This set without the rule for `tubes`; `None` when it had none.
@@ -272,7 +313,7 @@ impl Policies {
         let mut rules = self.rules.clone();
         let before = rules.len();
         rules.retain(|(p, _)| *p != pattern);
-        (rules.len() < before).then_some(Policies { rules })
+        (rules.len() < before).then(|| Policies::of(rules))
     }
 
     pub fn is_empty(&self) -> bool {
@@ -284,10 +325,16 @@ impl Policies {
         if self.rules.is_empty() {
             return None;
         }
-        self.rules
-            .iter()
-            .find(|(p, _)| p.matches(tube))
-            .map(|(_, policy)| policy)
+        let ix = &self.index;
+        ix.tubes
+            .get(tube)
+            .or_else(|| {
+                ix.prefix_lens
+                    .iter()
+                    .filter_map(|&n| tube.get(..n))
+                    .find_map(|prefix| ix.prefixes.get(prefix))
+            })
+            .or(ix.any.as_ref())
     }
 
     /// The rule for `tube` and the pattern it was set for.
