@@ -112,4 +112,61 @@ mod tests {
         assert_eq!(words[0], 0.0);
         assert!((-1.0..=1.0).contains(&words[1]));
     }
+
+    /// The prelude's `backoff_delay` answers what `Backoff::delay_ms` does, run in a
+    /// real redis-server on the numbers as this module writes them: growth, the cap,
+    /// jitter either way (past the maximum too), the 1 ms floor, huge release counts.
+    #[test]
+    fn lua_backoff_is_rusts() {
+        let Some(redis) = crate::redis::testing::PrivateRedis::start("the Lua backoff test") else {
+            return;
+        };
+        let prelude = include_str!("lua/prelude.lua");
+        let start = prelude
+            .find("local function backoff_delay(")
+            .expect("backoff_delay in the prelude");
+        let len = prelude[start..].find("\nend\n").expect("its end") + "\nend\n".len();
+        let script = format!(
+            "{}\nlocal r = {{ base = tonumber(ARGV[1]), factor = tonumber(ARGV[2]), \
+             max = tonumber(ARGV[3]), jitter = tonumber(ARGV[4]) }}\n\
+             return backoff_delay(r, tonumber(ARGV[5]), tonumber(ARGV[6]))",
+            &prelude[start..start + len]
+        );
+        let max = crate::protocol::ext::Millis::MAX.as_millis();
+        let mut conn = redis.connection().expect("connect");
+        let mut checked = 0;
+        for (base_ms, factor, max_ms, jitter) in [
+            (2000, 3.0, 10_000, 0.0),
+            (100, 2.5, 60_000, 0.25),
+            (1, 1.0, 1, 1.0),
+            (7, 1.7, max, 0.5),
+            (1000, 100.0, max, 1.0),
+        ] {
+            let b = Backoff {
+                base_ms,
+                factor,
+                max_ms,
+                jitter,
+            };
+            for releases in [0, 1, 2, 5, 17, 40, 1023, 5000] {
+                for spread in [-1.0, -0.5, -0.123_456_789, 0.0, 0.3, 0.999, 1.0] {
+                    let lua: u64 = redis::cmd("EVAL")
+                        .arg(&script)
+                        .arg(0)
+                        .arg(base_ms.to_string())
+                        .arg(factor.to_string())
+                        .arg(max_ms.to_string())
+                        .arg(jitter.to_string())
+                        .arg(releases)
+                        .arg(spread.to_string())
+                        .query(&mut conn)
+                        .expect("EVAL backoff_delay");
+                    let rust = b.delay_ms(releases, spread);
+                    assert_eq!(lua, rust, "{b:?} releases {releases} spread {spread}");
+                    checked += 1;
+                }
+            }
+        }
+        assert_eq!(checked, 5 * 8 * 7);
+    }
 }
