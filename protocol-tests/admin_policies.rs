@@ -249,23 +249,37 @@ fn a_change_reaches_every_shared_instance() {
     let home = Home::Shared(redis);
     let (a, api_a) = home.launch(&["--admin-token", TOKEN]);
     let (b, api_b) = home.launch(&["--admin-token", TOKEN]);
-    let rules = |api: &Api| api.get("/policies").1["policies"].as_array().map_or(0, Vec::len);
+    let rules = |api: &Api| {
+        api.get("/policies").1["policies"]
+            .as_array()
+            .map_or(0, Vec::len)
+    };
     let wait = |api: &Api, n: usize| {
         let start = Instant::now();
         while rules(api) != n {
-            assert!(start.elapsed() < Duration::from_secs(15), "never saw {n} rules");
+            assert!(
+                start.elapsed() < Duration::from_secs(15),
+                "never saw {n} rules"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
         start.elapsed()
     };
-    assert_eq!(put_policy(&api_a, "fan*", json!({"dead_letter": {"reserves": 1}})).0, 200);
+    assert_eq!(
+        put_policy(&api_a, "fan*", json!({"dead_letter": {"reserves": 1}})).0,
+        200
+    );
     let took = wait(&api_b, 1);
     println!("shared: set through one instance, the other had it after {took:?}");
     let mut c = Client::connect(b.addr, "b");
     c.use_tube("fan-1");
     let id = c.put(1, 0, 60, b"x");
     fail_once(&mut c, "fan-1", id);
-    assert_eq!(stats_job(&mut c, id)["state"], "buried", "the other instance applies it");
+    assert_eq!(
+        stats_job(&mut c, id)["state"],
+        "buried",
+        "the other instance applies it"
+    );
     assert_eq!(delete_policy(&api_b, "fan*"), 200);
     let took = wait(&api_a, 0);
     println!("shared: removed through one instance, the other followed after {took:?}");

@@ -12,11 +12,20 @@
 //! - `policies_backoff`: a release with delay 0 gets base × factor^releases, capped
 //!   at the maximum; a release with a delay keeps it; a tube without a rule gets
 //!   none.
+//!
+//! And, on the memory and Redis stores alike, outside the contract:
+//! - `a_dead_letter_moved_or_kicked_keeps_a_meta_leader_mode_reads`: a dead letter
+//!   with and without a key keeps its reason when the operator API moves it to
+//!   another tube, loses it when kicked; in Redis its meta (written by the shared
+//!   mode's scripts, with the fields before the reason filled) reads back through
+//!   `redis::meta`, leader mode's reader, as the same job.
 
 use std::sync::Arc;
 
-use redstalk::protocol::ext::{BatchOp, Millis};
+use redstalk::protocol::ext::{BatchOp, Key, KeyMode, Millis, PutKey};
+use redstalk::redis::meta::{self, MetaState};
 use redstalk::store::policy::{Backoff, DeadCause, DeadLetter, DeadReason, Policies, Policy};
+use redstalk::store::{Edit, Edited, KeyedPut};
 
 use super::*;
 
@@ -196,4 +205,88 @@ pub(super) async fn policies_backoff(s: &AnyStore) {
         (JobState::Ready, 0),
         "no rule: ready"
     );
+}
+
+/// A dead letter with a key (`keyed`) or without, in tube "dm" (one reserve buries):
+/// its id.
+async fn dead_letter_in_dm(s: &AnyStore, keyed: bool) -> JobId {
+    let job = new_job("dm", 3, 0, LONG, "x");
+    let id = if keyed {
+        let pk = PutKey {
+            key: Key::new(b"k-1").expect("a key"),
+            mode: KeyMode::Dedupe,
+            window: Millis::ZERO,
+        };
+        match s.put_keyed(job, &pk, now(s)).await.expect("put_keyed") {
+            KeyedPut::Inserted(id) => id,
+            other => panic!("expected a new keyed job, got {other:?}"),
+        }
+    } else {
+        s.put(job, now(s)).await.expect("put")
+    };
+    cycle(s, C1, "dm", id).await;
+    assert_eq!(state(s, id).await, JobState::Buried);
+    assert_eq!(dead(s, id).await, reason(DeadCause::Reserves, 1, 1));
+    id
+}
+
+/// In Redis, job `id`'s meta in `tube` as leader mode reads it (`None`: no store to
+/// read, the memory store).
+async fn meta_of(redis: Option<(&str, &str)>, tube: &str, id: JobId) -> Option<meta::Meta> {
+    let (url, prefix) = redis?;
+    let client = redis::Client::open(url).expect("redis url");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect to redis");
+    let raw: Vec<u8> = redis::cmd("HGET")
+        .arg(format!("{{{prefix}}}:t:{tube}:jobs"))
+        .arg(id)
+        .query_async(&mut conn)
+        .await
+        .expect("HGET a job's meta");
+    Some(meta::decode(id, &raw).unwrap_or_else(|e| panic!("job {id}'s meta: {e:?}")))
+}
+
+async fn moved_or_kicked(s: &AnyStore, redis: Option<(&str, &str)>) {
+    set(s, &[("dm*", dead_letter(Some(1), None))]);
+    for keyed in [false, true] {
+        let id = dead_letter_in_dm(s, keyed).await;
+        if let Some(m) = meta_of(redis, "dm", id).await {
+            assert_eq!(m.state, MetaState::Buried);
+            assert_eq!(m.dead, reason(DeadCause::Reserves, 1, 1), "keyed {keyed}");
+            assert_eq!(m.key.map(|(k, _)| k), keyed.then(|| "k-1".to_string()));
+            assert_eq!((m.pri, m.ttr_ms, m.delay_ms), (9, ms(LONG), 0));
+        }
+        // A move keeps it buried, a dead letter still; a keyed job leaves its key.
+        let moved = s.edit(id, &Edit::Move(t("dm-2")), now(s)).await;
+        let Ok(Edited::Done { entry, .. }) = moved else {
+            panic!("move {id}: {moved:?}");
+        };
+        assert_eq!(entry.dead, reason(DeadCause::Reserves, 1, 1), "moved");
+        assert_eq!(entry.job_key, None, "a move leaves the key behind");
+        if let Some(m) = meta_of(redis, "dm-2", id).await {
+            assert_eq!((m.state, m.key), (MetaState::Buried, None));
+            assert_eq!(m.dead, reason(DeadCause::Reserves, 1, 1));
+        }
+        // A kick clears the reason; the meta still reads (no key, no reason).
+        assert_eq!(
+            s.kick_job(id, now(s)).await.expect("kick_job"),
+            Some(t("dm-2"))
+        );
+        assert_eq!(dead(s, id).await, None, "kicked");
+        if let Some(m) = meta_of(redis, "dm-2", id).await {
+            assert_eq!((m.state, m.key, m.dead), (MetaState::Ready, None, None));
+        }
+        assert!(delete(s, C1, id).await);
+    }
+}
+
+#[tokio::test]
+async fn a_dead_letter_moved_or_kicked_keeps_a_meta_leader_mode_reads() {
+    moved_or_kicked(&AnyStore::Memory(MemoryStore::new()), None).await;
+    let Some(server) = start_redis() else { return };
+    let url = server.url();
+    let (store, prefix) = redis_store_with_prefix(&url, "dead-meta").await;
+    moved_or_kicked(&AnyStore::Redis(store), Some((&url, &prefix))).await;
 }

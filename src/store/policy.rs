@@ -156,6 +156,16 @@ impl Backoff {
         2.0
     }
 
+    /// Where in the jitter a release lands: uniform in [-1, 1]; 0 without jitter. Drawn
+    /// by the store that applies the backoff (shared mode: in Rust, for the script).
+    pub fn spread(&self) -> f64 {
+        if self.jitter > 0.0 {
+            rand::random_range(-1.0..=1.0)
+        } else {
+            0.0
+        }
+    }
+
     /// The delay of a `release` with delay 0 of a job released `releases` times before;
     /// `spread` in [-1, 1] picks where in the jitter it lands.
     pub fn delay_ms(&self, releases: u32, spread: f64) -> u64 {

@@ -158,7 +158,10 @@ async fn retry(conn: &mut Conn, id: u64, pri: u32, times: u32, reserve: &str) ->
         }
         match conn.call(reserve).await? {
             Reply::Reserved { id: again, .. } if again == id => {}
-            other => bail!("{reserve} after releasing job {id} answered {}", other.describe()),
+            other => bail!(
+                "{reserve} after releasing job {id} answered {}",
+                other.describe()
+            ),
         }
     }
     Ok(())

@@ -12,7 +12,6 @@ use super::contents::Contents;
 use crate::protocol::TubeName;
 use crate::protocol::ext::{BatchOp, FlushStates};
 use crate::store::batch::flushes;
-use crate::store::policy::Backoff;
 use crate::store::{BatchDone, ConnId, FlushStep, JobId, JobState, Nanos, Reserved};
 
 impl Contents {
@@ -80,7 +79,7 @@ impl Contents {
             .for_tube(tube.as_str())
             .and_then(|p| p.backoff);
         let delay_ms = match backoff {
-            Some(b) if delay_ms == 0 => b.delay_ms(job.releases, jitter_spread(&b)),
+            Some(b) if delay_ms == 0 => b.delay_ms(job.releases, b.spread()),
             _ => delay_ms,
         };
         let job = self.jobs.get_mut(&id)?;
@@ -225,14 +224,5 @@ impl Contents {
             upto,
             more: ids.len() == max,
         }
-    }
-}
-
-/// Where in a backoff's jitter a release lands: uniform in [-1, 1], 0 without jitter.
-fn jitter_spread(b: &Backoff) -> f64 {
-    if b.jitter > 0.0 {
-        rand::random_range(-1.0..=1.0)
-    } else {
-        0.0
     }
 }

@@ -21,6 +21,7 @@ use super::decode::{Decode, JobFigures, count, fields, string};
 use crate::protocol::TubeName;
 use crate::redis::US;
 use crate::store::keys::Key;
+use crate::store::policy::DeadReason;
 use crate::store::{
     Edit, Edited, JobEntry, JobId, JobState, ListKey, ListPage, ListQuery, ReservedBy, StoreResult,
 };
@@ -47,7 +48,7 @@ pub struct EntryReply {
     /// A keyed job's key (the job's KEY field; empty: none).
     key: Option<Key>,
     /// Why a dead letter rule buried it.
-    dead: Option<crate::store::policy::DeadReason>,
+    dead: Option<DeadReason>,
     figures: JobFigures,
 }
 
@@ -56,14 +57,20 @@ impl Decode for EntryReply {
         let Value::Array(mut items) = v else {
             return Err(format!("expected a job entry, got {v:?}"));
         };
-        if items.len() < 5 {
+        if items.len() < 6 {
             return Err(format!("expected a job entry, got {} fields", items.len()));
         }
-        let figures = JobFigures::decode(Value::Array(items.split_off(5)))?;
-        let [id, score, body_size, owner, key] = fields(Value::Array(items))?;
+        let figures = JobFigures::decode(Value::Array(items.split_off(6)))?;
+        let [id, score, body_size, owner, key, dead] = fields(Value::Array(items))?;
         let key = match string(&key, "a job's key")?.as_str() {
             "" => None,
             k => Some(Key::new(k.as_bytes()).ok_or_else(|| format!("a bad job key {k:?}"))?),
+        };
+        let dead = match string(&dead, "a dead letter reason")?.as_str() {
+            "" => None,
+            d => Some(
+                DeadReason::decode(d).ok_or_else(|| format!("a bad dead letter reason {d:?}"))?,
+            ),
         };
         Ok(EntryReply {
             id: count(&id)?,
@@ -71,7 +78,7 @@ impl Decode for EntryReply {
             body_size: count(&body_size)?,
             owner: string(&owner, "an owner token")?,
             key,
-            dead: None,
+            dead,
             figures,
         })
     }

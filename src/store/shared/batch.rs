@@ -18,10 +18,10 @@
 
 use foldhash::HashMap;
 
-use super::RedisStore;
 use super::decode::{Decode, Reservation, count, fields};
 use super::held::Held;
 use super::store_impl::watched_tube;
+use super::{RedisStore, policy_args};
 use crate::protocol::TubeName;
 use crate::protocol::ext::{BatchOp, FlushStates};
 use crate::redis::keys::NsKey;
@@ -183,6 +183,18 @@ impl RedisStore {
             Vec::new()
         } else {
             let names = groups.names();
+            // A release ends reservations: the tubes' rules, and a spread per id sent.
+            let (rules, spreads) = match op {
+                BatchOp::Release { .. } => {
+                    let policies = self.policies();
+                    let sent = targets.iter().flatten().map(|(t, _)| t.as_str());
+                    (
+                        policy_args::rules(&policies, &names),
+                        policy_args::spreads(&policies, sent),
+                    )
+                }
+                _ => (String::new(), String::new()),
+            };
             let mut call = self.run.call(|s| &s.batch, &[], &names);
             call.arg(self.run.origin()).arg((
                 word,
@@ -191,6 +203,7 @@ impl RedisStore {
                 names.join("\n"),
                 self.windows_max(),
             ));
+            call.arg((rules, spreads));
             for ((id, target), at) in ids.iter().zip(&targets).zip(&at) {
                 if let (Some((_, owner)), Some(at)) = (target, at) {
                     call.arg((*id, *owner, *at));

@@ -24,6 +24,8 @@
 //! - `admin`: the operator API's listing, job entry and changes in place.
 //! - `large`: puts of large bodies, whose bodies stay out of Lua.
 //! - `held`: the reservations this instance's connections hold.
+//! - `policy_args`: the tubes' dead letter and backoff rules as the scripts take them
+//!   where a reservation ends (release, a list release, a lapsed TTR, a close).
 //! - `reclaim`: owner tokens of reserve attempts, and undoing those whose answer was lost.
 //! - `refs`: this instance's tube references and the task that keeps them in Redis.
 //! - `ticks`: the timer's tick: due work a tube at a time, damaged tubes set aside,
@@ -51,6 +53,7 @@ mod keys;
 mod large;
 mod liveness;
 mod namespace;
+mod policy_args;
 mod reclaim;
 mod refs;
 mod scripts;

@@ -18,7 +18,7 @@ use super::decode::{self, KickSet};
 use super::held::Held;
 use super::refs::RefKind;
 use super::scripts::{Call, Lua, Scripts};
-use super::{RedisStore, SCRIPT_CHUNK};
+use super::{RedisStore, SCRIPT_CHUNK, policy_args};
 use crate::protocol::TubeName;
 use crate::protocol::ext::{BatchOp, FlushStates};
 use crate::redis::error::redis_error_in;
@@ -27,7 +27,7 @@ use crate::redis::{Code, US};
 use crate::store::keys::{Key, KeyOp, KeyOutcome, KeyedPut, PutKey};
 use crate::store::{
     BatchDone, ConnId, Edit, Edited, FlushStep, JobEntry, JobId, JobInfo, LARGE_BODY, ListPage,
-    ListQuery, Nanos, NewJob, Reserved, Store, StoreError, StoreResult, Totals, TubeInfo,
+    ListQuery, Nanos, NewJob, Policies, Reserved, Store, StoreError, StoreResult, Totals, TubeInfo,
     URGENT_PRI, pause_length,
 };
 use crate::time::Clock;
@@ -105,14 +105,17 @@ impl RedisStore {
         self.peeked(tube, peeked, call.generation()).await
     }
 
-    /// The `close` script for one connection: `jobs` back to ready, `refs` dropped (in
-    /// order); the tubes that gained ready jobs. A call takes at most [`CLOSE_CHUNK`]
-    /// jobs and references (jobs first), so a connection that watched 100,000 tubes
-    /// never blocks Redis, or this instance, for long; the calls follow each other.
+    /// The `close` script for one connection: `jobs` back to ready (or buried, when
+    /// `policies` has a dead letter rule that says so: a close ends their
+    /// reservations), `refs` dropped (in order); the tubes that gained ready jobs. A
+    /// call takes at most [`CLOSE_CHUNK`] jobs and references (jobs first), so a
+    /// connection that watched 100,000 tubes never blocks Redis, or this instance, for
+    /// long; the calls follow each other.
     async fn close_script<'a>(
         &self,
         jobs: &[(JobId, Held)],
         refs: impl Iterator<Item = (RefKind, &'a TubeName)>,
+        policies: &Policies,
     ) -> StoreResult<Vec<TubeName>> {
         let refs: Vec<(RefKind, &TubeName)> = refs.collect();
         let mut woken = Vec::new();
@@ -122,7 +125,7 @@ impl RedisStore {
             let take_refs = refs.len().min(CLOSE_CHUNK - take_jobs);
             let (chunk_jobs, rest_jobs) = jobs.split_at(take_jobs);
             let (chunk_refs, rest_refs) = refs.split_at(take_refs);
-            woken.extend(self.close_chunk(chunk_jobs, chunk_refs).await?);
+            woken.extend(self.close_chunk(chunk_jobs, chunk_refs, policies).await?);
             (jobs, refs) = (rest_jobs, rest_refs);
             if jobs.is_empty() && refs.is_empty() {
                 return Ok(woken);
@@ -136,6 +139,7 @@ impl RedisStore {
         &self,
         jobs: &[(JobId, Held)],
         refs: &[(RefKind, &TubeName)],
+        policies: &Policies,
     ) -> StoreResult<Vec<TubeName>> {
         let mut groups = TubeGroups::default();
         for t in jobs
@@ -147,8 +151,15 @@ impl RedisStore {
         }
         let names = groups.names();
         let mut call = self.run.call(|s| &s.close, &[self.refs.key()], &names);
+        // Only the jobs' tubes can have a rule applied.
+        let rules = if jobs.is_empty() {
+            String::new()
+        } else {
+            policy_args::rules(policies, &names)
+        };
         call.arg(self.run.origin())
             .arg(names.join("\n"))
+            .arg(rules)
             .arg(jobs.len());
         for (id, h) in jobs {
             call.arg((*id, &h.owner, groups.at(&h.tube)));
@@ -285,7 +296,14 @@ impl Store for RedisStore {
         let Some((held, mut call)) = self.held_call(|s| &s.release, conn, id) else {
             return Ok(None);
         };
-        let released = call.arg((pri, delay_ms)).run().await?;
+        let policies = self.policies();
+        let tube = held.tube.as_str();
+        let released = call
+            .arg((pri, delay_ms))
+            .arg(policy_args::rule(&policies, tube))
+            .arg(policy_args::spread(&policies, tube).to_string())
+            .run()
+            .await?;
         self.held.unhold(conn, id);
         Ok(released.then_some(held.tube))
     }
@@ -511,7 +529,7 @@ impl Store for RedisStore {
         // one hung up. A close of many references takes more calls; in between, other
         // commands see some of its tubes still referred to (they live a moment longer),
         // never a job still held.
-        let result = self.close_script(&jobs, refs).await;
+        let result = self.close_script(&jobs, refs, &self.policies()).await;
         if result.is_err() {
             self.refs.mark_dirty();
         }
@@ -524,12 +542,16 @@ impl Store for RedisStore {
         id: JobId,
         _now: Nanos,
     ) -> StoreResult<Option<TubeName>> {
-        // The close script, for this one job and no references.
+        // The close script, for this one job and no references; no policy: the reply
+        // that could not be written ended no reservation anyone worked on.
         let Some(held) = self.held.get(conn, id) else {
             return Ok(None);
         };
         self.held.unhold(conn, id);
-        let woken = self.close_script(&[(id, held)], std::iter::empty()).await?;
+        let none = Policies::default();
+        let woken = self
+            .close_script(&[(id, held)], std::iter::empty(), &none)
+            .await?;
         Ok(woken.into_iter().next())
     }
 

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use super::RedisStore;
 use super::SCRIPT_CHUNK;
+use super::policy_args;
 use crate::protocol::TubeName;
 use crate::redis::keys::NsKey;
 use crate::redis::{Code, US};
@@ -85,11 +86,14 @@ impl RedisStore {
     /// Jobs found damaged (their meta missing) were dropped by the script: reported.
     async fn tick_tube(&self, tube: &TubeName) -> StoreResult<bool> {
         let mut woke = false;
+        // The tube's rule: a lapsed reservation may be a dead letter.
+        let rule = policy_args::rule(&self.policies(), tube.as_str());
         loop {
             let step = self
                 .run
                 .on_tube(|s| &s.tick, &[], tube.as_str())
                 .arg(SCRIPT_CHUNK)
+                .arg(&rule)
                 .run()
                 .await?;
             if step.damaged > 0 {

@@ -46,10 +46,14 @@ elseif op == 'move' and v ~= tube then
   detach(T, id, j)
   redis.call('HDEL', T.jobs, id)
   redis.call('HDEL', T.bodies, id)
-  -- A keyed job leaves its key behind, freed (docs/EXTENSIONS.md, Keys).
+  -- A keyed job leaves its key behind, freed (docs/EXTENSIONS.md, Keys). A dead
+  -- letter stays one (buried still): its fields before DEAD stay filled.
   if j[KEY] then
-    if redis.call('HGET', T.keys, j[KEY]) == id then redis.call('HDEL', T.keys, j[KEY]) end
+    if j[KEY] ~= '' and redis.call('HGET', T.keys, j[KEY]) == id then
+      redis.call('HDEL', T.keys, j[KEY])
+    end
     j[KEY], j[WINDOW_MS] = nil, nil
+    if j[DEAD] then j[KEY], j[WINDOW_MS] = '', 0 end
   end
   ensure_tube(G, v)
   redis.call('HSET', D.bodies, id, body)

@@ -91,10 +91,13 @@ end
 -- DELAY and TTR are whole seconds (rounded down); a job whose delay or TTR is not
 -- whole seconds also has DELAY_MS and TTR_MS (ms), so a job in seconds keeps the
 -- 14-field layout that versions before milliseconds read. A keyed job also has KEY and
--- WINDOW_MS (ms), after the millisecond fields, which it then always has.
+-- WINDOW_MS (ms), after the millisecond fields, which it then always has. A job a dead
+-- letter rule buried (see `dead_letter`) has DEAD, the reason ("reserves:5:5"), while it
+-- stays buried; it then has every field before it (KEY '' and WINDOW_MS 0 without a key:
+-- cmsgpack packs a table with holes as a map), and keeps them once DEAD is cleared.
 local PRI, DELAY, TTR, CREATED, STATE, DUE, OWNER, RESERVES, TIMEOUTS, RELEASES, BURIES, KICKS, BSEQ,
-  READY, DELAY_MS, TTR_MS, KEY, WINDOW_MS = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16,
-  17, 18
+  READY, DELAY_MS, TTR_MS, KEY, WINDOW_MS, DEAD = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
+  16, 17, 18, 19
 
 -- A job's duration in ms: its millisecond field while that agrees with the whole
 -- seconds (a version before milliseconds may have changed the seconds and kept it),
@@ -152,10 +155,12 @@ local function detach(T, id, j)
   if set then redis.call('ZREM', T[set], id20(id)) end
 end
 
--- Put a detached job in `state`; `due` is the due time or TTR deadline.
+-- Put a detached job in `state`; `due` is the due time or TTR deadline. A dead letter's
+-- reason goes with the buried state, whatever takes the job out of it.
 local function attach(T, G, id, j, state, due, owner)
   local m = id20(id)
   j[STATE], j[DUE], j[OWNER] = state, due or 0, owner or ''
+  if state ~= 'buried' then j[DEAD] = nil end
   if state == 'ready' then
     redis.call('ZADD', T.ready, j[PRI], m)
   elseif state == 'delayed' then
@@ -245,15 +250,84 @@ local function paused(T, now)
   return pu and tonumber(pu) > now
 end
 
+-- A tube's policy (store/policy.rs) as the Rust side hands it to a script where a
+-- reservation ends: "<reserves> <timeouts> <base_ms> <factor> <max_ms> <jitter>" (a
+-- dead letter's limits, 0 for none; a backoff, base 0 for none), '' or '-' for a tube
+-- without one. -> the rule, or nil (with no policies, the scripts do nothing more).
+local function rule_of(s)
+  if s == '' or s == '-' then return nil end
+  local r, t, base, factor, max, jitter =
+    string.match(s, '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+)$')
+  return { reserves = tonumber(r), timeouts = tonumber(t), base = tonumber(base),
+    factor = tonumber(factor), max = tonumber(max), jitter = tonumber(jitter) }
+end
+
+-- The rules of a call over several tubes: `s` holds tube i's rule on line i ('-' for
+-- none), or is '' when none of them has one. -> tube index -> rule, or nil.
+local function rules_of(s)
+  if s == '' then return nil end
+  local rules, i = {}, 0
+  for line in string.gmatch(s, '[^\n]+') do
+    i = i + 1
+    rules[i] = rule_of(line)
+  end
+  return rules
+end
+
+-- Whether job `j`'s counters reach a dead letter `limit` (0: none): each kick gives the
+-- limit again (DeadLetter::verdict; its product saturates at u32::MAX).
+local function reached(limit, count, kicks)
+  return limit > 0 and count >= math.min(limit * (kicks + 1), 4294967295)
+end
+
+-- Job `id` (meta `j`, detached, its counters counted) ended a reservation without a
+-- delete: when `rule` has a dead letter limit it reached (timeouts first), it is buried
+-- as bury.lua buries (its priority kept, one bury more, at the end of the buried FIFO)
+-- with the reason, its meta written. Whether it was.
+local function dead_letter(T, G, id, j, rule)
+  if not rule then return false end
+  local cause, count, limit = nil, 0, 0
+  if reached(rule.timeouts, j[TIMEOUTS], j[KICKS]) then
+    cause, count, limit = 'timeouts', j[TIMEOUTS], rule.timeouts
+  elseif reached(rule.reserves, j[RESERVES], j[KICKS]) then
+    cause, count, limit = 'reserves', j[RESERVES], rule.reserves
+  else
+    return false
+  end
+  j[BURIES] = j[BURIES] + 1
+  attach(T, G, id, j, 'buried')
+  -- Every field before DEAD, as set_times and a keyed put fill them.
+  if j[READY] == nil then j[READY] = 0 end
+  if j[DELAY_MS] == nil then j[DELAY_MS], j[TTR_MS] = j[DELAY] * 1000, j[TTR] * 1000 end
+  if j[KEY] == nil then j[KEY], j[WINDOW_MS] = '', 0 end
+  j[DEAD] = cause .. ':' .. count .. ':' .. limit
+  put_job(T, id, j)
+  return true
+end
+
+-- The delay (ms) of a release with delay 0 under `rule`'s backoff, for a job released
+-- `releases` times before: Backoff::delay_ms exactly (`spread`, in [-1, 1], drawn by
+-- the caller: where in the jitter it lands), rounded, at least 1 ms, at most what a
+-- release may ask (u32::MAX s).
+local function backoff_delay(rule, releases, spread)
+  local grown = rule.base * rule.factor ^ math.min(releases, 1024)
+  local moved = math.min(grown, rule.max) * (1 + rule.jitter * spread)
+  return math.min(math.max(math.floor(moved + 0.5), 1), 4294967295000)
+end
+
 -- Make job `id` (with meta `j`) ready, bumping counter `bump` (an index) if given.
 -- `since` is when it became ready (default now): the end of its delay or its lapsed
--- deadline when a tick finds it late.
-local function to_ready(T, G, id, j, bump, since)
+-- deadline when a tick finds it late. A reservation that ends (a lapse, its holder's
+-- close) passes its tube's `rule`, which may bury it instead (`dead_letter`). Whether
+-- it went ready.
+local function to_ready(T, G, id, j, bump, since, rule)
   detach(T, id, j)
   if bump then j[bump] = j[bump] + 1 end
+  if dead_letter(T, G, id, j, rule) then return false end
   j[READY] = since or now_us()
   attach(T, G, id, j, 'ready')
   put_job(T, id, j)
+  return true
 end
 
 -- Place job `id` (meta `j`, detached, times set) of `tube`: delayed by `delay` ms from
@@ -270,6 +344,21 @@ local function place(T, G, tube, origin, id, j, delay, now, woken)
     if not woken then wake(origin, tube) end
   end
   put_job(T, id, j)
+end
+
+-- `release` of job `id` (meta `j`, reserved) of `tube` at `now` with `pri` and `delay`
+-- (ms) under the tube's `rule` (nil: none): a dead letter first (buried, no delay),
+-- else a delay 0 gets the rule's backoff (`spread` drawn by the caller), then placed as
+-- `place` does. -> the delay it got, or nil when it was buried.
+local function release_job(T, G, tube, origin, id, j, pri, delay, rule, spread, now, woken)
+  detach(T, id, j)
+  local releases = j[RELEASES]
+  j[PRI], j[RELEASES] = pri, releases + 1
+  if dead_letter(T, G, id, j, rule) then return nil end
+  if delay == 0 and rule and rule.base > 0 then delay = backoff_delay(rule, releases, spread) end
+  set_times(j, delay, ttr_ms(j))
+  place(T, G, tube, origin, id, j, delay, now, woken)
+  return delay
 end
 
 -- A key's member in the namespace's window set.
@@ -336,7 +425,8 @@ end
 -- its dedupe window opens at `now` (at most `max` windows stay open).
 local function end_key(T, G, tube, id, j, now, window, max)
   local key = j[KEY]
-  if not key or redis.call('HGET', T.keys, key) ~= id then return end
+  -- '' is a dead letter's padding (see DEAD), not a key.
+  if not key or key == '' or redis.call('HGET', T.keys, key) ~= id then return end
   local ms = tonumber(j[WINDOW_MS] or 0)
   if window and ms > 0 then
     redis.call('ZADD', G.keywin, now + ms * 1000, win_member(tube, key))
@@ -437,8 +527,8 @@ local function reserve_one(owner, now, base)
 end
 
 -- The operator API's view of job `id` (meta `j`) at `now`: {id, sort score, body size,
--- holder's owner token ('' unless reserved), its key ('' unless keyed), then the
--- `job_info` figures}. The sort
+-- holder's owner token ('' unless reserved), its key ('' unless keyed), why a dead
+-- letter rule buried it ('' unless it did), then the `job_info` figures}. The sort
 -- score is the job's key in its state's set (priority, due time or deadline, bury
 -- sequence), what a listing's cursor resumes after.
 local function admin_entry(T, id, j, now)
@@ -446,7 +536,8 @@ local function admin_entry(T, id, j, now)
   if j[STATE] == 'ready' then score = j[PRI] elseif j[STATE] == 'buried' then score = j[BSEQ] end
   local owner = ''
   if j[STATE] == 'reserved' then owner = j[OWNER] or '' end
-  return { id, score, redis.call('HSTRLEN', T.bodies, id), owner, j[KEY] or '', j[PRI],
+  return { id, score, redis.call('HSTRLEN', T.bodies, id), owner, j[KEY] or '',
+    j[DEAD] or '', j[PRI],
     delay_ms(j), ttr_ms(j),
     j[CREATED], j[STATE], j[DUE], j[RESERVES], j[TIMEOUTS], j[RELEASES], j[BURIES], j[KICKS],
     now }

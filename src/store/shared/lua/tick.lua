@@ -1,6 +1,7 @@
 -- Apply what is due in one tube: delayed jobs become ready, lapsed reservations
 -- (deadline strictly before now) return to ready, an ended pause is cleared.
--- ARGV[3] the most jobs to move in this call.
+-- ARGV[3] the most jobs to move in this call, ARGV[4] the tube's policy ('' none: see
+-- `rule_of`), whose dead letter rule may bury a lapsed reservation instead.
 -- A member whose job meta is missing (what eviction or damage leaves) cannot move: it is
 -- taken out of its set, with what is left of the job, and counted as damaged, so the
 -- tube's other jobs keep their timing.
@@ -9,6 +10,7 @@
 -- of such members dropped
 local T, tube, origin = tube_keys(0, 1), ARGV[1], ARGV[2]
 local budget = tonumber(ARGV[3])
+local rule = rule_of(ARGV[4])
 local now = now_us()
 local woke, damaged = 0, 0
 -- A job has been ready since its due time or deadline, not since this tick noticed.
@@ -29,9 +31,8 @@ if budget > 0 then
     local id = id_of(m)
     local j = id and get_job(T, id)
     if j then
-      to_ready(T, G, id, j, TIMEOUTS, j[DUE])
+      if to_ready(T, G, id, j, TIMEOUTS, j[DUE], rule) then woke = 1 end
       redis.call('HINCRBY', G.stats, 'job_timeouts', '1')
-      woke = 1
     else
       drop_damaged(T, G, T.reserved, m, id)
       damaged = damaged + 1
