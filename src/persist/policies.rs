@@ -8,9 +8,11 @@
 //!   set or the new, never a torn one;
 //! - Redis (both modes): the hash `{P}:policies`, a field per rule (its tubes pattern,
 //!   its policy as JSON), so two instances that change two rules at once both land.
-//!   Every instance reads the hash each [`FOLLOW_PERIOD`]: a change made through any
-//!   instance reaches the others (shared mode's scripts, a standby that takes the lead)
-//!   within that period.
+//!   A change also increments `{P}:policies:version` (one script: both or neither);
+//!   every instance reads that counter each [`FOLLOW_PERIOD`] and the hash when it
+//!   moved, so a change made through any instance reaches the others (shared mode's
+//!   scripts, a standby that takes the lead) within that period, and a quiet second
+//!   costs Redis one GET.
 //!
 //! `--policies FILE` (TOML, [`PolicyFile`]) is read at start and its rules written into
 //! the home, replacing the rules the home had for the same tubes; the home's other
@@ -45,15 +47,21 @@ pub enum Home {
     Process,
     /// A file (`-b DIR`'s `policies.json`).
     File(PathBuf),
-    /// A hash in Redis (either Redis mode).
-    Redis { conn: RedisConn, key: String },
+    /// A hash in Redis (either Redis mode), and the counter each change increments.
+    Redis {
+        conn: RedisConn,
+        key: String,
+        version: String,
+    },
 }
 
 impl Home {
     /// The Redis home of the namespace with `prefix`.
     pub fn redis(conn: RedisConn, prefix: &str) -> Home {
+        let keys = Keys::new(prefix);
         Home::Redis {
-            key: Keys::new(prefix).policies(),
+            key: keys.policies(),
+            version: keys.policies_version(),
             conn,
         }
     }
@@ -194,6 +202,7 @@ impl PolicyBook {
         }
         Some(tokio::spawn(async move {
             let mut failing = false;
+            let mut seen = None;
             loop {
                 tokio::select! {
                     _ = stop.cancelled() => return,
@@ -201,9 +210,15 @@ impl PolicyBook {
                 }
                 // Not under `changing`: a change of this process publishes what it
                 // wrote, and a read racing it publishes the same or is corrected by the
-                // next read a period later.
-                match load(&self.home).await {
-                    Ok(set) => {
+                // next read (the counter, read before the hash, has moved again).
+                let read = match redis_version(&self.home).await {
+                    Ok(v) if Some(v) == seen => continue,
+                    Ok(v) => load(&self.home).await.map(|set| (v, set)),
+                    Err(e) => Err(e),
+                };
+                match read {
+                    Ok((version, set)) => {
+                        seen = Some(version);
                         if failing {
                             tracing::info!("policies: reading them from Redis again");
                             failing = false;
@@ -238,6 +253,29 @@ pub fn read_seed(path: &Path) -> Result<Policies, HomeError> {
     })
 }
 
+/// A Redis home's change counter (0 before the first change; other homes: 0).
+async fn redis_version(home: &Home) -> Result<u64, HomeError> {
+    let Home::Redis { conn, version, .. } = home else {
+        return Ok(0);
+    };
+    let v: Option<u64> = redis::cmd("GET")
+        .arg(version)
+        .query_async(&mut conn.clone())
+        .await
+        .map_err(|source| HomeError::Redis {
+            command: "GET policies:version",
+            source,
+        })?;
+    Ok(v.unwrap_or(0))
+}
+
+/// Set (`rule` non-empty: its JSON) or remove (empty) one pattern's rule and count the
+/// change, in one step.
+const SAVE_RULE: &str = "\
+if ARGV[2] == '' then redis.call('HDEL', KEYS[1], ARGV[1]) \
+else redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end \
+return redis.call('INCR', KEYS[2])";
+
 async fn load(home: &Home) -> Result<Policies, HomeError> {
     let rules: Vec<Rule> = match home {
         Home::Process => return Ok(Policies::default()),
@@ -255,7 +293,7 @@ async fn load(home: &Home) -> Result<Policies, HomeError> {
                 });
             }
         },
-        Home::Redis { conn, key } => {
+        Home::Redis { conn, key, .. } => {
             let fields: Vec<(String, String)> = redis::cmd("HGETALL")
                 .arg(key)
                 .query_async(&mut conn.clone())
@@ -276,16 +314,9 @@ async fn load(home: &Home) -> Result<Policies, HomeError> {
                 .collect()
         }
     };
-    let mut set = Policies::default();
-    for rule in rules {
-        match set.with(&rule.tubes, rule.policy) {
-            Ok(next) => set = next,
-            Err(e) => {
-                tracing::warn!(tubes = %rule.tubes, err = %e, "policies: a kept rule is not valid; skipped")
-            }
-        }
-    }
-    Ok(set)
+    Ok(Policies::from_kept(rules, |rule, err| {
+        tracing::warn!(tubes = %rule.tubes, %err, "policies: a kept rule is not valid; skipped");
+    }))
 }
 
 /// Persist the change of the rule for `tubes` (`None`: removed); `set` is the whole
@@ -309,30 +340,19 @@ async fn save_rule(
                     source: std::io::Error::other(e),
                 })?
         }
-        Home::Redis { conn, key } => {
-            let cmd = match policy {
-                Some(p) => {
-                    let mut c = redis::cmd("HSET");
-                    c.arg(key).arg(tubes).arg(policy_json(p));
-                    c
-                }
-                None => {
-                    let mut c = redis::cmd("HDEL");
-                    c.arg(key).arg(tubes);
-                    c
-                }
-            };
-            let _: i64 =
-                cmd.query_async(&mut conn.clone())
-                    .await
-                    .map_err(|source| HomeError::Redis {
-                        command: if policy.is_some() {
-                            "HSET policies"
-                        } else {
-                            "HDEL policies"
-                        },
-                        source,
-                    })?;
+        Home::Redis { conn, key, version } => {
+            let json = policy.map(policy_json).unwrap_or_default();
+            let _: u64 = redis::Script::new(SAVE_RULE)
+                .key(key)
+                .key(version)
+                .arg(tubes)
+                .arg(json)
+                .invoke_async(&mut conn.clone())
+                .await
+                .map_err(|source| HomeError::Redis {
+                    command: "the policies script",
+                    source,
+                })?;
             Ok(())
         }
     }

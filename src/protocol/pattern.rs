@@ -9,7 +9,7 @@ use std::fmt;
 use super::command::{is_tube_name_byte, is_valid_tube_name};
 
 /// One tube pattern: a tube, every tube whose name starts with a prefix, or every tube.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Pattern {
     Tube(String),
     Prefix(String),

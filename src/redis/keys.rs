@@ -351,6 +351,12 @@ impl Keys {
         format!("{}:policies", self.tag)
     }
 
+    /// The count of changes to [`Keys::policies`], which every instance reads each
+    /// second to know whether to read the hash again.
+    pub fn policies_version(&self) -> String {
+        format!("{}:policies:version", self.tag)
+    }
+
     /// The pub/sub channel on which scripts announce tubes that gained ready jobs.
     pub fn wake_channel(&self) -> String {
         format!("{}:wake", self.tag)

@@ -282,35 +282,63 @@ fn specificity(p: &Pattern) -> (u8, std::cmp::Reverse<usize>) {
 impl Policies {
     /// A set from rules; a later rule for the same tubes replaces an earlier one.
     pub fn from_rules(rules: impl IntoIterator<Item = Rule>) -> Result<Policies, PolicyError> {
-        let mut set = Policies::default();
+        let mut checked = Vec::new();
         for rule in rules {
-            set = set.with(&rule.tubes, rule.policy)?;
+            checked.push(checked_rule(&rule.tubes, rule.policy)?);
         }
-        Ok(set)
+        Policies::of(checked)
+    }
+
+    /// A set of the valid rules of `rules`, each invalid one handed to `skipped`: what
+    /// a home holds, where one bad rule must not cost the others.
+    pub fn from_kept(
+        rules: impl IntoIterator<Item = Rule>,
+        mut skipped: impl FnMut(&Rule, PolicyError),
+    ) -> Policies {
+        let mut checked = Vec::new();
+        for rule in rules {
+            match checked_rule(&rule.tubes, rule.policy) {
+                Ok(r) => checked.push(r),
+                Err(e) => skipped(&rule, e),
+            }
+        }
+        // A home holds at most what `with` lets in; should it hold more, the most
+        // specific are kept and the others said.
+        let mut set = Policies::sorted(unique(checked));
+        if set.rules.len() > MAX_RULES {
+            for (pattern, policy) in set.rules.split_off(MAX_RULES) {
+                let rule = Rule {
+                    tubes: pattern.to_string(),
+                    policy,
+                };
+                skipped(&rule, PolicyError::TooMany);
+            }
+            set = Policies::sorted(set.rules);
+        }
+        set
     }
 
     /// This set with `policy` for `tubes` (replacing the rule it had).
     pub fn with(&self, tubes: &str, policy: Policy) -> Result<Policies, PolicyError> {
-        let pattern = Pattern::parse(tubes).ok_or_else(|| PolicyError::Pattern(tubes.into()))?;
-        policy.check().map_err(|why| PolicyError::Invalid {
-            tubes: tubes.into(),
-            why,
-        })?;
+        let (pattern, policy) = checked_rule(tubes, policy)?;
         let mut rules = self.rules.clone();
         rules.retain(|(p, _)| *p != pattern);
-        if rules.len() >= MAX_RULES {
-            return Err(PolicyError::TooMany);
-        }
         rules.push((pattern, policy));
-        rules.sort_by(|(a, _), (b, _)| {
-            specificity(a)
-                .cmp(&specificity(b))
-                .then_with(|| a.to_string().cmp(&b.to_string()))
-        });
-        Ok(Policies::of(rules))
+        Policies::of(rules)
     }
 
-    fn of(rules: Vec<(Pattern, Policy)>) -> Policies {
+    /// The set of `rules` (a later rule for the same pattern replaces an earlier one),
+    /// sorted once and indexed once, or `TooMany`.
+    fn of(rules: Vec<(Pattern, Policy)>) -> Result<Policies, PolicyError> {
+        let rules = unique(rules);
+        if rules.len() > MAX_RULES {
+            return Err(PolicyError::TooMany);
+        }
+        Ok(Policies::sorted(rules))
+    }
+
+    fn sorted(mut rules: Vec<(Pattern, Policy)>) -> Policies {
+        rules.sort_by_cached_key(|(p, _)| (specificity(p), p.to_string()));
         Policies {
             index: Index::of(&rules),
             rules,
@@ -323,7 +351,7 @@ impl Policies {
         let mut rules = self.rules.clone();
         let before = rules.len();
         rules.retain(|(p, _)| *p != pattern);
-        (rules.len() < before).then(|| Policies::of(rules))
+        (rules.len() < before).then(|| Policies::sorted(rules))
     }
 
     pub fn is_empty(&self) -> bool {
@@ -377,6 +405,32 @@ impl Policies {
             })
             .collect()
     }
+}
+
+/// `rules` with one rule per pattern: the last given for it.
+fn unique(rules: Vec<(Pattern, Policy)>) -> Vec<(Pattern, Policy)> {
+    let mut out: Vec<(Pattern, Policy)> = Vec::with_capacity(rules.len());
+    let mut seen = foldhash::HashMap::default();
+    for (pattern, policy) in rules {
+        match seen.get(&pattern) {
+            Some(&i) => out[i] = (pattern, policy),
+            None => {
+                seen.insert(pattern.clone(), out.len());
+                out.push((pattern, policy));
+            }
+        }
+    }
+    out
+}
+
+/// `policy` for `tubes`, when both are valid.
+fn checked_rule(tubes: &str, policy: Policy) -> Result<(Pattern, Policy), PolicyError> {
+    let pattern = Pattern::parse(tubes).ok_or_else(|| PolicyError::Pattern(tubes.into()))?;
+    policy.check().map_err(|why| PolicyError::Invalid {
+        tubes: tubes.into(),
+        why,
+    })?;
+    Ok((pattern, policy))
 }
 
 /// The policies file (TOML): `[[policy]]` tables, each a [`Rule`].
