@@ -13,7 +13,12 @@
 //! - hostile bodies (`<script>`, an `onerror` attribute, invalid UTF-8, 1 MiB) render as
 //!   text: `window.__pwned` stays undefined and the body holds no element;
 //! - a keyed job's key (`$ ( ) ; /` in it) shows as text in the tube's list and on the job's page, and the tube page's
-//!   find-by-key box opens the job;
+//!   find-by-key box links to the job;
+//! - acting by key: a job put with a key by a beanstalk client is found by its key on
+//!   the tube page, delayed, kicked, buried and deleted (after a confirmation) through
+//!   the box's buttons (each state checked with `stats-job`), and the key then says
+//!   "deleted, window open"; a refusal (409) and a hostile key (400) show the API's
+//!   message as text; an unknown key says "not found"; a keyed job's page acts by key;
 //! - the policies page: a tube policy set through its form shows in its table (and in
 //!   the API); a job its dead letter rule buried (a beanstalk client reserved and
 //!   released it twice) is marked in the tube's buried list and its page gives the
@@ -272,11 +277,14 @@ async fn js(b: &Browser, script: &str) -> Value {
         .unwrap()
 }
 
+/// Open `url` and wait for the console's start (its session known, its first page
+/// routed): a hash changed before would be routed again under the next step.
 async fn go(b: &Browser, url: &str) {
     b.goto(url).await.unwrap();
     until(
         b,
-        "document.readyState === 'complete' && document.getElementById('main')",
+        "document.readyState === 'complete' && document.getElementById('main') \
+         && typeof who !== 'undefined' && who?.logged_in !== undefined",
     )
     .await;
 }
@@ -358,6 +366,7 @@ async fn console_in_a_browser() {
         moving(&b, &server, first).await;
         let hostile = hostile_bodies(&b, &server, &mut c).await;
         keyed(&b, &server, &mut c).await;
+        keys_page(&b, &server, &mut c).await;
         search(&b, &server).await;
         clients_page(&b, &server).await;
         policies_page(&b, &server, &mut c).await;
@@ -655,6 +664,14 @@ async fn hostile_bodies(b: &Browser, s: &Server, c: &mut Client) -> u64 {
     let (text, _) = until(b, "document.getElementById('job-body')?.textContent").await;
     assert_eq!(text, json!(HOSTILE));
     assert_eq!(js(b, "typeof window.__pwned").await, json!("undefined"));
+    // An unkeyed job: no actions by key, and nothing but elements in the page's main.
+    let main = js(
+        b,
+        "!document.getElementById('key-actions') \
+         && [...document.getElementById('main').childNodes].every(n => n.nodeType === 1)",
+    )
+    .await;
+    assert_eq!(main, json!(true));
     assert_eq!(
         js(b, "document.querySelectorAll('#job-body *').length").await,
         json!(0)
@@ -714,7 +731,13 @@ async fn keyed(b: &Browser, s: &Server, c: &mut Client) {
         .await
         .unwrap();
     click(b, "find-key-submit").await;
-    let (_, t) = until(b, &format!("location.hash === '#/job/{id}'")).await;
+    let (_, t) = until(
+        b,
+        &format!("document.getElementById('key-job')?.getAttribute('href') === '#/job/{id}'"),
+    )
+    .await;
+    click(b, "key-job").await;
+    until(b, &format!("location.hash === '#/job/{id}'")).await;
     let (shown, _) = until(
         b,
         "document.querySelector('td[data-k=\"Key\"]')?.textContent",
@@ -723,6 +746,159 @@ async fn keyed(b: &Browser, s: &Server, c: &mut Client) {
     assert_eq!(shown, json!(key));
     c.expect(&format!("delete {id}"), "DELETED");
     println!("job {id}'s key shown in the list and on its page; found by key in {t:?}");
+}
+
+/// The text of the tube page's find-by-key result once it says `state` (the
+/// `data-state` of `#key-state`: a job's state, `deleted` or `unknown`).
+async fn key_state(b: &Browser, state: &str) -> String {
+    let (text, _) = until(
+        b,
+        &format!(
+            "document.getElementById('key-state')?.dataset.state === '{state}' \
+             && document.getElementById('key-state').textContent"
+        ),
+    )
+    .await;
+    text.as_str().unwrap().to_string()
+}
+
+/// Type `key` into the tube page's find-by-key box and find it.
+async fn find_key(b: &Browser, key: &str) {
+    js(
+        b,
+        "document.getElementById('key-result').replaceChildren() || 1",
+    )
+    .await;
+    fill(b, "find-key", key).await;
+    click(b, "find-key-submit").await;
+}
+
+/// The API's refusal, once shown: it starts with `prefix` and is text only (no element
+/// in the error box, no image or script in the page, `window.__pwned` undefined).
+async fn refusal(b: &Browser, prefix: &str) -> String {
+    let (err, _) = until(
+        b,
+        "!document.getElementById('error').hidden && document.getElementById('error').textContent",
+    )
+    .await;
+    let err = err.as_str().unwrap().to_string();
+    assert!(err.starts_with(prefix), "{err}");
+    assert_eq!(js(b, "typeof window.__pwned").await, json!("undefined"));
+    assert_eq!(
+        js(
+            b,
+            "document.querySelectorAll('#error *, #main img, #main script').length"
+        )
+        .await,
+        json!(0)
+    );
+    err
+}
+
+/// Acting by key (docs/API.md, *keys*): a job put with `idp:order-7` (a 600 s dedupe
+/// window) by a beanstalk client is found by its key on the tube page, delayed (the
+/// seconds asked for), kicked, buried and deleted (after a confirmation, dismissed once)
+/// through the box's buttons, each state checked against `stats-job`; the key then
+/// says "deleted, window open". A second bury is refused (409) and the API's message
+/// shows as text; an unknown key says "not found"; a hostile key is refused by the API
+/// (400) and shown as text only. On a keyed job's page the same actions by key.
+async fn keys_page(b: &Browser, s: &Server, c: &mut Client) {
+    c.use_tube("keys");
+    let put = b"put 5 0 60 1 idp:order-7:600\r\nx\r\n";
+    let id = c.try_call(put, WAIT).unwrap().id().unwrap();
+    let state = |c: &mut Client| c.dict_value(&format!("stats-job {id}"), "state");
+    go(b, &s.url("#/tube/keys")).await;
+    find_key(b, "order-7").await;
+    let text = key_state(b, "ready").await;
+    assert_eq!(text, format!("key order-7: job {id}, ready"));
+    let href = js(b, "document.getElementById('key-job').getAttribute('href')").await;
+    assert_eq!(href, json!(format!("#/job/{id}")));
+    click(b, "key-delay").await;
+    b.send_alert_text("300").await.unwrap();
+    b.accept_alert().await.unwrap();
+    key_state(b, "delayed").await;
+    assert_eq!(state(c), "delayed");
+    let left: u64 = c
+        .dict_value(&format!("stats-job {id}"), "time-left")
+        .parse()
+        .unwrap();
+    assert!((290..=300).contains(&left), "delayed 300 s: {left} s left");
+    click(b, "key-kick").await;
+    key_state(b, "ready").await;
+    assert_eq!(state(c), "ready");
+    click(b, "key-bury").await;
+    let (_, t) = until(
+        b,
+        &format!(
+            "document.getElementById('key-state')?.dataset.state === 'buried' \
+             && document.querySelector('#jobs-body tr[data-id=\"{id}\"]') === null"
+        ),
+    )
+    .await;
+    assert_eq!(state(c), "buried");
+    println!("by key: job {id} delayed, kicked and buried from the tube page ({t:?})");
+    if s.mode == Mode::Memory {
+        screenshot(b, "keys").await;
+    }
+    // A second bury: the API's 409, as text.
+    click(b, "key-bury").await;
+    let err = refusal(b, "bury by key failed: conflict: ").await;
+    println!("by key: a second bury refused: {err}");
+    // Delete asks first: dismissed, the job stays.
+    click(b, "key-delete").await;
+    b.dismiss_alert().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(state(c), "buried");
+    click(b, "key-delete").await;
+    b.accept_alert().await.unwrap();
+    let text = key_state(b, "deleted").await;
+    assert_eq!(text, format!("key order-7: job {id} deleted, window open"));
+    assert_eq!(
+        js(b, "document.querySelectorAll('#key-result button').length").await,
+        json!(0)
+    );
+    c.expect(&format!("stats-job {id}"), "NOT_FOUND");
+    let found = c.cmd("find-key order-7");
+    assert_eq!(found.line, format!("FOUND_KEY {id} DELETED"), "{found:?}");
+    // An unknown key.
+    find_key(b, "no-such-key").await;
+    assert_eq!(key_state(b, "unknown").await, "key no-such-key: not found");
+    // A hostile key: refused by the API, its message put in as text.
+    find_key(b, HOSTILE).await;
+    let err = refusal(b, "find by key failed: bad_request: ").await;
+    assert_eq!(
+        js(b, "document.getElementById('key-result').textContent").await,
+        json!("")
+    );
+    println!("by key: deleted, window open; unknown: not found; hostile key refused: {err}");
+    // A keyed job's page acts by key too.
+    let put = b"put 5 0 60 1 idp:order-8\r\ny\r\n";
+    let id = c.try_call(put, WAIT).unwrap().id().unwrap();
+    go(b, &s.url(&format!("#/job/{id}"))).await;
+    until(
+        b,
+        "document.querySelector('#key-actions code')?.textContent === 'order-8'",
+    )
+    .await;
+    click(b, "key-bury").await;
+    until(
+        b,
+        "document.querySelector('td[data-k=\"State\"]')?.textContent === 'buried'",
+    )
+    .await;
+    assert_eq!(c.dict_value(&format!("stats-job {id}"), "state"), "buried");
+    click(b, "key-kick").await;
+    until(
+        b,
+        "document.querySelector('td[data-k=\"State\"]')?.textContent === 'ready'",
+    )
+    .await;
+    click(b, "key-delete").await;
+    b.accept_alert().await.unwrap();
+    until(b, "location.hash === '#/tube/keys'").await;
+    c.expect(&format!("stats-job {id}"), "NOT_FOUND");
+    println!("by key: job {id}'s page buried, kicked and deleted it by its key");
+    c.use_tube("emails");
 }
 
 async fn search(b: &Browser, s: &Server) {
@@ -1021,22 +1197,7 @@ async fn policies_page(b: &Browser, s: &Server, c: &mut Client) {
     // A bad pattern (tube names have no `<`, `"` or space): the API's message, as text.
     let hostile = r#"<img src=x onerror="window.__pwned=1">*"#;
     set_rule(b, hostile, &[("pol-reserves", "2")]).await;
-    let (err, _) = until(
-        b,
-        "!document.getElementById('error').hidden && document.getElementById('error').textContent",
-    )
-    .await;
-    let err = err.as_str().unwrap();
-    assert!(err.starts_with("set policy failed: bad_request: "), "{err}");
-    assert_eq!(js(b, "typeof window.__pwned").await, json!("undefined"));
-    assert_eq!(
-        js(
-            b,
-            "document.querySelectorAll('#error *, #policies-body img').length"
-        )
-        .await,
-        json!(0)
-    );
+    let err = refusal(b, "set policy failed: bad_request: ").await;
     println!("policies: a hostile pattern refused, shown as text: {err}");
     // The rule of pc*, and one with every field for mail*.
     set_rule(b, "pc*", &[("pol-reserves", "2")]).await;

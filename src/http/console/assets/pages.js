@@ -1,12 +1,18 @@
 // redstalk console, pages: a tube (its jobs by state, paged by the API's cursors (the
-// `Pager` of app.js),
-// selected and acted on; pause; put; find by key; the policy that governs it, from
-// policies.js), a job (figures with its key and dead letter reason, body as
-// text / JSON / hex, download) and the body search. Every value reaches the page as
-// text (see app.js `el`).
+// `Pager` of app.js), selected and acted on; pause; put; find by key and act by key; the
+// policy that governs it, from policies.js), a job (figures with its key and dead letter
+// reason, actions by id and by key, body as text / JSON / hex, download) and the body
+// search. Every value reaches the page as text (see app.js `el`).
 "use strict";
 
 const STATES = ["ready", "delayed", "reserved", "buried"];
+
+function button(id, label, onclick, cls) {
+  return el("button", { type: "button", id: id, class: cls, onclick: onclick }, label);
+}
+
+// Every delete asks first; `what` names what goes.
+function confirmDelete(what) { return confirm("Delete " + what + "? This cannot be undone."); }
 
 // The buttons that act on jobs: `ids()` says which, `after()` runs once all are done.
 function jobActions(ids, after) {
@@ -23,17 +29,16 @@ function jobActions(ids, after) {
     if (ok !== undefined || done) notify(what + ": " + done + " of " + list.length + " job(s)");
     after();
   }
-  const b = (id, label, f, cls) => el("button", { type: "button", id: id, class: cls, onclick: f }, label);
   return el("div", { class: "bar", id: "job-actions" },
-    b("act-delete", "Delete", () => {
+    button("act-delete", "Delete", () => {
       const n = ids().length;
-      if (n && confirm("Delete " + n + " job(s)? This cannot be undone.")) run("delete", (id) => api("DELETE", "/jobs/" + id));
+      if (n && confirmDelete(n + " job(s)")) run("delete", (id) => api("DELETE", "/jobs/" + id));
     }, "danger"),
-    b("act-kick", "Kick", () => run("kick", (id) => api("POST", "/jobs/" + id + "/kick"))),
-    b("act-bury", "Bury", () => run("bury", (id) => api("POST", "/jobs/" + id + "/bury"))),
-    moveTo, b("act-move", "Move", () => run("move", (id) => api("POST", "/jobs/" + id + "/move", { tube: moveTo.value }))),
-    pri, b("act-pri", "Set priority", () => run("priority", (id) => api("POST", "/jobs/" + id + "/pri", { pri: Number(pri.value) }))),
-    delay, b("act-delay", "Set delay", () => run("delay", (id) => api("POST", "/jobs/" + id + "/delay", { delay: Number(delay.value) }))));
+    button("act-kick", "Kick", () => run("kick", (id) => api("POST", "/jobs/" + id + "/kick"))),
+    button("act-bury", "Bury", () => run("bury", (id) => api("POST", "/jobs/" + id + "/bury"))),
+    moveTo, button("act-move", "Move", () => run("move", (id) => api("POST", "/jobs/" + id + "/move", { tube: moveTo.value }))),
+    pri, button("act-pri", "Set priority", () => run("priority", (id) => api("POST", "/jobs/" + id + "/pri", { pri: Number(pri.value) }))),
+    delay, button("act-delay", "Set delay", () => run("delay", (id) => api("POST", "/jobs/" + id + "/delay", { delay: Number(delay.value) }))));
 }
 
 function tubeFigures(t) {
@@ -96,21 +101,62 @@ function jobRow(j, selected, onToggle) {
   return tr;
 }
 
-// Find the tube's job by its key (the API's find by key, no scan): open it, or say that
-// the key's job was deleted inside its dedupe window.
-function keyFinder(name) {
+// `/tubes/TUBE/keys/KEY`, the API's routes by key.
+function keyPath(tube, key) {
+  return "/tubes/" + encodeURIComponent(tube) + "/keys/" + encodeURIComponent(key);
+}
+
+// The buttons that act on a keyed job by its key (docs/API.md, *Changes*): kick, delay
+// (the seconds asked for), bury, delete (after a confirmation). `after()` runs once a
+// change is done; a refusal (409 in a state that does not take it, 404 ...) stays on
+// screen as the API's message.
+function keyActions(tube, key, after) {
+  const path = keyPath(tube, key);
+  const run = (what, method, sub, body) =>
+    act(what + " by key", () => api(method, path + sub, body), what + ": key " + key)
+      .then((r) => { if (r !== undefined) after(); });
+  return [
+    button("key-kick", "Kick", () => run("kick", "POST", "/kick")),
+    button("key-delay", "Delay", () => {
+      const secs = prompt("Delay the job of key " + key + " by how many seconds? (0 makes it ready)", "60");
+      if (secs === null) return;
+      if (!/^\s*\d+\s*$/.test(secs)) { showError("delay by key: a whole number of seconds, not " + secs); return; }
+      run("delay", "POST", "/delay", { delay: Number(secs) });
+    }),
+    button("key-bury", "Bury", () => run("bury", "POST", "/bury")),
+    button("key-delete", "Delete", () => {
+      if (confirmDelete("the job of key " + key)) run("delete", "DELETE", "");
+    }, "danger"),
+  ];
+}
+
+// Find the tube's job by its key (the API's find by key, no scan) and act on it by key:
+// its id (a link to its page) and state, or that it was deleted inside its dedupe
+// window, or that the key is unknown. `changed()` runs after a change (the list).
+function keyFinder(name, changed) {
   const key = el("input", { id: "find-key", placeholder: "key", "aria-label": "job key", size: 20 });
+  const result = el("div", { id: "key-result", class: "bar", "aria-live": "polite" });
+  async function find(k) {
+    const r = await act("find by key", () => api("GET", keyPath(name, k)).catch((e) => {
+      if (e.status === 404) return null;
+      throw e;
+    }));
+    if (r === undefined) { result.replaceChildren(); return; }
+    const what = el("span", { id: "key-state", "data-state": r ? r.state : "unknown" }, "key ",
+      el("code", {}, k), ": ");
+    if (r === null) what.append("not found");
+    else if (r.state === "deleted") what.append("job " + r.id + " deleted, window open");
+    else what.append("job ", el("a", { href: "#/job/" + r.id, id: "key-job" }, String(r.id)), ", " + r.state);
+    const live = r && r.state !== "deleted";
+    result.replaceChildren(what, ...(live ? keyActions(name, k, () => { find(k); changed(); }) : []));
+  }
   const form = el("form", { id: "find-key-form", class: "bar" }, key,
     el("button", { type: "submit", id: "find-key-submit" }, "Find by key"));
-  form.addEventListener("submit", async (ev) => {
+  form.addEventListener("submit", (ev) => {
     ev.preventDefault();
-    const r = await act("find by key", () => api("GET", "/tubes/" + encodeURIComponent(name) +
-      "/keys/" + encodeURIComponent(key.value)));
-    if (!r) return;
-    if (r.state === "deleted") notify("key " + key.value + ": job " + r.id + " was deleted (its dedupe window is open)");
-    else location.hash = "#/job/" + r.id;
+    find(key.value);
   });
-  return form;
+  return el("div", { id: "key-box" }, form, result);
 }
 
 Pages.tube = async function (main, parts, params) {
@@ -156,7 +202,7 @@ Pages.tube = async function (main, parts, params) {
   limit.onchange = () => pager.restart().catch((e) => showError(e.message));
   main.append(el("h1", {}, "Tube ", el("span", { id: "tube-name" }, name)), figures, tubePolicyLine(name),
     tubeControls(name, reload),
-    keyFinder(name), tabs, jobActions(() => [...selected], reload),
+    keyFinder(name, reload), tabs, jobActions(() => [...selected], reload),
     el("table", { id: "jobs" }, el("thead", {}, el("tr", {}, el("th", {}, all),
       ...["Id", "Priority", "Put", "Time left", "Reserves", "Releases", "Buries", "Kicks", "Size", "Key"].map((h, i) =>
         el("th", { class: i === 2 || i === 3 || i === 9 ? null : "n" }, h)))), body),
@@ -232,6 +278,12 @@ Pages.job = async function (main, parts) {
   const views = el("div", { class: "bar", id: "body-views" }, ...["text", "json", "hex"].map((k) =>
     el("button", { type: "button", "data-kind": k, id: "view-" + k, onclick: () => view(k) }, k === "json" ? "Pretty JSON" : k === "hex" ? "Hex" : "Text")),
   el("a", { href: API + "/jobs/" + id + "/body", download: "job-" + id + ".bin", id: "download" }, "Download (" + fmt.bytes(j.body_size) + ")"));
+  // After a change: a refusal stays on screen; a deleted job sends back to its tube.
+  function changed() {
+    if (!$("error").hidden) return;
+    api("GET", "/jobs/" + id + "?body=none").then(() => route(),
+      () => { location.hash = "#/tube/" + encodeURIComponent(j.tube); });
+  }
   const rows = [["Id", j.id], ["Tube", tubeLink(j.tube)], ["Key", j.key || "–"], ["State", j.state],
     ...(j.dead_letter ? [["Dead letter", j.dead_letter.reason]] : []), ["Priority", fmt.num(j.pri)],
     ["Put", fmt.ago(j.age)], ["Delay", fmt.secs(j.delay)], ["TTR", fmt.secs(j.ttr)],
@@ -242,12 +294,10 @@ Pages.job = async function (main, parts) {
   main.append(el("h1", {}, "Job " + j.id),
     el("table", { id: "job-figures" }, el("tbody", {}, ...rows.map(([k, v]) =>
       el("tr", {}, el("th", {}, k), el("td", { "data-k": k }, v))))),
-    jobActions(() => [id], () => {
-      // A refusal stays on screen; a deleted job sends back to its tube.
-      if (!$("error").hidden) return;
-      api("GET", "/jobs/" + id + "?body=none").then(() => route(),
-        () => { location.hash = "#/tube/" + encodeURIComponent(j.tube); });
-    }), el("h2", {}, "Body"), views, note, pre);
+    jobActions(() => [id], changed),
+    ...(j.key ? [el("div", { class: "bar", id: "key-actions" }, el("span", { class: "muted" }, "By key ",
+      el("code", {}, j.key), ":"), ...keyActions(j.tube, j.key, changed))] : []),
+    el("h2", {}, "Body"), views, note, pre);
   view(valid ? "text" : "hex");
 };
 
