@@ -85,12 +85,7 @@ fn policies_bury_dead_letters_back_off_and_persist() {
         assert_eq!(s, 401, "a change needs the token");
         let (s, list) = api.get("/policies");
         assert_eq!(s, 200, "{list}");
-        let tubes: Vec<&str> = list["policies"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|r| r["tubes"].as_str().unwrap())
-            .collect();
+        let tubes = support::policies::patterns(&list);
         assert_eq!(tubes, ["bo", "dl*"], "most specific first");
         assert_eq!(list["persisted"], !matches!(home, Home::Memory), "{list}");
 

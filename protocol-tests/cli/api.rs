@@ -367,12 +367,7 @@ fn api_policies_set_list_and_remove() {
             .stdout,
     )
     .unwrap();
-    let tubes: Vec<&str> = list["policies"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["tubes"].as_str().unwrap())
-        .collect();
+    let tubes = support::policies::patterns(&list);
     assert_eq!(tubes, ["slow", "mail*"], "{list}");
     let table = api(&srv, http, true, &["policy", "list"]).ok().stdout;
     assert!(table.starts_with("TUBES"), "{table}");

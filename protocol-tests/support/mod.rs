@@ -21,6 +21,7 @@ pub mod load;
 pub mod namespace;
 pub mod netfault;
 pub mod netprocs;
+pub mod policies;
 pub mod redis;
 pub mod rng;
 pub mod sentinel;
