@@ -4,7 +4,8 @@
 //! - `format`: the file header and the framed, checksummed records;
 //! - `replay`: reading the files back at start (damage cut at the last good record);
 //! - `sink`: the [`BinlogSink`] the committer writes through (one `write` per cut, the
-//!   fsync policy, rolling to a new file at `-s` bytes, compaction);
+//!   fsync policy, rolling to a new file at `-s` bytes; its compaction in
+//!   `sink/compact.rs`);
 //! - `room`: the space the log holds in reserve, so a full disk refuses puts only;
 //! - `sync`: `-f N`'s background fsync thread.
 //!

@@ -8,12 +8,10 @@
 //! it knows the live bytes and can rewrite live jobs and windows without asking the
 //! store.
 //!
-//! Compaction: once the files hold more than 2 × live bytes + one file, the sink rolls
-//! to a new file `K`, writes every tube there, and then, ahead of each batch's own
-//! records, rewrites a bounded chunk of the windows open when it began and of the jobs
-//! whose bodies are in files before `K` (the rewrite goes first, so the batch's newer
-//! records win at replay). When none is left, files before `K` are deleted (after an
-//! fsync of `K`, unless `-F`). Commands never wait for more than one chunk.
+//! Compaction (`sink/compact.rs`): once the files hold more than 2 × live bytes + one
+//! file, the live jobs and windows are rewritten, a chunk ahead of each batch, into a
+//! new file, and the files before it are deleted. Commands never wait for more than
+//! one chunk.
 //!
 //! A full disk (see `room`): puts are refused before they make a job; the other
 //! batches go into the current file's reserve, past `-s` if need be (no new file is
@@ -47,60 +45,15 @@ use crate::store::memory::{Cut, JobRecord, Stored, TubeRecord};
 use crate::store::{JobId, LogFigures, StoreError};
 use crate::util::lock;
 
-/// A compaction rewrites at most this much per batch (windows and jobs together), so
-/// no batch waits long for it and no write buffer grows past about this.
-const REWRITE_RECORDS: usize = 2_000;
-const REWRITE_BYTES: usize = 1 << 20;
+mod compact;
+
+use compact::{Compaction, Rewritten};
+
 /// After a new file could not be started, the next try waits this long (one warning
 /// per try, not one per batch).
 const ROLL_RETRY: Duration = Duration::from_secs(1);
 /// While the disk is full and nothing is written, how often to look for space.
 const PROBE_EVERY: Duration = Duration::from_millis(100);
-
-#[derive(Debug)]
-struct Compaction {
-    /// The first file of the compacted log: everything before it goes at the end.
-    from: u64,
-    /// Jobs that may still have their bodies in files before `from`.
-    pending: Vec<JobId>,
-    /// Windows open when the compaction began (their records are in files before
-    /// `from`), still to rewrite. One that ends meanwhile is skipped; one reopened
-    /// meanwhile is rewritten again, harmlessly (its latest record, once more).
-    windows: Vec<(TubeName, Key)>,
-    tubes_written: bool,
-    started: Instant,
-    disk_before: u64,
-}
-
-/// What one batch carried of a compaction.
-#[derive(Debug, Default, Clone, Copy)]
-struct Rewritten {
-    /// Pending jobs consumed (rewritten, or found gone or moved already).
-    jobs: usize,
-    /// Pending windows consumed (rewritten, or found ended).
-    windows: usize,
-    /// Job records written (`binlog-records-*` count jobs' records only).
-    job_records: u64,
-}
-
-/// A compaction's share of one batch: [`REWRITE_RECORDS`] records or
-/// [`REWRITE_BYTES`], whichever comes first.
-#[derive(Debug, Default)]
-struct Chunk {
-    records: usize,
-    bytes: usize,
-}
-
-impl Chunk {
-    fn is_full(&self) -> bool {
-        self.records >= REWRITE_RECORDS || self.bytes >= REWRITE_BYTES
-    }
-
-    fn add(&mut self, bytes: usize) {
-        self.records += 1;
-        self.bytes += bytes;
-    }
-}
 
 #[derive(Debug)]
 pub struct BinlogSink {
@@ -323,47 +276,6 @@ impl BinlogSink {
         }
     }
 
-    /// Append the compaction's share of this batch to `buf`: the tubes at its start,
-    /// then one [`Chunk`] of the pending windows and old jobs (none while the disk is
-    /// full: the reserve is for clients' changes).
-    fn encode_rewrites(&mut self) -> Rewritten {
-        let mut done = Rewritten::default();
-        let Some(c) = self.compaction.as_mut() else {
-            return done;
-        };
-        if !c.tubes_written {
-            for t in self.tubes.values() {
-                format::put_tube(&mut self.buf, t);
-            }
-        }
-        if self.room.is_full() {
-            return done;
-        }
-        let mut chunk = Chunk::default();
-        for at in c.windows.iter().rev() {
-            if chunk.is_full() {
-                break;
-            }
-            done.windows += 1;
-            if let Some(w) = self.windows.get(at) {
-                chunk.add(format::put_window(&mut self.buf, w));
-            }
-        }
-        let files = lock_files(&self.figures);
-        for id in c.pending.iter().rev() {
-            if chunk.is_full() {
-                break;
-            }
-            done.jobs += 1;
-            let old = files.get(id).is_some_and(|&f| f < c.from);
-            if let Some(job) = self.jobs.get(id).filter(|_| old) {
-                chunk.add(format::put_job(&mut self.buf, job, true));
-                done.job_records += 1;
-            }
-        }
-        done
-    }
-
     /// Write `buf` at the end of the current file (and to the disk, with `-f 0`).
     async fn append(&mut self) -> std::io::Result<()> {
         if self.config.fsync != Fsync::Always {
@@ -425,92 +337,8 @@ impl BinlogSink {
             }
         }
         if let Some(c) = self.compaction.as_mut() {
-            c.tubes_written = true;
-            let keep = c.windows.len() - rewritten.windows;
-            c.windows.truncate(keep);
-            let keep = c.pending.len() - rewritten.jobs;
-            for id in c.pending.drain(keep..) {
-                if let Some(file) = files.get_mut(&id).filter(|f| **f < c.from) {
-                    *file = self.out_no;
-                }
-            }
+            c.consumed(rewritten, &mut files, self.out_no);
         }
-    }
-
-    /// Begin a compaction when the log holds too much that is dead; finish one that
-    /// has rewritten every old job and window.
-    async fn compact(&mut self) {
-        if let Some(c) = &self.compaction {
-            if !c.pending.is_empty() || !c.windows.is_empty() || !c.tubes_written {
-                return;
-            }
-            if self.config.fsync != Fsync::Never {
-                // The rewritten jobs must be on the disk before their old records go:
-                // every file since the compaction began (a roll may have come between).
-                let paths: Vec<PathBuf> = self
-                    .files
-                    .range(c.from..)
-                    .map(|(&n, _)| file_path(self.dir(), n))
-                    .collect();
-                let synced = tokio::task::spawn_blocking(move || {
-                    paths
-                        .iter()
-                        .try_for_each(|p| File::open(p).and_then(|f| f.sync_data()))
-                })
-                .await;
-                if !matches!(synced, Ok(Ok(()))) {
-                    tracing::warn!(
-                        "binlog: fsync before deleting compacted files failed; keeping them"
-                    );
-                    return;
-                }
-            }
-            let Some(c) = self.compaction.take() else {
-                return;
-            };
-            let old: Vec<u64> = self.files.range(..c.from).map(|(&n, _)| n).collect();
-            for n in old {
-                let path = file_path(self.dir(), n);
-                match std::fs::remove_file(&path) {
-                    Ok(()) => {
-                        self.files.remove(&n);
-                    }
-                    Err(err) => {
-                        tracing::warn!(file = %path.display(), %err, "binlog: cannot delete a compacted file")
-                    }
-                }
-            }
-            tracing::info!(
-                before_bytes = c.disk_before,
-                after_bytes = self.disk_bytes(),
-                live_bytes = self.live_bytes,
-                ms = c.started.elapsed().as_millis() as u64,
-                "binlog compacted"
-            );
-            return;
-        }
-        let disk = self.disk_bytes();
-        // A full disk has no room for the compacted copy.
-        if disk <= 2 * self.live_bytes + self.config.file_size || self.room.is_full() {
-            return;
-        }
-        if !self.try_roll("to begin a compaction") {
-            return;
-        }
-        let from = self.out_no;
-        let pending = lock_files(&self.figures)
-            .iter()
-            .filter(|&(_, &f)| f < from)
-            .map(|(&id, _)| id)
-            .collect();
-        self.compaction = Some(Compaction {
-            from,
-            pending,
-            windows: self.windows.keys().cloned().collect(),
-            tubes_written: false,
-            started: Instant::now(),
-            disk_before: disk,
-        });
     }
 }
 

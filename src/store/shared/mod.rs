@@ -21,6 +21,8 @@
 //! - `connect`: connecting (commands and the wake-up subscription on connections of
 //!   their own), loading the scripts.
 //! - `store_impl`: [`Store`](crate::store::Store) for [`RedisStore`], the transitions.
+//! - `close`: a connection's end (its held jobs back, its references dropped) and the
+//!   give-back of one job.
 //! - `admin`: the operator API's listing, job entry and changes in place.
 //! - `large`: puts of large bodies, whose bodies stay out of Lua.
 //! - `held`: the reservations this instance's connections hold.
@@ -44,6 +46,7 @@
 
 mod admin;
 mod batch;
+mod close;
 mod connect;
 mod decode;
 mod eviction;
