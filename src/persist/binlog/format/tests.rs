@@ -95,18 +95,24 @@ fn only_a_job_in_milliseconds_takes_the_millisecond_kind() {
         ..job(3, b"z")
     };
     for (j, kind) in [(whole, KIND_JOB), (ms, KIND_JOB_MS), (ttr_ms, KIND_JOB_MS)] {
-        let mut out = Vec::new();
-        assert_eq!(put_job(&mut out, &j, true), job_len(&j));
-        assert_eq!(out[FRAME_LEN], kind, "job {}", j.id);
-        let (got, _) = next(&Bytes::from(out), 0).unwrap();
-        assert_eq!(
-            got,
-            Record::Job {
-                job: j,
-                with_body: true
-            }
-        );
+        round_trips_as(j, kind);
     }
+}
+
+/// `j` with its body is written as a record of `kind`, of `job_len`'s length, and read
+/// back whole.
+fn round_trips_as(j: JobRecord, kind: u8) {
+    let mut out = Vec::new();
+    assert_eq!(put_job(&mut out, &j, true), job_len(&j));
+    assert_eq!(out[FRAME_LEN], kind, "job {}", j.id);
+    let (got, _) = next(&Bytes::from(out), 0).unwrap();
+    assert_eq!(
+        got,
+        Record::Job {
+            job: j,
+            with_body: true
+        }
+    );
 }
 
 #[test]
@@ -129,17 +135,7 @@ fn a_dead_letter_keeps_its_reason_with_or_without_a_key() {
         ..dead.clone()
     };
     for j in [dead, keyed] {
-        let mut out = Vec::new();
-        assert_eq!(put_job(&mut out, &j, true), job_len(&j));
-        assert_eq!(out[FRAME_LEN], KIND_JOB_DEAD);
-        let (got, _) = next(&Bytes::from(out), 0).unwrap();
-        assert_eq!(
-            got,
-            Record::Job {
-                job: j,
-                with_body: true
-            }
-        );
+        round_trips_as(j, KIND_JOB_DEAD);
     }
 }
 
