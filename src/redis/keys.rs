@@ -357,6 +357,24 @@ impl Keys {
         format!("{}:policies:version", self.tag)
     }
 
+    /// The schedules' definitions: a hash, schedule name → the definition as JSON
+    /// (persist/schedules.rs).
+    pub fn schedules(&self) -> String {
+        format!("{}:schedules", self.tag)
+    }
+
+    /// The count of changes to [`Keys::schedules`], read each second by every instance.
+    pub fn schedules_version(&self) -> String {
+        format!("{}:schedules:version", self.tag)
+    }
+
+    /// The schedules' cursors: a hash, schedule name → "<last_tick_ms> <last_job>
+    /// <fired> <deduped> <skipped>" (decimals, one space apart), written in the same
+    /// atomic step as each tick's job (store/schedule.rs).
+    pub fn schedule_cursors(&self) -> String {
+        format!("{}:sched:cursor", self.tag)
+    }
+
     /// The pub/sub channel on which scripts announce tubes that gained ready jobs.
     pub fn wake_channel(&self) -> String {
         format!("{}:wake", self.tag)

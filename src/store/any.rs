@@ -10,9 +10,9 @@ use super::keys::{Key, KeyLimits, KeyOp, KeyOutcome, KeyedPut, PutKey};
 #[cfg(test)]
 use super::lagging;
 use super::{
-    BatchDone, Change, ConnId, DurableStore, Edit, Edited, FlushStep, JobEntry, JobId, JobInfo,
-    ListPage, ListQuery, LogFigures, MemoryStore, Nanos, NewJob, RedisStore, Reserved, Store,
-    StoreResult, Totals, TubeInfo,
+    BatchDone, Change, ConnId, Cursor, DurableStore, Edit, Edited, Fired, FlushStep, JobEntry,
+    JobId, JobInfo, ListPage, ListQuery, LogFigures, MemoryStore, Nanos, NewJob, RedisStore,
+    Reserved, ScheduleName, Store, StoreResult, TickPut, Totals, TubeInfo,
 };
 use crate::protocol::TubeName;
 use crate::protocol::ext::{BatchOp, FlushStates};
@@ -220,6 +220,18 @@ impl Store for AnyStore {
         now: Nanos,
     ) -> StoreResult<FlushStep> {
         dispatch!(self, s => s.flush_step(tube, states, upto, max, now))
+    }
+    async fn fire_tick(&self, tick: &TickPut, now: Nanos) -> StoreResult<Fired> {
+        dispatch!(self, s => s.fire_tick(tick, now))
+    }
+    async fn skip_to(&self, name: &ScheduleName, tick_ms: u64, skipped: u64) -> StoreResult<bool> {
+        dispatch!(self, s => s.skip_to(name, tick_ms, skipped))
+    }
+    async fn schedule_cursors(&self) -> StoreResult<Vec<(ScheduleName, Cursor)>> {
+        dispatch!(self, s => s.schedule_cursors())
+    }
+    async fn drop_cursor(&self, name: &ScheduleName) -> StoreResult<()> {
+        dispatch!(self, s => s.drop_cursor(name))
     }
     fn name(&self) -> &'static str {
         match self {

@@ -21,6 +21,7 @@ pub mod keys;
 pub mod lagging;
 pub mod memory;
 pub mod policy;
+pub mod schedule;
 pub mod shared;
 mod values;
 
@@ -40,6 +41,7 @@ pub use error::{BoxError, StoreError, StoreResult};
 pub use keys::{JobKey, KeyLimits, KeyOp, KeyOutcome, KeyedPut};
 pub use memory::MemoryStore;
 pub use policy::Policies;
+pub use schedule::{Cursor, Fired, ScheduleName, TickPut};
 pub use shared::RedisStore;
 pub use values::{JobInfo, JobState, LogFigures, NewJob, Reserved, Totals, TubeInfo, UnknownState};
 
@@ -384,6 +386,35 @@ pub trait Store: Send + Sync {
         max: usize,
         now: Nanos,
     ) -> impl Future<Output = StoreResult<FlushStep>> + Send;
+
+    // Schedules (see `schedule.rs`).
+
+    /// Fire one tick of a schedule: if `tick.tick_ms` is past the schedule's cursor,
+    /// put its job (a keyed put that dedupes, when it has a key) and advance the cursor
+    /// to the tick, in one atomic step that is persisted as one (a job is never
+    /// persisted without its cursor). [`Fired::Stale`] when it is not past the cursor.
+    fn fire_tick(
+        &self,
+        tick: &TickPut,
+        now: Nanos,
+    ) -> impl Future<Output = StoreResult<Fired>> + Send;
+
+    /// Advance the cursor of `name` to `tick_ms` without a job, counting `skipped`
+    /// ticks passed over; false (nothing done) when the cursor is already there or past.
+    fn skip_to(
+        &self,
+        name: &ScheduleName,
+        tick_ms: u64,
+        skipped: u64,
+    ) -> impl Future<Output = StoreResult<bool>> + Send;
+
+    /// Every schedule's cursor, in name order.
+    fn schedule_cursors(
+        &self,
+    ) -> impl Future<Output = StoreResult<Vec<(ScheduleName, Cursor)>>> + Send;
+
+    /// Forget the cursor of `name` (its schedule was deleted).
+    fn drop_cursor(&self, name: &ScheduleName) -> impl Future<Output = StoreResult<()>> + Send;
 
     // What the engine asks of a store besides transitions. The defaults fit a store that
     // is local to this process (the memory store).

@@ -31,9 +31,9 @@ use bytes::Bytes;
 
 use super::keys::{Key, KeyLimits, KeyOp, KeyOutcome, KeyedPut, PutKey};
 use super::{
-    BatchDone, Change, Clock, ConnId, Edit, Edited, FlushStep, JobEntry, JobId, JobInfo,
-    LARGE_BODY, ListPage, ListQuery, LogFigures, MemoryStore, Nanos, NewJob, Reserved, Store,
-    StoreError, StoreResult, Totals, TubeInfo,
+    BatchDone, Change, Clock, ConnId, Cursor, Edit, Edited, Fired, FlushStep, JobEntry, JobId,
+    JobInfo, LARGE_BODY, ListPage, ListQuery, LogFigures, MemoryStore, Nanos, NewJob, Reserved,
+    ScheduleName, Store, StoreError, StoreResult, TickPut, Totals, TubeInfo,
 };
 use crate::protocol::TubeName;
 use crate::protocol::ext::{BatchOp, FlushStates};
@@ -307,6 +307,23 @@ impl Store for DurableStore {
     ) -> StoreResult<FlushStep> {
         self.changed(self.memory.flush_step(tube, states, upto, max, now))
             .await
+    }
+
+    async fn fire_tick(&self, tick: &TickPut, now: Nanos) -> StoreResult<Fired> {
+        // The tick's body goes with its job and cursor in one batch (no staging): a
+        // schedule's body is below LARGE_BODY (src/schedule).
+        self.refuse_when_full()?;
+        self.changed(self.memory.fire_tick(tick, now)).await
+    }
+    async fn skip_to(&self, name: &ScheduleName, tick_ms: u64, skipped: u64) -> StoreResult<bool> {
+        self.changed(self.memory.skip_to(name, tick_ms, skipped))
+            .await
+    }
+    async fn schedule_cursors(&self) -> StoreResult<Vec<(ScheduleName, Cursor)>> {
+        self.memory.schedule_cursors().await
+    }
+    async fn drop_cursor(&self, name: &ScheduleName) -> StoreResult<()> {
+        self.changed(self.memory.drop_cursor(name)).await
     }
 
     fn name(&self) -> &'static str {

@@ -507,6 +507,39 @@ impl Store for MemoryStore {
         Ok(self.lock().flush_step(tube, states, upto, max, now))
     }
 
+    async fn fire_tick(
+        &self,
+        tick: &crate::store::TickPut,
+        now: Nanos,
+    ) -> StoreResult<crate::store::Fired> {
+        let _ = (tick, now);
+        Err(crate::store::StoreError::BadReply {
+            op: "fire_tick",
+            detail: "not built yet".into(),
+        })
+    }
+    async fn skip_to(
+        &self,
+        name: &crate::store::ScheduleName,
+        tick_ms: u64,
+        skipped: u64,
+    ) -> StoreResult<bool> {
+        let _ = (name, tick_ms, skipped);
+        Err(crate::store::StoreError::BadReply {
+            op: "skip_to",
+            detail: "not built yet".into(),
+        })
+    }
+    async fn schedule_cursors(
+        &self,
+    ) -> StoreResult<Vec<(crate::store::ScheduleName, crate::store::Cursor)>> {
+        Ok(Vec::new())
+    }
+    async fn drop_cursor(&self, name: &crate::store::ScheduleName) -> StoreResult<()> {
+        let _ = name;
+        Ok(())
+    }
+
     fn name(&self) -> &'static str {
         "memory"
     }
