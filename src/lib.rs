@@ -58,6 +58,7 @@ pub mod manual;
 pub mod persist;
 pub mod protocol;
 pub mod redis;
+pub mod schedule;
 pub mod server;
 pub mod store;
 pub mod time;

@@ -251,7 +251,7 @@ async fn start_serving(settings: &Settings) -> anyhow::Result<(Serving, Arc<Poli
                 config.dir.display()
             )
         })?;
-        let home = policies::Home::File(config.dir.join(policies::FILE_NAME));
+        let home = policies::Home::file::<redstalk::store::Policies>(&config.dir);
         let book = open_policies(home, seed).await?;
         let engine_config = EngineConfig {
             policies: Some(book.subscribe()),
@@ -286,7 +286,8 @@ async fn start_serving(settings: &Settings) -> anyhow::Result<(Serving, Arc<Poli
         .managed("policies", std::time::Duration::from_secs(5))
         .await
         .with_context(|| unreachable(redis))?;
-    let book = open_policies(policies::Home::redis(conn, &redis.config.prefix), seed).await?;
+    let home = policies::Home::redis::<redstalk::store::Policies>(conn, &redis.config.prefix);
+    let book = open_policies(home, seed).await?;
     let engine_config = EngineConfig {
         policies: Some(book.subscribe()),
         ..engine_config
@@ -301,9 +302,9 @@ async fn start_serving(settings: &Settings) -> anyhow::Result<(Serving, Arc<Poli
 /// The tube policies of this mode's home, with the `--policies` file's written in.
 async fn open_policies(
     home: policies::Home,
-    seed: Option<redstalk::store::Policies>,
+    seed: Option<Vec<(String, redstalk::store::policy::Policy)>>,
 ) -> anyhow::Result<Arc<PolicyBook>> {
-    let book = PolicyBook::open(home, seed)
+    let book = PolicyBook::open(home, seed.unwrap_or_default())
         .await
         .context("cannot start: cannot read the tube policies")?;
     let rules = book.current().rules().len();

@@ -11,14 +11,16 @@
 //!   lease and the batch sequence, several in flight; the shared mode's schema), and
 //!   the loader that reads a namespace back.
 //! - [`binlog`]: `-b DIR`'s sink, a local write-ahead log, and its replay at start.
-//! - [`policies`]: where the tube policies are kept (this process, `-b DIR`'s file, a
-//!   Redis hash) and how a change reaches every store.
+//! - [`book`]: where an operator's definitions are kept (this process, `-b DIR`'s
+//!   file, a Redis hash) and how a change reaches every instance: [`policies`] (the
+//!   tube policies) and `schedules`.
 //!
 //! Layering: this module uses `store` (the cut and snapshot types), `crate::redis`, and
 //! `engine` (to build a persisted one); neither store nor engine knows anything of it
 //! but the [`crate::store::durable::CommitLink`] the store is handed.
 
 pub mod binlog;
+pub mod book;
 pub mod committer;
 pub mod engine;
 pub mod policies;

@@ -38,7 +38,7 @@ pub(super) async fn set(
             tracing::info!(action = "policy", %tubes, ?policy, peer = %peer.0, "api: tube policy set");
             ok(StatusCode::OK, Rule { tubes, policy })
         }
-        Err(ChangeError::Rule(e)) => Err(ApiError::bad_request(e.to_string())),
+        Err(ChangeError::Refused(e)) => Err(ApiError::bad_request(e.to_string())),
         Err(ChangeError::Home(e)) => Err(ApiError::unavailable(e.to_string())),
     }
 }
