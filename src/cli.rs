@@ -385,6 +385,12 @@ pub struct Cli {
     #[arg(long, env = "REDSTALK_POLICIES", value_name = "FILE")]
     pub policies: Option<PathBuf>,
 
+    /// Schedules (TOML `[[schedule]]`: a job put into a tube at each tick of a cron
+    /// expression or an interval) written at start into where this mode keeps them,
+    /// replacing the schedules kept under the same names. See docs/SCHEDULES.md.
+    #[arg(long, env = "REDSTALK_SCHEDULES", value_name = "FILE")]
+    pub schedules: Option<PathBuf>,
+
     /// On SIGTERM/SIGINT, wait this many seconds for connections to finish.
     #[arg(
         long,
@@ -498,6 +504,8 @@ pub struct Settings {
     pub keys: crate::store::KeyLimits,
     /// `--policies`: the tube policies to write at start.
     pub policies: Option<PathBuf>,
+    /// `--schedules`: the schedules to write at start.
+    pub schedules: Option<PathBuf>,
     /// Where the HTTP listener serves (metrics, probes, the API, the console); `None`:
     /// not served.
     pub http: Option<SocketAddr>,
@@ -555,6 +563,7 @@ impl Cli {
             dialect: self.compat,
             extensions: self.extensions == Switch::On,
             policies: self.policies.clone(),
+            schedules: self.schedules.clone(),
             keys: crate::store::KeyLimits {
                 window_max_ms: crate::time::secs_as_ms(self.key_window_max),
                 windows_max: self.key_windows_max,

@@ -29,8 +29,8 @@ use redstalk::http::api::types::Mode;
 use redstalk::http::{self, HttpConfig, HttpListener};
 use redstalk::manual::{self, Section};
 use redstalk::persist::binlog::{self, BinlogConfig};
+use redstalk::persist::books::{Books, Homes};
 use redstalk::persist::engine::Persisted;
-use redstalk::persist::policies::{self, PolicyBook};
 use redstalk::redis::policy::PolicyError;
 use redstalk::server::activation::Inherited;
 use redstalk::server::policy::AuthMode;
@@ -216,7 +216,7 @@ fn start_binlog(config: &BinlogConfig, engine_config: EngineConfig) -> anyhow::R
 /// Start what serves clients. Everything that must work before a client can connect
 /// happens here, so that "listening" means "ready" (and a SIGUSR1 sent then is not
 /// fatal).
-async fn start_serving(settings: &Settings) -> anyhow::Result<(Serving, Arc<PolicyBook>)> {
+async fn start_serving(settings: &Settings) -> anyhow::Result<(Serving, Books)> {
     let memory = MemoryBudget::configure(settings.memory_limit).map(|b| {
         let source = match b.source() {
             LimitSource::Option => "--memory-limit",
@@ -237,13 +237,8 @@ async fn start_serving(settings: &Settings) -> anyhow::Result<(Serving, Arc<Poli
         extensions: settings.extensions,
         keys: settings.keys,
         policies: None,
+        schedules: None,
     };
-    let seed = settings
-        .policies
-        .as_deref()
-        .map(policies::read_seed)
-        .transpose()
-        .map_err(|err| anyhow::anyhow!("cannot start: {err}"))?;
     if let Some(config) = &settings.binlog {
         std::fs::create_dir_all(&config.dir).with_context(|| {
             format!(
@@ -251,22 +246,15 @@ async fn start_serving(settings: &Settings) -> anyhow::Result<(Serving, Arc<Poli
                 config.dir.display()
             )
         })?;
-        let home = policies::Home::file::<redstalk::store::Policies>(&config.dir);
-        let book = open_policies(home, seed).await?;
-        let engine_config = EngineConfig {
-            policies: Some(book.subscribe()),
-            ..engine_config
-        };
-        return Ok((start_binlog(config, engine_config)?, book));
+        let books = open_books(settings, Homes::Dir(config.dir.clone())).await?;
+        let engine_config = books.engine_config(engine_config);
+        return Ok((start_binlog(config, engine_config)?, books));
     }
     let Some(redis) = &settings.redis else {
-        let book = open_policies(policies::Home::Process, seed).await?;
-        let engine_config = EngineConfig {
-            policies: Some(book.subscribe()),
-            ..engine_config
-        };
+        let books = open_books(settings, Homes::Process).await?;
+        let engine_config = books.engine_config(engine_config);
         let store = AnyStore::Memory(MemoryStore::new());
-        return Ok((Serving::Engine(Engine::start(store, engine_config)), book));
+        return Ok((Serving::Engine(Engine::start(store, engine_config)), books));
     };
     // Both modes, before anything else touches the namespace: its key layout.
     redstalk::redis::schema::prepare(&redis.config)
@@ -283,35 +271,34 @@ async fn start_serving(settings: &Settings) -> anyhow::Result<(Serving, Arc<Poli
         .connector()
         .map_err(anyhow::Error::new)
         .with_context(|| unreachable(redis))?
-        .managed("policies", std::time::Duration::from_secs(5))
+        .managed("definitions", std::time::Duration::from_secs(5))
         .await
         .with_context(|| unreachable(redis))?;
-    let home = policies::Home::redis::<redstalk::store::Policies>(conn, &redis.config.prefix);
-    let book = open_policies(home, seed).await?;
-    let engine_config = EngineConfig {
-        policies: Some(book.subscribe()),
-        ..engine_config
+    let homes = Homes::Redis {
+        conn,
+        prefix: redis.config.prefix.clone(),
     };
+    let books = open_books(settings, homes).await?;
+    let engine_config = books.engine_config(engine_config);
     let serving = match redis.mode {
         RedisMode::Shared => start_shared(redis, engine_config).await,
         RedisMode::Leader => start_leader(redis, settings, engine_config).await,
     }?;
-    Ok((serving, book))
+    Ok((serving, books))
 }
 
-/// The tube policies of this mode's home, with the `--policies` file's written in.
-async fn open_policies(
-    home: policies::Home,
-    seed: Option<Vec<(String, redstalk::store::policy::Policy)>>,
-) -> anyhow::Result<Arc<PolicyBook>> {
-    let book = PolicyBook::open(home, seed.unwrap_or_default())
-        .await
-        .context("cannot start: cannot read the tube policies")?;
-    let rules = book.current().rules().len();
-    if rules > 0 {
-        tracing::info!(rules, persisted = book.persisted(), "tube policies");
-    }
-    Ok(book)
+/// The tube policies and the schedules of this mode's home, with the `--policies` and
+/// `--schedules` files' written in.
+async fn open_books(settings: &Settings, homes: Homes) -> anyhow::Result<Books> {
+    let now_ms = redstalk::time::Clock::new().now() / 1_000_000;
+    Books::open(
+        &homes,
+        settings.policies.as_deref(),
+        settings.schedules.as_deref(),
+        now_ms,
+    )
+    .await
+    .context("cannot start: cannot read the tube policies or the schedules")
 }
 
 /// Why a start that could not use Redis failed; the reason follows (`{err:#}` prints
@@ -433,9 +420,9 @@ async fn serve(
     budget: limits::Budget,
 ) -> anyhow::Result<()> {
     let security = security(&settings)?;
-    let (serving, policy_book) = start_serving(&settings).await?;
-    let policies_stop = CancellationToken::new();
-    let following = policy_book.clone().follow(policies_stop.clone());
+    let (serving, books) = start_serving(&settings).await?;
+    let books_stop = CancellationToken::new();
+    let following = books.follow(&books_stop);
     let shutdown = install_signals(&serving, &security)?;
     let listener = bind_beanstalk(&settings, inherited)?;
     // Bound before the privileges go (a port below 1024), served after.
@@ -443,16 +430,8 @@ async fn serve(
     if let Some(user) = &settings.user {
         server::privileges::become_user(user)?;
     }
-    let http = http_listener.map(|l| {
-        start_http(
-            l,
-            &settings,
-            &serving,
-            &security,
-            listener.ports(),
-            &policy_book,
-        )
-    });
+    let http = http_listener
+        .map(|l| start_http(l, &settings, &serving, &security, listener.ports(), &books));
     tracing::info!(
         version = build_info::VERSION,
         commit = build_info::COMMIT,
@@ -472,9 +451,9 @@ async fn serve(
     if let Some(http) = http {
         http.stop().await;
     }
-    policies_stop.cancel();
-    if let Some(following) = following {
-        let _ = following.await;
+    books_stop.cancel();
+    for task in following {
+        let _ = task.await;
     }
     tracing::info!("redstalk stopped");
     Ok(())
@@ -611,7 +590,7 @@ fn start_http(
     serving: &Serving,
     security: &Arc<Security>,
     ports: Vec<Arc<server::listen::Port>>,
-    policies: &Arc<PolicyBook>,
+    books: &Books,
 ) -> HttpServing {
     let addr = listener
         .local_addr()
@@ -627,7 +606,7 @@ fn start_http(
             .as_ref()
             .map(|r| r.config.lookups.placements().clone())
             .unwrap_or_default(),
-        policies: policies.clone(),
+        books: books.clone(),
     };
     let stop = CancellationToken::new();
     let task = tokio::spawn(http::serve(

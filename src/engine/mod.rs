@@ -47,6 +47,7 @@ mod dispatch;
 mod extension;
 mod keys;
 mod reserve;
+pub mod schedules;
 mod serve;
 mod waiting;
 
@@ -101,6 +102,9 @@ pub struct EngineConfig {
     pub keys: KeyLimits,
     /// The tube policies, followed for as long as the engine runs (`None`: no rules).
     pub policies: Option<tokio::sync::watch::Receiver<Arc<crate::store::Policies>>>,
+    /// The schedules this engine fires, followed for as long as it runs (`None`: this
+    /// engine fires none, e.g. tests).
+    pub schedules: Option<tokio::sync::watch::Receiver<Arc<crate::schedule::Schedules>>>,
 }
 
 /// When a reply may be written: its acknowledgement, decided by the engine with the
@@ -188,6 +192,8 @@ pub struct Engine {
     /// Each open client connection (its address names the holder of a reserved job in
     /// the operator API); bounded by the open connections.
     clients: clients::Clients,
+    /// What the schedules' runner fired (see `schedules.rs`).
+    schedule_fires: schedules::Fires,
 }
 
 /// Hand the store each new set of tube policies (after the one `Engine::start` gave
@@ -242,6 +248,7 @@ impl Engine {
             sweep_from: AtomicUsize::new(0),
             tasks: Mutex::new(Vec::new()),
             clients: clients::Clients::default(),
+            schedule_fires: schedules::Fires::default(),
         });
         let timer = tokio::spawn(timer::run(engine.clone()));
         let serve = tokio::spawn(serve::run(engine.clone(), requests, wake_events));
@@ -249,6 +256,10 @@ impl Engine {
         if let Some(policies) = config.policies {
             let follow = tokio::spawn(follow_policies(engine.clone(), policies));
             lock(&engine.tasks).push(follow);
+        }
+        if let Some(set) = config.schedules {
+            let runner = tokio::spawn(schedules::run(engine.clone(), set));
+            lock(&engine.tasks).push(runner);
         }
         engine
     }

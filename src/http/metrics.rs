@@ -230,6 +230,7 @@ mod tests {
                 extensions: true,
                 keys: Default::default(),
                 policies: None,
+                schedules: None,
             },
         );
         let scrapes = Scrapes::new(10, Arc::default());

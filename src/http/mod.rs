@@ -89,8 +89,8 @@ pub struct HttpConfig {
     /// Where the process's Redis namespaces live, for `/metrics` (the value its Redis
     /// connectors record into; empty without Redis).
     pub placements: Arc<Placements>,
-    /// The process's tube policies (the API's `/policies`).
-    pub policies: Arc<crate::persist::policies::PolicyBook>,
+    /// The process's tube policies and schedules (the API's `/policies`, `/schedules`).
+    pub books: crate::persist::books::Books,
 }
 
 /// The address of the client of an HTTP request (set by [`connection`]), for the log
@@ -141,6 +141,8 @@ struct App {
     history: Arc<history::Recorder>,
     /// The tube policies (their routes: `api::policies`).
     policies: Arc<crate::persist::policies::PolicyBook>,
+    /// The schedules (their routes: `api::schedules`).
+    schedules: Arc<crate::persist::schedules::ScheduleBook>,
 }
 
 /// Every route: `/metrics`, the probes and `/` (GET only), the API under `/api/v1`
@@ -159,7 +161,8 @@ fn router(source: Source, config: &HttpConfig, stop: &CancellationToken) -> Rout
         )),
         security: config.security.clone(),
         ports: config.ports.clone(),
-        policies: config.policies.clone(),
+        policies: config.books.policies.clone(),
+        schedules: config.books.schedules.clone(),
     });
     let plain = Router::new()
         .route("/", get(|| async { Redirect::to("/console/") }))

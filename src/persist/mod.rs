@@ -21,10 +21,12 @@
 
 pub mod binlog;
 pub mod book;
+pub mod books;
 pub mod committer;
 pub mod engine;
 pub mod policies;
 pub mod redis;
+pub mod schedules;
 
 use std::future::Future;
 use std::time::Duration;

@@ -125,6 +125,29 @@ impl Spec {
         }
     }
 
+    /// The last tick at or before `at_ms` (and not before `anchor_ms`, for an
+    /// interval); `None` when there is none.
+    pub fn last_at_or_before(&self, at_ms: u64, anchor_ms: u64) -> Option<u64> {
+        match self {
+            Spec::Every { every_ms } => {
+                let k = at_ms.checked_sub(anchor_ms)? / every_ms;
+                Some(anchor_ms + k * every_ms)
+            }
+            Spec::Cron { tz, cron, .. } => {
+                let at = i64::try_from(at_ms).ok()?;
+                let start = DateTime::<Utc>::from_timestamp_millis(at)?.with_timezone(tz);
+                let last = cron.find_previous_occurrence(&start, true).ok()?;
+                let ms = u64::try_from(last.timestamp_millis()).ok()?;
+                // croner works in whole seconds: from 10.5 s, "at or before" may give 11 s.
+                if ms <= at_ms {
+                    Some(ms)
+                } else {
+                    self.last_at_or_before(at_ms.checked_sub(1000)?, anchor_ms)
+                }
+            }
+        }
+    }
+
     /// The ticks after `after_ms` up to and including `upto_ms`, at most `max` of them,
     /// and whether there were more.
     pub fn ticks_between(

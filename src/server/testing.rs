@@ -50,6 +50,7 @@ impl TestServer {
                 extensions: true,
                 keys: Default::default(),
                 policies: None,
+                schedules: None,
             },
         );
         let config = ServerConfig {

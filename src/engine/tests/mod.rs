@@ -59,6 +59,7 @@ fn engine_keyed(store: AnyStore, extensions: bool, keys: crate::store::KeyLimits
             extensions,
             keys,
             policies: None,
+            schedules: None,
         },
     )
 }

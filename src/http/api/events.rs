@@ -235,6 +235,7 @@ mod tests {
                 extensions: true,
                 keys: Default::default(),
                 policies: None,
+                schedules: None,
             },
         );
         Events::start(Source::Engine(engine), CancellationToken::new())

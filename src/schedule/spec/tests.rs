@@ -175,3 +175,19 @@ fn local_times_carry_the_zone_offset() {
         "1970-01-01T00:00:00+00:00"
     );
 }
+
+#[test]
+fn the_last_tick_at_or_before_an_instant() {
+    let spec = Spec::every(1000).expect("valid");
+    assert_eq!(spec.last_at_or_before(5_600, 250), Some(5_250));
+    assert_eq!(spec.last_at_or_before(5_250, 250), Some(5_250));
+    assert_eq!(spec.last_at_or_before(100, 250), None);
+    let cron = Spec::cron("*/10 * * * * *", "UTC").expect("valid");
+    assert_eq!(cron.last_at_or_before(25_500, 0), Some(20_000));
+    assert_eq!(cron.last_at_or_before(30_000, 0), Some(30_000));
+    let berlin = Spec::cron("30 2 * * *", "Europe/Berlin").expect("valid");
+    assert_eq!(
+        berlin.last_at_or_before(at("2027-10-31T12:00:00Z"), 0),
+        Some(at("2027-10-31T00:30:00Z"))
+    );
+}

@@ -1,0 +1,1 @@
+//! The runner on tokio's paused clock, against the memory store.
