@@ -30,6 +30,8 @@
 
 mod support;
 
+mod clock_schedules;
+
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command};
