@@ -22,6 +22,8 @@
 //!   durable/    the memory store whose replies wait until a committer persisted them,
 //!               its commit link, and large bodies written ahead of their jobs
 //!   shared/     Redis shared mode: every transition one Lua script in Redis
+//! schedule/   schedules as values: definitions, cron (croner, tz compiled in) and
+//!             interval ticks; no I/O, no clock
 //! engine/     beanstalkd semantics over any store: dispatch, reserve and its waiters,
 //!             serve passes, DEADLINE_SOON, the timer, stats, drain mode, the registry
 //!             of live connections; every reply comes with its acknowledgement (now,
@@ -30,7 +32,8 @@
 //!             writes them through a Sink (redis/: leader mode's batches, one fenced
 //!             script call each, and the loader; binlog/: `-b DIR`'s local log and its
 //!             replay);
-//!             engine: the one place a persisted engine is built and ended
+//!             engine: the one place a persisted engine is built and ended;
+//!             book: an operator's definitions (policies, schedules) and their home
 //! server/     sockets: listeners (and systemd's), one task per connection (serve with
 //!             an engine, or relay to the leader, as the Router says; replies held
 //!             until acknowledged), signals, privileges, graceful shutdown

@@ -16,6 +16,8 @@
 //! - `waiters.rs`: the registry of waiting connections and the claim protocol.
 //! - `waiting.rs`: [`Waiting`], a connection's side of one blocked reserve.
 //! - `timer.rs`: the deadline timer task (delays, TTRs, pauses, the safety sweep).
+//! - `schedules.rs`: the schedules' runner task (docs/SCHEDULES.md): fires each tick
+//!   through the store, as a put that serves the tube's waiters.
 //! - `stats.rs`: the `stats`, `stats-tube` and `stats-job` figures and documents.
 //! - `counters.rs`, `host.rs`, `session.rs`: this instance's tallies, the process's
 //!   identity, a connection's protocol state.
