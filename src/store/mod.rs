@@ -21,6 +21,7 @@ pub mod keys;
 pub mod lagging;
 pub mod memory;
 pub mod policy;
+pub mod retention;
 pub mod schedule;
 pub mod shared;
 mod values;
