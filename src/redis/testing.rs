@@ -13,12 +13,33 @@ use std::time::{Duration, Instant};
 pub(crate) struct PrivateRedis {
     child: Child,
     dir: PathBuf,
+    /// The TCP port it also listens on ([`PrivateRedis::start_tcp`]).
+    port: Option<u16>,
 }
 
 impl PrivateRedis {
     /// Start one, or `None` (said loudly, naming `what`) when redis-server is not
     /// installed and not required.
     pub(crate) fn start(what: &str) -> Option<PrivateRedis> {
+        PrivateRedis::spawn(what, None)
+    }
+
+    /// [`PrivateRedis::start`], listening on a free port of 127.0.0.1 as well (for code
+    /// that connects by URL, as a server does; never 6379).
+    pub(crate) fn start_tcp(what: &str) -> Option<PrivateRedis> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        PrivateRedis::spawn(what, Some(port))
+    }
+
+    /// `redis://127.0.0.1:<port>/0` of one started by [`PrivateRedis::start_tcp`].
+    pub(crate) fn url(&self) -> Option<String> {
+        self.port.map(|p| format!("redis://127.0.0.1:{p}/0"))
+    }
+
+    fn spawn(what: &str, port: Option<u16>) -> Option<PrivateRedis> {
         let program = std::env::var_os("REDIS_SERVER")
             .map(PathBuf::from)
             .or_else(|| find_on_path("redis-server"));
@@ -36,8 +57,9 @@ impl PrivateRedis {
             rand::random::<u64>()
         ));
         std::fs::create_dir_all(&dir).expect("a temporary directory");
+        let port_arg = port.unwrap_or(0).to_string();
         let child = Command::new(program)
-            .args(["--port", "0", "--unixsocket"])
+            .args(["--bind", "127.0.0.1", "--port", &port_arg, "--unixsocket"])
             .arg(dir.join("redis.sock"))
             .args(["--save", "", "--appendonly", "no", "--dir"])
             .arg(&dir)
@@ -46,7 +68,7 @@ impl PrivateRedis {
             .stderr(Stdio::null())
             .spawn()
             .expect("spawn redis-server");
-        let redis = PrivateRedis { child, dir };
+        let redis = PrivateRedis { child, dir, port };
         let started = Instant::now();
         while redis.connection().is_err() {
             assert!(

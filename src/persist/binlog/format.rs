@@ -6,7 +6,8 @@
 //! payload. A payload starts with its kind (one byte); every integer is little-endian.
 //! The record kinds are the journal's: a job's full state after a change (its body
 //! only in the job's first record in a file's lineage), a job gone, a tube, the
-//! namespace's counters. See docs/BINLOG.md for the field layout.
+//! namespace's counters, a schedule's cursor or its removal. See docs/BINLOG.md for
+//! the field layout.
 //!
 //! Invariant: `decode(encode(r)) == r` for every record; a frame whose length runs past
 //! the data, whose checksum differs, or whose payload does not decode is [`Damage`].
@@ -16,8 +17,9 @@ use bytes::Bytes;
 use crate::protocol::TubeName;
 use crate::store::JobState;
 use crate::store::keys::{JobKey, Key, KeyRecord, KeySlot};
-use crate::store::memory::{JobRecord, StoreCounters, Stored, TubeRecord};
+use crate::store::memory::{JobRecord, ScheduleRecord, StoreCounters, Stored, TubeRecord};
 use crate::store::policy::{DeadCause, DeadReason};
+use crate::store::{Cursor, ScheduleName};
 use crate::time::{is_whole_secs, secs_as_ms};
 
 pub const HEADER_MAGIC: &[u8; 8] = b"RSTKBLOG";
@@ -44,6 +46,12 @@ const KIND_WINDOW: u8 = 7;
 /// flag (u8; 1: the key and window follow as in [`KIND_JOB_KEYED`]) and the reason
 /// (cause u8, count u32, limit u32). Every other job keeps its kind.
 const KIND_JOB_DEAD: u8 = 8;
+/// A schedule's cursor: name (u8 length, bytes), last_tick_ms, last_job, fired,
+/// deduped, skipped (u64 each). An older version refuses it as an unknown kind, as it
+/// should: it would fire the schedule's ticks again.
+const KIND_SCHEDULE: u8 = 9;
+/// A schedule's cursor dropped: its name (u8 length, bytes).
+const KIND_SCHEDULE_GONE: u8 = 10;
 
 /// One decoded record.
 #[derive(Debug, PartialEq, Eq)]
@@ -59,6 +67,8 @@ pub enum Record {
     Counters(StoreCounters),
     /// A key's window opened (`KeySlot::Window`) or ended (`KeySlot::Free`).
     Window(KeyRecord),
+    /// A schedule's cursor, or (`gone`) its removal; `jobs` is always empty.
+    Schedule(ScheduleRecord),
 }
 
 /// Why reading stopped before the end of the data.
@@ -289,6 +299,27 @@ pub fn put_counters(out: &mut Vec<u8>, c: &StoreCounters) -> usize {
     })
 }
 
+/// Append a schedule's cursor record, or its removal's when `s.gone`.
+pub fn put_schedule(out: &mut Vec<u8>, s: &ScheduleRecord) -> usize {
+    frame(out, |o| {
+        o.push(if s.gone {
+            KIND_SCHEDULE_GONE
+        } else {
+            KIND_SCHEDULE
+        });
+        // A schedule name is at most 64 bytes (`schedule::MAX_NAME_LEN`).
+        let name = s.name.as_str().as_bytes();
+        o.push(name.len() as u8);
+        o.extend_from_slice(name);
+        if !s.gone {
+            let c = &s.cursor;
+            for v in [c.last_tick_ms, c.last_job, c.fired, c.deduped, c.skipped] {
+                o.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+    })
+}
+
 /// A cursor over a payload; `base` is the payload's offset in `file`, whose bodies are
 /// handed out as slices of it (no copy).
 struct Reader<'a> {
@@ -336,6 +367,13 @@ impl<'a> Reader<'a> {
     fn key(&mut self) -> Result<Key, Damage> {
         let n = usize::from(self.u8()?);
         Key::new(self.take(n)?).ok_or(Damage::Malformed("bad key"))
+    }
+    fn schedule_name(&mut self) -> Result<ScheduleName, Damage> {
+        let n = usize::from(self.u8()?);
+        std::str::from_utf8(self.take(n)?)
+            .ok()
+            .and_then(ScheduleName::new)
+            .ok_or(Damage::Malformed("bad schedule name"))
     }
 }
 
@@ -419,6 +457,24 @@ fn decode(file: &Bytes, start: usize, len: usize) -> Result<Record, Damage> {
             Record::Window(KeyRecord { tube, key, slot })
         }
         KIND_GONE => Record::Gone(r.u64()?),
+        KIND_SCHEDULE => Record::Schedule(ScheduleRecord {
+            name: r.schedule_name()?,
+            cursor: Cursor {
+                last_tick_ms: r.u64()?,
+                last_job: r.u64()?,
+                fired: r.u64()?,
+                deduped: r.u64()?,
+                skipped: r.u64()?,
+            },
+            gone: false,
+            jobs: Vec::new(),
+        }),
+        KIND_SCHEDULE_GONE => Record::Schedule(ScheduleRecord {
+            name: r.schedule_name()?,
+            cursor: Cursor::default(),
+            gone: true,
+            jobs: Vec::new(),
+        }),
         KIND_TUBE => {
             let kept = r.u8()? != 0;
             let (total_jobs, cmd_delete, cmd_pause, pause, pause_until) =

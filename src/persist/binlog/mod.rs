@@ -156,6 +156,11 @@ pub fn open(config: BinlogConfig) -> Result<Opened, BinlogError> {
         tubes: replayed.tubes.clone(),
         counters: replayed.counters,
         windows: replayed.windows.values().cloned().collect(),
+        cursors: replayed
+            .cursors
+            .iter()
+            .map(|(name, c)| (name.clone(), *c))
+            .collect(),
     };
     let records = replayed.records;
     let files = replayed.files.len();

@@ -9,6 +9,10 @@
 //! nor to delete at the next compaction; nor is one of a newer format version. A name
 //! other than `binlog.N` (canonical decimal `N`) is not read, with a warning.
 //!
+//! Schedules' cursors: the last record of each name wins (a removal forgets it). A
+//! cut writes its cursors before its jobs, so a torn cut may keep a cursor whose job
+//! it lost (that tick is not fired again), never a job whose cursor it lost.
+//!
 //! Invariant: a job's `file` is the file holding its last record *with its body*;
 //! compaction relies on it to know which jobs still live in old files.
 
@@ -20,9 +24,9 @@ use foldhash::HashMap;
 use super::BinlogError;
 use super::format::{self, Damage, HEADER_LEN, Header, Record};
 use crate::protocol::TubeName;
-use crate::store::JobId;
 use crate::store::keys::{Key, KeyRecord, KeySlot};
 use crate::store::memory::{JobRecord, StoreCounters, TubeRecord};
+use crate::store::{Cursor, JobId, ScheduleName};
 
 /// A live job as the log holds it.
 #[derive(Debug, Clone)]
@@ -41,6 +45,8 @@ pub struct Replayed {
     pub counters: StoreCounters,
     /// Open dedupe windows by tube and key (past ones too: the restore drops them).
     pub windows: HashMap<(TubeName, Key), KeyRecord>,
+    /// Schedules' cursors, each as its last record left it.
+    pub cursors: HashMap<ScheduleName, Cursor>,
     /// Every file found: its number and size.
     pub files: BTreeMap<u64, u64>,
     pub records: u64,
@@ -145,6 +151,12 @@ pub fn replay(dir: &Path) -> Result<Replayed, BinlogError> {
                         KeySlot::Window { .. } => out.windows.insert(at, k),
                         _ => out.windows.remove(&at),
                     };
+                }
+                Record::Schedule(r) if r.gone => {
+                    out.cursors.remove(&r.name);
+                }
+                Record::Schedule(r) => {
+                    out.cursors.insert(r.name, r.cursor);
                 }
                 Record::Counters(c) => {
                     out.counters = StoreCounters {

@@ -17,7 +17,11 @@
 //! batches go into the current file's reserve, past `-s` if need be (no new file is
 //! started, no compaction begins or rewrites, while full).
 //!
-//! Invariants: the mirror changes only after a write succeeded; `live_bytes` is the
+//! A cut's schedule cursors are written before its jobs (after only the compaction's
+//! rewrites of older records): a write cut short then keeps a cursor without its
+//! tick's job (a tick lost), never the job without its cursor (a tick fired twice).
+//!
+//! Invariants: the mirror (the cursors included) changes only after a write succeeded; `live_bytes` is the
 //! sum of each mirrored job's and window's record length; a failed write is cut
 //! off the file (or, if that fails too, the next write starts a new file), so no torn
 //! record is ever followed by good ones in the same file; a new file that cannot be
@@ -42,7 +46,7 @@ use crate::persist::{Sink, SinkError};
 use crate::protocol::TubeName;
 use crate::store::keys::{Key, KeyRecord, KeySlot};
 use crate::store::memory::{Cut, JobRecord, Stored, TubeRecord};
-use crate::store::{JobId, LogFigures, StoreError};
+use crate::store::{Cursor, JobId, LogFigures, ScheduleName, StoreError};
 use crate::util::lock;
 
 mod compact;
@@ -74,6 +78,10 @@ pub struct BinlogSink {
     tubes: HashMap<TubeName, TubeRecord>,
     /// Open dedupe windows (rewritten in chunks, as the jobs, by a compaction).
     windows: HashMap<(TubeName, Key), KeyRecord>,
+    /// The cursors the log holds (written by this sink or read back): what a
+    /// compaction rewrites. Never the store's unwritten ones, which may be ahead of
+    /// their jobs.
+    cursors: HashMap<ScheduleName, Cursor>,
     /// Bytes a log holding only the live jobs and the open windows would take.
     live_bytes: u64,
     compaction: Option<Compaction>,
@@ -185,6 +193,7 @@ impl BinlogSink {
                 .map(|t| (t.name.clone(), t))
                 .collect(),
             windows: replayed.windows,
+            cursors: replayed.cursors,
             live_bytes,
             compaction: None,
             buf: Vec::new(),
@@ -336,6 +345,13 @@ impl BinlogSink {
                 self.live_bytes -= format::window_len(&old) as u64;
             }
         }
+        for s in &cut.schedules {
+            if s.gone {
+                self.cursors.remove(&s.name);
+            } else {
+                self.cursors.insert(s.name.clone(), s.cursor);
+            }
+        }
         if let Some(c) = self.compaction.as_mut() {
             c.consumed(rewritten, &mut files, self.out_no);
         }
@@ -403,6 +419,9 @@ impl BinlogSink {
         }
         self.buf.clear();
         let rewritten = self.encode_rewrites();
+        for s in &cut.schedules {
+            format::put_schedule(&mut self.buf, s);
+        }
         let mut with_body = Vec::with_capacity(cut.jobs.len());
         for r in &cut.jobs {
             // A replaced job (`Stored::Unknown`) has a new body.

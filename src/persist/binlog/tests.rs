@@ -1,7 +1,8 @@
 //! Unit tests of the binlog sink and replay, in process: a journaled memory store's cuts
 //! written through the sink, read back; compaction keeps the log bounded and loses
 //! nothing (dedupe windows included, which count as live); damage keeps every record
-//! before it.
+//! before it; schedules' cursors are written before their ticks' jobs and live through
+//! compaction and restarts.
 
 use std::io::Write;
 use std::path::Path;
@@ -16,7 +17,8 @@ use crate::protocol::ext::{Key, KeyMode, Millis, PutKey};
 use crate::store::keys::KeyState;
 use crate::store::memory::CutLimit;
 use crate::store::{
-    ConnId, JobState, KeyedPut, LogFigures, MemoryStore, NANOS_PER_SEC, NewJob, Store,
+    ConnId, Cursor, Fired, JobState, KeyedPut, LogFigures, MemoryStore, NANOS_PER_SEC, NewJob,
+    ScheduleName, Store, TickPut,
 };
 
 const NOW: u64 = 1_700_000_000 * NANOS_PER_SEC;
@@ -430,5 +432,114 @@ async fn a_record_that_changes_length_keeps_live_bytes_true() {
     s.delete(C1, id, NOW).await.unwrap();
     flush(&s, &mut sink).await;
     assert_eq!(sink.live_bytes(), 0, "no live job");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn tick(schedule: &str, tick_ms: u64) -> TickPut {
+    TickPut {
+        schedule: ScheduleName::new(schedule).unwrap(),
+        tick_ms,
+        job: job("cron", 1, 0, b"tick"),
+        key: None,
+        skipped: 0,
+    }
+}
+
+async fn cursor_of(s: &MemoryStore, schedule: &str) -> Option<Cursor> {
+    let all = s.schedule_cursors().await.unwrap();
+    all.into_iter()
+        .find(|(n, _)| n.as_str() == schedule)
+        .map(|(_, c)| c)
+}
+
+/// A cut's cursor is written before its job: wherever a write of the cut is cut short,
+/// the log read back holds the tick's job only with its cursor (never a tick to fire
+/// twice); cut right after the cursor, the cursor stays and the job is lost.
+#[tokio::test]
+async fn a_torn_cut_may_keep_a_cursor_without_its_job_never_the_reverse() {
+    let dir = tempdir("torn-tick");
+    let (s, mut sink) = reopen(&dir, 1 << 20);
+    s.fire_tick(&tick("t", 1000), NOW).await.unwrap();
+    flush(&s, &mut sink).await;
+    let file = dir.join("binlog.1");
+    let before = std::fs::metadata(&file).unwrap().len() as usize;
+    let Fired::Made(second) = s.fire_tick(&tick("t", 2000), NOW).await.unwrap() else {
+        panic!("no job made");
+    };
+    flush(&s, &mut sink).await;
+    drop(sink);
+    let whole = std::fs::read(&file).unwrap();
+    // The cursor's record: frame, kind, name length and name, five u64.
+    let cursor_end = before + super::format::FRAME_LEN + 1 + 1 + 1 + 5 * 8;
+    let mut kept_cursor_only = false;
+    for cut_at in before..=whole.len() {
+        std::fs::write(&file, &whole[..cut_at]).unwrap();
+        for n in 2..4 {
+            let _ = std::fs::remove_file(dir.join(format!("binlog.{n}")));
+        }
+        let (back, _sink) = reopen(&dir, 1 << 20);
+        let job = back.peek(second).await.unwrap().is_some();
+        let c = cursor_of(&back, "t").await.unwrap();
+        if job {
+            assert_eq!(
+                c.last_tick_ms, 2000,
+                "cut at {cut_at}: a job without its cursor"
+            );
+        }
+        if cut_at == cursor_end {
+            assert!(!job && c.last_tick_ms == 2000 && c.last_job == second);
+            let again = back.fire_tick(&tick("t", 2000), NOW).await.unwrap();
+            assert_eq!(again, Fired::Stale { last_tick_ms: 2000 });
+            kept_cursor_only = true;
+        }
+    }
+    assert!(kept_cursor_only);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Cursors live through compactions and restarts: one written once and never again
+/// (its record only in a file a compaction deletes), one that keeps ticking (its
+/// newest record wins), one dropped (gone for good).
+#[tokio::test]
+async fn cursors_survive_compaction_and_restarts() {
+    let dir = tempdir("cursors");
+    let file_size = 16 << 10;
+    let (mut s, mut sink, mut figures) = reopen_with_figures(&dir, file_size);
+    s.fire_tick(&tick("once", 500), NOW).await.unwrap();
+    s.fire_tick(&tick("dropped", 500), NOW).await.unwrap();
+    flush(&s, &mut sink).await;
+    s.drop_cursor(&ScheduleName::new("dropped").unwrap())
+        .await
+        .unwrap();
+    let mut t = 0;
+    for restart in 0..2 {
+        let first = figure(&figures, |f| &f.oldest_index);
+        let mut rounds = 0;
+        while figure(&figures, |f| &f.oldest_index) == first || rounds < 50 {
+            rounds += 1;
+            assert!(rounds < 5_000, "restart {restart}: no compaction ran");
+            t += 1000;
+            let Fired::Made(id) = s.fire_tick(&tick("often", t), NOW).await.unwrap() else {
+                panic!("no job made");
+            };
+            flush(&s, &mut sink).await;
+            s.delete(C1, id, NOW).await.unwrap();
+            flush(&s, &mut sink).await;
+        }
+        drop(sink);
+        let (back, again, _) = reopen_with_figures(&dir, file_size);
+        assert!(!dir.join("binlog.1").exists(), "the first file was kept");
+        assert_eq!(
+            cursor_of(&back, "once").await.map(|c| c.last_tick_ms),
+            Some(500)
+        );
+        let often = cursor_of(&back, "often").await.unwrap();
+        assert_eq!((often.last_tick_ms, often.fired), (t, t / 1000));
+        assert_eq!(cursor_of(&back, "dropped").await, None);
+        // The restarted store goes on where the last one stopped.
+        drop((back, again));
+        let (next, next_sink, next_figures) = reopen_with_figures(&dir, file_size);
+        (s, sink, figures) = (next, next_sink, next_figures);
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -7,7 +7,9 @@
 //! it, not with a fixed cost per job. ZREMs come before ZADDs: a job of unknown standing
 //! is removed from every state's set, then added to its own. A job moved to another
 //! tube (same id) is removed from the old tube's keys and written whole in the new one.
-//! What Redis already holds ([`Written`], `written.rs`) spares commands.
+//! What Redis already holds ([`Written`], `written.rs`) spares commands. A cut is always
+//! one call, never split: schedules' cursors (`cursors.rs`) and their ticks' jobs are
+//! therefore applied together or not at all.
 
 use std::time::Instant;
 
@@ -126,6 +128,8 @@ impl Builder {
         self.job_commands(&mut b, keys, &cut.jobs);
         self.tube_commands(&mut b, keys, &cut.tubes, written);
         super::keyed::key_commands(&mut b, keys, &cut.keys);
+        // In this same call as the jobs the ticks made: one batch, one atomic script.
+        super::cursors::cursor_commands(&mut b, keys, &cut.schedules);
         self.counter_commands(&mut b, keys, cut.counters, written);
         b
     }

@@ -10,6 +10,9 @@
 //! damaged namespace leaves), is reported and left out: never served with an empty
 //! body. A body without its job (written ahead of a large put whose job the previous
 //! leader never made) is reported for the caller to remove, fenced by its lease.
+//!
+//! Schedules' cursors are read with the jobs (`cursors.rs`), before the new leader's
+//! scheduler starts: every tick Redis holds a job of is past its cursor.
 
 use bytes::Bytes;
 use foldhash::HashMap;
@@ -48,7 +51,11 @@ fn err(op: &'static str) -> impl Fn(redis::RedisError) -> StoreError {
 type Entries = Vec<(Vec<u8>, Vec<u8>)>;
 
 /// Every entry of hash `key`, by HSCAN.
-async fn scan_hash(mut conn: RedisConn, key: &str, count: usize) -> Result<Entries, StoreError> {
+pub(super) async fn scan_hash(
+    mut conn: RedisConn,
+    key: &str,
+    count: usize,
+) -> Result<Entries, StoreError> {
     let mut out = Vec::new();
     let mut cursor: u64 = 0;
     loop {
@@ -152,6 +159,7 @@ pub async fn load(conn: &RedisConn, keys: &Keys) -> Result<Loaded, StoreError> {
         }
     }
     loaded.snapshot.windows = super::keyed::read_windows(&mut c, keys).await?;
+    loaded.snapshot.cursors = super::cursors::read_cursors(conn, keys).await?;
     Ok(loaded)
 }
 

@@ -12,12 +12,14 @@
 //! - `figures`: tube figures written lazily (the counters at most once a second).
 //! - `counters`: the namespace counters written lazily (ids a block ahead, the stats
 //!   at most once a second).
+//! - `cursors`: schedules' cursors written with their ticks' jobs, and read back.
 //! - `load`: a namespace read back into a memory store's snapshot.
 //! - `record`: a job record mapped to and from the metadata format.
 
 pub mod batch;
 mod call;
 mod counters;
+pub mod cursors;
 mod figures;
 mod keyed;
 pub mod load;

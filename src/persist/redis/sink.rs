@@ -102,8 +102,12 @@ fn call_size(cut: &Cut) -> (usize, usize) {
         .filter(|r| r.needs_body())
         .map(|r| r.body.len())
         .sum();
-    let commands = cut.tubes.len() * 12 + 16;
-    let bytes = bodies + cut.jobs.len() * 200 + cut.gone.len() * 120 + cut.tubes.len() * 320;
+    let commands = cut.tubes.len() * 12 + 18;
+    let bytes = bodies
+        + cut.jobs.len() * 200
+        + cut.gone.len() * 120
+        + cut.tubes.len() * 320
+        + cut.schedules.len() * 160;
     (commands, bytes)
 }
 

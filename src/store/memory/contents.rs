@@ -15,7 +15,9 @@
 //!   `default`;
 //! - with a journal (a persisted store), every job and tube a transition changes is
 //!   noted in it by `attach`, `remove_job` and the tube counters' setters, so a cut
-//!   finds every change (see `journal.rs`; the cut itself is in `persist.rs`).
+//!   finds every change (see `journal.rs`; the cut itself is in `persist.rs`);
+//! - `cursors` holds a cursor per schedule that fired or skipped a tick and was not
+//!   dropped (bounded by the schedules, at most 10,000; `schedules.rs`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -30,7 +32,9 @@ use super::journal::{Journal, Stored};
 use super::keys::KeyIndex;
 use crate::protocol::TubeName;
 use crate::store::policy::{DeadReason, Policies};
-use crate::store::{ConnId, JobId, JobKey, JobState, Nanos, Reserved, Totals, URGENT_PRI};
+use crate::store::{
+    ConnId, Cursor, JobId, JobKey, JobState, Nanos, Reserved, ScheduleName, Totals, URGENT_PRI,
+};
 use crate::time::millis;
 use crate::util::SwapList;
 
@@ -139,6 +143,8 @@ pub(super) struct Contents {
     pub journal: Option<Box<Journal>>,
     /// The tubes' dead letter and backoff rules, applied where a reservation ends.
     pub policies: Arc<Policies>,
+    /// Each schedule's cursor (`schedules.rs`).
+    pub cursors: HashMap<ScheduleName, Cursor>,
 }
 
 impl Contents {

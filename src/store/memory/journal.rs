@@ -25,7 +25,11 @@
 //!   takeover or restart makes every reserved job ready whether or not its reservation
 //!   was written, so writing it would cost Redis three commands a job and buy nothing;
 //!   a clean stop writes them so that a client's jobs stay held (the shared mode
-//!   returns them at their TTR).
+//!   returns them at their TTR);
+//! - every schedule whose cursor changed since the last written cut is in `schedules`,
+//!   with the jobs its ticks made meanwhile: the cut that writes the cursor writes
+//!   those jobs too (`persist.rs`), so persistence never holds a tick's job without
+//!   its cursor (a duplicate at the next fire) nor its cursor a cut before its job.
 
 use foldhash::{HashMap, HashSet};
 
@@ -34,7 +38,7 @@ use bytes::Bytes;
 use crate::protocol::TubeName;
 use crate::store::keys::{Key, KeyRecord};
 use crate::store::policy::DeadReason;
-use crate::store::{Change, JobId, JobKey, JobState, Nanos};
+use crate::store::{Change, Cursor, JobId, JobKey, JobState, Nanos, ScheduleName};
 
 /// What persistence holds of one job.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -69,6 +73,10 @@ pub struct Journal {
     pub(super) keys: HashSet<(TubeName, Key)>,
     /// Reservations not written (see the module header).
     reserved: HashSet<JobId>,
+    /// Schedules whose cursor changed (or went), and the jobs their ticks made since
+    /// the last written cut: at most a few per schedule, since the scheduler waits for
+    /// a tick to be durable before it fires that schedule's next one.
+    pub(super) schedules: HashMap<ScheduleName, Vec<JobId>>,
 }
 
 impl Journal {
@@ -154,6 +162,16 @@ impl Journal {
     pub fn key_changed(&mut self, tube: &TubeName, key: &Key) {
         self.note();
         self.keys.insert((tube.clone(), key.clone()));
+    }
+
+    /// The cursor of schedule `name` changed (or went); `made`: the job its tick made.
+    pub fn schedule_changed(&mut self, name: &ScheduleName, made: Option<JobId>) {
+        self.note();
+        let jobs = match self.schedules.get_mut(name) {
+            Some(jobs) => jobs,
+            None => self.schedules.entry(name.clone()).or_default(),
+        };
+        jobs.extend(made);
     }
 
     /// The namespace's counters are in every cut; a change to them is still a change a
@@ -256,9 +274,26 @@ pub struct StoreCounters {
     pub job_timeouts: u64,
 }
 
+/// One schedule's cursor as persistence keeps it (or its removal).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScheduleRecord {
+    pub name: ScheduleName,
+    /// The cursor now (default when `gone`).
+    pub cursor: Cursor,
+    /// The schedule's cursor was dropped: persistence forgets it.
+    pub gone: bool,
+    /// The jobs its ticks made that this cut carries in `jobs` (so a failed cut puts
+    /// them back together; a sink writes them as jobs, not here). Empty when read back.
+    pub jobs: Vec<JobId>,
+}
+
 /// The changes one batch writes.
 #[derive(Debug, Default)]
 pub struct Cut {
+    /// Cursors changed since the last written cut. Each one's jobs are in `jobs`, past
+    /// the cut's limit if need be; a sink writing records one after the other writes
+    /// these first (a torn write then loses a tick, never doubles one).
+    pub schedules: Vec<ScheduleRecord>,
     pub jobs: Vec<JobRecord>,
     pub gone: Vec<Gone>,
     /// Jobs of `jobs` that moved to another tube: the tubes they left (a sink that
@@ -276,6 +311,7 @@ pub struct Cut {
 impl Cut {
     pub fn is_empty(&self) -> bool {
         self.jobs.is_empty()
+            && self.schedules.is_empty()
             && self.gone.is_empty()
             && self.tubes.is_empty()
             && self.moved.is_empty()
@@ -311,4 +347,6 @@ pub struct StoreSnapshot {
     /// Open dedupe windows (live jobs' keys come with their jobs); past ones are
     /// dropped at the restore.
     pub windows: Vec<KeyRecord>,
+    /// Schedules' cursors.
+    pub cursors: Vec<(ScheduleName, Cursor)>,
 }

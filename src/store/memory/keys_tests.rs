@@ -141,6 +141,7 @@ async fn cuts_carry_keys_and_a_restore_keeps_live_keys_and_open_windows() {
         tubes: c.tubes.iter().filter(|t| t.kept).cloned().collect(),
         counters: c.counters,
         windows,
+        cursors: Vec::new(),
     };
     let windows: Vec<_> = c
         .keys

@@ -16,6 +16,9 @@ mod keys;
 #[cfg(test)]
 mod keys_tests;
 mod persist;
+mod schedules;
+#[cfg(test)]
+mod schedules_tests;
 #[cfg(test)]
 mod tests;
 mod transitions;
@@ -26,16 +29,17 @@ use bytes::Bytes;
 
 use super::keys::{Key, KeyLimits, KeyOp, KeyOutcome, KeyedPut, PutKey};
 use super::{
-    BatchDone, Change, ConnId, Edit, Edited, FlushStep, JobEntry, JobId, JobInfo, JobState,
-    ListPage, ListQuery, Nanos, NewJob, Reserved, Store, StoreResult, Totals, TubeInfo,
-    pause_length,
+    BatchDone, Change, ConnId, Cursor, Edit, Edited, Fired, FlushStep, JobEntry, JobId, JobInfo,
+    JobState, ListPage, ListQuery, Nanos, NewJob, Reserved, ScheduleName, Store, StoreResult,
+    TickPut, Totals, TubeInfo, pause_length,
 };
 use crate::protocol::TubeName;
 use crate::protocol::ext::{BatchOp, FlushStates};
 use crate::util::lock;
 use contents::{Contents, Job, Ref};
 pub use journal::{
-    Cut, CutLimit, Gone, JobRecord, StoreCounters, StoreSnapshot, Stored, TubeRecord,
+    Cut, CutLimit, Gone, JobRecord, ScheduleRecord, StoreCounters, StoreSnapshot, Stored,
+    TubeRecord,
 };
 
 #[derive(Debug)]
@@ -139,10 +143,7 @@ impl MemoryStore {
 
 impl Store for MemoryStore {
     async fn put(&self, job: NewJob, now: Nanos) -> StoreResult<JobId> {
-        let mut s = self.lock();
-        let id = s.alloc_id();
-        insert(&mut s, id, job, now, Stored::Never);
-        Ok(id)
+        Ok(put_new(&mut self.lock(), job, now))
     }
 
     async fn burn_id(&self) -> StoreResult<JobId> {
@@ -176,10 +177,7 @@ impl Store for MemoryStore {
     }
 
     async fn put_keyed(&self, job: NewJob, key: &PutKey, now: Nanos) -> StoreResult<KeyedPut> {
-        let mut s = self.lock();
-        Ok(s.put_keyed(job, key, now, |s, id, job| {
-            insert(s, id, job, now, Stored::Never)
-        }))
+        Ok(put_keyed_new(&mut self.lock(), job, key, now))
     }
 
     async fn by_key(
@@ -507,36 +505,20 @@ impl Store for MemoryStore {
         Ok(self.lock().flush_step(tube, states, upto, max, now))
     }
 
-    async fn fire_tick(
-        &self,
-        tick: &crate::store::TickPut,
-        now: Nanos,
-    ) -> StoreResult<crate::store::Fired> {
-        let _ = (tick, now);
-        Err(crate::store::StoreError::BadReply {
-            op: "fire_tick",
-            detail: "not built yet".into(),
-        })
+    async fn fire_tick(&self, tick: &TickPut, now: Nanos) -> StoreResult<Fired> {
+        Ok(self.lock().fire_tick(tick, now))
     }
-    async fn skip_to(
-        &self,
-        name: &crate::store::ScheduleName,
-        tick_ms: u64,
-        skipped: u64,
-    ) -> StoreResult<bool> {
-        let _ = (name, tick_ms, skipped);
-        Err(crate::store::StoreError::BadReply {
-            op: "skip_to",
-            detail: "not built yet".into(),
-        })
+
+    async fn skip_to(&self, name: &ScheduleName, tick_ms: u64, skipped: u64) -> StoreResult<bool> {
+        Ok(self.lock().skip_to(name, tick_ms, skipped))
     }
-    async fn schedule_cursors(
-        &self,
-    ) -> StoreResult<Vec<(crate::store::ScheduleName, crate::store::Cursor)>> {
-        Ok(Vec::new())
+
+    async fn schedule_cursors(&self) -> StoreResult<Vec<(ScheduleName, Cursor)>> {
+        Ok(self.lock().schedule_cursors())
     }
-    async fn drop_cursor(&self, name: &crate::store::ScheduleName) -> StoreResult<()> {
-        let _ = name;
+
+    async fn drop_cursor(&self, name: &ScheduleName) -> StoreResult<()> {
+        self.lock().drop_cursor(name);
         Ok(())
     }
 
@@ -564,6 +546,20 @@ impl Store for MemoryStore {
         }
         self.lock().last_change()
     }
+}
+
+/// `put`: a new job, made at `now` (also a schedule's tick, `schedules.rs`).
+fn put_new(s: &mut Contents, job: NewJob, now: Nanos) -> JobId {
+    let id = s.alloc_id();
+    insert(s, id, job, now, Stored::Never);
+    id
+}
+
+/// `put` with a key (also a keyed schedule's tick, `schedules.rs`).
+fn put_keyed_new(s: &mut Contents, job: NewJob, key: &PutKey, now: Nanos) -> KeyedPut {
+    s.put_keyed(job, key, now, |s, id, job| {
+        insert(s, id, job, now, Stored::Never)
+    })
 }
 
 /// Make job `id` of `job`, put at `now`; `stored` is what persistence holds of it.

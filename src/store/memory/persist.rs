@@ -4,12 +4,14 @@
 //! and holds records; this file reads the contents to fill them, so the journal knows
 //! nothing of [`Contents`].
 //!
-//! Invariants: those of `journal.rs` (what `stored` means, what a cut holds).
+//! Invariants: those of `journal.rs` (what `stored` means, what a cut holds); a cut
+//! holds every changed cursor, each with the jobs its ticks made (past the cut's
+//! limit if need be), so no cursor is written after its job nor a job without it.
 
 use super::contents::{Contents, Job};
 use super::journal::{
-    Cut, CutLimit, Gone, JobRecord, Journal, StoreCounters, StoreSnapshot, Stored, TubeRecord,
-    merge,
+    Cut, CutLimit, Gone, JobRecord, Journal, ScheduleRecord, StoreCounters, StoreSnapshot, Stored,
+    TubeRecord, merge,
 };
 use crate::protocol::TubeName;
 use crate::store::keys::{Key, KeyRecord, KeySlot};
@@ -36,6 +38,7 @@ impl Contents {
             counters,
             ..Cut::default()
         };
+        self.cut_schedules(&mut journal, &mut cut);
         self.cut_jobs(&mut journal, &mut cut, limit);
         cut_gone(&mut journal, &mut cut, limit);
         // Tubes go with the jobs of theirs in this cut; only once no job is left over
@@ -61,6 +64,29 @@ impl Contents {
         cut
     }
 
+    /// Move every changed cursor into `cut` as it is now, each with the jobs its ticks
+    /// made that are still unwritten, whatever the cut's limit (a schedule has at most a
+    /// tick or two unwritten: the scheduler waits for each to be durable).
+    fn cut_schedules(&mut self, journal: &mut Journal, cut: &mut Cut) {
+        let changed: Vec<_> = journal.schedules.drain().collect();
+        for (name, made) in changed {
+            let mut jobs = Vec::with_capacity(made.len());
+            for id in made {
+                if journal.jobs.remove(&id) {
+                    self.cut_job(journal, cut, id);
+                    jobs.push(id);
+                }
+            }
+            let cursor = self.cursors.get(&name).copied();
+            cut.schedules.push(ScheduleRecord {
+                name,
+                cursor: cursor.unwrap_or_default(),
+                gone: cursor.is_none(),
+                jobs,
+            });
+        }
+    }
+
     /// Move the changed jobs into `cut` as they are now (within `limit`), with the
     /// tubes the moved ones left, marking each as stored in its current state.
     fn cut_jobs(&mut self, journal: &mut Journal, cut: &mut Cut, limit: CutLimit) {
@@ -71,24 +97,33 @@ impl Contents {
                 break;
             }
             journal.jobs.remove(&id);
-            let Some(job) = self.jobs.get_mut(&id) else {
-                continue;
-            };
-            for g in journal.moved.remove(&id).unwrap_or_default() {
-                if g.tube == job.tube {
-                    // Moved back where persistence holds it.
-                    job.stored = merge(job.stored, g.was);
-                } else {
-                    cut.moved.push(g);
-                }
-            }
-            let record = record_of(id, job);
-            if record.needs_body() {
-                body_bytes += record.body.len();
-            }
-            job.stored = Stored::As(job.state);
-            cut.jobs.push(record);
+            body_bytes += self.cut_job(journal, cut, id);
         }
+    }
+
+    /// Move job `id` (taken out of the journal's changed jobs) into `cut` as it is now,
+    /// with the tubes it left; the bytes of body the cut writes for it.
+    fn cut_job(&mut self, journal: &mut Journal, cut: &mut Cut, id: JobId) -> usize {
+        let Some(job) = self.jobs.get_mut(&id) else {
+            return 0;
+        };
+        for g in journal.moved.remove(&id).unwrap_or_default() {
+            if g.tube == job.tube {
+                // Moved back where persistence holds it.
+                job.stored = merge(job.stored, g.was);
+            } else {
+                cut.moved.push(g);
+            }
+        }
+        let record = record_of(id, job);
+        let body_bytes = if record.needs_body() {
+            record.body.len()
+        } else {
+            0
+        };
+        job.stored = Stored::As(job.state);
+        cut.jobs.push(record);
+        body_bytes
     }
 
     /// Tube `name` as persistence keeps it: its figures while it exists here, else a
@@ -161,6 +196,11 @@ impl Contents {
         for k in &cut.keys {
             journal.keys.insert((k.tube.clone(), k.key.clone()));
         }
+        // Each cursor with its jobs again, so the next cut writes them together.
+        for r in &cut.schedules {
+            let jobs = journal.schedules.entry(r.name.clone()).or_default();
+            jobs.extend(r.jobs.iter().filter(|id| self.jobs.contains_key(id)));
+        }
         journal.note();
     }
 
@@ -189,6 +229,7 @@ impl Contents {
         s.totals.job_timeouts = snap.counters.job_timeouts;
         let returned = s.restore_jobs(snap.jobs, now);
         let ended = s.restore_windows(snap.windows, now);
+        s.cursors = snap.cursors.into_iter().collect();
         // The first cut writes only what this start changed (reservations returned to
         // ready), plus every tube, to repair its due entry.
         if let Some(j) = journal.as_deref_mut() {

@@ -1,6 +1,7 @@
 //! Unit tests of the binlog's record format: every record kind round-trips and its
 //! length is exact; the millisecond kind only where needed; dead letters and keyed
-//! jobs and windows keep their fields; a truncated or flipped frame is damage.
+//! jobs and windows keep their fields; schedule cursors and their removal
+//! round-trip; a truncated or flipped frame is damage.
 
 use super::*;
 
@@ -53,6 +54,29 @@ fn records_round_trip_and_lengths_are_exact() {
         job_timeouts: 6,
     };
     put_counters(&mut out, &c);
+    let cursor = ScheduleRecord {
+        name: ScheduleName::new("nightly-report.v2").unwrap(),
+        cursor: Cursor {
+            last_tick_ms: 1_700_000_000_000,
+            last_job: 42,
+            fired: u64::MAX,
+            deduped: 3,
+            skipped: 4,
+        },
+        gone: false,
+        jobs: Vec::new(),
+    };
+    let at = out.len();
+    put_schedule(&mut out, &cursor);
+    assert_eq!(out[at + FRAME_LEN], KIND_SCHEDULE);
+    let dropped = ScheduleRecord {
+        cursor: Cursor::default(),
+        gone: true,
+        ..cursor.clone()
+    };
+    let at = out.len();
+    put_schedule(&mut out, &dropped);
+    assert_eq!(out[at + FRAME_LEN], KIND_SCHEDULE_GONE);
     let out = Bytes::from(out);
     let mut at = 0;
     let mut got = Vec::new();
@@ -79,6 +103,8 @@ fn records_round_trip_and_lengths_are_exact() {
             Record::Gone(42),
             Record::Tube(t),
             Record::Counters(c),
+            Record::Schedule(cursor),
+            Record::Schedule(dropped),
         ]
     );
 }

@@ -2,7 +2,7 @@
 //! files and deleting the old ones.
 //!
 //! Once the files hold more than 2 × live bytes + one file, the sink rolls to a new file
-//! `K`, writes every tube there, and then, ahead of each batch's own records, rewrites a
+//! `K`, writes every tube and every schedule cursor the log holds there, and then, ahead of each batch's own records, rewrites a
 //! bounded [`Chunk`] of the windows open when it began and of the jobs whose bodies are
 //! in files before `K` (the rewrite goes first, so the batch's newer records win at
 //! replay). When none is left, files before `K` are deleted (after an fsync of every
@@ -27,6 +27,7 @@ use super::{BinlogSink, lock_files};
 use crate::protocol::TubeName;
 use crate::store::JobId;
 use crate::store::keys::Key;
+use crate::store::memory::ScheduleRecord;
 
 /// A compaction rewrites at most this much per batch (windows and jobs together), so
 /// no batch waits long for it and no write buffer grows past about this.
@@ -112,6 +113,19 @@ impl BinlogSink {
         if !c.tubes_written {
             for t in self.tubes.values() {
                 format::put_tube(&mut self.buf, t);
+            }
+            // The cursors as written before (the batch's own newer ones follow and win
+            // at replay); at most one record per schedule, 10,000 at most.
+            for (name, cursor) in &self.cursors {
+                format::put_schedule(
+                    &mut self.buf,
+                    &ScheduleRecord {
+                        name: name.clone(),
+                        cursor: *cursor,
+                        gone: false,
+                        jobs: Vec::new(),
+                    },
+                );
             }
         }
         if self.room.is_full() {
