@@ -464,6 +464,62 @@ mod tests {
         );
     }
 
+    /// A tick's cursor is written by the call that writes its job (one script, atomic),
+    /// a dropped cursor by an HDEL there.
+    #[tokio::test]
+    async fn a_ticks_cursor_is_in_the_call_of_its_job() {
+        use crate::store::{Fired, ScheduleName, Store, TickPut};
+        let s = MemoryStore::journaled();
+        s.cut(CutLimit::default());
+        let tick = |name: &str| TickPut {
+            schedule: ScheduleName::new(name).unwrap(),
+            tick_ms: 5000,
+            job: NewJob {
+                tube: TubeName::new(b"cron").unwrap(),
+                pri: 1,
+                delay_ms: 0,
+                ttr_ms: 60_000,
+                body: Bytes::from_static(b"tick"),
+            },
+            key: None,
+            skipped: 0,
+        };
+        let now = 1_700_000_000 * NANOS_PER_SEC;
+        s.fire_tick(&tick("old"), now).await.unwrap();
+        s.cut(CutLimit::default());
+        let Fired::Made(id) = s.fire_tick(&tick("new"), now).await.unwrap() else {
+            panic!("no job made");
+        };
+        s.drop_cursor(&ScheduleName::new("old").unwrap())
+            .await
+            .unwrap();
+        let cut = s.cut(CutLimit::default());
+        let keys = Keys::new("p");
+        let b = Builder::default().build(
+            batch_call(&keys),
+            &keys,
+            "owner",
+            &cut,
+            &mut Written::default(),
+        );
+        let cmds = commands(&b);
+        let cursors = keys.schedule_cursors().into_bytes();
+        let jobs = keys.tube_key("cron", TubeKey::Jobs).into_bytes();
+        let id_text = id.to_string().into_bytes();
+        assert!(
+            cmds.iter()
+                .any(|c| c[0] == b"HSET" && c[1] == jobs && c[2] == id_text)
+        );
+        let want = format!("5000 {id} 1 0 0").into_bytes();
+        assert!(cmds.iter().any(|c| c[0] == b"HSET"
+            && c[1] == cursors
+            && c[2..] == [b"new".to_vec(), want.clone()]));
+        assert!(
+            cmds.iter()
+                .any(|c| c[0] == b"HDEL" && c[1] == cursors && c[2..] == [b"old".to_vec()])
+        );
+    }
+
     /// The head of a batch's script call (`BatchFence::begin`'s shape) for `keys`.
     fn batch_call(keys: &Keys) -> redis::Cmd {
         let mut call = redis::cmd("EVALSHA");

@@ -1,7 +1,8 @@
 //! The embedded in-memory store: exact beanstalkd semantics, fast. Alone it persists
 //! nothing (the memory engine); with a journal it notes every change for a sink to
 //! persist in batches (Redis leader mode, `-b DIR`): see `journal.rs` (what is noted)
-//! and `persist.rs` (the cut, its failure, the restore).
+//! and `persist.rs` (the cut, its failure, the restore). Schedules' cursors are part of
+//! the contents: a tick's check, job and cursor are one transition (`schedules.rs`).
 //!
 //! Ownership: all state sits in one [`Contents`] (`contents.rs`, with its invariants)
 //! behind a std `Mutex`. Every method takes the lock once, makes one complete transition and
