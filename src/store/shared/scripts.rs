@@ -29,6 +29,7 @@ use super::decode::{
 };
 use super::keys::KeyReply;
 use super::namespace::Namespace;
+use super::schedules::TickReply;
 use super::shake::{fields_read, prelude_for};
 use crate::redis::keys::{Keys, NsKey, TubeKey, lua_key_layout};
 use crate::redis::replicas::ReplicaWait;
@@ -191,6 +192,8 @@ scripts! {
     put_key: KeyReply,
     by_key: KeyReply,
     windows: u64,
+    fire: TickReply,
+    skip: TickReply,
 }
 
 /// Runs scripts on the shared connection: the one place a call's KEYS are laid out.
@@ -231,6 +234,8 @@ const ACKNOWLEDGED: &[&str] = &[
     "flush",
     "put_key",
     "by_key",
+    "fire",
+    "skip",
 ];
 
 impl Runner {
