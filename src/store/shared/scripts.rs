@@ -507,6 +507,27 @@ mod tests {
         );
     }
 
+    /// A tick's job is made by the very Lua that makes a put's (`put_new` in the
+    /// prelude), so a scheduled job cannot drift from a put's counters, tube list and
+    /// wake-ups; a skip makes none.
+    #[test]
+    fn puts_and_ticks_share_one_put() {
+        let prelude = format!("{}\n{}", lua_key_layout(), include_str!("lua/prelude.lua"));
+        for body in [
+            include_str!("lua/put.lua"),
+            include_str!("lua/put_key.lua"),
+            include_str!("lua/fire.lua"),
+        ] {
+            assert!(body.contains("put_new(T, G, tube, origin"), "{body}");
+            assert!(!body.contains("HINCRBY"), "a copy of the put in {body}");
+            let (text, _) = compose(&prelude, body, false);
+            assert_eq!(text.matches("local function put_new(").count(), 1);
+        }
+        let (skip, _) = compose(&prelude, include_str!("lua/skip.lua"), false);
+        assert!(!skip.contains("put_new"), "{skip}");
+        assert!(ACKNOWLEDGED.contains(&"fire") && ACKNOWLEDGED.contains(&"skip"));
+    }
+
     /// Every script compiles: the shared mode's (as composed: layout, shaken prelude,
     /// body), leader mode's batch script, and the lock-out and upgrade scripts are
     /// loaded into a real redis-server (SCRIPT LOAD compiles them), so a syntax error,
