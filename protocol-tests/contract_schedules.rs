@@ -7,9 +7,9 @@
 //!   stale, naming the cursor's tick; ticks in order advance `last_tick_ms`, set
 //!   `last_job` and count `fired`;
 //! - `schedules_keyed_dedupe`: a keyed schedule's tick while its job waits (ready,
-//!   reserved, delayed) makes nothing, answers the job's id and state, still advances
-//!   the cursor and counts `deduped`; once the job is deleted the next tick makes a
-//!   new one;
+//!   reserved, delayed, buried) makes nothing, answers the job's id and state, still
+//!   advances the cursor and counts `deduped`; once the job is deleted the next tick
+//!   makes a new one;
 //! - `schedules_skip_to`: a skip past the cursor advances it without a job and counts
 //!   `skipped`; one not past it does nothing; a fire's own `skipped` adds up too;
 //! - `schedules_cursors_listed_and_dropped`: every cursor, in name order; a dropped
@@ -176,16 +176,22 @@ pub(super) async fn schedules_keyed_dedupe(s: &AnyStore) {
         fire(s, &keyed(3)).await,
         Fired::Deduped(a, KeyState::Delayed)
     );
+    assert!(reserve_job(s, C1, a).await.is_some());
+    assert!(bury(s, C1, a, 7).await);
+    assert_eq!(
+        fire(s, &keyed(4)).await,
+        Fired::Deduped(a, KeyState::Buried)
+    );
     assert!(delete(s, C1, a).await);
-    let b = made(fire(s, &keyed(4)).await);
+    let b = made(fire(s, &keyed(5)).await);
     assert_ne!(a, b, "after the delete, a new job");
     assert_eq!(state(s, b).await, JobState::Ready);
     let c = cursor(s, "keyed").await;
     assert_eq!(
         (c.last_tick_ms, c.last_job, c.fired, c.deduped, c.skipped),
-        (base + 4000, b, 2, 3, 0)
+        (base + 5000, b, 2, 4, 0)
     );
-    assert_eq!(fire(s, &keyed(5)).await, Fired::Deduped(b, KeyState::Ready));
+    assert_eq!(fire(s, &keyed(6)).await, Fired::Deduped(b, KeyState::Ready));
 }
 
 pub(super) async fn schedules_skip_to(s: &AnyStore) {
