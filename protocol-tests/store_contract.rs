@@ -32,7 +32,11 @@
 //!    `flush_step`) in `contract_batch.rs`; keyed jobs (dedupe, replace, conflict, the
 //!    commands by key, windows, a flush freeing a key, a move leaving its key) in
 //!    `contract_keys.rs`; tube policies (dead letters by reserves and by lapsed TTRs,
-//!    backoff) in `contract_policies.rs`.
+//!    backoff) in `contract_policies.rs`. Schedules' ticks (made, stale, deduped,
+//!    skipped, the cursors) are a suite of their own (`SCHEDULE_CHECKS`, in
+//!    `contract_schedules.rs`), run per store by `schedules_contract_{memory,durable,
+//!    redis}`, with shared-mode-only tests beside them (`schedules_shared_*`: instances
+//!    racing one tick, a tick waking another instance, early/large/damaged refusals).
 //!
 //! 2. A seeded randomized differential (`memory_vs_redis_differential`): one random
 //!    sequence of store operations (four fake connections, five tube names, ids mostly
@@ -84,6 +88,7 @@ mod contract_admin;
 mod contract_batch;
 mod contract_keys;
 mod contract_policies;
+mod contract_schedules;
 mod contract_windows;
 mod support;
 
@@ -102,6 +107,11 @@ use contract_keys::{
     keys_commands, keys_dedupe_and_replace, keys_in_entries, keys_move, keys_windows,
 };
 use contract_policies::{policies_backoff, policies_dead_letter, policies_dead_letter_timeouts};
+use contract_schedules::{
+    schedules_cursors_listed_and_dropped, schedules_keyed_dedupe, schedules_made_then_stale,
+    schedules_shared_fired_job_reserved, schedules_shared_race, schedules_shared_refusals,
+    schedules_skip_to,
+};
 use redstalk::persist::binlog::{self, BinlogConfig, Fsync};
 use redstalk::persist::engine::Committing;
 use redstalk::protocol::TubeName;
@@ -1021,6 +1031,15 @@ const CHECKS: &[Check] = checks![
     policies_backoff,
 ];
 
+/// The schedules' checks (`contract_schedules.rs`), each on a fresh store. A suite of
+/// their own, so each store's schedules can be run (and fail) apart from the rest.
+const SCHEDULE_CHECKS: &[Check] = checks![
+    schedules_made_then_stale,
+    schedules_keyed_dedupe,
+    schedules_skip_to,
+    schedules_cursors_listed_and_dropped,
+];
+
 static PREFIXES: AtomicU64 = AtomicU64::new(0);
 
 /// A fresh Redis store: a prefix no other store of this process uses.
@@ -1135,9 +1154,14 @@ async fn reopen(name: &str, dir: &Path) -> binlog::Opened {
 /// Run every check concurrently, each on a fresh store, and fail naming the checks
 /// that failed.
 async fn run_contract(engine: Engine<'_>) {
+    run_checks(engine, CHECKS).await;
+}
+
+/// [`run_contract`] of the checks `checks`.
+async fn run_checks(engine: Engine<'_>, checks: &[Check]) {
     let started = Instant::now();
     let mut tasks = Vec::new();
-    for &(name, check) in CHECKS {
+    for &(name, check) in checks {
         let task = match engine {
             Engine::Memory => tokio::spawn(check(Arc::new(AnyStore::Memory(MemoryStore::new())))),
             Engine::Redis(url) => {
@@ -1164,7 +1188,7 @@ async fn run_contract(engine: Engine<'_>) {
     let engine = engine.name();
     eprintln!(
         "store contract ({engine}): {} checks, {} failed, {:.1} s",
-        CHECKS.len(),
+        checks.len(),
         failed.len(),
         started.elapsed().as_secs_f64()
     );
@@ -1188,6 +1212,40 @@ async fn contract_durable() {
 async fn contract_redis() {
     let Some(redis) = start_redis() else { return };
     run_contract(Engine::Redis(&redis.url())).await;
+}
+
+#[tokio::test]
+async fn schedules_contract_memory() {
+    run_checks(Engine::Memory, SCHEDULE_CHECKS).await;
+}
+
+#[tokio::test]
+async fn schedules_contract_durable() {
+    run_checks(Engine::Durable, SCHEDULE_CHECKS).await;
+}
+
+#[tokio::test]
+async fn schedules_contract_redis() {
+    let Some(redis) = start_redis() else { return };
+    run_checks(Engine::Redis(&redis.url()), SCHEDULE_CHECKS).await;
+}
+
+#[tokio::test]
+async fn schedules_shared_instances_race_one_tick() {
+    let Some(redis) = start_redis() else { return };
+    schedules_shared_race(&redis.url()).await;
+}
+
+#[tokio::test]
+async fn schedules_shared_tick_wakes_another_instance() {
+    let Some(redis) = start_redis() else { return };
+    schedules_shared_fired_job_reserved(&redis.url()).await;
+}
+
+#[tokio::test]
+async fn schedules_shared_early_large_and_damaged() {
+    let Some(redis) = start_redis() else { return };
+    schedules_shared_refusals(&redis.url()).await;
 }
 
 // ---------------------------------------------------------------------------------

@@ -50,6 +50,10 @@ pub enum StoreError {
     /// space; puts are accepted again once the disk has room.
     #[error("put: the log's disk is full; no job was made")]
     LogFull,
+    /// The call takes bodies only below [`crate::store::LARGE_BODY`] (a schedule's
+    /// tick, whose definition the caller validated): nothing was applied.
+    #[error("{op}: a body of {len} bytes is too large for this call; nothing was applied")]
+    BodyTooLarge { op: &'static str, len: usize },
 }
 
 impl StoreError {
@@ -57,7 +61,10 @@ impl StoreError {
     pub fn may_have_applied(&self) -> bool {
         !matches!(
             self,
-            StoreError::NotApplied { .. } | StoreError::NamespaceLost { .. } | StoreError::LogFull
+            StoreError::NotApplied { .. }
+                | StoreError::NamespaceLost { .. }
+                | StoreError::LogFull
+                | StoreError::BodyTooLarge { .. }
         )
     }
 

@@ -20,6 +20,19 @@ use crate::protocol::ext::{Key, KeyMode, PutKey};
 use crate::store::keys::{KeyLimits, KeyOp, KeyOutcome, KeyState, KeyedPut};
 use crate::store::{ConnId, JobId, Nanos, NewJob, StoreResult};
 
+/// A key's job's state as the scripts name it (`key_lookup`); `None` for ''.
+pub(super) fn key_state(word: &[u8]) -> Result<Option<KeyState>, String> {
+    Ok(match word {
+        b"" => None,
+        b"READY" => Some(KeyState::Ready),
+        b"RESERVED" => Some(KeyState::Reserved),
+        b"DELAYED" => Some(KeyState::Delayed),
+        b"BURIED" => Some(KeyState::Buried),
+        b"DELETED" => Some(KeyState::Deleted),
+        other => return Err(format!("bad state {:?}", String::from_utf8_lossy(other))),
+    })
+}
+
 /// A keyed script's reply: what happened, and the key's job's id and state.
 #[derive(Debug)]
 pub struct KeyReply {
@@ -38,15 +51,7 @@ impl Decode for KeyReply {
                 .and_then(|s| s.parse().ok())
                 .ok_or_else(|| format!("bad id {id:?}"))?,
         };
-        let state = match text(&state)? {
-            b"" => None,
-            b"READY" => Some(KeyState::Ready),
-            b"RESERVED" => Some(KeyState::Reserved),
-            b"DELAYED" => Some(KeyState::Delayed),
-            b"BURIED" => Some(KeyState::Buried),
-            b"DELETED" => Some(KeyState::Deleted),
-            other => return Err(format!("bad state {:?}", String::from_utf8_lossy(other))),
-        };
+        let state = key_state(text(&state)?)?;
         Ok(KeyReply {
             what: text(&what)?.to_vec(),
             id,

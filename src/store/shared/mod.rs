@@ -26,6 +26,8 @@
 //! - `admin`: the operator API's listing, job entry and changes in place.
 //! - `large`: puts of large bodies, whose bodies stay out of Lua.
 //! - `held`: the reservations this instance's connections hold.
+//! - `schedules`: a schedule's tick (its cursor check, job and advance in one script),
+//!   skips, and the cursors' hash.
 //! - `policy_args`: the tubes' dead letter and backoff rules as the scripts take them
 //!   where a reservation ends (release, a list release, a lapsed TTR, a close).
 //! - `reclaim`: owner tokens of reserve attempts, and undoing those whose answer was lost.
@@ -59,6 +61,7 @@ mod namespace;
 mod policy_args;
 mod reclaim;
 mod refs;
+mod schedules;
 mod scripts;
 mod shake;
 mod store_impl;

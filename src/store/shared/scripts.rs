@@ -29,6 +29,7 @@ use super::decode::{
 };
 use super::keys::KeyReply;
 use super::namespace::Namespace;
+use super::schedules::TickReply;
 use super::shake::{fields_read, prelude_for};
 use crate::redis::keys::{Keys, NsKey, TubeKey, lua_key_layout};
 use crate::redis::replicas::ReplicaWait;
@@ -191,6 +192,8 @@ scripts! {
     put_key: KeyReply,
     by_key: KeyReply,
     windows: u64,
+    fire: TickReply,
+    skip: TickReply,
 }
 
 /// Runs scripts on the shared connection: the one place a call's KEYS are laid out.
@@ -231,6 +234,8 @@ const ACKNOWLEDGED: &[&str] = &[
     "flush",
     "put_key",
     "by_key",
+    "fire",
+    "skip",
 ];
 
 impl Runner {
@@ -500,6 +505,27 @@ mod tests {
             !text.contains(tag) && !text.contains("tube_key_of"),
             "{text}"
         );
+    }
+
+    /// A tick's job is made by the very Lua that makes a put's (`put_new` in the
+    /// prelude), so a scheduled job cannot drift from a put's counters, tube list and
+    /// wake-ups; a skip makes none.
+    #[test]
+    fn puts_and_ticks_share_one_put() {
+        let prelude = format!("{}\n{}", lua_key_layout(), include_str!("lua/prelude.lua"));
+        for body in [
+            include_str!("lua/put.lua"),
+            include_str!("lua/put_key.lua"),
+            include_str!("lua/fire.lua"),
+        ] {
+            assert!(body.contains("put_new(T, G, tube, origin"), "{body}");
+            assert!(!body.contains("HINCRBY"), "a copy of the put in {body}");
+            let (text, _) = compose(&prelude, body, false);
+            assert_eq!(text.matches("local function put_new(").count(), 1);
+        }
+        let (skip, _) = compose(&prelude, include_str!("lua/skip.lua"), false);
+        assert!(!skip.contains("put_new"), "{skip}");
+        assert!(ACKNOWLEDGED.contains(&"fire") && ACKNOWLEDGED.contains(&"skip"));
     }
 
     /// Every script compiles: the shared mode's (as composed: layout, shaken prelude,

@@ -26,9 +26,9 @@ use crate::redis::keys::{NsKey, RESERVE_KEYS, TubeKey};
 use crate::redis::{Code, US};
 use crate::store::keys::{Key, KeyOp, KeyOutcome, KeyedPut, PutKey};
 use crate::store::{
-    BatchDone, ConnId, Edit, Edited, FlushStep, JobEntry, JobId, JobInfo, LARGE_BODY, ListPage,
-    ListQuery, Nanos, NewJob, Reserved, Store, StoreError, StoreResult, Totals, TubeInfo,
-    URGENT_PRI, pause_length,
+    BatchDone, ConnId, Cursor, Edit, Edited, Fired, FlushStep, JobEntry, JobId, JobInfo,
+    LARGE_BODY, ListPage, ListQuery, Nanos, NewJob, Reserved, ScheduleName, Store, StoreError,
+    StoreResult, TickPut, Totals, TubeInfo, URGENT_PRI, pause_length,
 };
 use crate::time::Clock;
 use crate::util::lock;
@@ -560,37 +560,20 @@ impl Store for RedisStore {
         lock(&self.wake).take()
     }
 
-    async fn fire_tick(
-        &self,
-        tick: &crate::store::TickPut,
-        now: Nanos,
-    ) -> StoreResult<crate::store::Fired> {
-        let _ = (tick, now);
-        Err(StoreError::BadReply {
-            op: "fire_tick",
-            detail: "not built yet".into(),
-        })
+    async fn fire_tick(&self, tick: &TickPut, _now: Nanos) -> StoreResult<Fired> {
+        self.fire_tick_in(tick).await
     }
-    async fn skip_to(
-        &self,
-        name: &crate::store::ScheduleName,
-        tick_ms: u64,
-        skipped: u64,
-    ) -> StoreResult<bool> {
-        let _ = (name, tick_ms, skipped);
-        Err(StoreError::BadReply {
-            op: "skip_to",
-            detail: "not built yet".into(),
-        })
+
+    async fn skip_to(&self, name: &ScheduleName, tick_ms: u64, skipped: u64) -> StoreResult<bool> {
+        self.skip_to_in(name, tick_ms, skipped).await
     }
-    async fn schedule_cursors(
-        &self,
-    ) -> StoreResult<Vec<(crate::store::ScheduleName, crate::store::Cursor)>> {
-        Ok(Vec::new())
+
+    async fn schedule_cursors(&self) -> StoreResult<Vec<(ScheduleName, Cursor)>> {
+        self.schedule_cursors_in().await
     }
-    async fn drop_cursor(&self, name: &crate::store::ScheduleName) -> StoreResult<()> {
-        let _ = name;
-        Ok(())
+
+    async fn drop_cursor(&self, name: &ScheduleName) -> StoreResult<()> {
+        self.drop_cursor_in(name).await
     }
 
     fn name(&self) -> &'static str {

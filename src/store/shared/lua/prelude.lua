@@ -381,6 +381,62 @@ local function key_lookup(T, G, tube, key, now)
   return nil
 end
 
+-- A fresh job id: the namespace's counter, as a decimal string.
+local function new_id(G)
+  local n = redis.call('INCR', G.ids)
+  -- A Lua number is a double: past 2^53 only the counter's own text is exact.
+  return n < 9007199254740992 and string.format('%d', n) or redis.call('GET', G.ids)
+end
+
+-- A new job `id` of `tube`, as every put makes one (put, put_key, fire): its body
+-- written unless `body` is nil (a large body is there already, see large.rs), counted
+-- in the tube's and the namespace's total_jobs, indexed, its key (when not nil; then
+-- `window` ms of dedupe window after its delete) naming it, placed delayed or ready
+-- (waking the tube's waiters on every instance) at `now`. Shared so a scheduled job is
+-- made exactly as a put's.
+local function put_new(T, G, tube, origin, id, body, pri, delay, ttr, now, key, window)
+  if body then redis.call('HSET', T.bodies, id, body) end
+  -- A tube whose meta already counts a put is in the tube list: both go together when
+  -- it is destroyed, so only a tube's first put (since its meta was made) checks it.
+  if redis.call('HINCRBY', T.meta, 'total_jobs', '1') == 1 then ensure_tube(G, tube) end
+  local j
+  if key then
+    j = { pri, 0, 0, now, '', 0, '', 0, 0, 0, 0, 0, 0, now, 0, 0, key, window }
+  else
+    j = { pri, 0, 0, now, '', 0, '', 0, 0, 0, 0, 0, 0, now }
+  end
+  set_times(j, delay, ttr)
+  redis.call('HSET', G.index, id, tube)
+  redis.call('HINCRBY', G.stats, 'total_jobs', '1')
+  if key then redis.call('HSET', T.keys, key, id) end
+  place(T, G, tube, origin, id, j, delay, now)
+end
+
+-- A schedule's cursor, field `name` of the cursor hash `C` (docs/REDIS.md, Schedules;
+-- leader mode writes the same): "<last_tick_ms> <last_job> <fired> <deduped>
+-- <skipped>", decimals one space apart. -> its five fields as strings (zeros for a
+-- schedule without one), or nil and the text when it is not of that form. Kept as
+-- strings so ticks and ids are never rounded through a double.
+local function cursor_get(C, name)
+  local v = redis.call('HGET', C, name)
+  if not v then return { '0', '0', '0', '0', '0' } end
+  local t, j, f, d, s = string.match(v, '^(%d+) (%d+) (%d+) (%d+) (%d+)$')
+  if not t then return nil, v end
+  return { t, j, f, d, s }
+end
+
+-- Whether decimal `a` is greater than decimal `b`, exactly (both without leading
+-- zeros, as every writer of a cursor formats them).
+local function dec_gt(a, b)
+  if #a ~= #b then return #a > #b end
+  return a > b
+end
+
+-- Decimal `a` plus the number `n` (counters stay far below 2^53).
+local function dec_add(a, n)
+  return string.format('%d', tonumber(a) + n)
+end
+
 -- The most ended windows a delete frees before it opens its own (see `end_windows`):
 -- the window set is kept short as it grows, at a bounded cost per delete.
 local WINDOWS_PER_DELETE = 100

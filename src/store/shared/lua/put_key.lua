@@ -20,15 +20,6 @@ if id then
   if delay > 0 then return { 'replaced', id, 'DELAYED' } end
   return { 'replaced', id, 'READY' }
 end
-local n = redis.call('INCR', G.ids)
--- A Lua number is a double: past 2^53 only the counter's own text is exact.
-id = n < 9007199254740992 and string.format('%d', n) or redis.call('GET', G.ids)
-redis.call('HSET', T.bodies, id, ARGV[6])
-if redis.call('HINCRBY', T.meta, 'total_jobs', '1') == 1 then ensure_tube(G, tube) end
-j = { pri, 0, 0, now, '', 0, '', 0, 0, 0, 0, 0, 0, now, 0, 0, key, window }
-set_times(j, delay, ttr)
-redis.call('HSET', G.index, id, tube)
-redis.call('HINCRBY', G.stats, 'total_jobs', '1')
-redis.call('HSET', T.keys, key, id)
-place(T, G, tube, origin, id, j, delay, now)
+id = new_id(G)
+put_new(T, G, tube, origin, id, ARGV[6], pri, delay, ttr, now, key, window)
 return { 'inserted', id, '' }
