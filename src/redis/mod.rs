@@ -38,6 +38,7 @@ pub mod clock;
 pub mod config;
 pub mod connection;
 pub mod copy;
+pub mod cursor;
 pub mod error;
 pub mod fenced;
 pub mod fenced_script;

@@ -11,31 +11,10 @@
 
 use super::call::{Args, Batch};
 use crate::redis::RedisConn;
+use crate::redis::cursor::{cursor_text, parse_cursor};
 use crate::redis::keys::Keys;
 use crate::store::memory::ScheduleRecord;
 use crate::store::{Cursor, ScheduleName, StoreError};
-
-/// `c` as the cursors hash holds it.
-pub fn cursor_text(c: &Cursor) -> String {
-    format!(
-        "{} {} {} {} {}",
-        c.last_tick_ms, c.last_job, c.fired, c.deduped, c.skipped
-    )
-}
-
-/// A cursor read from the cursors hash; `None` unless exactly five decimals.
-pub fn parse_cursor(text: &[u8]) -> Option<Cursor> {
-    let mut fields = std::str::from_utf8(text).ok()?.split(' ');
-    let mut next = || fields.next()?.parse::<u64>().ok();
-    let c = Cursor {
-        last_tick_ms: next()?,
-        last_job: next()?,
-        fired: next()?,
-        deduped: next()?,
-        skipped: next()?,
-    };
-    fields.next().is_none().then_some(c)
-}
 
 /// The commands writing `records` (`HSET` of the changed cursors, `HDEL` of the
 /// dropped ones), appended to `b`.
@@ -220,29 +199,5 @@ mod tests {
             Fired::Stale { last_tick_ms: 2000 }
         );
         drop(redis);
-    }
-
-    #[test]
-    fn the_text_round_trips_and_nothing_else_reads() {
-        let c = Cursor {
-            last_tick_ms: 1_700_000_000_000,
-            last_job: 42,
-            fired: 7,
-            deduped: 0,
-            skipped: u64::MAX,
-        };
-        let text = cursor_text(&c);
-        assert_eq!(text, format!("1700000000000 42 7 0 {}", u64::MAX));
-        assert_eq!(parse_cursor(text.as_bytes()), Some(c));
-        for bad in [
-            "",
-            "1 2 3 4",
-            "1 2 3 4 5 6",
-            "1  2 3 4 5",
-            "1 2 3 4 x",
-            "-1 2 3 4 5",
-        ] {
-            assert_eq!(parse_cursor(bad.as_bytes()), None, "{bad:?}");
-        }
     }
 }

@@ -1,4 +1,4 @@
-//! The memory store's schedule cursors (docs/plans/schedules.md §3): a tick fired,
+//! The memory store's schedule cursors (docs/SCHEDULES.md): a tick fired,
 //! skipped or forgotten as one transition under the store's lock.
 //!
 //! Invariants:

@@ -15,6 +15,7 @@ use redis::Value;
 use super::RedisStore;
 use super::decode::{Decode, count, text};
 use super::keys::key_state;
+use crate::redis::cursor::parse_cursor;
 use crate::store::schedule::{Cursor, Fired, ScheduleName, TickPut};
 use crate::store::{JobId, LARGE_BODY, StoreError, StoreResult};
 
@@ -58,26 +59,6 @@ impl Decode for TickReply {
         };
         Ok(reply)
     }
-}
-
-/// A cursor as the hash holds it: "<last_tick_ms> <last_job> <fired> <deduped>
-/// <skipped>" (the format leader mode writes too); `None` unless exactly that.
-pub(crate) fn parse_cursor(field: &str) -> Option<Cursor> {
-    let mut parts = field.split(' ').map(|p| {
-        // `u64::from_str` takes a leading '+', which no writer emits.
-        (!p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
-            .then(|| p.parse::<u64>().ok())
-            .flatten()
-    });
-    let mut next = || parts.next().flatten();
-    let cursor = Cursor {
-        last_tick_ms: next()?,
-        last_job: next()?,
-        fired: next()?,
-        deduped: next()?,
-        skipped: next()?,
-    };
-    parts.next().is_none().then_some(cursor)
 }
 
 fn bad_cursor(op: &'static str, name: &str, raw: &str) -> StoreError {
@@ -152,9 +133,7 @@ impl RedisStore {
                 let parsed = ScheduleName::new(&name_text).ok_or_else(|| {
                     StoreError::bad_reply(OP, format!("{name_text:?} is not a schedule name"))
                 })?;
-                let cursor = std::str::from_utf8(value)
-                    .ok()
-                    .and_then(parse_cursor)
+                let cursor = parse_cursor(value)
                     .ok_or_else(|| bad_cursor(OP, &name_text, &String::from_utf8_lossy(value)))?;
                 Ok((parsed, cursor))
             })
@@ -177,34 +156,6 @@ impl RedisStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_cursor_is_five_decimals_one_space_apart() {
-        assert_eq!(
-            parse_cursor("1733370000000 42 7 2 3"),
-            Some(Cursor {
-                last_tick_ms: 1_733_370_000_000,
-                last_job: 42,
-                fired: 7,
-                deduped: 2,
-                skipped: 3,
-            })
-        );
-        assert_eq!(parse_cursor("0 0 0 0 0"), Some(Cursor::default()));
-        for bad in [
-            "",
-            "1 2 3 4",
-            "1 2 3 4 5 6",
-            "1  2 3 4 5",
-            "1 2 3 4 5 ",
-            "+1 2 3 4 5",
-            "-1 2 3 4 5",
-            "1 2 x 4 5",
-            "99999999999999999999 0 0 0 0",
-        ] {
-            assert_eq!(parse_cursor(bad), None, "{bad:?}");
-        }
-    }
 
     #[test]
     fn tick_replies_decode_to_their_kind() {
