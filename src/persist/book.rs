@@ -64,6 +64,22 @@ pub trait Kept: Default + PartialEq + Send + Sync + Sized + 'static {
         entries: Vec<(String, Self::Entry)>,
         skipped: impl FnMut(&str, Self::Refused),
     ) -> Self;
+    /// The set with each of `seed` defined as [`Kept::with`] would (those refused
+    /// passed to `refused`); a kind with many definitions does it in one step.
+    fn seeded(
+        self,
+        seed: Vec<(String, Self::Entry)>,
+        mut refused: impl FnMut(&str, Self::Refused),
+    ) -> Self {
+        let mut set = self;
+        for (name, entry) in seed {
+            match set.with(&name, entry) {
+                Ok(next) => set = next,
+                Err(e) => refused(&name, e),
+            }
+        }
+        set
+    }
     /// The file home's whole text.
     fn file_text(&self) -> Vec<u8>;
     /// The definitions a file home's text holds.
@@ -155,18 +171,21 @@ impl<K: Kept> std::fmt::Debug for Book<K> {
 }
 
 impl<K: Kept> Book<K> {
-    /// Read the definitions from `home`, then write `seed`'s into it.
+    /// Read the definitions from `home`, then write `seed`'s into it (a file home is
+    /// written once, however long the seed).
     pub async fn open(home: Home, seed: Vec<(String, K::Entry)>) -> Result<Arc<Self>, HomeError> {
-        let mut set = load::<K>(&home).await?;
-        for (name, entry) in seed {
-            // A seed's definitions parsed; one the set refuses (too many, say) is
-            // said here and the others kept.
-            match set.with(&name, entry) {
-                Ok(next) => {
-                    save::<K>(&home, &next, &name).await?;
-                    set = next;
+        let changed: Vec<String> = seed.iter().map(|(name, _)| name.clone()).collect();
+        // A seed's definitions parsed; one the set refuses (too many, say) is said
+        // here and the others kept.
+        let set = load::<K>(&home).await?.seeded(seed, |name, e| {
+            tracing::warn!(what = K::WHAT, %name, err = %e, "seed: not kept");
+        });
+        match &home {
+            Home::File(_) if !changed.is_empty() => save::<K>(&home, &set, "").await?,
+            _ => {
+                for name in &changed {
+                    save::<K>(&home, &set, name).await?;
                 }
-                Err(e) => tracing::warn!(what = K::WHAT, %name, err = %e, "seed: not kept"),
             }
         }
         Ok(Self::holding(home, set))

@@ -43,6 +43,18 @@ impl Kept for Schedules {
     ) -> Schedules {
         Schedules::from_kept(entries, skipped)
     }
+    fn seeded(
+        mut self,
+        seed: Vec<(String, ScheduleDoc)>,
+        mut refused: impl FnMut(&str, ScheduleError),
+    ) -> Schedules {
+        for (name, doc) in seed {
+            if let Err(e) = self.define(&name, &doc) {
+                refused(&name, e);
+            }
+        }
+        self
+    }
     fn file_text(&self) -> Vec<u8> {
         // The file is a JSON object, name → definition (docs are plain values: they
         // always serialize).

@@ -292,6 +292,13 @@ impl Schedules {
     /// the old `changed_ms` (so a restart that seeds the same file moves nothing);
     /// otherwise the doc's (the caller's "now").
     pub fn with(&self, name: &str, doc: &ScheduleDoc) -> Result<Schedules, ScheduleError> {
+        let mut next = self.clone();
+        next.define(name, doc)?;
+        Ok(next)
+    }
+
+    /// [`Schedules::with`] in place.
+    pub fn define(&mut self, name: &str, doc: &ScheduleDoc) -> Result<(), ScheduleError> {
         let mut schedule = Schedule::from_doc(name, doc)?;
         match self.by_name.get(&schedule.name) {
             Some(old) if old.same_timing(&schedule) => schedule.changed_ms = old.changed_ms,
@@ -299,10 +306,9 @@ impl Schedules {
             None if self.by_name.len() >= MAX_SCHEDULES => return Err(ScheduleError::TooMany),
             None => {}
         }
-        let mut next = self.clone();
-        next.by_name
+        self.by_name
             .insert(schedule.name.clone(), Arc::new(schedule));
-        Ok(next)
+        Ok(())
     }
 
     /// The set without `name`; `None` when there is no such schedule.
