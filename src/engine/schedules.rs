@@ -309,6 +309,23 @@ impl Engine {
                 at_ms: self.now_ms() + RETRY.as_millis() as u64,
             };
         }
+        if schedule.body.len() > self.max_job_size as usize {
+            // Set while -z was larger, or with -z lowered since: a put would be refused
+            // (JOB_TOO_BIG), so the tick is; the API shows why, and the next is tried.
+            self.schedule_fires.note(
+                &schedule.name,
+                Fire {
+                    tick_ms,
+                    at_ms: self.now_ms(),
+                    result: FireResult::Failed(format!(
+                        "the body is {} bytes, over -z ({})",
+                        schedule.body.len(),
+                        self.max_job_size
+                    )),
+                },
+            );
+            return Next::After(tick_ms);
+        }
         let now = self.clock.now();
         let fired = match self
             .store

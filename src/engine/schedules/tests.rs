@@ -183,3 +183,21 @@ async fn a_deleted_schedule_stops_and_its_ring_goes() {
     assert!(engine.schedule_fires().recent(&name).is_empty());
     engine.shutdown().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_body_over_the_job_size_is_refused_tick_by_tick() {
+    let (tx, rx) = watch::channel(Arc::new(Schedules::default()));
+    let engine = engine_with(rx);
+    let mut doc = every_second("t", engine.now_ms());
+    doc.body = Some("x".repeat(70_000));
+    tx.send_replace(Arc::new(Schedules::default().with("s", &doc).unwrap()));
+    advance(10).await;
+    advance(2000).await;
+    assert_eq!(ready(&engine, "t").await, 0);
+    let recent = engine
+        .schedule_fires()
+        .recent(&ScheduleName::new("s").unwrap());
+    assert_eq!(recent.len(), 2);
+    assert!(matches!(&recent[1].result, FireResult::Failed(why) if why.contains("over -z")));
+    engine.shutdown().await;
+}
