@@ -67,6 +67,7 @@ use support::rng::Rng;
 use support::{ServerKind, ServerProc, TEST_LEASE_MS, fresh_dir, serial, signal_pid};
 
 mod admin_policies;
+mod admin_schedules;
 
 const TOKEN: &str = "t0k3n-for-tests";
 const HTTP_TIMEOUT: Duration = Duration::from_secs(15);
