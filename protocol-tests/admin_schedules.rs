@@ -4,7 +4,8 @@
 //!   `every_ms: 1000` on tube `ticks`; a beanstalk client watching only `ticks` reserves
 //!   each job as it arrives (reserve-with-timeout, generous bounds) and checks its
 //!   body; `GET` shows `cursor.fired` at least the jobs seen and `next` ascending and
-//!   after the last tick; paused, no job comes for 3 s and `next` is empty; resumed,
+//!   after the last tick, and `/metrics` as many made; paused, no job comes for 3 s and
+//!   `next` is empty; resumed,
 //!   jobs come again; `DELETE` answers `removed` and the schedule is 404 after, and no
 //!   job comes. Needs the store's cursors (`fire_tick`).
 //! - `schedule_changes_are_checked_run_and_refused` — a bad spec, time zone, name or
@@ -12,8 +13,8 @@
 //!   the reason; an unknown schedule is 404 for show, pause, run and delete; `run` puts
 //!   one job now (its id answered, the body the schedule's) and, with a key while the
 //!   key's job waits, answers that job `deduped`; a change without a token is 401 and
-//!   with a token whose role has `api = "read"` 403; `/metrics` has
-//!   `redstalk_schedules` and `redstalk_schedule_fires_total`.
+//!   with a token whose role has `api = "read"` 403; `/metrics` counts the schedule
+//!   in `redstalk_schedules` and no run as a fire.
 
 use super::*;
 
@@ -81,6 +82,21 @@ fn assert_next_ascending(v: &Value, after_ms: u64) {
     }
 }
 
+/// The value of the `/metrics` sample whose line starts with `prefix`.
+fn metric(api: &Api, prefix: &str) -> u64 {
+    let text = agent()
+        .get(&format!("http://{}/metrics", api.http))
+        .call()
+        .unwrap()
+        .body_mut()
+        .read_to_string()
+        .unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(prefix))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {prefix:?} in /metrics:\n{text}"))
+}
+
 #[test]
 fn a_schedule_fires_pauses_resumes_and_goes() {
     let _serial = serial();
@@ -120,6 +136,9 @@ fn a_schedule_fires_pauses_resumes_and_goes() {
     let (s, list) = api.get("/schedules");
     assert_eq!(s, 200);
     assert_eq!(list["schedules"][0]["name"], "tick", "{list}");
+    let made = metric(&api, "redstalk_schedule_fires_total{result=\"made\"} ");
+    assert!(made >= seen as u64, "made {made} vs seen {seen}");
+    assert_eq!(metric(&api, "redstalk_schedules "), 1);
     assert_eq!(list["persisted"], false);
 
     let (s, v) = api.post("/schedules/tick/pause", json!({}));
@@ -288,15 +307,12 @@ fn schedule_changes_are_checked_run_and_refused() {
         "unchanged"
     );
 
-    let text = agent()
-        .get(&format!("http://{}/metrics", api.http))
-        .call()
-        .unwrap()
-        .body_mut()
-        .read_to_string()
-        .unwrap();
-    assert!(text.contains("\nredstalk_schedules 1\n"), "{text}");
-    assert!(text.contains("redstalk_schedule_fires_total{result=\"made\"}"));
+    assert_eq!(metric(&api, "redstalk_schedules "), 1);
+    // Runs are not ticks: nothing fired (the schedule's next tick is at 3 am).
+    assert_eq!(
+        metric(&api, "redstalk_schedule_fires_total{result=\"made\"} "),
+        0
+    );
 
     let (s, v) = delete_schedule(&api, "nightly");
     assert_eq!((s, &v["removed"]), (200, &json!(true)));
