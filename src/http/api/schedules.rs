@@ -108,7 +108,7 @@ pub(super) async fn set(
         .cloned()
         .ok_or_else(|| ApiError::not_found(format!("schedule {name} was removed meanwhile")))?;
     tracing::info!(action = "schedule", %name, spec = ?schedule.spec, tube = %schedule.tube, peer = %peer.0, "api: schedule set");
-    answer(&engine, &schedule, None).await
+    answer_change(&engine, &schedule).await
 }
 
 pub(super) async fn pause(
@@ -166,7 +166,7 @@ async fn set_paused(
         "schedule-resume"
     };
     tracing::info!(action, %name, peer = %peer.0, "api: schedule paused or resumed");
-    answer(engine, &schedule, None).await
+    answer_change(engine, &schedule).await
 }
 
 pub(super) async fn run(
@@ -218,6 +218,18 @@ fn find(app: &App, name: &ScheduleName) -> Result<Arc<Schedule>, ApiError> {
 
 fn no_schedule(name: &ScheduleName) -> ApiError {
     ApiError::not_found(format!("no schedule {name}"))
+}
+
+/// The answer of a change that was made: its view, or, when the cursor cannot be
+/// read, a 503 that says the change stands (a bare 503 reads as "nothing changed").
+async fn answer_change(engine: &Engine, schedule: &Schedule) -> ApiResult {
+    answer(engine, schedule, None).await.map_err(|e| {
+        ApiError::unavailable(format!(
+            "schedule {} was changed, but its cursor could not be read: {}",
+            schedule.name,
+            e.message()
+        ))
+    })
 }
 
 /// `schedule`'s view with its cursor as the store has it now.
