@@ -68,6 +68,7 @@ use support::{ServerKind, ServerProc, TEST_LEASE_MS, fresh_dir, serial, signal_p
 
 mod admin_policies;
 mod admin_schedule_counts;
+mod admin_schedules;
 
 const TOKEN: &str = "t0k3n-for-tests";
 const HTTP_TIMEOUT: Duration = Duration::from_secs(15);

@@ -25,6 +25,12 @@
 //!   reason; the tube page names the rule that governs it (picked as the server does);
 //!   a hostile-looking pattern is refused and the API's message shows as text; a
 //!   removal asks first, and the table ends empty;
+//! - the schedules page: a schedule made through the API is listed with its next tick
+//!   (local time, its zone's offset); one made through the form shows in the table
+//!   and is deleted through its button (after a confirmation); a hostile-looking name
+//!   is refused and the API's message shows as text; the schedule's page shows its
+//!   next 5 ticks, "Run now" puts its job (a beanstalk client reserves it), and its
+//!   Pause button pauses it (its state says paused, and so does the API);
 //! - the login sets an HttpOnly cookie that is not the token; a change from another
 //!   origin (`Origin: http://evil.example`) is refused 403, with the token or the cookie;
 //! - with `--admin-read-only` an action is refused and the page shows the error; with
@@ -370,6 +376,7 @@ async fn console_in_a_browser() {
         search(&b, &server).await;
         clients_page(&b, &server).await;
         policies_page(&b, &server, &mut c).await;
+        schedules_page(&b, &server).await;
         many_tabs(&b, &server, &mut c).await;
         through_a_standby(&b, &server, &mut c).await;
         if mode == Mode::Memory {
@@ -1338,4 +1345,131 @@ async fn policies_page(b: &Browser, s: &Server, c: &mut Client) {
     assert!(api.contains("\"policies\":[]"), "{api}");
     println!("policies: removed through the page (after a confirmation), table empty after {t:?}");
     c.use_tube("emails");
+}
+
+/// [`http_get_auth`]'s change: `method` on `path` with the token and a JSON `body`.
+fn http_send_auth(http: SocketAddr, method: &str, path: &str, body: &str) -> (u16, String) {
+    let request = ureq::http::Request::builder()
+        .method(method)
+        .uri(format!("http://{http}{path}"))
+        .header("Authorization", format!("Bearer {TOKEN}"))
+        .header("Content-Type", "application/json")
+        .body(body.to_string())
+        .unwrap();
+    match agent().run(request) {
+        Ok(mut r) => (r.status().as_u16(), r.body_mut().read_to_string().unwrap()),
+        Err(_) => (0, String::new()),
+    }
+}
+
+/// The schedules pages (`#/schedules`, `#/schedules/NAME`; docs/SCHEDULES.md).
+async fn schedules_page(b: &Browser, s: &Server) {
+    let doc = json!({"tube": "reports", "cron": "0 3 * * *", "tz": "Europe/Berlin",
+        "body": "<script>window.__pwned=1</script>", "key": "nightly"});
+    let (status, text) =
+        http_send_auth(s.http, "PUT", "/api/v1/schedules/nightly", &doc.to_string());
+    assert_eq!(status, 200, "{text}");
+    go(b, &s.url("#/schedules")).await;
+    let (next, t) = until(
+        b,
+        "document.getElementById('nav-schedules').hasAttribute('aria-current') \
+         && document.querySelector('#schedules-body tr[data-name=\"nightly\"] td[data-k=\"next\"]')?.textContent",
+    )
+    .await;
+    let next = next.as_str().unwrap().to_string();
+    assert!(next.contains("T03:00:00+0"), "3 am in Berlin: {next}");
+    let (row, _) = until(
+        b,
+        "[...document.querySelectorAll('#schedules-body tr[data-name=\"nightly\"] td[data-k]')]\
+         .map(td => td.textContent).join('|')",
+    )
+    .await;
+    assert_eq!(
+        row,
+        json!(format!(
+            "nightly|reports|cron 0 3 * * *|Europe/Berlin|{next}|–|active|0|0|0"
+        ))
+    );
+    println!("schedules: one made through the API listed after {t:?}, next {next}");
+
+    // A hostile-looking name: the API's message, as text.
+    fill(b, "sch-name", r#"<img src=x onerror="window.__pwned=1">"#).await;
+    fill(b, "sch-tube", "beats").await;
+    fill(b, "sch-every", "3600").await;
+    click(b, "sch-submit").await;
+    let err = refusal(b, "save schedule failed: bad_request: ").await;
+    println!("schedules: a hostile name refused, shown as text: {err}");
+    fill(b, "sch-name", "beat").await;
+    click(b, "sch-submit").await;
+    until(
+        b,
+        "document.querySelector('#schedules-body tr[data-name=\"beat\"] td[data-k=\"spec\"]')?.textContent === 'every 1 h 0 min' \
+         && document.getElementById('error').hidden",
+    )
+    .await;
+    let (_, api) = http_get_auth(s.http, "/api/v1/schedules/beat");
+    let api: Value = serde_json::from_str(&api).unwrap();
+    assert_eq!(
+        (&api["tube"], &api["every_ms"]),
+        (&json!("beats"), &json!(3_600_000)),
+        "{api}"
+    );
+    click_at(
+        b,
+        Locator::Css("#schedules-body tr[data-name=\"beat\"] button.remove"),
+    )
+    .await;
+    b.accept_alert().await.unwrap();
+    until(
+        b,
+        "document.querySelectorAll('#schedules-body tr[data-name]').length === 1",
+    )
+    .await;
+    assert_eq!(http_get_auth(s.http, "/api/v1/schedules/beat").0, 404);
+    if s.mode == Mode::Memory {
+        screenshot(b, "schedules").await;
+    }
+
+    // Its page: the next ticks, Run now, Pause.
+    click_at(
+        b,
+        Locator::Css("#schedules-body tr[data-name=\"nightly\"] a.schedule"),
+    )
+    .await;
+    until(
+        b,
+        "document.getElementById('schedule-name')?.textContent === 'nightly' \
+         && document.querySelectorAll('#schedule-next tr').length === 5",
+    )
+    .await;
+    let mut w = s.client();
+    w.watch_only("reports");
+    click_at(b, Locator::Css("#schedule-actions button.run")).await;
+    let (notice, _) = until(
+        b,
+        "document.getElementById('notice').textContent.startsWith('put job') \
+         && document.getElementById('notice').textContent",
+    )
+    .await;
+    let (id, body) = w.reserve_timeout(5).expect("the run's job");
+    assert_eq!(notice, json!(format!("put job {id}")));
+    assert_eq!(body, b"<script>window.__pwned=1</script>");
+    w.expect(&format!("delete {id}"), "DELETED");
+    click_at(b, Locator::Css("#schedule-actions button.pause")).await;
+    let (_, t) = until(
+        b,
+        "document.getElementById('schedule-state')?.textContent === 'paused' \
+         && document.querySelector('#schedule-actions button.resume') \
+         && document.getElementById('schedule-next').textContent === 'paused: no ticks'",
+    )
+    .await;
+    let (_, api) = http_get_auth(s.http, "/api/v1/schedules/nightly");
+    assert!(api.contains("\"paused\":true"), "{api}");
+    assert_eq!(js(b, "typeof window.__pwned").await, json!("undefined"));
+    if s.mode == Mode::Memory {
+        screenshot(b, "schedule").await;
+    }
+    println!("schedules: run put job {id}; paused through its page after {t:?}");
+    let (status, _) = http_send_auth(s.http, "DELETE", "/api/v1/schedules/nightly", "");
+    assert_eq!(status, 200);
 }

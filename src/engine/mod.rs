@@ -42,6 +42,7 @@
 
 pub mod admin;
 pub mod admin_bulk;
+pub mod admin_schedules;
 mod batch;
 pub mod clients;
 pub mod clients_list;

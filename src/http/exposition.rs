@@ -3,7 +3,8 @@
 //! samples are read from the snapshot; of what the listener itself counts
 //! ([`ListenerFigures`], [`LISTENER_FAMILIES`], read at every scrape); and of who tried
 //! to connect to the beanstalk port ([`AccessFigures`], [`ACCESS_FAMILIES`], read at
-//! every scrape).
+//! every scrape); and of the schedules ([`ScheduleFigures`], [`SCHEDULE_FAMILIES`],
+//! read at every scrape).
 //!
 //! Invariants: every figure comes from the snapshot, whose server and tube parts are
 //! the very structs `stats` and `stats-tube` print, so a scrape and those commands
@@ -51,7 +52,7 @@ pub fn render(snap: &Snapshot, redis: &[Placement]) -> String {
                     emit(t, &mut out);
                 }
             }
-            Samples::Listener(_) | Samples::Access(_) => {}
+            Samples::Listener(_) | Samples::Access(_) | Samples::Schedules(_) => {}
         }
     }
     text
@@ -108,6 +109,31 @@ pub fn render_access(figures: &AccessFigures) -> String {
     text
 }
 
+/// The schedules' figures (read from the runner's counters and the book at every
+/// scrape).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ScheduleFigures {
+    /// Schedules defined now.
+    pub defined: u64,
+    pub made: u64,
+    pub deduped: u64,
+    pub skipped: u64,
+    pub stale: u64,
+    pub failed: u64,
+}
+
+/// The exposition of the schedules' figures (sent after [`render_access`]'s).
+pub fn render_schedules(figures: &ScheduleFigures) -> String {
+    let mut text = String::with_capacity(768);
+    for family in SCHEDULE_FAMILIES {
+        let mut out = Out::head(&mut text, family);
+        if let Samples::Schedules(emit) = family.samples {
+            emit(figures, &mut out);
+        }
+    }
+    text
+}
+
 /// A family's type, as its `# TYPE` line says it.
 #[derive(Clone, Copy)]
 enum MetricKind {
@@ -143,6 +169,8 @@ enum Samples {
     Listener(fn(&ListenerFigures) -> u64),
     /// Samples of the access figures, written by the function.
     Access(fn(&AccessFigures, &mut Out<'_>)),
+    /// Samples of the schedules' figures, written by the function.
+    Schedules(fn(&ScheduleFigures, &mut Out<'_>)),
 }
 
 struct Family {
@@ -577,6 +605,32 @@ fn seconds(nanos: u64) -> String {
 }
 
 /// Where one family's samples are written: the family's name, and the `tube` label
+/// The schedules' families, in the order of their exposition.
+const SCHEDULE_FAMILIES: &[Family] = &[
+    family(
+        "redstalk_schedules",
+        G,
+        "Schedules defined (docs/SCHEDULES.md).",
+        Samples::Schedules(|f, out| out.value(f.defined)),
+    ),
+    family(
+        "redstalk_schedule_fires_total",
+        C,
+        "Schedule ticks handled by this instance, by result: made a job, deduped (the key's job still waited), skipped (missed ticks passed over), stale (fired already, by another instance or an earlier try), failed (tried again).",
+        Samples::Schedules(|f, out| {
+            for (result, n) in [
+                ("made", f.made),
+                ("deduped", f.deduped),
+                ("skipped", f.skipped),
+                ("stale", f.stale),
+                ("failed", f.failed),
+            ] {
+                out.sample("", &[("result", result)], n);
+            }
+        }),
+    ),
+];
+
 /// that every sample of a per-tube family carries first.
 struct Out<'a> {
     text: &'a mut String,
@@ -746,6 +800,30 @@ mod tests {
             !main.contains("redstalk_console_"),
             "not in the shared text"
         );
+    }
+
+    #[test]
+    fn the_schedule_figures_are_families_of_their_own() {
+        let text = render_schedules(&ScheduleFigures {
+            defined: 3,
+            made: 10,
+            deduped: 2,
+            skipped: 1,
+            stale: 4,
+            failed: 0,
+        });
+        assert!(text.contains("# TYPE redstalk_schedules gauge\nredstalk_schedules 3\n"));
+        assert!(text.contains("# TYPE redstalk_schedule_fires_total counter\n"));
+        for line in [
+            "redstalk_schedule_fires_total{result=\"made\"} 10\n",
+            "redstalk_schedule_fires_total{result=\"deduped\"} 2\n",
+            "redstalk_schedule_fires_total{result=\"skipped\"} 1\n",
+            "redstalk_schedule_fires_total{result=\"stale\"} 4\n",
+            "redstalk_schedule_fires_total{result=\"failed\"} 0\n",
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
+        assert!(!render(&snapshot(), &[]).contains("redstalk_schedule"));
     }
 
     #[test]

@@ -181,16 +181,32 @@ fn access_figures(app: &App) -> exposition::AccessFigures {
     }
 }
 
+/// The schedules' figures, now: this engine's fires, the book's schedules.
+fn schedule_figures(app: &App, engine: &Engine) -> exposition::ScheduleFigures {
+    use std::sync::atomic::Ordering::Relaxed;
+    let f = engine.schedule_fires();
+    exposition::ScheduleFigures {
+        defined: app.schedules.current().len() as u64,
+        made: f.made.load(Relaxed),
+        deduped: f.deduped.load(Relaxed),
+        skipped: f.skipped.load(Relaxed),
+        stale: f.stale.load(Relaxed),
+        failed: f.failed.load(Relaxed),
+    }
+}
+
 /// `GET /metrics`.
 pub(super) async fn scrape(State(app): State<Arc<App>>) -> Response {
     let Some(engine) = app.source.engine() else {
         return standby();
     };
+    let schedules = schedule_figures(&app, &engine);
     match app.scrapes.get(engine).await {
         Ok(text) => {
             let console = Bytes::from(exposition::render_listener(&app.events.figures()));
             let access = Bytes::from(exposition::render_access(&access_figures(&app)));
-            let chunks = [text, console, access].map(Ok::<_, std::convert::Infallible>);
+            let schedules = Bytes::from(exposition::render_schedules(&schedules));
+            let chunks = [text, console, access, schedules].map(Ok::<_, std::convert::Infallible>);
             (
                 [
                     (header::CONTENT_TYPE, exposition::CONTENT_TYPE),

@@ -17,6 +17,7 @@ mod inspect;
 mod keys;
 mod policy;
 mod render;
+mod schedule;
 mod watch;
 
 use std::process::ExitCode;
@@ -98,6 +99,9 @@ enum Cmd {
     /// The tube policies: dead letters and release backoff (API).
     #[command(subcommand)]
     Policy(policy::PolicyCmd),
+    /// The schedules: jobs put at each tick of a cron expression or an interval (API).
+    #[command(subcommand)]
+    Schedule(schedule::ScheduleCmd),
     /// Find jobs whose body contains SUBSTR (API).
     Search(inspect::SearchArgs),
     /// Print changes of the tubes' counts as they happen.
@@ -192,6 +196,7 @@ fn run(cli: Cli) -> Result<u8> {
         Cmd::Pause { tube, secs } => change::pause(&ctx, &tube, secs),
         Cmd::Flush(a) => change::flush(&ctx, &a),
         Cmd::Policy(p) => policy::policy(&ctx, &p),
+        Cmd::Schedule(s) => schedule::schedule(&ctx, &s),
         Cmd::Tail(a) => watch::tail(&ctx, &a),
         Cmd::Top(a) => watch::top(&ctx, &a),
         Cmd::Completions { shell } => {

@@ -3,13 +3,15 @@
 //! bodies, list the live connections, the per-minute history and the live figures;
 //! changes (token required, see `http::auth`) put, delete, move, re-prioritise,
 //! re-delay, bury and kick jobs (delete, re-delay and kick also by key), pause tubes,
-//! and change many jobs by filter.
+//! and change many jobs by filter; the tube policies and the schedules are listed and
+//! changed (admin) here too.
 //!
 //! Files: `types.rs` (the contract: every request and answer, shared with
 //! redstalkctl), `error.rs` (the error and its status), `extract.rs` (body, query,
 //! path and engine extractors), `cursor.rs` (what each list's cursor holds),
 //! `forward.rs` (where a request is answered; a standby forwards to the leader),
-//! `reads.rs`, `changes.rs`, `clients.rs`, `history.rs`, `events.rs` (the routes).
+//! `reads.rs`, `changes.rs`, `clients.rs`, `history.rs`, `events.rs`, `policies.rs`,
+//! `schedules.rs` (the routes).
 //!
 //! Invariants: every answer is a type of `types.rs`, every error an `ApiError`
 //! (`{"error": {"code", "message"}}` with the status its code names), from any layer:
@@ -28,6 +30,7 @@ pub mod forward;
 mod history;
 mod policies;
 mod reads;
+mod schedules;
 pub mod types;
 
 use std::borrow::Cow;
@@ -111,6 +114,16 @@ pub(super) fn router() -> Router<Arc<App>> {
             "/policies/{tubes}",
             axum::routing::put(policies::set).delete(policies::remove),
         )
+        .route("/schedules", get(schedules::list))
+        .route(
+            "/schedules/{name}",
+            get(schedules::show)
+                .put(schedules::set)
+                .delete(schedules::remove),
+        )
+        .route("/schedules/{name}/pause", post(schedules::pause))
+        .route("/schedules/{name}/resume", post(schedules::resume))
+        .route("/schedules/{name}/run", post(schedules::run))
         .route("/clients", get(clients::clients))
         .route("/events", get(events::stream))
         // After every route: it applies to the routes already added. The `Allow`

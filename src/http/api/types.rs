@@ -33,6 +33,12 @@ pub use crate::store::JobState;
 use crate::store::admin::MAX_LIST;
 use crate::store::policy::{DeadReason, Rule};
 
+mod schedules;
+pub use schedules::{
+    FireKind, FireView, NextTick, ScheduleCursor, ScheduleList, ScheduleRan, ScheduleRemoved,
+    ScheduleView,
+};
+
 /// A page's size as the request asks for it.
 const MAX_PAGE: u64 = MAX_LIST as u64;
 

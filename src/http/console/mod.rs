@@ -46,6 +46,10 @@ pub(super) fn router() -> Router<Arc<App>> {
         .route("/console/history.js", get(|| async { asset(HISTORY_JS) }))
         .route("/console/clients.js", get(|| async { asset(CLIENTS_JS) }))
         .route("/console/policies.js", get(|| async { asset(POLICIES_JS) }))
+        .route(
+            "/console/schedules.js",
+            get(|| async { asset(SCHEDULES_JS) }),
+        )
         .route("/console/favicon.svg", get(|| async { asset(ICON) }))
         .route("/console/session", get(session))
         .route("/console/login", post(login))
@@ -66,6 +70,10 @@ const CLIENTS_JS: Asset = (
 const POLICIES_JS: Asset = (
     "text/javascript; charset=utf-8",
     include_str!("assets/policies.js"),
+);
+const SCHEDULES_JS: Asset = (
+    "text/javascript; charset=utf-8",
+    include_str!("assets/schedules.js"),
 );
 const CSS: Asset = ("text/css; charset=utf-8", include_str!("assets/app.css"));
 const APP_JS: Asset = (

@@ -1,7 +1,7 @@
 // redstalk console, core: DOM helpers (text only: never innerHTML), the API client,
 // formatting, the pager of every list, the hash router, live events, login and the
 // overview page. pages.js adds the tube, job and search pages to `Pages`, clients.js the
-// clients page, policies.js the policies page.
+// clients page, policies.js the policies page, schedules.js the schedules pages.
 "use strict";
 
 const API = "/api/v1";
@@ -144,7 +144,7 @@ function tubeLink(name) {
 }
 
 // The hash router: #/, #/tube/NAME?state=S, #/job/ID, #/search, #/clients, #/policies,
-// #/login.
+// #/schedules, #/schedules/NAME, #/login.
 function route() {
   const hash = location.hash.replace(/^#/, "") || "/";
   const [path, query] = hash.split("?");
