@@ -159,6 +159,21 @@ struct Api {
     http: SocketAddr,
 }
 
+/// The value of the `/metrics` sample whose line starts with `prefix`.
+pub(crate) fn metric(api: &Api, prefix: &str) -> u64 {
+    let text = agent()
+        .get(&format!("http://{}/metrics", api.http))
+        .call()
+        .unwrap()
+        .body_mut()
+        .read_to_string()
+        .unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(prefix))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {prefix:?} in /metrics:\n{text}"))
+}
+
 fn agent() -> ureq::Agent {
     ureq::Agent::config_builder()
         .timeout_global(Some(HTTP_TIMEOUT))

@@ -12,6 +12,9 @@
 
 use super::*;
 
+/// The ticks an instance found fired already (by another instance).
+const STALE: &str = "redstalk_schedule_fires_total{result=\"stale\"}";
+
 /// A `--schedules` file of `names`, each every second into the tube of its name.
 fn every_second(names: &[String]) -> PathBuf {
     let file = fresh_dir().join("schedules.toml");
@@ -102,23 +105,6 @@ fn kill(srv: &mut ServerProc) {
     );
 }
 
-/// Metrics `redstalk_schedule_fires_total{result="stale"}` of one instance.
-fn stale_fires(api: &Api) -> u64 {
-    let url = format!("http://{}/metrics", api.http);
-    let text = agent()
-        .get(&url)
-        .call()
-        .unwrap()
-        .body_mut()
-        .read_to_string()
-        .unwrap();
-    text.lines()
-        .find(|l| l.starts_with("redstalk_schedule_fires_total{result=\"stale\"}"))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse::<f64>().ok())
-        .map_or(0, |v| v as u64)
-}
-
 #[test]
 fn every_tick_once_on_every_mode() {
     let _serial = serial();
@@ -186,7 +172,7 @@ fn every_tick_once_on_every_mode() {
                 std::thread::sleep(Duration::from_secs(5));
                 kill(&mut a);
                 std::thread::sleep(Duration::from_secs(5));
-                let stale = stale_fires(&api_b) + stale_fires(&api_c);
+                let stale = metric(&api_b, STALE) + metric(&api_c, STALE);
                 let mut c = Client::connect(b.addr, "count");
                 pause_and_count(&api_b, &mut c, &names, &first, "shared (three instances)");
                 println!("shared: {stale} ticks answered stale (raced for) on the two survivors");

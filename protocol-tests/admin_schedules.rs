@@ -82,21 +82,6 @@ fn assert_next_ascending(v: &Value, after_ms: u64) {
     }
 }
 
-/// The value of the `/metrics` sample whose line starts with `prefix`.
-fn metric(api: &Api, prefix: &str) -> u64 {
-    let text = agent()
-        .get(&format!("http://{}/metrics", api.http))
-        .call()
-        .unwrap()
-        .body_mut()
-        .read_to_string()
-        .unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(prefix))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {prefix:?} in /metrics:\n{text}"))
-}
-
 #[test]
 fn a_schedule_fires_pauses_resumes_and_goes() {
     let _serial = serial();

@@ -295,14 +295,7 @@ async fn instances(url: &str, label: &str, n: usize) -> Vec<Arc<AnyStore>> {
     let (first, prefix) = redis_store_with_prefix(url, label).await;
     let mut all = vec![Arc::new(AnyStore::Redis(first))];
     for _ in 1..n {
-        let config = RedisConfig {
-            url: url.to_string(),
-            prefix: prefix.clone(),
-            ..RedisConfig::default()
-        };
-        let store = RedisStore::connect(&config)
-            .await
-            .unwrap_or_else(|e| panic!("connect to {url}: {e}"));
+        let store = connect_redis_store(url, &prefix).await;
         all.push(Arc::new(AnyStore::Redis(store)));
     }
     all

@@ -1051,15 +1051,19 @@ async fn redis_store(url: &str, label: &str) -> RedisStore {
 async fn redis_store_with_prefix(url: &str, label: &str) -> (RedisStore, String) {
     let n = PREFIXES.fetch_add(1, Ordering::Relaxed);
     let prefix = format!("rs-contract-{}-{label}-{n}", std::process::id());
+    (connect_redis_store(url, &prefix).await, prefix)
+}
+
+/// A Redis store on the namespace `prefix` (another instance, when one is there).
+async fn connect_redis_store(url: &str, prefix: &str) -> RedisStore {
     let config = RedisConfig {
         url: url.to_string(),
-        prefix: prefix.clone(),
+        prefix: prefix.to_string(),
         ..RedisConfig::default()
     };
-    let store = RedisStore::connect(&config)
+    RedisStore::connect(&config)
         .await
-        .unwrap_or_else(|e| panic!("connect to {url}: {e}"));
-    (store, prefix)
+        .unwrap_or_else(|e| panic!("connect to {url}: {e}"))
 }
 
 /// Start a private redis-server, or `None` (said loudly) when it is not installed and
