@@ -56,10 +56,13 @@ struct TubeOps {
     unbody: Args,
     zadd: [Args; 4],
     zrem: [Args; 4],
+    /// In [`Builder::touched`] (until the next batch clears it).
+    touched: bool,
 }
 
 impl TubeOps {
     fn clear(&mut self) {
+        self.touched = false;
         self.body_of.clear();
         for a in [
             &mut self.metas,
@@ -93,11 +96,29 @@ impl TubeOps {
 #[derive(Debug, Default)]
 pub struct Builder {
     tubes: HashMap<TubeName, TubeOps>,
+    /// The tubes this batch's jobs touched, in the order first touched: the only
+    /// entries of `tubes` a batch clears and writes (the map keeps up to 1,024 tubes'
+    /// buffers for reuse, and a batch must not cost that many).
+    touched: Vec<TubeName>,
     index_set: Args,
     index_del: Args,
     meta_buf: Vec<u8>,
     fields: Args,
     changed_fields: Vec<(usize, u64)>,
+}
+
+/// `tube`'s buffers, noted as touched by this batch the first time.
+fn touch<'a>(
+    tubes: &'a mut HashMap<TubeName, TubeOps>,
+    touched: &mut Vec<TubeName>,
+    tube: &TubeName,
+) -> &'a mut TubeOps {
+    let ops = tubes.entry(tube.clone()).or_default();
+    if !ops.touched {
+        ops.touched = true;
+        touched.push(tube.clone());
+    }
+    ops
 }
 
 /// `HSET` of a tube's meta hash: the `changed` fields (nothing when none).
@@ -137,8 +158,10 @@ impl Builder {
     /// The cut's job changes, grouped by tube, key and operation (into the reused
     /// buffers, emptied first).
     fn group_jobs(&mut self, owner: &str, jobs: &[JobRecord], gone: &[Gone], moved: &[Gone]) {
-        for ops in self.tubes.values_mut() {
-            ops.clear();
+        for tube in self.touched.drain(..) {
+            if let Some(ops) = self.tubes.get_mut(&tube) {
+                ops.clear();
+            }
         }
         // Tubes that had no changes for a while are dropped from the reused map.
         if self.tubes.len() > 1024 {
@@ -147,19 +170,14 @@ impl Builder {
         self.index_set.clear();
         self.index_del.clear();
         for (i, r) in jobs.iter().enumerate() {
-            let ops = self.tubes.entry(r.tube.clone()).or_default();
             self.meta_buf.clear();
             meta::encode(&meta_of(r), owner, &mut self.meta_buf);
+            let ops = touch(&mut self.tubes, &mut self.touched, &r.tube);
             ops.metas.num(r.id);
             ops.metas.push(&self.meta_buf);
             if r.needs_body() {
                 ops.body_ids.num(r.id);
                 ops.body_of.push(i);
-            }
-            // A body written ahead (`BodyOnly`) still needs its job's index entry.
-            if !matches!(r.was, Stored::As(_)) {
-                self.index_set.num(r.id);
-                self.index_set.push(r.tube.as_str().as_bytes());
             }
             ops.unset(r.id, r.was, Some(r.state));
             let score = match r.state {
@@ -170,9 +188,14 @@ impl Builder {
             let set = &mut ops.zadd[set_of(r.state) as usize];
             set.num(score);
             set.member(r.id);
+            // A body written ahead (`BodyOnly`) still needs its job's index entry.
+            if !matches!(r.was, Stored::As(_)) {
+                self.index_set.num(r.id);
+                self.index_set.push(r.tube.as_str().as_bytes());
+            }
         }
         for g in gone {
-            let ops = self.tubes.entry(g.tube.clone()).or_default();
+            let ops = touch(&mut self.tubes, &mut self.touched, &g.tube);
             ops.unset(g.id, g.was, None);
             ops.unmeta.num(g.id);
             ops.unbody.num(g.id);
@@ -181,7 +204,7 @@ impl Builder {
         // A moved job leaves its old tube's keys; its new tube's record (written whole,
         // with its index entry) is in `jobs`, in this same transaction.
         for g in moved {
-            let ops = self.tubes.entry(g.tube.clone()).or_default();
+            let ops = touch(&mut self.tubes, &mut self.touched, &g.tube);
             ops.unset(g.id, g.was, None);
             ops.unmeta.num(g.id);
             ops.unbody.num(g.id);
@@ -191,10 +214,10 @@ impl Builder {
     /// The commands of the grouped job changes: per tube, its sets (ZREMs before
     /// ZADDs), metadata and bodies; then the id index.
     fn job_commands(&self, b: &mut Batch, keys: &Keys, jobs: &[JobRecord]) {
-        for (tube, ops) in &self.tubes {
-            if ops.metas.len() + ops.unmeta.len() == 0 {
+        for tube in &self.touched {
+            let Some(ops) = self.tubes.get(tube) else {
                 continue;
-            }
+            };
             let k = keys.tube(tube.as_str());
             for (set, members) in SETS.iter().zip(&ops.zrem) {
                 b.cmd("ZREM", k.get(*set), members, 1);
