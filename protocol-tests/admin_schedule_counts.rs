@@ -30,6 +30,16 @@ fn every_second(names: &[String]) -> PathBuf {
     file
 }
 
+/// The flags of a server with the API's token and the schedules of `file`.
+fn flags(file: &std::path::Path) -> [&str; 4] {
+    [
+        "--admin-token",
+        TOKEN,
+        "--schedules",
+        file.to_str().unwrap(),
+    ]
+}
+
 fn view(api: &Api, name: &str) -> Value {
     let (s, v) = api.get(&format!("/schedules/{name}"));
     assert_eq!(s, 200, "{v}");
@@ -114,12 +124,7 @@ fn every_tick_once_on_every_mode() {
             Home::Memory | Home::Binlog(_) => {
                 let names = vec![format!("tick-{what}")];
                 let file = every_second(&names);
-                let args = [
-                    "--admin-token",
-                    TOKEN,
-                    "--schedules",
-                    file.to_str().unwrap(),
-                ];
+                let args = flags(&file);
                 let (mut srv, mut api) = home.launch(&args);
                 let first = created(&api, &names);
                 if matches!(home, Home::Binlog(_)) {
@@ -136,12 +141,7 @@ fn every_tick_once_on_every_mode() {
             Home::Leader(_) => {
                 let names = vec!["tick-leader".to_string()];
                 let file = every_second(&names);
-                let args = [
-                    "--admin-token",
-                    TOKEN,
-                    "--schedules",
-                    file.to_str().unwrap(),
-                ];
+                let args = flags(&file);
                 let (mut leader, api) = home.launch(&args);
                 let (standby, api2) = home.launch_as(&args, "standby");
                 let first = created(&api, &names);
@@ -159,12 +159,7 @@ fn every_tick_once_on_every_mode() {
             Home::Shared(_) => {
                 let names: Vec<String> = (0..20).map(|i| format!("tick-shared-{i}")).collect();
                 let file = every_second(&names);
-                let args = [
-                    "--admin-token",
-                    TOKEN,
-                    "--schedules",
-                    file.to_str().unwrap(),
-                ];
+                let args = flags(&file);
                 let (mut a, _api_a) = home.launch(&args);
                 let (b, api_b) = home.launch(&args);
                 let (c_srv, api_c) = home.launch(&args);

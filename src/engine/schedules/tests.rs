@@ -1,10 +1,9 @@
 //! The runner on tokio's paused clock, against the memory store: ticks counted to the
 //! one, missed ticks after a jump of the clock, keys, pauses, and a change of the set.
 
-use std::time::Duration;
-
 use super::*;
 use crate::engine::EngineConfig;
+use crate::engine::tests::{advance, settle};
 use crate::protocol::TubeName;
 use crate::schedule::ScheduleDoc;
 use crate::store::{AnyStore, Cursor, MemoryStore};
@@ -36,17 +35,6 @@ fn every_second(tube: &str, changed_ms: u64) -> ScheduleDoc {
         changed_ms,
         ..ScheduleDoc::default()
     }
-}
-
-async fn settle() {
-    for _ in 0..64 {
-        tokio::task::yield_now().await;
-    }
-}
-
-async fn advance(ms: u64) {
-    tokio::time::advance(Duration::from_millis(ms)).await;
-    settle().await;
 }
 
 async fn ready(engine: &Engine, tube: &str) -> u64 {

@@ -242,14 +242,14 @@ fn spawn_timed_wait(mut w: Waiting) -> JoinHandle<(String, Duration)> {
 }
 
 /// Let every task that can run do so (the timer, the serve task, spawned waits).
-async fn settle() {
+pub(in crate::engine) async fn settle() {
     for _ in 0..64 {
         tokio::task::yield_now().await;
     }
 }
 
 /// Move the paused clock on by `ms` and let every task react.
-async fn advance(ms: u64) {
+pub(in crate::engine) async fn advance(ms: u64) {
     tokio::time::advance(Duration::from_millis(ms)).await;
     settle().await;
 }
