@@ -88,6 +88,7 @@ mod contract_admin;
 mod contract_batch;
 mod contract_keys;
 mod contract_policies;
+mod contract_retention;
 mod contract_schedules;
 mod contract_windows;
 mod support;
@@ -107,6 +108,10 @@ use contract_keys::{
     keys_commands, keys_dedupe_and_replace, keys_in_entries, keys_move, keys_windows,
 };
 use contract_policies::{policies_backoff, policies_dead_letter, policies_dead_letter_timeouts};
+use contract_retention::{
+    retention_bounds, retention_by_key, retention_closes_timeouts_and_flush, retention_history,
+    retention_off,
+};
 use contract_schedules::{
     schedules_cursors_listed_and_dropped, schedules_keyed_dedupe, schedules_made_then_stale,
     schedules_shared_fired_job_reserved, schedules_shared_race, schedules_shared_refusals,
@@ -201,7 +206,7 @@ async fn release(s: &AnyStore, conn: ConnId, id: JobId, pri: u32, delay: u32) ->
 }
 
 async fn bury(s: &AnyStore, conn: ConnId, id: JobId, pri: u32) -> bool {
-    s.bury(conn, id, pri).await.expect("bury")
+    s.bury(conn, id, pri, now(s)).await.expect("bury")
 }
 
 async fn delete(s: &AnyStore, conn: ConnId, id: JobId) -> bool {
@@ -1031,6 +1036,16 @@ const CHECKS: &[Check] = checks![
     policies_backoff,
 ];
 
+/// Retention's checks (`contract_retention.rs`), each on a fresh store: a suite of
+/// their own, like the schedules'.
+const RETENTION_CHECKS: &[Check] = checks![
+    retention_history,
+    retention_by_key,
+    retention_bounds,
+    retention_closes_timeouts_and_flush,
+    retention_off,
+];
+
 /// The schedules' checks (`contract_schedules.rs`), each on a fresh store. A suite of
 /// their own, so each store's schedules can be run (and fail) apart from the rest.
 const SCHEDULE_CHECKS: &[Check] = checks![
@@ -1232,6 +1247,22 @@ async fn schedules_contract_durable() {
 async fn schedules_contract_redis() {
     let Some(redis) = start_redis() else { return };
     run_checks(Engine::Redis(&redis.url()), SCHEDULE_CHECKS).await;
+}
+
+#[tokio::test]
+async fn retention_contract_memory() {
+    run_checks(Engine::Memory, RETENTION_CHECKS).await;
+}
+
+#[tokio::test]
+async fn retention_contract_durable() {
+    run_checks(Engine::Durable, RETENTION_CHECKS).await;
+}
+
+#[tokio::test]
+async fn retention_contract_redis() {
+    let Some(redis) = start_redis() else { return };
+    run_checks(Engine::Redis(&redis.url()), RETENTION_CHECKS).await;
 }
 
 #[tokio::test]
@@ -1481,7 +1512,7 @@ async fn apply(s: &AnyStore, op: &Op, now: Nanos) -> StoreResult<Out> {
             pri,
             delay,
         } => Out::Tube(s.release(*conn, *id, *pri, ms(*delay), now).await?),
-        Op::Bury { conn, id, pri } => Out::Bool(s.bury(*conn, *id, *pri).await?),
+        Op::Bury { conn, id, pri } => Out::Bool(s.bury(*conn, *id, *pri, now).await?),
         Op::Touch { conn, id } => Out::Bool(s.touch(*conn, *id, now).await?.is_some()),
         Op::Kick { tube, bound } => Out::Count(s.kick(tube, *bound, now).await?),
         Op::KickJob { id } => Out::Tube(s.kick_job(*id, now).await?),

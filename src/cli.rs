@@ -391,6 +391,42 @@ pub struct Cli {
     #[arg(long, env = "REDSTALK_SCHEDULES", value_name = "FILE")]
     pub schedules: Option<PathBuf>,
 
+    /// Keep each deleted job's record (its figures, its history and, with
+    /// --retain-bodies, its body) this long: `90s`, `30m`, `24h`, `7d`; 0 (the
+    /// default) keeps nothing. See docs/RETENTION.md.
+    #[arg(
+        long,
+        env = "REDSTALK_RETAIN",
+        value_name = "DURATION",
+        value_parser = parse_duration_ms,
+        default_value = "0"
+    )]
+    pub retain: u64,
+
+    /// The most deleted jobs' records kept; the oldest go first.
+    #[arg(
+        long,
+        env = "REDSTALK_RETAIN_JOBS",
+        value_name = "N",
+        default_value_t = 100_000
+    )]
+    pub retain_jobs: usize,
+
+    /// The most bytes the kept records may take (their own accounting: figures,
+    /// history, names and bodies); `K`, `M`, `G` suffixes are binary.
+    #[arg(
+        long,
+        env = "REDSTALK_RETAIN_BYTES",
+        value_name = "BYTES",
+        value_parser = parse_bytes,
+        default_value = "64M"
+    )]
+    pub retain_bytes: u64,
+
+    /// Keep deleted jobs' bodies in their records too (counted in --retain-bytes).
+    #[arg(long, env = "REDSTALK_RETAIN_BODIES")]
+    pub retain_bodies: bool,
+
     /// On SIGTERM/SIGINT, wait this many seconds for connections to finish.
     #[arg(
         long,
@@ -506,6 +542,8 @@ pub struct Settings {
     pub policies: Option<PathBuf>,
     /// `--schedules`: the schedules to write at start.
     pub schedules: Option<PathBuf>,
+    /// `--retain`, `--retain-jobs`, `--retain-bytes`, `--retain-bodies`.
+    pub retention: crate::store::retention::RetentionLimits,
     /// Where the HTTP listener serves (metrics, probes, the API, the console); `None`:
     /// not served.
     pub http: Option<SocketAddr>,
@@ -564,6 +602,12 @@ impl Cli {
             extensions: self.extensions == Switch::On,
             policies: self.policies.clone(),
             schedules: self.schedules.clone(),
+            retention: crate::store::retention::RetentionLimits {
+                keep_ms: self.retain,
+                max_jobs: self.retain_jobs,
+                max_bytes: usize::try_from(self.retain_bytes).unwrap_or(usize::MAX),
+                bodies: self.retain_bodies,
+            },
             keys: crate::store::KeyLimits {
                 window_max_ms: crate::time::secs_as_ms(self.key_window_max),
                 windows_max: self.key_windows_max,
@@ -812,6 +856,33 @@ fn hostname() -> String {
     }
     let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
     String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+/// A duration: whole seconds, or a number with `s`, `m`, `h` or `d` (`--retain`), in ms.
+fn parse_duration_ms(s: &str) -> Result<u64, String> {
+    let invalid = || format!("invalid duration: {s} (e.g. 90s, 30m, 24h, 7d)");
+    let (digits, unit_ms) = match s.as_bytes().last() {
+        Some(b's') => (&s[..s.len() - 1], 1_000),
+        Some(b'm') => (&s[..s.len() - 1], 60_000),
+        Some(b'h') => (&s[..s.len() - 1], 3_600_000),
+        Some(b'd') => (&s[..s.len() - 1], 86_400_000),
+        _ => (s, 1_000),
+    };
+    let n: u64 = digits.parse().map_err(|_| invalid())?;
+    n.checked_mul(unit_ms).ok_or_else(invalid)
+}
+
+/// A byte count with an optional binary `K`, `M` or `G` (`--retain-bytes`).
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    let invalid = || format!("invalid size: {s} (e.g. 65536, 512K, 64M, 1G)");
+    let (digits, unit) = match s.as_bytes().last() {
+        Some(b'K' | b'k') => (&s[..s.len() - 1], 1u64 << 10),
+        Some(b'M' | b'm') => (&s[..s.len() - 1], 1 << 20),
+        Some(b'G' | b'g') => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    let n: u64 = digits.parse().map_err(|_| invalid())?;
+    n.checked_mul(unit).ok_or_else(invalid)
 }
 
 /// A size as the reference's `parse_size_t` reads it with `sscanf("%zu%c")`: leading
@@ -1063,5 +1134,28 @@ mod tests {
             .validate()
             .unwrap_err();
         assert!(err.to_string().contains("--redis"), "{err}");
+    }
+
+    #[test]
+    fn retention_is_off_unless_asked_and_reads_units() {
+        let off = parse(&[]).validate().unwrap().retention;
+        assert!(!off.is_on());
+        let on = parse(&["--retain", "24h", "--retain-bytes", "8M", "--retain-bodies"])
+            .validate()
+            .unwrap()
+            .retention;
+        assert_eq!(on.keep_ms, 86_400_000);
+        assert_eq!(on.max_bytes, 8 << 20);
+        assert_eq!(on.max_jobs, 100_000);
+        assert!(on.bodies && on.is_on());
+        assert_eq!(parse(&["--retain", "90"]).retain, 90_000);
+        assert_eq!(parse(&["--retain", "7d"]).retain, 7 * 86_400_000);
+        for bad in ["x", "5w", "-1s", "99999999999999999999d"] {
+            assert!(
+                Cli::try_parse_from(["redstalk", "--retain", bad]).is_err(),
+                "{bad}"
+            );
+        }
+        assert!(Cli::try_parse_from(["redstalk", "--retain-bytes", "1T"]).is_err());
     }
 }

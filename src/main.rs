@@ -238,6 +238,7 @@ async fn start_serving(settings: &Settings) -> anyhow::Result<(Serving, Books)> 
         keys: settings.keys,
         policies: None,
         schedules: None,
+        retention: settings.retention,
     };
     if let Some(config) = &settings.binlog {
         std::fs::create_dir_all(&config.dir).with_context(|| {

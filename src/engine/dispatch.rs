@@ -306,7 +306,10 @@ impl Engine {
     }
 
     async fn bury(&self, s: &Session, id: JobId, pri: u32) -> StoreResult<Reply> {
-        Ok(found(self.store.bury(s.id, id, pri).await?, Reply::Buried))
+        Ok(found(
+            self.store.bury(s.id, id, pri, self.clock.now()).await?,
+            Reply::Buried,
+        ))
     }
 
     async fn touch(&self, s: &Session, id: JobId) -> StoreResult<Reply> {

@@ -108,6 +108,8 @@ pub struct EngineConfig {
     /// The schedules this engine fires, followed for as long as it runs (`None`: this
     /// engine fires none, e.g. tests).
     pub schedules: Option<tokio::sync::watch::Receiver<Arc<crate::schedule::Schedules>>>,
+    /// What to keep of deleted jobs (`--retain*`; off by default).
+    pub retention: crate::store::retention::RetentionLimits,
 }
 
 /// When a reply may be written: its acknowledgement, decided by the engine with the
@@ -225,6 +227,7 @@ impl Engine {
     pub fn start(store: AnyStore, config: EngineConfig) -> Arc<Engine> {
         let clock = store.clock();
         store.set_key_limits(config.keys);
+        store.set_retention(config.retention);
         if let Some(policies) = &config.policies {
             store.set_policies(policies.borrow().clone());
         }

@@ -247,6 +247,7 @@ mod tests {
                 keys: Default::default(),
                 policies: None,
                 schedules: None,
+                retention: Default::default(),
             },
         );
         let scrapes = Scrapes::new(10, Arc::default());

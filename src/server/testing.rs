@@ -51,6 +51,7 @@ impl TestServer {
                 keys: Default::default(),
                 policies: None,
                 schedules: None,
+                retention: Default::default(),
             },
         );
         let config = ServerConfig {

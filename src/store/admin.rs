@@ -73,6 +73,8 @@ pub struct JobEntry {
     pub job_key: Option<Key>,
     /// Why a dead letter rule buried it (store/policy.rs), while it stays buried.
     pub dead: Option<crate::store::policy::DeadReason>,
+    /// Its events so far, while retention is on (store/retention.rs).
+    pub history: Option<crate::store::retention::History>,
 }
 
 /// A change in place to one job (the operator API's).

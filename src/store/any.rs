@@ -9,6 +9,7 @@ use bytes::Bytes;
 use super::keys::{Key, KeyLimits, KeyOp, KeyOutcome, KeyedPut, PutKey};
 #[cfg(test)]
 use super::lagging;
+use super::retention::{Retained, RetainedQuery, RetentionFigures, RetentionLimits};
 use super::{
     BatchDone, Change, ConnId, Cursor, DurableStore, Edit, Edited, Fired, FlushStep, JobEntry,
     JobId, JobInfo, ListPage, ListQuery, LogFigures, MemoryStore, Nanos, NewJob, RedisStore,
@@ -97,8 +98,8 @@ impl Store for AnyStore {
     ) -> StoreResult<Option<TubeName>> {
         dispatch!(self, s => s.release(conn, id, pri, delay_ms, now))
     }
-    async fn bury(&self, conn: ConnId, id: JobId, pri: u32) -> StoreResult<bool> {
-        dispatch!(self, s => s.bury(conn, id, pri))
+    async fn bury(&self, conn: ConnId, id: JobId, pri: u32, now: Nanos) -> StoreResult<bool> {
+        dispatch!(self, s => s.bury(conn, id, pri, now))
     }
     async fn touch(&self, conn: ConnId, id: JobId, now: Nanos) -> StoreResult<Option<Nanos>> {
         dispatch!(self, s => s.touch(conn, id, now))
@@ -232,6 +233,32 @@ impl Store for AnyStore {
     }
     async fn drop_cursor(&self, name: &ScheduleName) -> StoreResult<()> {
         dispatch!(self, s => s.drop_cursor(name))
+    }
+    fn set_retention(&self, limits: RetentionLimits) {
+        match self {
+            AnyStore::Memory(s) => s.set_retention(limits),
+            AnyStore::Durable(s) => s.set_retention(limits),
+            AnyStore::Redis(s) => s.set_retention(limits),
+            #[cfg(test)]
+            AnyStore::Lagging(l) => l.inner.set_retention(limits),
+        }
+    }
+    async fn retained(&self, id: JobId, now: Nanos) -> StoreResult<Option<Retained>> {
+        dispatch!(self, s => s.retained(id, now))
+    }
+    async fn retained_by_key(
+        &self,
+        tube: &TubeName,
+        key: &Key,
+        now: Nanos,
+    ) -> StoreResult<Option<Retained>> {
+        dispatch!(self, s => s.retained_by_key(tube, key, now))
+    }
+    async fn list_retained(&self, query: &RetainedQuery, now: Nanos) -> StoreResult<Vec<Retained>> {
+        dispatch!(self, s => s.list_retained(query, now))
+    }
+    async fn retention_figures(&self) -> StoreResult<RetentionFigures> {
+        dispatch!(self, s => s.retention_figures())
     }
     fn name(&self) -> &'static str {
         match self {

@@ -187,6 +187,7 @@ pub trait Store: Send + Sync {
         conn: ConnId,
         id: JobId,
         pri: u32,
+        now: Nanos,
     ) -> impl Future<Output = StoreResult<bool>> + Send;
 
     /// Restart the TTR of `id` held by `conn`; the new deadline when held.
@@ -416,6 +417,40 @@ pub trait Store: Send + Sync {
 
     /// Forget the cursor of `name` (its schedule was deleted).
     fn drop_cursor(&self, name: &ScheduleName) -> impl Future<Output = StoreResult<()>> + Send;
+
+    // Retention (see `retention.rs`; off unless the engine sets limits that are on).
+
+    /// How much of deleted jobs to keep (`--retain*`), set once by the engine at start.
+    /// While on, every job keeps a [`retention::History`] of its events and a delete
+    /// (or flush) moves its record into the store's retained set.
+    fn set_retention(&self, limits: retention::RetentionLimits);
+
+    /// The record of job `id`, deleted less than the retention period before `now`.
+    fn retained(
+        &self,
+        id: JobId,
+        now: Nanos,
+    ) -> impl Future<Output = StoreResult<Option<retention::Retained>>> + Send;
+
+    /// The newest retained record of a job of `tube` that had `key`.
+    fn retained_by_key(
+        &self,
+        tube: &TubeName,
+        key: &keys::Key,
+        now: Nanos,
+    ) -> impl Future<Output = StoreResult<Option<retention::Retained>>> + Send;
+
+    /// A page of retained records, newest first (see [`retention::RetainedQuery`]).
+    fn list_retained(
+        &self,
+        query: &retention::RetainedQuery,
+        now: Nanos,
+    ) -> impl Future<Output = StoreResult<Vec<retention::Retained>>> + Send;
+
+    /// How many records are retained and their accounted size.
+    fn retention_figures(
+        &self,
+    ) -> impl Future<Output = StoreResult<retention::RetentionFigures>> + Send;
 
     // What the engine asks of a store besides transitions. The defaults fit a store that
     // is local to this process (the memory store).

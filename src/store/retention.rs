@@ -79,6 +79,45 @@ pub enum EventKind {
     Flush,
 }
 
+/// Each kind's letter in [`History::encode`]'s text form (the `-b` log's records, the
+/// Redis hashes and shared mode's scripts all write this one form).
+const KIND_CODES: [(EventKind, u8); 11] = [
+    (EventKind::Put, b'p'),
+    (EventKind::Reserve, b'r'),
+    (EventKind::Release, b'l'),
+    (EventKind::Bury, b'b'),
+    (EventKind::DeadLetter, b'x'),
+    (EventKind::Kick, b'k'),
+    (EventKind::Timeout, b't'),
+    (EventKind::HolderClosed, b'c'),
+    (EventKind::Edit, b'e'),
+    (EventKind::Delete, b'd'),
+    (EventKind::Flush, b'f'),
+];
+
+impl EventKind {
+    pub fn code(self) -> u8 {
+        KIND_CODES
+            .iter()
+            .find(|(kind, _)| *kind == self)
+            .map_or(b'?', |(_, code)| *code)
+    }
+
+    pub fn from_code(code: u8) -> Option<EventKind> {
+        KIND_CODES
+            .iter()
+            .find(|(_, c)| *c == code)
+            .map(|(kind, _)| *kind)
+    }
+}
+
+/// A history's text form that did not parse (a corrupt log record or Redis field).
+#[derive(Debug, thiserror::Error)]
+#[error("malformed job history near byte {at}")]
+pub struct HistoryError {
+    pub at: usize,
+}
+
 /// One event: when, what, and the connection that did it (0: none, or the API).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct Event {
@@ -120,9 +159,61 @@ impl History {
         self.dropped
     }
 
-    fn bytes(&self) -> usize {
-        (self.head.len() + self.tail.len()) * std::mem::size_of::<Event>()
+    pub fn len(&self) -> usize {
+        self.head.len() + self.tail.len()
     }
+
+    pub fn is_empty(&self) -> bool {
+        self.head.is_empty()
+    }
+
+    fn bytes(&self) -> usize {
+        self.len() * std::mem::size_of::<Event>()
+    }
+
+    /// The text form: the dropped count, then each kept event as `<at_ms><code><conn>`,
+    /// space-separated (`"0 1733400000000p0 1733400000250r7 1733400000300d7"`). Made
+    /// to be appended to by a Lua script with string operations alone.
+    pub fn encode(&self) -> String {
+        use std::fmt::Write;
+        let mut out = self.dropped.to_string();
+        for e in self.events() {
+            let _ = write!(out, " {}{}{}", e.at_ms, e.kind.code() as char, e.conn);
+        }
+        out
+    }
+
+    /// Read [`History::encode`]'s form back. Events past the bounds (a form written by
+    /// a writer that kept more) are pushed as new ones, so the bounds still hold.
+    pub fn decode(text: &[u8]) -> Result<History, HistoryError> {
+        let mut words = text.split(|&b| b == b' ').filter(|w| !w.is_empty());
+        let mut at = 0;
+        let dropped = match words.next() {
+            Some(word) => number(word).ok_or(HistoryError { at })?,
+            None => return Ok(History::default()),
+        };
+        let mut history = History::default();
+        for word in words {
+            at = word.as_ptr() as usize - text.as_ptr() as usize;
+            let split = word
+                .iter()
+                .position(|b| !b.is_ascii_digit())
+                .ok_or(HistoryError { at })?;
+            let kind = EventKind::from_code(word[split]).ok_or(HistoryError { at })?;
+            let at_ms = number(&word[..split]).ok_or(HistoryError { at })?;
+            let conn = number(&word[split + 1..]).ok_or(HistoryError { at })?;
+            history.push(Event { at_ms, kind, conn });
+        }
+        history.dropped += dropped;
+        Ok(history)
+    }
+}
+
+fn number(digits: &[u8]) -> Option<u64> {
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(digits).ok()?.parse().ok()
 }
 
 /// A deleted job's figures as `stats-job` last showed them.
@@ -151,6 +242,23 @@ pub struct Retained {
     pub body_len: usize,
     /// The body, when the limits keep bodies.
     pub body: Option<Bytes>,
+}
+
+/// A listing of retained records: newest first, deleted before `before` ((deleted_ms,
+/// id); `None`: from the newest), of `tube` only when given.
+#[derive(Clone, Debug, Default)]
+pub struct RetainedQuery {
+    pub before: Option<(u64, JobId)>,
+    pub limit: usize,
+    pub tube: Option<TubeName>,
+}
+
+/// How much a store retains now (`/metrics`, the API's listing).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct RetentionFigures {
+    pub records: u64,
+    /// The records' accounted size ([`Retained::bytes`]).
+    pub bytes: u64,
 }
 
 /// What a record is counted as against `max_bytes`: its own fields, its events, its

@@ -20,6 +20,7 @@ fn engine_with(set: watch::Receiver<Arc<Schedules>>) -> Arc<Engine> {
             keys: Default::default(),
             policies: None,
             schedules: Some(set),
+            retention: Default::default(),
         },
     )
 }

@@ -60,6 +60,7 @@ fn engine_keyed(store: AnyStore, extensions: bool, keys: crate::store::KeyLimits
             keys,
             policies: None,
             schedules: None,
+            retention: Default::default(),
         },
     )
 }

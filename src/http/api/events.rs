@@ -236,6 +236,7 @@ mod tests {
                 keys: Default::default(),
                 policies: None,
                 schedules: None,
+                retention: Default::default(),
             },
         );
         Events::start(Source::Engine(engine), CancellationToken::new())

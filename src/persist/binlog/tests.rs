@@ -101,7 +101,7 @@ async fn every_state_comes_back_and_churn_stays_bounded() {
     let buried_b = s.put(job("old", 6, 0, b"buried-b"), NOW).await.unwrap();
     for id in [buried_a, buried_b] {
         s.reserve_job(C1, id, NOW).await.unwrap();
-        s.bury(C1, id, 9).await.unwrap();
+        s.bury(C1, id, 9, 0).await.unwrap();
     }
     s.pause(&tube("old"), 300_000, NOW).await.unwrap();
     flush(&s, &mut sink).await;

@@ -30,6 +30,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::keys::{Key, KeyLimits, KeyOp, KeyOutcome, KeyedPut, PutKey};
+use super::retention::{Retained, RetainedQuery, RetentionFigures, RetentionLimits};
 use super::{
     BatchDone, Change, Clock, ConnId, Cursor, Edit, Edited, Fired, FlushStep, JobEntry, JobId,
     JobInfo, LARGE_BODY, ListPage, ListQuery, LogFigures, MemoryStore, Nanos, NewJob, Reserved,
@@ -172,8 +173,8 @@ impl Store for DurableStore {
         self.changed(self.memory.release(conn, id, pri, delay_ms, now))
             .await
     }
-    async fn bury(&self, conn: ConnId, id: JobId, pri: u32) -> StoreResult<bool> {
-        self.changed(self.memory.bury(conn, id, pri)).await
+    async fn bury(&self, conn: ConnId, id: JobId, pri: u32, now: Nanos) -> StoreResult<bool> {
+        self.changed(self.memory.bury(conn, id, pri, now)).await
     }
     async fn touch(&self, conn: ConnId, id: JobId, now: Nanos) -> StoreResult<Option<Nanos>> {
         self.changed(self.memory.touch(conn, id, now)).await
@@ -324,6 +325,27 @@ impl Store for DurableStore {
     }
     async fn drop_cursor(&self, name: &ScheduleName) -> StoreResult<()> {
         self.changed(self.memory.drop_cursor(name)).await
+    }
+
+    fn set_retention(&self, limits: RetentionLimits) {
+        self.memory.set_retention(limits);
+    }
+    async fn retained(&self, id: JobId, now: Nanos) -> StoreResult<Option<Retained>> {
+        self.memory.retained(id, now).await
+    }
+    async fn retained_by_key(
+        &self,
+        tube: &TubeName,
+        key: &Key,
+        now: Nanos,
+    ) -> StoreResult<Option<Retained>> {
+        self.memory.retained_by_key(tube, key, now).await
+    }
+    async fn list_retained(&self, query: &RetainedQuery, now: Nanos) -> StoreResult<Vec<Retained>> {
+        self.memory.list_retained(query, now).await
+    }
+    async fn retention_figures(&self) -> StoreResult<RetentionFigures> {
+        self.memory.retention_figures().await
     }
 
     fn name(&self) -> &'static str {

@@ -209,5 +209,6 @@ pub(super) fn entry_of(id: JobId, j: &Job, now: Nanos) -> JobEntry {
         },
         job_key: j.key.as_ref().map(|k| k.key.clone()),
         dead: j.dead,
+        history: None,
     }
 }

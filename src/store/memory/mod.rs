@@ -29,6 +29,7 @@ use std::sync::{Mutex, MutexGuard};
 use bytes::Bytes;
 
 use super::keys::{Key, KeyLimits, KeyOp, KeyOutcome, KeyedPut, PutKey};
+use super::retention::{Retained, RetainedQuery, RetentionFigures, RetentionLimits};
 use super::{
     BatchDone, Change, ConnId, Cursor, Edit, Edited, Fired, FlushStep, JobEntry, JobId, JobInfo,
     JobState, ListPage, ListQuery, Nanos, NewJob, Reserved, ScheduleName, Store, StoreResult,
@@ -203,7 +204,8 @@ impl Store for MemoryStore {
         Ok(self.lock().release_by(conn, id, pri, delay_ms, now))
     }
 
-    async fn bury(&self, conn: ConnId, id: JobId, pri: u32) -> StoreResult<bool> {
+    async fn bury(&self, conn: ConnId, id: JobId, pri: u32, now: Nanos) -> StoreResult<bool> {
+        let _ = now;
         Ok(self.lock().bury_by(conn, id, pri))
     }
 
@@ -521,6 +523,30 @@ impl Store for MemoryStore {
     async fn drop_cursor(&self, name: &ScheduleName) -> StoreResult<()> {
         self.lock().drop_cursor(name);
         Ok(())
+    }
+
+    fn set_retention(&self, limits: RetentionLimits) {
+        let _ = limits;
+    }
+    async fn retained(&self, id: JobId, now: Nanos) -> StoreResult<Option<Retained>> {
+        let _ = (id, now);
+        Ok(None)
+    }
+    async fn retained_by_key(
+        &self,
+        tube: &TubeName,
+        key: &Key,
+        now: Nanos,
+    ) -> StoreResult<Option<Retained>> {
+        let _ = (tube, key, now);
+        Ok(None)
+    }
+    async fn list_retained(&self, query: &RetainedQuery, now: Nanos) -> StoreResult<Vec<Retained>> {
+        let _ = (query, now);
+        Ok(Vec::new())
+    }
+    async fn retention_figures(&self) -> StoreResult<RetentionFigures> {
+        Ok(RetentionFigures::default())
     }
 
     fn name(&self) -> &'static str {

@@ -138,7 +138,7 @@ async fn a_restored_store_gives_reserved_jobs_back_and_keeps_the_rest() {
     let b2 = s.put(job("c", 9, 0), NOW).await.unwrap();
     for id in [b2, b1] {
         s.reserve_job(C1, id, NOW).await.unwrap();
-        s.bury(C1, id, 9).await.unwrap();
+        s.bury(C1, id, 9, 0).await.unwrap();
     }
     s.reserve(C1, &[tube("b")], NOW).await.unwrap();
     s.pause(&tube("a"), 30_000, NOW).await.unwrap();

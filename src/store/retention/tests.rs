@@ -118,3 +118,42 @@ fn pages_go_newest_first_and_bodies_are_opt_in() {
         "off keeps nothing"
     );
 }
+
+#[test]
+fn a_history_reads_back_its_text_form() {
+    let mut h = History::default();
+    for (n, kind) in [
+        EventKind::Put,
+        EventKind::Reserve,
+        EventKind::Release,
+        EventKind::DeadLetter,
+        EventKind::Kick,
+        EventKind::Timeout,
+        EventKind::HolderClosed,
+        EventKind::Edit,
+        EventKind::Bury,
+        EventKind::Flush,
+        EventKind::Delete,
+    ]
+    .into_iter()
+    .cycle()
+    .take(50)
+    .enumerate()
+    {
+        h.push(Event {
+            at_ms: 1_733_400_000_000 + n as u64,
+            kind,
+            conn: n as u64 * 7,
+        });
+    }
+    let text = h.encode();
+    assert!(
+        text.starts_with("18 1733400000000p0 1733400000001r7 "),
+        "{text}"
+    );
+    assert_eq!(History::decode(text.as_bytes()).unwrap(), h);
+    assert_eq!(History::decode(b"").unwrap(), History::default());
+    for bad in [&b"x"[..], b"0 12", b"0 12q3", b"0 12r", b"0 r3"] {
+        assert!(History::decode(bad).is_err(), "{bad:?}");
+    }
+}

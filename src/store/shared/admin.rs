@@ -186,6 +186,7 @@ impl RedisStore {
             info,
             job_key: e.key,
             dead: e.dead,
+            history: None,
         }
     }
 

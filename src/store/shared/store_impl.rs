@@ -25,6 +25,7 @@ use crate::redis::error::redis_error_in;
 use crate::redis::keys::{NsKey, RESERVE_KEYS, TubeKey};
 use crate::redis::{Code, US};
 use crate::store::keys::{Key, KeyOp, KeyOutcome, KeyedPut, PutKey};
+use crate::store::retention::{Retained, RetainedQuery, RetentionFigures, RetentionLimits};
 use crate::store::{
     BatchDone, ConnId, Cursor, Edit, Edited, Fired, FlushStep, JobEntry, JobId, JobInfo,
     LARGE_BODY, ListPage, ListQuery, Nanos, NewJob, Reserved, ScheduleName, Store, StoreError,
@@ -231,7 +232,8 @@ impl Store for RedisStore {
         Ok(released.then_some(held.tube))
     }
 
-    async fn bury(&self, conn: ConnId, id: JobId, pri: u32) -> StoreResult<bool> {
+    async fn bury(&self, conn: ConnId, id: JobId, pri: u32, now: Nanos) -> StoreResult<bool> {
+        let _ = now;
         self.check_conn(conn, "bury")?;
         let Some((_, mut call)) = self.held_call(|s| &s.bury, conn, id) else {
             return Ok(false);
@@ -574,6 +576,30 @@ impl Store for RedisStore {
 
     async fn drop_cursor(&self, name: &ScheduleName) -> StoreResult<()> {
         self.drop_cursor_in(name).await
+    }
+
+    fn set_retention(&self, limits: RetentionLimits) {
+        let _ = limits;
+    }
+    async fn retained(&self, id: JobId, now: Nanos) -> StoreResult<Option<Retained>> {
+        let _ = (id, now);
+        Ok(None)
+    }
+    async fn retained_by_key(
+        &self,
+        tube: &TubeName,
+        key: &Key,
+        now: Nanos,
+    ) -> StoreResult<Option<Retained>> {
+        let _ = (tube, key, now);
+        Ok(None)
+    }
+    async fn list_retained(&self, query: &RetainedQuery, now: Nanos) -> StoreResult<Vec<Retained>> {
+        let _ = (query, now);
+        Ok(Vec::new())
+    }
+    async fn retention_figures(&self) -> StoreResult<RetentionFigures> {
+        Ok(RetentionFigures::default())
     }
 
     fn name(&self) -> &'static str {
