@@ -177,3 +177,201 @@ pub(super) async fn read_retained(
         start += LOAD_CHUNK;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::persist::Sink;
+    use crate::persist::redis::{RedisSink, load};
+    use crate::protocol::ext::{KeyMode, Millis, PutKey};
+    use crate::redis::testing::PrivateRedis;
+    use crate::redis::{Connector, TlsFiles};
+    use crate::store::memory::{CutLimit, MemoryStore, StoreCounters};
+    use crate::store::retention::RetentionLimits;
+    use crate::store::{ConnId, KeyedPut, NANOS_PER_SEC, NewJob, Store};
+    use crate::util::SwapList;
+
+    const NOW: u64 = 1_700_000_000 * NANOS_PER_SEC;
+    const TOKEN: &str = "1|test|127.0.0.1:1";
+
+    fn limits(max_jobs: usize) -> RetentionLimits {
+        RetentionLimits {
+            keep_ms: 3_600_000,
+            max_jobs,
+            max_bytes: 64 << 20,
+            bodies: true,
+        }
+    }
+
+    fn job(body: &str) -> NewJob {
+        NewJob {
+            tube: TubeName::new(b"mail").unwrap(),
+            pri: 5,
+            delay_ms: 0,
+            ttr_ms: 60_000,
+            body: Bytes::copy_from_slice(body.as_bytes()),
+        }
+    }
+
+    async fn write(store: &MemoryStore, sink: &mut RedisSink) {
+        let cut = store.cut(CutLimit::default());
+        let done = sink.start(&cut).await.unwrap().await;
+        sink.finished(&done);
+        done.unwrap();
+    }
+
+    /// A job put (keyed when `key`), reserved and deleted by conn 7: its id.
+    async fn deleted(store: &MemoryStore, body: &str, key: Option<&str>) -> JobId {
+        let id = match key {
+            Some(k) => {
+                let pk = PutKey {
+                    key: Key::new(k.as_bytes()).unwrap(),
+                    mode: KeyMode::Dedupe,
+                    window: Millis::ZERO,
+                };
+                let Ok(KeyedPut::Inserted(id)) = store.put_keyed(job(body), &pk, NOW).await else {
+                    panic!("no keyed job made");
+                };
+                id
+            }
+            None => store.put(job(body), NOW).await.unwrap(),
+        };
+        store
+            .reserve_job(ConnId(7), id, NOW)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(store.delete(ConnId(7), id, NOW).await.unwrap());
+        id
+    }
+
+    /// Records a leader wrote in its fenced batches to a private redis-server come back
+    /// at the next leader's load, whole; the evicted ones are gone from Redis; the key
+    /// entry names the newest record of its key and goes with it, not with an older
+    /// one; a new leader's tighter limits evict in Redis too.
+    #[tokio::test]
+    async fn a_new_leader_finds_the_records_the_last_one_kept() {
+        let Some(redis) = PrivateRedis::start_tcp("the leader-mode retention test") else {
+            return;
+        };
+        let url = redis.url().unwrap();
+        let connector = Connector::new(&url, &TlsFiles::default(), None, "ret").unwrap();
+        let conn = connector
+            .managed("test", Duration::from_secs(5))
+            .await
+            .unwrap();
+        let keys = Keys::new("ret");
+        let _: () = redis::cmd("SET")
+            .arg(keys.leader())
+            .arg(TOKEN)
+            .query_async(&mut conn.clone())
+            .await
+            .unwrap();
+        let sink = |token: &str, index: RetainedIndex| {
+            RedisSink::new(
+                connector.clone(),
+                conn.clone(),
+                keys.clone(),
+                keys.leader(),
+                token.into(),
+                "test",
+                SwapList::new(),
+                StoreCounters::default(),
+            )
+            .with_retained(index)
+        };
+        let mut first = sink(TOKEN, RetainedIndex::default());
+        let store = MemoryStore::journaled();
+        store.set_retention(limits(3));
+        let j1 = deleted(&store, "one", Some("k")).await;
+        write(&store, &mut first).await;
+        let j2 = deleted(&store, "two", None).await;
+        let j3 = deleted(&store, "three", Some("k")).await;
+        let j4 = deleted(&store, "four", None).await;
+        write(&store, &mut first).await;
+
+        let mut c = conn.clone();
+        let count: u64 = redis::cmd("ZCARD")
+            .arg(keys.retained())
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(count, 3);
+        let gone: u64 = redis::cmd("EXISTS")
+            .arg(keys.retained_record(j1))
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(gone, 0, "the evicted record's hash is still there");
+        let entry = key_field(&TubeName::new(b"mail").unwrap(), &Key::new(b"k").unwrap());
+        let named: Option<u64> = redis::cmd("HGET")
+            .arg(keys.retained_keys())
+            .arg(&entry)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(named, Some(j3), "the key's entry went with an older record");
+        let bytes: u64 = redis::cmd("GET")
+            .arg(bytes_key(&keys))
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(bytes, store.retention_figures().await.unwrap().bytes);
+
+        // The next leader: the same records, read back whole.
+        let loaded = load(&conn, &keys).await.unwrap();
+        let index = RetainedIndex::loaded(
+            loaded
+                .snapshot
+                .retained
+                .iter()
+                .filter_map(|r| Some((r.id, r.tube.clone(), r.key.clone()?))),
+        );
+        let back = MemoryStore::restored(loaded.snapshot, NOW);
+        for id in [j2, j3, j4] {
+            let want = store.retained(id, NOW).await.unwrap().unwrap();
+            assert_eq!(back.retained(id, NOW).await.unwrap(), Some(want));
+        }
+        assert_eq!(back.retained(j1, NOW).await.unwrap(), None);
+
+        // Its limits keep one: the two oldest go from Redis, the key's entry with j3.
+        // (The lease as the next leader's acquisition leaves it.)
+        let next = "2|test|127.0.0.1:2";
+        let _: () = redis::cmd("SET")
+            .arg(keys.leader())
+            .arg(next)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        let mut second = sink(next, index);
+        back.set_retention(limits(1));
+        write(&back, &mut second).await;
+        let left: Vec<String> = redis::cmd("ZRANGE")
+            .arg(keys.retained())
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(left, [format!("{j4:020}")]);
+        let named: Option<u64> = redis::cmd("HGET")
+            .arg(keys.retained_keys())
+            .arg(&entry)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(named, None);
+        let usage: Option<u64> = redis::cmd("MEMORY")
+            .arg("USAGE")
+            .arg(keys.retained_record(j4))
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        println!("one retained record's hash (4-byte body): {usage:?} bytes in Redis");
+        drop(redis);
+    }
+}
