@@ -8,7 +8,7 @@
 //! holds every changed cursor, each with the jobs its ticks made (past the cut's
 //! limit if need be), so no cursor is written after its job nor a job without it; a
 //! retained record in a cut is the set's record at the cut (a record evicted by then
-//! goes as a removal); records restored are held whatever their number until
+//! goes as a removal), and goes in no cut before its job's removal; records restored are held whatever their number until
 //! `set_retention` gives the limits (the engine calls it after the restore), so none
 //! is lost to the limits being off while the store is built.
 
@@ -146,7 +146,9 @@ impl Contents {
     /// (within `limit`, counted with the jobs; kept bodies against its body bytes).
     fn cut_retained(&self, journal: &mut Journal, cut: &mut Cut, limit: CutLimit) {
         cut.retained_bytes = self.retained.bytes() as u64;
-        if journal.retained.is_empty() {
+        // Only once every removal is in a cut: a record never reaches persistence
+        // before its job's removal (a restart would find both).
+        if journal.retained.is_empty() || !journal.gone.is_empty() {
             return;
         }
         let mut body_bytes = 0;
