@@ -3,7 +3,7 @@
 //! body when kept), an evicted one does not; the limits given at start evict what is
 //! beyond them, and that eviction is logged; compaction rewrites the records it must
 //! keep; a damaged record is damage with its source; a cut coalesces a record kept and
-//! evicted between two cuts into its removal.
+//! evicted between two cuts into its removal; a start with retention off forgets them.
 
 use std::path::Path;
 
@@ -258,4 +258,26 @@ fn records_round_trip_and_a_damaged_history_is_damage_with_its_source() {
     let damage = format::next(&Bytes::from(buf), 0).unwrap_err();
     assert!(matches!(damage, Damage::History(_)), "{damage:?}");
     assert!(std::error::Error::source(&damage).is_some());
+}
+
+/// A start with retention off evicts every record the log holds, and logs it: the
+/// records do not come back when a later start turns retention on again.
+#[tokio::test]
+async fn a_start_with_retention_off_forgets_the_records() {
+    let dir = tempdir("off");
+    let (s, mut sink) = reopen(&dir, 64 << 10);
+    s.set_retention(limits(10));
+    let ids = delete_five(&s).await;
+    flush(&s, &mut sink).await;
+    drop(sink);
+    let (s, mut sink) = reopen(&dir, 64 << 10);
+    s.set_retention(RetentionLimits::OFF);
+    flush(&s, &mut sink).await;
+    drop(sink);
+    let (s, _sink) = reopen(&dir, 64 << 10);
+    s.set_retention(limits(10));
+    for id in ids {
+        assert_eq!(record(&s, id).await, None, "record {id} came back");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
