@@ -32,8 +32,8 @@
 //!   its cursor (a duplicate at the next fire) nor its cursor a cut before its job;
 //! - every retained record kept or evicted since the last written cut is in
 //!   `retained` (its last word wins: kept then evicted between two cuts is a removal,
-//!   which persistence ignores when it never held the record). A cut reads a kept
-//!   record from the retained set as it is then, so the journal holds ids only.
+//!   of nothing when persistence never held the record). A cut reads a kept record
+//!   from the retained set as it is then, so the journal holds ids only.
 
 use foldhash::{HashMap, HashSet};
 

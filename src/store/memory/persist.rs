@@ -8,9 +8,10 @@
 //! holds every changed cursor, each with the jobs its ticks made (past the cut's
 //! limit if need be), so no cursor is written after its job nor a job without it; a
 //! retained record in a cut is the set's record at the cut (a record evicted by then
-//! goes as a removal), and goes in no cut before its job's removal; records restored are held whatever their number until
-//! `set_retention` gives the limits (the engine calls it after the restore), so none
-//! is lost to the limits being off while the store is built.
+//! goes as a removal), and goes in no cut before its job's removal; records restored
+//! are held whatever their number until `set_retention` gives the limits (the engine
+//! calls it after the restore), so none is lost to the limits being off while the
+//! store is built.
 
 use super::contents::{Contents, Job};
 use super::journal::{
