@@ -119,6 +119,7 @@ impl Cluster {
             tube_list,
             clock,
             counters,
+            retained,
             ..
         } = restored;
         let sink = RedisSink::new(
@@ -131,7 +132,8 @@ impl Cluster {
             tube_list,
             counters,
         )
-        .wait_for_replicas(self.config.wait_replicas, self.config.wait_timeout);
+        .wait_for_replicas(self.config.wait_replicas, self.config.wait_timeout)
+        .with_retained(retained);
         let (stager, bodies) = Stager::channel();
         let body_writer = Fenced::new(
             "write body",

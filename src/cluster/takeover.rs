@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Cluster, until_cancelled};
 use crate::persist::redis::load;
+use crate::persist::redis::retained::RetainedIndex;
 use crate::protocol::TubeName;
 use crate::redis::fenced::Fenced;
 use crate::redis::keys::TubeKey;
@@ -23,6 +24,8 @@ pub(super) struct Restored {
     pub(super) clock: Clock,
     pub(super) jobs: usize,
     pub(super) counters: StoreCounters,
+    /// The loaded retained records' key index, for the sink's removals.
+    pub(super) retained: RetainedIndex,
 }
 
 /// Why a leadership gave up before it served.
@@ -51,6 +54,13 @@ impl Cluster {
             .map_err(Unprepared::Load)?;
         let jobs = snapshot.jobs.len();
         let counters = snapshot.counters;
+        // Loaded oldest first: the newest record of each key names it.
+        let retained = RetainedIndex::loaded(
+            snapshot
+                .retained
+                .iter()
+                .filter_map(|r| Some((r.id, r.tube.clone(), r.key.clone()?))),
+        );
         // Building the store sorts every job: CPU work kept off the runtime, which
         // runs the lease keeper meanwhile.
         let now = clock.now();
@@ -65,6 +75,7 @@ impl Cluster {
             clock,
             jobs,
             counters,
+            retained,
         })
     }
 

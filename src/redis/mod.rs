@@ -29,6 +29,8 @@
 //! - [`lockout`]: what a namespace's lease key may hold besides a lease, and locking
 //!   every instance out.
 //! - [`copy`]: a namespace copied to another Redis or prefix (`redstalk-namespace`).
+//! - [`retained`]: a deleted job's retained record as both modes keep it (as
+//!   [`cursor`] is for schedules' cursors, it reads the store's value types).
 //!
 //! Layering: this module uses only `protocol` (tube names), `time` and `util`; the stores and
 //! the cluster build on it, and it knows nothing of them. No state is process-wide:
@@ -49,6 +51,7 @@ pub mod placement;
 pub mod policy;
 pub mod redirect;
 pub mod replicas;
+pub mod retained;
 pub mod schema;
 pub mod target;
 #[cfg(test)]

@@ -112,7 +112,7 @@ impl EventKind {
 }
 
 /// A history's text form that did not parse (a corrupt log record or Redis field).
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("malformed job history near byte {at}")]
 pub struct HistoryError {
     pub at: usize,

@@ -6,8 +6,9 @@
 //! payload. A payload starts with its kind (one byte); every integer is little-endian.
 //! The record kinds are the journal's: a job's full state after a change (its body
 //! only in the job's first record in a file's lineage), a job gone, a tube, the
-//! namespace's counters, a schedule's cursor or its removal. See docs/BINLOG.md for
-//! the field layout.
+//! namespace's counters, a schedule's cursor or its removal, a retained record (a
+//! deleted job's record kept by retention) or its removal. See docs/BINLOG.md for the
+//! field layout.
 //!
 //! Invariant: `decode(encode(r)) == r` for every record; a frame whose length runs past
 //! the data, whose checksum differs, or whose payload does not decode is [`Damage`].
@@ -19,7 +20,8 @@ use crate::store::JobState;
 use crate::store::keys::{JobKey, Key, KeyRecord, KeySlot};
 use crate::store::memory::{JobRecord, ScheduleRecord, StoreCounters, Stored, TubeRecord};
 use crate::store::policy::{DeadCause, DeadReason};
-use crate::store::{Cursor, ScheduleName};
+use crate::store::retention::{History, HistoryError, Retained, RetainedFigures};
+use crate::store::{Cursor, JobId, ScheduleName};
 use crate::time::{is_whole_secs, secs_as_ms};
 
 pub const HEADER_MAGIC: &[u8; 8] = b"RSTKBLOG";
@@ -52,6 +54,18 @@ const KIND_JOB_DEAD: u8 = 8;
 const KIND_SCHEDULE: u8 = 9;
 /// A schedule's cursor dropped: its name (u8 length, bytes).
 const KIND_SCHEDULE_GONE: u8 = 10;
+/// A retained record (store/retention.rs): id, deleted_ms, pri (u32), delay_ms,
+/// ttr_ms, created_ms (u64 each), reserves, timeouts, releases, buries, kicks (u32
+/// each), tube (u16 length, bytes), a key flag (u8; 1: the key follows, u8 length,
+/// bytes), the history in `History::encode`'s text (u32 length, bytes), the body's
+/// length (u64), a body flag (u8; 1: the body follows, u32 length, bytes). An older
+/// version refuses it as an unknown kind.
+const KIND_RETAINED: u8 = 11;
+/// A retained record evicted: its id.
+const KIND_RETAINED_GONE: u8 = 12;
+/// The longest history text a record may carry: [`History::encode`] of its bounded
+/// events is well under this; a longer one is damage, not a history.
+const MAX_HISTORY_TEXT: usize = 16 << 10;
 
 /// One decoded record.
 #[derive(Debug, PartialEq, Eq)]
@@ -69,6 +83,10 @@ pub enum Record {
     Window(KeyRecord),
     /// A schedule's cursor, or (`gone`) its removal; `jobs` is always empty.
     Schedule(ScheduleRecord),
+    /// A retained record (boxed: it is the largest kind, and the rarest).
+    Retained(Box<Retained>),
+    /// A retained record evicted.
+    RetainedGone(JobId),
 }
 
 /// Why reading stopped before the end of the data.
@@ -80,6 +98,8 @@ pub enum Damage {
     Checksum,
     #[error("a record does not decode: {0}")]
     Malformed(&'static str),
+    #[error("a retained record's history does not decode")]
+    History(#[source] HistoryError),
 }
 
 /// What a file's first bytes say it is.
@@ -320,6 +340,64 @@ pub fn put_schedule(out: &mut Vec<u8>, s: &ScheduleRecord) -> usize {
     })
 }
 
+/// Append a retained record.
+pub fn put_retained(out: &mut Vec<u8>, r: &Retained) -> usize {
+    frame(out, |o| {
+        o.push(KIND_RETAINED);
+        let f = &r.figures;
+        o.extend_from_slice(&r.id.to_le_bytes());
+        o.extend_from_slice(&r.deleted_ms.to_le_bytes());
+        o.extend_from_slice(&f.pri.to_le_bytes());
+        for v in [f.delay_ms, f.ttr_ms, f.created_ms] {
+            o.extend_from_slice(&v.to_le_bytes());
+        }
+        for v in [f.reserves, f.timeouts, f.releases, f.buries, f.kicks] {
+            o.extend_from_slice(&v.to_le_bytes());
+        }
+        put_name(o, &r.tube);
+        o.push(u8::from(r.key.is_some()));
+        if let Some(k) = &r.key {
+            put_key(o, k);
+        }
+        let history = r.history.encode();
+        o.extend_from_slice(&(history.len() as u32).to_le_bytes());
+        o.extend_from_slice(history.as_bytes());
+        o.extend_from_slice(&(r.body_len as u64).to_le_bytes());
+        o.push(u8::from(r.body.is_some()));
+        if let Some(body) = &r.body {
+            o.extend_from_slice(&(body.len() as u32).to_le_bytes());
+            o.extend_from_slice(body);
+        }
+    })
+}
+
+/// The bytes [`put_retained`] appends for `r` (what a retained record costs on disk).
+pub fn retained_len(r: &Retained) -> usize {
+    FRAME_LEN
+        + 1
+        + 8
+        + 8
+        + 4
+        + 24
+        + 20
+        + 2
+        + r.tube.as_str().len()
+        + 1
+        + r.key.as_ref().map_or(0, |k| 1 + k.as_str().len())
+        + 4
+        + r.history.encode().len()
+        + 8
+        + 1
+        + r.body.as_ref().map_or(0, |b| 4 + b.len())
+}
+
+pub fn put_retained_gone(out: &mut Vec<u8>, id: JobId) -> usize {
+    frame(out, |o| {
+        o.push(KIND_RETAINED_GONE);
+        o.extend_from_slice(&id.to_le_bytes());
+    })
+}
+
 /// A cursor over a payload; `base` is the payload's offset in `file`, whose bodies are
 /// handed out as slices of it (no copy).
 struct Reader<'a> {
@@ -475,6 +553,8 @@ fn decode(file: &Bytes, start: usize, len: usize) -> Result<Record, Damage> {
             gone: true,
             jobs: Vec::new(),
         }),
+        KIND_RETAINED => Record::Retained(Box::new(retained(&mut r)?)),
+        KIND_RETAINED_GONE => Record::RetainedGone(r.u64()?),
         KIND_TUBE => {
             let kept = r.u8()? != 0;
             let (total_jobs, cmd_delete, cmd_pause, pause, pause_until) =
@@ -502,6 +582,52 @@ fn decode(file: &Bytes, start: usize, len: usize) -> Result<Record, Damage> {
         return Err(Damage::Malformed("trailing bytes in a record"));
     }
     Ok(record)
+}
+
+/// A [`KIND_RETAINED`] record's fields (after its kind).
+fn retained(r: &mut Reader<'_>) -> Result<Retained, Damage> {
+    let (id, deleted_ms, pri) = (r.u64()?, r.u64()?, r.u32()?);
+    let (delay_ms, ttr_ms, created_ms) = (r.u64()?, r.u64()?, r.u64()?);
+    let figures = RetainedFigures {
+        pri,
+        delay_ms,
+        ttr_ms,
+        created_ms,
+        reserves: r.u32()?,
+        timeouts: r.u32()?,
+        releases: r.u32()?,
+        buries: r.u32()?,
+        kicks: r.u32()?,
+    };
+    let tube = r.name()?;
+    let key = match r.u8()? {
+        0 => None,
+        _ => Some(r.key()?),
+    };
+    let n = r.u32()? as usize;
+    if n > MAX_HISTORY_TEXT {
+        return Err(Damage::Malformed("a retained record's history is too long"));
+    }
+    let history = History::decode(r.take(n)?).map_err(Damage::History)?;
+    let body_len = usize::try_from(r.u64()?)
+        .map_err(|_| Damage::Malformed("a retained record's body length is too large"))?;
+    let body = match r.u8()? {
+        0 => None,
+        _ => {
+            let n = r.u32()? as usize;
+            Some(r.bytes(n)?)
+        }
+    };
+    Ok(Retained {
+        id,
+        tube,
+        key,
+        deleted_ms,
+        figures,
+        history,
+        body_len,
+        body,
+    })
 }
 
 /// Read the record that starts at `file[at]`: the record and its framed length. A body

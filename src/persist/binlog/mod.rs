@@ -161,6 +161,7 @@ pub fn open(config: BinlogConfig) -> Result<Opened, BinlogError> {
             .iter()
             .map(|(name, c)| (name.clone(), *c))
             .collect(),
+        retained: replayed.retained.values().cloned().collect(),
     };
     let records = replayed.records;
     let files = replayed.files.len();
@@ -177,5 +178,7 @@ pub fn open(config: BinlogConfig) -> Result<Opened, BinlogError> {
     })
 }
 
+#[cfg(test)]
+mod retained_tests;
 #[cfg(test)]
 mod tests;

@@ -13,6 +13,11 @@
 //! cut writes its cursors before its jobs, so a torn cut may keep a cursor whose job
 //! it lost (that tick is not fired again), never a job whose cursor it lost.
 //!
+//! Retained records (a deleted job's record kept by retention): the last record of
+//! each id wins, an eviction forgets it. All are handed to the store, which holds them
+//! until the engine sets the retention limits; those beyond them are evicted then, and
+//! that eviction is logged like any other.
+//!
 //! Invariant: a job's `file` is the file holding its last record *with its body*;
 //! compaction relies on it to know which jobs still live in old files.
 
@@ -26,6 +31,7 @@ use super::format::{self, Damage, HEADER_LEN, Header, Record};
 use crate::protocol::TubeName;
 use crate::store::keys::{Key, KeyRecord, KeySlot};
 use crate::store::memory::{JobRecord, StoreCounters, TubeRecord};
+use crate::store::retention::Retained;
 use crate::store::{Cursor, JobId, ScheduleName};
 
 /// A live job as the log holds it.
@@ -47,6 +53,8 @@ pub struct Replayed {
     pub windows: HashMap<(TubeName, Key), KeyRecord>,
     /// Schedules' cursors, each as its last record left it.
     pub cursors: HashMap<ScheduleName, Cursor>,
+    /// Retained records, each as its last record left it.
+    pub retained: HashMap<JobId, Retained>,
     /// Every file found: its number and size.
     pub files: BTreeMap<u64, u64>,
     pub records: u64,
@@ -157,6 +165,12 @@ pub fn replay(dir: &Path) -> Result<Replayed, BinlogError> {
                 }
                 Record::Schedule(r) => {
                     out.cursors.insert(r.name, r.cursor);
+                }
+                Record::Retained(r) => {
+                    out.retained.insert(r.id, *r);
+                }
+                Record::RetainedGone(id) => {
+                    out.retained.remove(&id);
                 }
                 Record::Counters(c) => {
                     out.counters = StoreCounters {

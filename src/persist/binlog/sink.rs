@@ -21,8 +21,9 @@
 //! rewrites of older records): a write cut short then keeps a cursor without its
 //! tick's job (a tick lost), never the job without its cursor (a tick fired twice).
 //!
-//! Invariants: the mirror (the cursors included) changes only after a write succeeded; `live_bytes` is the
-//! sum of each mirrored job's and window's record length; a failed write is cut
+//! Invariants: the mirror (the cursors and retained records included) changes only
+//! after a write succeeded; `live_bytes` is the sum of each mirrored job's, window's
+//! and retained record's record length; a failed write is cut
 //! off the file (or, if that fails too, the next write starts a new file), so no torn
 //! record is ever followed by good ones in the same file; a new file that cannot be
 //! started whole is removed again, so its number stays free for the next try.
@@ -46,6 +47,7 @@ use crate::persist::{Sink, SinkError};
 use crate::protocol::TubeName;
 use crate::store::keys::{Key, KeyRecord, KeySlot};
 use crate::store::memory::{Cut, JobRecord, Stored, TubeRecord};
+use crate::store::retention::Retained;
 use crate::store::{Cursor, JobId, LogFigures, ScheduleName, StoreError};
 use crate::util::lock;
 
@@ -82,7 +84,11 @@ pub struct BinlogSink {
     /// compaction rewrites. Never the store's unwritten ones, which may be ahead of
     /// their jobs.
     cursors: HashMap<ScheduleName, Cursor>,
-    /// Bytes a log holding only the live jobs and the open windows would take.
+    /// The retained records the log holds (rewritten in chunks by a compaction; as
+    /// many as `--retain-jobs` allows, their bodies within `--retain-bytes`).
+    retained: HashMap<JobId, Retained>,
+    /// Bytes a log holding only the live jobs, the open windows and the retained
+    /// records would take.
     live_bytes: u64,
     compaction: Option<Compaction>,
     buf: Vec<u8>,
@@ -176,6 +182,12 @@ impl BinlogSink {
             .values()
             .map(|w| format::window_len(w) as u64)
             .sum::<u64>();
+        // So are retained records, for the same reason.
+        live_bytes += replayed
+            .retained
+            .values()
+            .map(|r| format::retained_len(r) as u64)
+            .sum::<u64>();
         *lock_files(&figures) = job_files;
         figures.max_size.store(config.file_size, Ordering::Relaxed);
         let sink = BinlogSink {
@@ -194,6 +206,7 @@ impl BinlogSink {
                 .collect(),
             windows: replayed.windows,
             cursors: replayed.cursors,
+            retained: replayed.retained,
             live_bytes,
             compaction: None,
             buf: Vec::new(),
@@ -352,6 +365,17 @@ impl BinlogSink {
                 self.cursors.insert(s.name.clone(), s.cursor);
             }
         }
+        for r in &cut.retained {
+            self.live_bytes += format::retained_len(r) as u64;
+            if let Some(old) = self.retained.insert(r.id, r.clone()) {
+                self.live_bytes -= format::retained_len(&old) as u64;
+            }
+        }
+        for id in &cut.retained_gone {
+            if let Some(old) = self.retained.remove(id) {
+                self.live_bytes -= format::retained_len(&old) as u64;
+            }
+        }
         if let Some(c) = self.compaction.as_mut() {
             c.consumed(rewritten, &mut files, self.out_no);
         }
@@ -431,6 +455,16 @@ impl BinlogSink {
         }
         for g in &cut.gone {
             format::put_gone(&mut self.buf, g.id);
+        }
+        for r in &cut.retained {
+            format::put_retained(&mut self.buf, r);
+        }
+        // Only what the log holds needs a removal (a record kept and evicted between
+        // two cuts never reached it).
+        for id in &cut.retained_gone {
+            if self.retained.contains_key(id) {
+                format::put_retained_gone(&mut self.buf, *id);
+            }
         }
         for t in &cut.tubes {
             format::put_tube(&mut self.buf, t);

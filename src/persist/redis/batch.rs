@@ -9,7 +9,8 @@
 //! tube (same id) is removed from the old tube's keys and written whole in the new one.
 //! What Redis already holds ([`Written`], `written.rs`) spares commands. A cut is always
 //! one call, never split: schedules' cursors (`cursors.rs`) and their ticks' jobs are
-//! therefore applied together or not at all.
+//! therefore applied together or not at all, and so are deleted jobs and their
+//! retained records (`retained.rs`).
 
 use std::time::Instant;
 
@@ -151,6 +152,8 @@ impl Builder {
         super::keyed::key_commands(&mut b, keys, &cut.keys);
         // In this same call as the jobs the ticks made: one batch, one atomic script.
         super::cursors::cursor_commands(&mut b, keys, &cut.schedules);
+        // In this same call as the deletes whose records they are.
+        super::retained::retained_commands(&mut b, keys, cut, &mut written.retained);
         self.counter_commands(&mut b, keys, cut.counters, written);
         b
     }

@@ -12,7 +12,8 @@
 //! leader never made) is reported for the caller to remove, fenced by its lease.
 //!
 //! Schedules' cursors are read with the jobs (`cursors.rs`), before the new leader's
-//! scheduler starts: every tick Redis holds a job of is past its cursor.
+//! scheduler starts: every tick Redis holds a job of is past its cursor. Retained
+//! records are read last (`retained.rs`), oldest first.
 
 use bytes::Bytes;
 use foldhash::HashMap;
@@ -160,6 +161,7 @@ pub async fn load(conn: &RedisConn, keys: &Keys) -> Result<Loaded, StoreError> {
     }
     loaded.snapshot.windows = super::keyed::read_windows(&mut c, keys).await?;
     loaded.snapshot.cursors = super::cursors::read_cursors(conn, keys).await?;
+    loaded.snapshot.retained = super::retained::read_retained(conn, keys).await?;
     Ok(loaded)
 }
 

@@ -13,6 +13,8 @@
 //! - `counters`: the namespace counters written lazily (ids a block ahead, the stats
 //!   at most once a second).
 //! - `cursors`: schedules' cursors written with their ticks' jobs, and read back.
+//! - `retained`: retained records (a deleted job's, kept by retention) written with the
+//!   jobs, and read back.
 //! - `load`: a namespace read back into a memory store's snapshot.
 //! - `record`: a job record mapped to and from the metadata format.
 
@@ -24,6 +26,7 @@ mod figures;
 mod keyed;
 pub mod load;
 mod record;
+pub mod retained;
 pub mod sink;
 pub mod stager;
 mod written;

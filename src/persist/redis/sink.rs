@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use super::super::{Sink, SinkError};
 use super::batch::Builder;
+use super::retained::RetainedIndex;
 use super::written::Written;
 use crate::protocol::TubeName;
 use crate::redis::fenced_script::BatchFence;
@@ -75,6 +76,13 @@ impl RedisSink {
         self
     }
 
+    /// Start from the retained records' key index of the records loaded (see
+    /// `retained.rs`).
+    pub fn with_retained(mut self, index: RetainedIndex) -> RedisSink {
+        self.written.retained = index;
+        self
+    }
+
     async fn read_tube_list(&mut self) -> Result<SwapList<TubeName>, StoreError> {
         let names: Vec<Vec<u8>> = redis::cmd("LRANGE")
             .arg(self.keys.ns(NsKey::Tubes))
@@ -102,12 +110,21 @@ fn call_size(cut: &Cut) -> (usize, usize) {
         .filter(|r| r.needs_body())
         .map(|r| r.body.len())
         .sum();
-    let commands = cut.tubes.len() * 12 + 18;
+    let retained_bodies: usize = cut
+        .retained
+        .iter()
+        .filter_map(|r| r.body.as_ref())
+        .map(|b| b.len())
+        .sum();
+    let commands = cut.tubes.len() * 12 + 18 + cut.retained.len() * 2 + cut.retained_gone.len();
     let bytes = bodies
+        + retained_bodies
         + cut.jobs.len() * 200
         + cut.gone.len() * 120
         + cut.tubes.len() * 320
-        + cut.schedules.len() * 160;
+        + cut.schedules.len() * 160
+        + cut.retained.len() * 1_200
+        + cut.retained_gone.len() * 80;
     (commands, bytes)
 }
 

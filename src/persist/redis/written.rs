@@ -5,7 +5,9 @@
 //! ids ahead: `figures.rs`, `counters.rs`), and a tube's due-index entry only when it
 //! must come earlier (an entry may be early, never late: the shared mode's timer sets
 //! an early one right, and the leader does not read it). After a failed write all of it
-//! is unknown ([`Written::forget`]) and is written again whole.
+//! is unknown ([`Written::forget`]) and is written again whole; only the retained
+//! records' key index is kept (it says what each record is, which a failed write does
+//! not change; the store's next cut rewrites the records of the failed one).
 //!
 //! Ownership: one per sink, updated by the batch builder as if each batch lands.
 
@@ -15,6 +17,7 @@ use foldhash::HashMap;
 
 use super::counters::LazyCounters;
 use super::figures::LazyFigures;
+use super::retained::RetainedIndex;
 use crate::protocol::TubeName;
 use crate::store::memory::StoreCounters;
 use crate::util::SwapList;
@@ -30,6 +33,8 @@ pub struct Written {
     due: HashMap<TubeName, u64>,
     /// Each tube's figures: as last written, and those held back.
     pub figures: LazyFigures,
+    /// The retained records' key index (`retained.rs`).
+    pub retained: RetainedIndex,
 }
 
 impl Written {
@@ -48,9 +53,11 @@ impl Written {
         figures.forget();
         let mut counters = std::mem::take(&mut self.counters);
         counters.forget();
+        let retained = std::mem::take(&mut self.retained);
         *self = Written {
             figures,
             counters,
+            retained,
             ..Written::default()
         };
     }

@@ -29,7 +29,11 @@
 //! - every schedule whose cursor changed since the last written cut is in `schedules`,
 //!   with the jobs its ticks made meanwhile: the cut that writes the cursor writes
 //!   those jobs too (`persist.rs`), so persistence never holds a tick's job without
-//!   its cursor (a duplicate at the next fire) nor its cursor a cut before its job.
+//!   its cursor (a duplicate at the next fire) nor its cursor a cut before its job;
+//! - every retained record kept or evicted since the last written cut is in
+//!   `retained` (its last word wins: kept then evicted between two cuts is a removal,
+//!   of nothing when persistence never held the record). A cut reads a kept record
+//!   from the retained set as it is then, so the journal holds ids only.
 
 use foldhash::{HashMap, HashSet};
 
@@ -38,6 +42,7 @@ use bytes::Bytes;
 use crate::protocol::TubeName;
 use crate::store::keys::{Key, KeyRecord};
 use crate::store::policy::DeadReason;
+use crate::store::retention::Retained;
 use crate::store::{Change, Cursor, JobId, JobKey, JobState, Nanos, ScheduleName};
 
 /// What persistence holds of one job.
@@ -187,7 +192,6 @@ impl Journal {
         self.last
     }
 
-    /// A change: it takes the next number.
     /// Job `id`'s record was kept by retention (its delete is noted apart).
     pub fn retained_kept(&mut self, id: JobId) {
         self.note();
@@ -200,6 +204,7 @@ impl Journal {
         self.retained.insert(id, false);
     }
 
+    /// A change: it takes the next number.
     pub(super) fn note(&mut self) {
         self.last = self.last.next();
     }
@@ -316,6 +321,14 @@ pub struct Cut {
     pub tubes: Vec<TubeRecord>,
     /// Keys whose slot changed, as they are now.
     pub keys: Vec<KeyRecord>,
+    /// Retained records kept since the last written cut, as they are now (a sink
+    /// writes each whole, replacing what it held of that id).
+    pub retained: Vec<Retained>,
+    /// Retained records evicted since the last written cut (some perhaps never held).
+    pub retained_gone: Vec<JobId>,
+    /// The retained set's accounted bytes when the cut was taken (`Retained::bytes`
+    /// summed; Redis keeps the same total for the shared mode's bounds).
+    pub retained_bytes: u64,
     pub counters: StoreCounters,
     /// When the cut holds every change noted so far: the last of them. `None` when
     /// its size bound left changes for the next cut.
@@ -330,6 +343,8 @@ impl Cut {
             && self.tubes.is_empty()
             && self.moved.is_empty()
             && self.keys.is_empty()
+            && self.retained.is_empty()
+            && self.retained_gone.is_empty()
     }
 }
 
@@ -363,4 +378,7 @@ pub struct StoreSnapshot {
     pub windows: Vec<KeyRecord>,
     /// Schedules' cursors.
     pub cursors: Vec<(ScheduleName, Cursor)>,
+    /// Retained records (any order). Held whatever their number until the engine sets
+    /// the retention limits, which evicts (and journals) those beyond them.
+    pub retained: Vec<Retained>,
 }

@@ -142,6 +142,7 @@ async fn cuts_carry_keys_and_a_restore_keeps_live_keys_and_open_windows() {
         counters: c.counters,
         windows,
         cursors: Vec::new(),
+        retained: Vec::new(),
     };
     let windows: Vec<_> = c
         .keys

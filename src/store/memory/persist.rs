@@ -6,7 +6,12 @@
 //!
 //! Invariants: those of `journal.rs` (what `stored` means, what a cut holds); a cut
 //! holds every changed cursor, each with the jobs its ticks made (past the cut's
-//! limit if need be), so no cursor is written after its job nor a job without it.
+//! limit if need be), so no cursor is written after its job nor a job without it; a
+//! retained record in a cut is the set's record at the cut (a record evicted by then
+//! goes as a removal), and goes in no cut before its job's removal; records restored
+//! are held whatever their number until `set_retention` gives the limits (the engine
+//! calls it after the restore), so none is lost to the limits being off while the
+//! store is built.
 
 use super::contents::{Contents, Job};
 use super::journal::{
@@ -15,7 +20,18 @@ use super::journal::{
 };
 use crate::protocol::TubeName;
 use crate::store::keys::{Key, KeyRecord, KeySlot};
+use crate::store::retention::{RetainedSet, RetentionLimits};
 use crate::store::{Change, JobId, JobState, Nanos};
+
+/// The limits a restored retained set holds its records under until the engine sets
+/// the real ones: nothing evicted, nothing stripped (`set_limits` then trims once, and
+/// the trim is journaled). Retention's recording stays off meanwhile.
+const HOLD_RESTORED: RetentionLimits = RetentionLimits {
+    keep_ms: u64::MAX,
+    max_jobs: usize::MAX,
+    max_bytes: usize::MAX,
+    bodies: true,
+};
 
 impl Contents {
     /// The last change noted ([`Change::NONE`] without a journal).
@@ -41,9 +57,10 @@ impl Contents {
         self.cut_schedules(&mut journal, &mut cut);
         self.cut_jobs(&mut journal, &mut cut, limit);
         cut_gone(&mut journal, &mut cut, limit);
+        self.cut_retained(&mut journal, &mut cut, limit);
         // Tubes go with the jobs of theirs in this cut; only once no job is left over
         // may a tube record (which says whether the tube still has jobs) be final.
-        if journal.jobs.is_empty() && journal.gone.is_empty() {
+        if journal.jobs.is_empty() && journal.gone.is_empty() && journal.retained.is_empty() {
             cut.last_change = Some(journal.last);
             cut.tubes = journal
                 .tubes
@@ -126,6 +143,34 @@ impl Contents {
         body_bytes
     }
 
+    /// Move the retained records kept or evicted since the last written cut into `cut`
+    /// (within `limit`, counted with the jobs; kept bodies against its body bytes).
+    fn cut_retained(&self, journal: &mut Journal, cut: &mut Cut, limit: CutLimit) {
+        cut.retained_bytes = self.retained.bytes() as u64;
+        // Only once every removal is in a cut: a record never reaches persistence
+        // before its job's removal (a restart would find both).
+        if journal.retained.is_empty() || !journal.gone.is_empty() {
+            return;
+        }
+        let mut body_bytes = 0;
+        let ids: Vec<(JobId, bool)> = journal.retained.iter().map(|(&id, &k)| (id, k)).collect();
+        for (id, kept) in ids {
+            let records =
+                cut.jobs.len() + cut.gone.len() + cut.retained.len() + cut.retained_gone.len();
+            if records >= limit.records || body_bytes >= limit.body_bytes {
+                break;
+            }
+            journal.retained.remove(&id);
+            match self.retained.get(id).filter(|_| kept) {
+                Some(r) => {
+                    body_bytes += r.body.as_ref().map_or(0, |b| b.len());
+                    cut.retained.push(r.clone());
+                }
+                None => cut.retained_gone.push(id),
+            }
+        }
+    }
+
     /// Tube `name` as persistence keeps it: its figures while it exists here, else a
     /// record that drops it.
     fn tube_record(&self, name: TubeName) -> TubeRecord {
@@ -201,6 +246,13 @@ impl Contents {
             let jobs = journal.schedules.entry(r.name.clone()).or_default();
             jobs.extend(r.jobs.iter().filter(|id| self.jobs.contains_key(id)));
         }
+        // Each retained record again (a later word about it, noted since, wins).
+        for r in &cut.retained {
+            journal.retained.entry(r.id).or_insert(true);
+        }
+        for &id in &cut.retained_gone {
+            journal.retained.entry(id).or_insert(false);
+        }
         journal.note();
     }
 
@@ -230,6 +282,14 @@ impl Contents {
         let returned = s.restore_jobs(snap.jobs, now);
         let ended = s.restore_windows(snap.windows, now);
         s.cursors = snap.cursors.into_iter().collect();
+        // Held until `set_retention` (see HOLD_RESTORED); persistence has them already.
+        s.retained = RetainedSet::new(HOLD_RESTORED);
+        // In delete order, so each key's index names its newest record (as it did).
+        let mut retained = snap.retained;
+        retained.sort_unstable_by_key(|r| (r.deleted_ms, r.id));
+        for r in retained {
+            s.retained.keep(r);
+        }
         // The first cut writes only what this start changed (reservations returned to
         // ready), plus every tube, to repair its due entry.
         if let Some(j) = journal.as_deref_mut() {

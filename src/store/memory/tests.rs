@@ -150,6 +150,7 @@ async fn a_restored_store_gives_reserved_jobs_back_and_keeps_the_rest() {
         counters: c.counters,
         windows: Vec::new(),
         cursors: Vec::new(),
+        retained: Vec::new(),
     };
     let later = NOW + 5 * NANOS_PER_SEC;
     let r = MemoryStore::restored(snap, later);

@@ -2,16 +2,18 @@
 //! files and deleting the old ones.
 //!
 //! Once the files hold more than 2 × live bytes + one file, the sink rolls to a new file
-//! `K`, writes every tube and every schedule cursor the log holds there, and then, ahead of each batch's own records, rewrites a
-//! bounded [`Chunk`] of the windows open when it began and of the jobs whose bodies are
-//! in files before `K` (the rewrite goes first, so the batch's newer records win at
+//! `K`, writes every tube and every schedule cursor the log holds there, and then, ahead
+//! of each batch's own records, rewrites a bounded [`Chunk`] of the windows open and the
+//! retained records held when it began and of the jobs whose bodies are in files before
+//! `K` (the rewrite goes first, so the batch's newer records win at
 //! replay). When none is left, files before `K` are deleted (after an fsync of every
 //! file since `K`, unless `-F`).
 //!
 //! Invariants: a batch carries at most one chunk of rewrites, so commands never wait for
-//! more than one; none begins or rewrites while the disk is full; a job or window is
-//! no longer pending only once the batch carrying it was written; no old file is
-//! deleted before every pending job and window was rewritten and (unless `-F`) the new
+//! more than one; none begins or rewrites while the disk is full; a job, window or
+//! retained record is no longer pending only once the batch carrying it was written; no
+//! old file is deleted before every pending job, window and retained record was
+//! rewritten and (unless `-F`) the new
 //! files were synced.
 
 use std::fs::File;
@@ -44,6 +46,9 @@ pub(super) struct Compaction {
     /// `from`), still to rewrite. One that ends meanwhile is skipped; one reopened
     /// meanwhile is rewritten again, harmlessly (its latest record, once more).
     windows: Vec<(TubeName, Key)>,
+    /// Retained records held when the compaction began, still to rewrite. One evicted
+    /// meanwhile is skipped (its removal is in a newer file, or it never needs one).
+    retained: Vec<JobId>,
     tubes_written: bool,
     started: Instant,
     disk_before: u64,
@@ -56,6 +61,8 @@ pub(super) struct Rewritten {
     jobs: usize,
     /// Pending windows consumed (rewritten, or found ended).
     windows: usize,
+    /// Pending retained records consumed (rewritten, or found evicted).
+    retained: usize,
     /// Job records written (`binlog-records-*` count jobs' records only).
     pub(super) job_records: u64,
 }
@@ -92,6 +99,8 @@ impl Compaction {
         self.tubes_written = true;
         let keep = self.windows.len() - rewritten.windows;
         self.windows.truncate(keep);
+        let keep = self.retained.len() - rewritten.retained;
+        self.retained.truncate(keep);
         let keep = self.pending.len() - rewritten.jobs;
         for id in self.pending.drain(keep..) {
             if let Some(file) = files.get_mut(&id).filter(|f| **f < self.from) {
@@ -141,6 +150,15 @@ impl BinlogSink {
                 chunk.add(format::put_window(&mut self.buf, w));
             }
         }
+        for id in c.retained.iter().rev() {
+            if chunk.is_full() {
+                break;
+            }
+            done.retained += 1;
+            if let Some(r) = self.retained.get(id) {
+                chunk.add(format::put_retained(&mut self.buf, r));
+            }
+        }
         let files = lock_files(&self.figures);
         for id in c.pending.iter().rev() {
             if chunk.is_full() {
@@ -160,7 +178,11 @@ impl BinlogSink {
     /// has rewritten every old job and window.
     pub(super) async fn compact(&mut self) {
         if let Some(c) = &self.compaction {
-            if !c.pending.is_empty() || !c.windows.is_empty() || !c.tubes_written {
+            if !c.pending.is_empty()
+                || !c.windows.is_empty()
+                || !c.retained.is_empty()
+                || !c.tubes_written
+            {
                 return;
             }
             if self.config.fsync != Fsync::Never {
@@ -226,6 +248,7 @@ impl BinlogSink {
             from,
             pending,
             windows: self.windows.keys().cloned().collect(),
+            retained: self.retained.keys().copied().collect(),
             tubes_written: false,
             started: Instant::now(),
             disk_before: disk,
