@@ -375,6 +375,29 @@ impl Keys {
         format!("{}:sched:cursor", self.tag)
     }
 
+    /// A deleted job's retained record (store/retention.rs): a hash, spelt as the
+    /// scripts' `ret_key('ret:' .. id)` spells it (store/shared/lua/prelude.lua, RET).
+    pub fn retained_record(&self, id: u64) -> String {
+        format!("{}:ret:{id}", self.tag)
+    }
+
+    /// The retained records in delete order: a zset, delete time (ms) -> the id
+    /// zero-padded to 20 digits (so records deleted in one ms list in id order).
+    pub fn retained(&self) -> String {
+        format!("{}:retained", self.tag)
+    }
+
+    /// The newest retained record of each (tube, key): a hash, "<tube>\n<key>" -> id.
+    pub fn retained_keys(&self) -> String {
+        format!("{}:retained:key", self.tag)
+    }
+
+    /// A live job's history while retention is on: a string in `History::encode`'s
+    /// form, appended to by the scripts.
+    pub fn job_history(&self, id: u64) -> String {
+        format!("{}:jh:{id}", self.tag)
+    }
+
     /// The pub/sub channel on which scripts announce tubes that gained ready jobs.
     pub fn wake_channel(&self) -> String {
         format!("{}:wake", self.tag)

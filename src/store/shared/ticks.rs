@@ -69,6 +69,9 @@ impl RedisStore {
         if let Err(err) = self.sweep_windows(now).await {
             tracing::debug!(%err, "sweeping ended dedupe windows failed; the next tick retries");
         }
+        if let Err(err) = self.expire_retained().await {
+            tracing::debug!(%err, "expiring retained records failed; the next tick retries");
+        }
         // The heartbeat may have found the namespace gone (an instance with nothing to
         // do notices within a heartbeat).
         self.start_fresh_if_lost().await?;
@@ -94,6 +97,7 @@ impl RedisStore {
                 .on_tube(|s| &s.tick, &[], tube.as_str())
                 .arg(SCRIPT_CHUNK)
                 .arg(&rule)
+                .arg(self.ret_arg0())
                 .run()
                 .await?;
             if step.damaged > 0 {
