@@ -318,6 +318,32 @@ fn figures_of(text: &[u8]) -> Option<RetainedFigures> {
 mod tests {
     use super::*;
 
+    /// The scripts name the retained set's keys from the tag as `Keys` names them.
+    #[test]
+    fn the_scripts_spell_the_keys_as_keys_rs() {
+        let keys = crate::redis::keys::Keys::new("p");
+        assert_eq!(keys.retained_record(7), "{p}:ret:7");
+        assert_eq!(keys.retained(), "{p}:retained");
+        assert_eq!(keys.retained_keys(), "{p}:retained:key");
+        assert_eq!(keys.retained_bytes(), "{p}:retained:bytes");
+        assert_eq!(keys.job_history(7), "{p}:jh:7");
+        let prelude = include_str!("lua/prelude.lua");
+        for spelt in [
+            "ret_key('ret:' .. id)",
+            "ret_key('retained')",
+            "ret_key('retained:key')",
+            "ret_key('retained:bytes')",
+            "ret_key('jh:' .. id)",
+            "RET.tag .. ':' .. name",
+        ] {
+            assert!(prelude.contains(spelt), "{spelt}");
+        }
+        let retain = include_str!("lua/retain.lua");
+        assert!(
+            retain.contains("tag .. ':retained:bytes'") && retain.contains("tag .. ':retained'")
+        );
+    }
+
     #[test]
     fn a_records_figures_read_back() {
         let f = figures_of(b"3 0 60000 1733400000000 3 0 1 1 1").unwrap();

@@ -613,27 +613,30 @@ end
 -- size is Retained::bytes(): 128 + tube + key + 24 per kept event + the body kept. A
 -- large body (see LARGE_BODY) is never copied through Lua: its record keeps its size.
 local function retain(T, tube, id, j, code, conn)
-  note(id, code, conn)
   local hk = ret_key('jh:' .. id)
-  local h, events = hist_bound(redis.call('GET', hk) or '0')
+  local h, events = hist_bound((redis.call('GET', hk) or '0') .. ' ' .. RET.ms .. code .. conn)
   redis.call('DEL', hk)
   local len = redis.call('HSTRLEN', T.bodies, id)
   local key = j[KEY]
   if key == '' then key = nil end
   local size = 128 + #tube + (key and #key or 0) + 24 * events
-  local rec = ret_key('ret:' .. id)
   local f = string.format('%d %d %d %d %d %d %d %d %d', j[PRI], delay_ms(j), ttr_ms(j),
     math.floor(j[CREATED] / 1000), j[RESERVES], j[TIMEOUTS], j[RELEASES], j[BURIES], j[KICKS])
-  redis.call('HSET', rec, 't', tube, 'd', RET.ms, 'f', f, 'h', h, 'n', len)
+  local rec = { 't', tube, 'd', RET.ms, 'f', f, 'h', h, 'n', len }
   if key then
-    redis.call('HSET', rec, 'k', key)
+    rec[#rec + 1] = 'k'
+    rec[#rec + 1] = key
     redis.call('HSET', ret_key('retained:key'), tube .. '\n' .. key, id)
   end
   if RET.bodies and len < LARGE_BODY then
-    redis.call('HSET', rec, 'b', redis.call('HGET', T.bodies, id) or '')
+    rec[#rec + 1] = 'b'
+    rec[#rec + 1] = redis.call('HGET', T.bodies, id) or ''
     size = size + len
   end
-  redis.call('HSET', rec, 'z', size)
+  rec[#rec + 1] = 'z'
+  rec[#rec + 1] = size
+  -- One write of the whole hash: Redis sizes it once.
+  redis.call('HSET', ret_key('ret:' .. id), unpack(rec))
   redis.call('ZADD', ret_key('retained'), RET.ms, id20(id))
   redis.call('INCRBY', ret_key('retained:bytes'), size)
   ret_trim()
