@@ -125,8 +125,9 @@ local HIST_HEAD = 8
 local HIST_TAIL = 24
 
 -- A history whose text grows past this is cut to the bounds (decode applies them
--- anyway): most appends stay one APPEND, and the string stays bounded.
-local HIST_BYTES = 1024
+-- anyway): most appends stay one APPEND, and the string stays bounded. Twice what 32
+-- events of 20-digit connections take, so a cut always leaves room for many appends.
+local HIST_BYTES = 2048
 
 -- History `h` cut to the bounds, the events between counted as dropped. -> the text,
 -- the number of events it keeps.
@@ -159,11 +160,12 @@ end
 local RET_EVICT = 100
 
 -- Retained record of member `m` (id20) goes: its hash, its place in the order, its
--- size from the total, and its key's entry unless that names a newer record.
+-- size from the total, and its key's entry unless that names a newer record. -> the
+-- size it had.
 local function ret_evict(m)
   redis.call('ZREM', ret_key('retained'), m)
   local id = id_of(m)
-  if not id then return end
+  if not id then return 0 end
   local rec = ret_key('ret:' .. id)
   local f = redis.call('HMGET', rec, 't', 'k', 'z')
   redis.call('DEL', rec)
@@ -172,26 +174,29 @@ local function ret_evict(m)
     local idx, field = ret_key('retained:key'), f[1] .. '\n' .. f[2]
     if redis.call('HGET', idx, field) == id then redis.call('HDEL', idx, field) end
   end
+  return tonumber(f[3] or '0')
 end
 
 -- Evict records deleted before RET's horizon, then the oldest while over the count
--- or bytes bound; at most RET_EVICT of each. -> how many went by age.
-local function ret_trim()
+-- or bytes bound; at most RET_EVICT of each. `total`: the bytes total when the caller
+-- knows it (read otherwise). -> how many went by age.
+local function ret_trim(total)
   local Z, B = ret_key('retained'), ret_key('retained:bytes')
+  total = total or tonumber(redis.call('GET', B) or '0')
   local horizon = string.format('%d', RET.ms_n - RET.keep)
   local old = redis.call('ZRANGEBYSCORE', Z, '-inf', '(' .. horizon, 'LIMIT', 0, RET_EVICT)
-  for _, m in ipairs(old) do ret_evict(m) end
+  for _, m in ipairs(old) do total = total - ret_evict(m) end
+  local n = redis.call('ZCARD', Z)
   for _ = 1, RET_EVICT do
-    if redis.call('ZCARD', Z) <= RET.jobs and tonumber(redis.call('GET', B) or '0') <= RET.bytes then
-      break
-    end
+    if n <= RET.jobs and total <= RET.bytes then break end
     local head = redis.call('ZRANGE', Z, 0, 0)
     if not head[1] then
       -- Nothing left to count: the total restarts true.
       redis.call('SET', B, 0)
       break
     end
-    ret_evict(head[1])
+    total = total - ret_evict(head[1])
+    n = n - 1
   end
   return #old
 end
@@ -464,11 +469,13 @@ end
 -- else a delay 0 gets the rule's backoff (`spread` drawn by the caller), then placed as
 -- `place` does. -> the delay it got, or nil when it was buried.
 local function release_job(T, G, tube, origin, id, j, pri, delay, rule, spread, now, woken)
-  if RET then note(id, 'l', RET.conn) end
   detach(T, id, j)
   local releases = j[RELEASES]
   j[PRI], j[RELEASES] = pri, releases + 1
+  -- A release a dead letter rule turns into a bury is that bury alone (as the memory
+  -- store records it).
   if dead_letter(T, G, id, j, rule) then return nil end
+  if RET then note(id, 'l', RET.conn) end
   if delay == 0 and rule and rule.base > 0 then delay = backoff_delay(rule, releases, spread) end
   set_times(j, delay, ttr_ms(j))
   place(T, G, tube, origin, id, j, delay, now, woken)
@@ -638,8 +645,7 @@ local function retain(T, tube, id, j, code, conn)
   -- One write of the whole hash: Redis sizes it once.
   redis.call('HSET', ret_key('ret:' .. id), unpack(rec))
   redis.call('ZADD', ret_key('retained'), RET.ms, id20(id))
-  redis.call('INCRBY', ret_key('retained:bytes'), size)
-  ret_trim()
+  ret_trim(redis.call('INCRBY', ret_key('retained:bytes'), size))
 end
 
 -- Delete job `id` (meta `j`) of `tube`: its key freed or its window opened (see
