@@ -1,6 +1,7 @@
 //! The Redis store's tick: what is due (delayed jobs, lapsed reservations, ended
 //! pauses), a tube at a time in bounded calls, then undoing lost reserve attempts, the
-//! sweep of ended dedupe windows and the heartbeat, so none delays a timer.
+//! sweep of ended dedupe windows, the expiry of retained records past their age (while
+//! retention is on, `retained.rs`) and the heartbeat, so none delays a timer.
 //!
 //! The window sweep (`windows.lua`, at most every [`WINDOW_SWEEP_EVERY`], one call of
 //! at most [`SCRIPT_CHUNK`] windows) is what ends a window when no delete comes to end

@@ -5,10 +5,10 @@
 -- bury), ARGV[3] pri, ARGV[4] delay (ms), ARGV[5] tube names joined by '\n' (tube i =
 -- key group i), ARGV[6] the most dedupe windows open at once, ARGV[7] the tubes'
 -- policies (a release's; see `rules_of`), ARGV[8] for each triple in order where in its
--- backoff's jitter a release lands, joined by ' ' ('' when no rule has jitter: 0), ARGV[9]
--- the retention argument (see RET), then triples (id, owner token or '', tube index). A deleted job's key window opens as in
--- delete.lua. A delete-batch is not counted in cmd_delete (an extension verb,
--- docs/EXTENSIONS.md's rule 3).
+-- backoff's jitter a release lands, joined by ' ' ('' when no rule has jitter: 0),
+-- ARGV[9] the retention argument (see RET), then triples (id, owner token or '', tube
+-- index). A deleted job's key window opens as in delete.lua. A delete-batch is not
+-- counted in cmd_delete (an extension verb, docs/EXTENSIONS.md's rule 3).
 -- -> {now, then per triple: 0 missing, 1 done, or (touch) the new deadline}
 local origin, op = ARGV[1], ARGV[2]
 local pri, delay = tonumber(ARGV[3]), tonumber(ARGV[4])

@@ -1,8 +1,9 @@
 -- by_key: a command by key in one tube. ARGV[3] key, ARGV[4] op ('find', 'delete',
 -- 'kick', 'bury', 'retime'), ARGV[5] the caller's owner-token prefix (its own
 -- reservations), ARGV[6] the bury priority or the retime delay (ms), ARGV[7] the most
--- dedupe windows open at once, ARGV[8] the retention argument (see RET) -> {what, id, state}: 'not_found', 'found' (state, or
--- 'DELETED' inside its window), 'done', 'conflict' (state). O(1) in the tube's size.
+-- dedupe windows open at once, ARGV[8] the retention argument (see RET) -> {what, id,
+-- state}: 'not_found', 'found' (state, or 'DELETED' inside its window), 'done',
+-- 'conflict' (state). O(1) in the tube's size.
 local T, tube, origin = tube_keys(0, 1), ARGV[1], ARGV[2]
 local op, n = ARGV[4], tonumber(ARGV[6])
 local now = now_us()

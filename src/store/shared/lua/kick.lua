@@ -1,7 +1,7 @@
 -- kick: ARGV[3] the most jobs to kick in this call (at least 1), ARGV[4] the set to kick
 -- from: 'buried', 'delayed', or '' for buried jobs if any, else delayed ones (a kick
--- that takes several calls names the set its first call chose, so it never mixes them)
--- ARGV[5] the retention argument (see RET)
+-- that takes several calls names the set its first call chose, so it never mixes
+-- them), ARGV[5] the retention argument (see RET)
 -- -> {the number kicked, the set they came from}
 local T, tube, origin = tube_keys(0, 1), ARGV[1], ARGV[2]
 local bound, set = tonumber(ARGV[3]), ARGV[4]

@@ -1,4 +1,5 @@
--- kick-job: ARGV[3] id, ARGV[4] the retention argument (see RET) -> 1 kicked, 0 not found / not buried or delayed
+-- kick-job: ARGV[3] id, ARGV[4] the retention argument (see RET) -> 1 kicked, 0 not
+-- found / not buried or delayed
 local T, tube, origin = tube_keys(0, 1), ARGV[1], ARGV[2]
 local id = ARGV[3]
 local j = get_job(T, id)

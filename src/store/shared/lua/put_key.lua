@@ -1,8 +1,9 @@
 -- put_key: a keyed put (docs/EXTENSIONS.md, Keys). ARGV[3] pri, ARGV[4] delay (ms),
 -- ARGV[5] ttr (ms), ARGV[6] body, ARGV[7] key, ARGV[8] mode ('dedupe' or 'replace'),
--- ARGV[9] window (ms), ARGV[10] the retention argument (see RET) -> {what, id, state}: 'inserted' (state ''), 'existing',
--- 'replaced' (the state after it) or 'conflict', with the key's job's id and state.
--- The lookup, the state check and the write are one script: O(1) in the tube's size.
+-- ARGV[9] window (ms), ARGV[10] the retention argument (see RET) -> {what, id, state}:
+-- 'inserted' (state ''), 'existing', 'replaced' (the state after it) or 'conflict',
+-- with the key's job's id and state. The lookup, the state check and the write are one
+-- script: O(1) in the tube's size.
 local T, tube, origin = tube_keys(0, 1), ARGV[1], ARGV[2]
 local pri, delay, ttr = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local key, window = ARGV[7], tonumber(ARGV[9])

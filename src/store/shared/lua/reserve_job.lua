@@ -1,5 +1,6 @@
--- reserve-job: ARGV[3] id, ARGV[4] owner, ARGV[5] the retention argument (see RET) -> nil or {id, body, deadline, 0, now, waited}
--- (a delayed or buried job never waited as ready: 0)
+-- reserve-job: ARGV[3] id, ARGV[4] owner, ARGV[5] the retention argument (see RET) ->
+-- nil or {id, body, deadline, 0, now, waited} (a delayed or buried job never waited as
+-- ready: 0)
 local T, tube = tube_keys(0, 1), ARGV[1]
 local id = ARGV[3]
 local j = get_job(T, id)
