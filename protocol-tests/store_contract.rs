@@ -1285,7 +1285,7 @@ async fn schedules_shared_early_large_and_damaged() {
 
 /// Retention in shared mode: two instances on one namespace keep one history per job
 /// and one retained set (a job put by one, reserved, released and deleted through the
-/// other is found by both); a job released 80 times keeps 32 events in Redis, the
+/// other is found by both); a dead letter's bury is its holder's; a job released 80 times keeps 32 events in Redis, the
 /// count between them dropped; a record's Redis memory is printed (the docs state it);
 /// and an instance with retention off leaves no key of it in Redis.
 #[tokio::test]
@@ -1334,6 +1334,42 @@ async fn retention_shared_instances_share_one_set() {
             (EventKind::Release, 1),
             (EventKind::Reserve, 2),
             (EventKind::Delete, 2)
+        ]
+    );
+
+    // A release a dead letter rule turns into a bury is that bury, by the holder.
+    use redstalk::store::policy::{DeadLetter, Policies, Policy};
+    let rule = Policy {
+        dead_letter: Some(DeadLetter {
+            reserves: Some(1),
+            timeouts: None,
+        }),
+        backoff: None,
+    };
+    let policies = Policies::default()
+        .with("rs-dead", rule)
+        .expect("a valid rule");
+    b.set_policies(Arc::new(policies));
+    let dead = put(&a, "rs-dead", 1, 0, LONG, "dead").await;
+    assert!(reserve_job(&b, C2, dead).await.is_some());
+    assert!(release(&b, C2, dead, 1, 0).await.is_some());
+    let entry = a
+        .job_entry(dead, now(&a))
+        .await
+        .expect("entry")
+        .expect("lives");
+    let kinds: Vec<(EventKind, u64)> = entry
+        .history
+        .expect("history")
+        .events()
+        .map(|e| (e.kind, e.conn))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            (EventKind::Put, 0),
+            (EventKind::Reserve, 2),
+            (EventKind::DeadLetter, 2)
         ]
     );
 
