@@ -1285,9 +1285,10 @@ async fn schedules_shared_early_large_and_damaged() {
 
 /// Retention in shared mode: two instances on one namespace keep one history per job
 /// and one retained set (a job put by one, reserved, released and deleted through the
-/// other is found by both); a dead letter's bury is its holder's; a job released 80 times keeps 32 events in Redis, the
-/// count between them dropped; a record's Redis memory is printed (the docs state it);
-/// and an instance with retention off leaves no key of it in Redis.
+/// other is found by both); a dead letter's bury is its holder's; a job released 80
+/// times keeps 32 events in Redis, the count between them dropped; a record's Redis
+/// memory is printed (the docs state it); and an instance with retention off leaves no
+/// key of it in Redis.
 #[tokio::test]
 async fn retention_shared_instances_share_one_set() {
     use redstalk::store::retention::{EventKind, RetentionLimits};
