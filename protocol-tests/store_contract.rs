@@ -1289,6 +1289,192 @@ async fn schedules_shared_early_large_and_damaged() {
     schedules_shared_refusals(&redis.url()).await;
 }
 
+/// Retention in shared mode: two instances on one namespace keep one history per job
+/// and one retained set (a job put by one, reserved, released and deleted through the
+/// other is found by both); a dead letter's bury is its holder's; a job released 80
+/// times keeps 32 events in Redis, the count between them dropped; a record's Redis
+/// memory is printed (the docs state it); and an instance with retention off leaves no
+/// key of it in Redis.
+#[tokio::test]
+async fn retention_shared_instances_share_one_set() {
+    use redstalk::store::retention::{EventKind, RetentionLimits};
+    let Some(redis) = start_redis() else { return };
+    let url = redis.url();
+    let (first, prefix) = redis_store_with_prefix(&url, "retention").await;
+    let a = AnyStore::Redis(first);
+    let b = AnyStore::Redis(connect_redis_store(&url, &prefix).await);
+    let on = RetentionLimits {
+        keep_ms: 3_600_000,
+        max_jobs: 1_000,
+        max_bytes: 1 << 20,
+        bodies: false,
+    };
+    a.set_retention(on);
+    b.set_retention(on);
+
+    let id = put(&a, "rs", 1, 0, LONG, "shared").await;
+    assert_eq!(reserve(&b, C1, &["rs"]).await.map(|r| r.id), Some(id));
+    assert!(release(&b, C1, id, 1, 0).await.is_some());
+    assert!(reserve_job(&b, C2, id).await.is_some());
+    let live = a
+        .job_entry(id, now(&a))
+        .await
+        .expect("entry")
+        .expect("lives");
+    assert_eq!(
+        live.history.map(|h| h.len()),
+        Some(4),
+        "b's events, seen by a"
+    );
+    assert!(delete(&b, C2, id).await);
+    let r = a
+        .retained(id, now(&a))
+        .await
+        .expect("retained")
+        .expect("b's delete, retained for a");
+    let kinds: Vec<(EventKind, u64)> = r.history.events().map(|e| (e.kind, e.conn)).collect();
+    assert_eq!(
+        kinds,
+        [
+            (EventKind::Put, 0),
+            (EventKind::Reserve, 1),
+            (EventKind::Release, 1),
+            (EventKind::Reserve, 2),
+            (EventKind::Delete, 2)
+        ]
+    );
+
+    // A release a dead letter rule turns into a bury is that bury, by the holder.
+    use redstalk::store::policy::{DeadLetter, Policies, Policy};
+    let rule = Policy {
+        dead_letter: Some(DeadLetter {
+            reserves: Some(1),
+            timeouts: None,
+        }),
+        backoff: None,
+    };
+    let policies = Policies::default()
+        .with("rs-dead", rule)
+        .expect("a valid rule");
+    b.set_policies(Arc::new(policies));
+    let dead = put(&a, "rs-dead", 1, 0, LONG, "dead").await;
+    assert!(reserve_job(&b, C2, dead).await.is_some());
+    assert!(release(&b, C2, dead, 1, 0).await.is_some());
+    let entry = a
+        .job_entry(dead, now(&a))
+        .await
+        .expect("entry")
+        .expect("lives");
+    let kinds: Vec<(EventKind, u64)> = entry
+        .history
+        .expect("history")
+        .events()
+        .map(|e| (e.kind, e.conn))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            (EventKind::Put, 0),
+            (EventKind::Reserve, 2),
+            (EventKind::DeadLetter, 2)
+        ]
+    );
+
+    // A long history stays bounded in Redis, and reads back with its dropped count.
+    let busy = put(&a, "rs", 1, 0, LONG, "busy").await;
+    for _ in 0..80 {
+        assert!(reserve_job(&a, C1, busy).await.is_some());
+        assert!(release(&a, C1, busy, 1, 0).await.is_some());
+    }
+    let client = redis::Client::open(url.as_str()).expect("redis url");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect to redis");
+    let stored: String = redis::cmd("GET")
+        .arg(format!("{{{prefix}}}:jh:{busy}"))
+        .query_async(&mut conn)
+        .await
+        .expect("GET history");
+    assert!(stored.len() <= 2_100, "{} bytes: {stored}", stored.len());
+    assert!(
+        stored.split(' ').count() < 161,
+        "cut to its bounds once: {stored}"
+    );
+    assert!(delete(&a, C1, busy).await);
+    let r = b
+        .retained(busy, now(&b))
+        .await
+        .expect("retained")
+        .expect("kept");
+    assert_eq!(r.history.len(), 32);
+    assert_eq!(
+        r.history.dropped(),
+        162 - 32,
+        "put, 80 x (reserve, release), delete"
+    );
+    assert_eq!(
+        r.history.events().last().map(|e| e.kind),
+        Some(EventKind::Delete)
+    );
+
+    // A record's own hash (MEMORY USAGE): a typical one (put, reserve, delete), and one
+    // whose history passes Redis' hash-max-listpack-value (64 bytes), which Redis keeps
+    // as a hash table rather than a listpack.
+    let typical = put(&a, "rs", 1, 0, LONG, "x").await;
+    assert!(reserve_job(&a, C1, typical).await.is_some());
+    assert!(delete(&a, C1, typical).await);
+    for (what, record) in [("3 events", typical), ("5 events", id)] {
+        let bytes: u64 = redis::cmd("MEMORY")
+            .arg("USAGE")
+            .arg(format!("{{{prefix}}}:ret:{record}"))
+            .query_async(&mut conn)
+            .await
+            .expect("MEMORY USAGE");
+        println!("MEMORY USAGE of a retained record without body ({what}): {bytes} bytes");
+        assert!(bytes < 1_024, "{bytes}");
+    }
+    let used = |conn: &mut redis::aio::MultiplexedConnection| {
+        let mut conn = conn.clone();
+        async move {
+            let info: String = redis::cmd("INFO")
+                .arg("memory")
+                .query_async(&mut conn)
+                .await
+                .expect("INFO memory");
+            info.lines()
+                .find_map(|l| l.strip_prefix("used_memory:"))
+                .and_then(|n| n.trim().parse::<i64>().ok())
+                .expect("used_memory")
+        }
+    };
+    let before = used(&mut conn).await;
+    for _ in 0..500 {
+        let id = put(&a, "rs-mem", 1, 0, LONG, "x").await;
+        assert!(delete(&a, C1, id).await);
+    }
+    let per = (used(&mut conn).await - before) / 500;
+    println!(
+        "Redis memory per retained record without body (2 events; its hash, its place in \
+         the order, the byte total): ~{per} bytes"
+    );
+
+    // Off: nothing of retention is written.
+    let (off, off_prefix) = redis_store_with_prefix(&url, "retention-off").await;
+    let off = AnyStore::Redis(off);
+    let id = put(&off, "ro", 1, 0, LONG, "x").await;
+    assert!(reserve_job(&off, C1, id).await.is_some());
+    assert!(delete(&off, C1, id).await);
+    for pattern in [":jh:*", ":ret*"] {
+        let found: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{{{off_prefix}}}{pattern}"))
+            .query_async(&mut conn)
+            .await
+            .expect("KEYS");
+        assert!(found.is_empty(), "{found:?}");
+    }
+}
+
 // ---------------------------------------------------------------------------------
 // Part 2: the randomized differential, memory vs redis
 // ---------------------------------------------------------------------------------

@@ -392,6 +392,11 @@ impl Keys {
         format!("{}:retained:key", self.tag)
     }
 
+    /// The retained records' accounted size in all (`Retained::bytes`), a counter.
+    pub fn retained_bytes(&self) -> String {
+        format!("{}:retained:bytes", self.tag)
+    }
+
     /// A live job's history while retention is on: a string in `History::encode`'s
     /// form, appended to by the scripts.
     pub fn job_history(&self, id: u64) -> String {

@@ -9,7 +9,7 @@
 //!
 //! the zset [`Keys::retained`] (score: delete time in ms, member: the id zero-padded to
 //! 20 digits), the hash [`Keys::retained_keys`] (`"<tube>\n<key>"` → the newest id) and
-//! the string [`bytes_key`] (the sum of the records' `z`). Shared mode's scripts write
+//! the string [`Keys::retained_bytes`] (the sum of the records' `z`). Shared mode's scripts write
 //! this form (`RET` in store/shared/lua/prelude.lua), leader mode's batches write it
 //! (`persist/redis/retained.rs`), and one reader reads both.
 //!
@@ -18,19 +18,14 @@
 //! [`Keys::retained_record`]: super::keys::Keys::retained_record
 //! [`Keys::retained`]: super::keys::Keys::retained
 //! [`Keys::retained_keys`]: super::keys::Keys::retained_keys
+//! [`Keys::retained_bytes`]: super::keys::Keys::retained_bytes
 
 use bytes::Bytes;
 
-use super::keys::Keys;
 use crate::protocol::TubeName;
 use crate::store::JobId;
 use crate::store::keys::Key;
 use crate::store::retention::{History, HistoryError, Retained, RetainedFigures};
-
-/// The string holding the records' summed accounted size (the shared mode's bound).
-pub fn bytes_key(keys: &Keys) -> String {
-    format!("{}:bytes", keys.retained())
-}
 
 /// The field of [`Keys::retained_keys`](super::keys::Keys::retained_keys) for `key` of
 /// `tube`.

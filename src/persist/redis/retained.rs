@@ -22,7 +22,7 @@ use super::call::{Args, Batch};
 use crate::protocol::TubeName;
 use crate::redis::RedisConn;
 use crate::redis::keys::Keys;
-use crate::redis::retained::{bytes_key, key_field, member_id, record_fields, record_of};
+use crate::redis::retained::{key_field, member_id, record_fields, record_of};
 use crate::store::keys::Key;
 use crate::store::memory::Cut;
 use crate::store::retention::Retained;
@@ -107,7 +107,7 @@ pub(super) fn retained_commands(b: &mut Batch, keys: &Keys, cut: &Cut, index: &m
     b.cmd("HSET", &keys.retained_keys(), &entries, 2);
     fields.clear();
     fields.num(cut.retained_bytes);
-    b.cmd("SET", &bytes_key(keys), &fields, 1);
+    b.cmd("SET", &keys.retained_bytes(), &fields, 1);
 }
 
 fn err(op: &'static str) -> impl Fn(redis::RedisError) -> StoreError {
@@ -316,7 +316,7 @@ mod tests {
             .unwrap();
         assert_eq!(named, Some(j3), "the key's entry went with an older record");
         let bytes: u64 = redis::cmd("GET")
-            .arg(bytes_key(&keys))
+            .arg(keys.retained_bytes())
             .query_async(&mut c)
             .await
             .unwrap();

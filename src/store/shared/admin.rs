@@ -222,7 +222,12 @@ impl RedisStore {
         let Some((tube, call)) = self.job_call(|s| &s.job_entry, id).await? else {
             return Ok(None);
         };
-        Ok(call.run().await?.map(|e| self.entry_of(e, tube)))
+        let Some(reply) = call.run().await? else {
+            return Ok(None);
+        };
+        let mut entry = self.entry_of(reply, tube);
+        entry.history = self.live_history(id).await?;
+        Ok(Some(entry))
     }
 
     pub(super) async fn admin_edit(&self, id: JobId, edit: &Edit) -> StoreResult<Edited> {
@@ -247,7 +252,8 @@ impl RedisStore {
             .arg(id)
             .arg(op)
             .arg(value)
-            .arg(allowed);
+            .arg(allowed)
+            .arg(self.ret_arg0());
         Ok(match call.run().await? {
             EditReply::NotFound => Edited::NotFound,
             EditReply::Conflict(state) => Edited::Conflict(state),

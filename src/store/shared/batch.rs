@@ -203,7 +203,7 @@ impl RedisStore {
                 names.join("\n"),
                 self.windows_max(),
             ));
-            call.arg((rules, spreads));
+            call.arg((rules, spreads)).arg(self.ret_arg(conn));
             for ((id, target), at) in ids.iter().zip(&targets).zip(&at) {
                 if let (Some((_, owner)), Some(at)) = (target, at) {
                     call.arg((*id, *owner, *at));
@@ -313,6 +313,7 @@ impl RedisStore {
             .run
             .on_tube(|s| &s.flush, &[], tube.as_str())
             .arg((names.join(","), max, upto))
+            .arg(self.ret_arg0())
             .run()
             .await?;
         // A flushed reservation of this instance's is no longer held: its holder

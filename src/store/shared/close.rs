@@ -129,6 +129,7 @@ impl RedisStore {
         call.arg(self.run.origin())
             .arg(names.join("\n"))
             .arg(rules)
+            .arg(self.ret_arg0())
             .arg(jobs.len());
         for (id, h) in jobs {
             call.arg((*id, &h.owner, groups.at(&h.tube)));

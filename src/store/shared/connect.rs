@@ -95,6 +95,8 @@ impl RedisStore {
             eviction: EvictionChecks::default(),
             windows_max: crate::store::KeyLimits::WINDOWS_MAX.into(),
             policies: Mutex::default(),
+            retention: Mutex::default(),
+            retention_on: false.into(),
         };
         store.heartbeat(now).await?;
         Ok(store)

@@ -122,7 +122,8 @@ impl RedisStore {
             .arg(&job.body[..])
             .arg(key.key.as_str())
             .arg(mode)
-            .arg(key.window.as_millis());
+            .arg(key.window.as_millis())
+            .arg(self.ret_arg0());
         let reply = call.run().await?;
         reply
             .put()
@@ -151,7 +152,8 @@ impl RedisStore {
             .arg(name)
             .arg(mine)
             .arg(n)
-            .arg(self.windows_max());
+            .arg(self.windows_max())
+            .arg(self.ret_arg(conn));
         let outcome = call
             .run()
             .await?

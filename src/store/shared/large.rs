@@ -74,7 +74,9 @@ impl RedisStore {
         if *call.generation() != generation {
             return Err(StoreError::NamespaceLost { op: "put" });
         }
-        call.arg((job.pri, job.delay_ms, job.ttr_ms, "", id));
+        call.arg((job.pri, job.delay_ms, job.ttr_ms, ""))
+            .arg(self.ret_arg0())
+            .arg(id);
         let made = call.run().await;
         if let Err(StoreError::NotApplied { .. }) = &made {
             let mut undo = redis::cmd("HDEL");

@@ -30,6 +30,8 @@
 //!   skips, and the cursors' hash.
 //! - `policy_args`: the tubes' dead letter and backoff rules as the scripts take them
 //!   where a reservation ends (release, a list release, a lapsed TTR, a close).
+//! - `retained`: retention's argument to the scripts, and the reads of the retained
+//!   set they keep (records of deleted jobs; store/retention.rs).
 //! - `reclaim`: owner tokens of reserve attempts, and undoing those whose answer was lost.
 //! - `refs`: this instance's tube references and the task that keeps them in Redis.
 //! - `ticks`: the timer's tick: due work a tube at a time, damaged tubes set aside,
@@ -61,6 +63,7 @@ mod namespace;
 mod policy_args;
 mod reclaim;
 mod refs;
+mod retained;
 mod schedules;
 mod scripts;
 mod shake;
@@ -108,6 +111,10 @@ pub struct RedisStore {
     /// The tubes' dead letter and backoff rules, handed to the scripts where a
     /// reservation ends (set by the engine; the lock is held only to clone the `Arc`).
     policies: Mutex<std::sync::Arc<crate::store::Policies>>,
+    /// What to retain of deleted jobs (`--retain*`, set by the engine), handed to the
+    /// scripts (retained.rs); `retention_on` lets the hot paths skip the lock.
+    retention: Mutex<crate::store::retention::RetentionLimits>,
+    retention_on: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for RedisStore {

@@ -170,6 +170,7 @@ impl RedisStore {
                 .run
                 .on_tube(|s| &s.reclaim, &[], tube.as_str())
                 .arg((&owners, &cursor, SCRIPT_CHUNK))
+                .arg(self.ret_arg0())
                 .run()
                 .await?;
             any |= step.returned > 0;

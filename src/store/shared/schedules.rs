@@ -91,7 +91,8 @@ impl RedisStore {
             .arg(window)
             .arg(tick.schedule.as_str())
             .arg(tick.tick_ms)
-            .arg(tick.skipped);
+            .arg(tick.skipped)
+            .arg(self.ret_arg0());
         match call.run().await? {
             TickReply::Made(id) => Ok(Fired::Made(id)),
             TickReply::Deduped(id, state) => Ok(Fired::Deduped(id, state)),

@@ -29,6 +29,7 @@ use super::decode::{
 };
 use super::keys::KeyReply;
 use super::namespace::Namespace;
+use super::retained::Upkeep;
 use super::schedules::TickReply;
 use super::shake::{fields_read, prelude_for};
 use crate::redis::keys::{Keys, NsKey, TubeKey, lua_key_layout};
@@ -194,6 +195,7 @@ scripts! {
     windows: u64,
     fire: TickReply,
     skip: TickReply,
+    retain: Upkeep,
 }
 
 /// Runs scripts on the shared connection: the one place a call's KEYS are laid out.

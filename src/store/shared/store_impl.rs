@@ -84,6 +84,7 @@ impl RedisStore {
         if let Some(max) = max {
             call.arg(max);
         }
+        call.arg(self.ret_arg(conn));
         for t in watched {
             call.arg(t.as_str());
         }
@@ -112,6 +113,7 @@ impl Store for RedisStore {
         self.run
             .on_tube(|s| &s.put, &[], job.tube.as_str())
             .arg((job.pri, job.delay_ms, job.ttr_ms, &job.body[..]))
+            .arg(self.ret_arg0())
             .run()
             .await
     }
@@ -161,11 +163,16 @@ impl Store for RedisStore {
             return Ok(None);
         };
         let owner = self.attempts.owner(conn);
-        let reservation = call.arg(&owner).run().await.inspect_err(|err| {
-            self.attempts
-                .failed(std::slice::from_ref(&tube), &owner, err);
-            report_damage(err);
-        })?;
+        let reservation = call
+            .arg(&owner)
+            .arg(self.ret_arg(conn))
+            .run()
+            .await
+            .inspect_err(|err| {
+                self.attempts
+                    .failed(std::slice::from_ref(&tube), &owner, err);
+                report_damage(err);
+            })?;
         let Some(mut r) = reservation else {
             return Ok(None);
         };
@@ -196,9 +203,9 @@ impl Store for RedisStore {
         // connection holds needs no index lookup.
         let max = self.windows_max();
         let deleted = match self.held_call(|s| &s.delete, conn, id) {
-            Some((_, mut call)) => call.arg(max).run().await?,
+            Some((_, mut call)) => call.arg(max).arg(self.ret_arg(conn)).run().await?,
             None => match self.job_call(|s| &s.delete, id).await? {
-                Some((_, mut call)) => call.arg("").arg(max).run().await?,
+                Some((_, mut call)) => call.arg("").arg(max).arg(self.ret_arg(conn)).run().await?,
                 None => false,
             },
         };
@@ -226,6 +233,7 @@ impl Store for RedisStore {
             .arg((pri, delay_ms))
             .arg(policy_args::rule(&policies, tube))
             .arg(policy_args::spread(&policies, tube).to_string())
+            .arg(self.ret_arg(conn))
             .run()
             .await?;
         self.held.unhold(conn, id);
@@ -238,7 +246,7 @@ impl Store for RedisStore {
         let Some((_, mut call)) = self.held_call(|s| &s.bury, conn, id) else {
             return Ok(false);
         };
-        let buried = call.arg(pri).run().await?;
+        let buried = call.arg(pri).arg(self.ret_arg(conn)).run().await?;
         self.held.unhold(conn, id);
         Ok(buried)
     }
@@ -267,6 +275,7 @@ impl Store for RedisStore {
                 .run
                 .on_tube(|s| &s.kick, &[], tube.as_str())
                 .arg((chunk, from.map_or("", KickSet::name)))
+                .arg(self.ret_arg0())
                 .run()
                 .await
             {
@@ -288,10 +297,10 @@ impl Store for RedisStore {
     }
 
     async fn kick_job(&self, id: JobId, _now: Nanos) -> StoreResult<Option<TubeName>> {
-        let Some((tube, call)) = self.job_call(|s| &s.kick_job, id).await? else {
+        let Some((tube, mut call)) = self.job_call(|s| &s.kick_job, id).await? else {
             return Ok(None);
         };
-        Ok(call.run().await?.then_some(tube))
+        Ok(call.arg(self.ret_arg0()).run().await?.then_some(tube))
     }
 
     async fn peek(&self, id: JobId) -> StoreResult<Option<(JobId, Bytes)>> {
@@ -579,27 +588,28 @@ impl Store for RedisStore {
     }
 
     fn set_retention(&self, limits: RetentionLimits) {
-        let _ = limits;
+        self.set_retention_limits(limits);
     }
+
     async fn retained(&self, id: JobId, now: Nanos) -> StoreResult<Option<Retained>> {
-        let _ = (id, now);
-        Ok(None)
+        self.retained_in(id, now).await
     }
+
     async fn retained_by_key(
         &self,
         tube: &TubeName,
         key: &Key,
         now: Nanos,
     ) -> StoreResult<Option<Retained>> {
-        let _ = (tube, key, now);
-        Ok(None)
+        self.retained_by_key_in(tube, key, now).await
     }
+
     async fn list_retained(&self, query: &RetainedQuery, now: Nanos) -> StoreResult<Vec<Retained>> {
-        let _ = (query, now);
-        Ok(Vec::new())
+        self.list_retained_in(query, now).await
     }
+
     async fn retention_figures(&self) -> StoreResult<RetentionFigures> {
-        Ok(RetentionFigures::default())
+        self.retention_figures_in().await
     }
 
     fn name(&self) -> &'static str {

@@ -1,6 +1,7 @@
 //! The Redis store's tick: what is due (delayed jobs, lapsed reservations, ended
 //! pauses), a tube at a time in bounded calls, then undoing lost reserve attempts, the
-//! sweep of ended dedupe windows and the heartbeat, so none delays a timer.
+//! sweep of ended dedupe windows, the expiry of retained records past their age (while
+//! retention is on, `retained.rs`) and the heartbeat, so none delays a timer.
 //!
 //! The window sweep (`windows.lua`, at most every [`WINDOW_SWEEP_EVERY`], one call of
 //! at most [`SCRIPT_CHUNK`] windows) is what ends a window when no delete comes to end
@@ -69,6 +70,9 @@ impl RedisStore {
         if let Err(err) = self.sweep_windows(now).await {
             tracing::debug!(%err, "sweeping ended dedupe windows failed; the next tick retries");
         }
+        if let Err(err) = self.expire_retained().await {
+            tracing::debug!(%err, "expiring retained records failed; the next tick retries");
+        }
         // The heartbeat may have found the namespace gone (an instance with nothing to
         // do notices within a heartbeat).
         self.start_fresh_if_lost().await?;
@@ -94,6 +98,7 @@ impl RedisStore {
                 .on_tube(|s| &s.tick, &[], tube.as_str())
                 .arg(SCRIPT_CHUNK)
                 .arg(&rule)
+                .arg(self.ret_arg0())
                 .run()
                 .await?;
             if step.damaged > 0 {

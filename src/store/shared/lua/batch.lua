@@ -5,10 +5,10 @@
 -- bury), ARGV[3] pri, ARGV[4] delay (ms), ARGV[5] tube names joined by '\n' (tube i =
 -- key group i), ARGV[6] the most dedupe windows open at once, ARGV[7] the tubes'
 -- policies (a release's; see `rules_of`), ARGV[8] for each triple in order where in its
--- backoff's jitter a release lands, joined by ' ' ('' when no rule has jitter: 0), then
--- triples (id, owner token or '', tube index). A deleted job's key window opens as in
--- delete.lua. A delete-batch is not counted in cmd_delete (an extension verb,
--- docs/EXTENSIONS.md's rule 3).
+-- backoff's jitter a release lands, joined by ' ' ('' when no rule has jitter: 0),
+-- ARGV[9] the retention argument (see RET), then triples (id, owner token or '', tube
+-- index). A deleted job's key window opens as in delete.lua. A delete-batch is not
+-- counted in cmd_delete (an extension verb, docs/EXTENSIONS.md's rule 3).
 -- -> {now, then per triple: 0 missing, 1 done, or (touch) the new deadline}
 local origin, op = ARGV[1], ARGV[2]
 local pri, delay = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -19,8 +19,9 @@ local rules = op == 'release' and rules_of(ARGV[7])
 local spreads = {}
 for x in string.gmatch(ARGV[8], '%S+') do spreads[#spreads + 1] = tonumber(x) end
 local now = now_us()
+RET = ret_of(ARGV[9], now)
 local out, woken, gone = { now }, {}, {}
-for a = 9, #ARGV, 3 do
+for a = 10, #ARGV, 3 do
   local id, owner, i = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
   local T, name = tube_keys(0, i), names[i]
   local j = get_job(T, id)
@@ -42,11 +43,12 @@ for a = 9, #ARGV, 3 do
     j[PRI], j[BURIES] = pri, j[BURIES] + 1
     attach(T, G, id, j, 'buried')
     put_job(T, id, j)
+    if RET then note(id, 'b', RET.conn) end
     r = 1
   elseif mine and op == 'release' then
     local rule = rules and rules[i]
     local placed = release_job(T, G, name, origin, id, j, pri, delay, rule,
-      spreads[(a - 6) / 3] or 0, now, woken[i])
+      spreads[(a - 7) / 3] or 0, now, woken[i])
     if placed == 0 then woken[i] = true end
     r = 1
   end

@@ -1,4 +1,5 @@
--- bury: ARGV[3] id, ARGV[4] owner, ARGV[5] pri -> 1 or 0
+-- bury: ARGV[3] id, ARGV[4] owner, ARGV[5] pri, ARGV[6] the retention argument (see
+-- RET) -> 1 or 0
 local T = tube_keys(0, 1)
 local id = ARGV[3]
 local j = get_job(T, id)
@@ -7,4 +8,6 @@ detach(T, id, j)
 j[PRI], j[BURIES] = tonumber(ARGV[5]), j[BURIES] + 1
 attach(T, G, id, j, 'buried')
 put_job(T, id, j)
+RET = ret_of(ARGV[6])
+if RET then note(id, 'b', RET.conn) end
 return 1

@@ -2,13 +2,15 @@
 -- KEYS: the job's tube, then (a move) the tube it goes to. ARGV[1] the wake-up origin,
 -- ARGV[2] the job's tube, ARGV[3] id, ARGV[4] the change (move, pri, delay, bury),
 -- ARGV[5] its value (the tube, the priority, the delay in s), ARGV[6] the states that
--- take it (",ready,delayed," -- the caller's one definition).
+-- take it (",ready,delayed," -- the caller's one definition), ARGV[7] the retention
+-- argument (see RET).
 -- -> {'not_found'} | {'conflict', state} | {'done', ready (1: ready now), entry}
 local T, origin, tube, id, op, v = tube_keys(0, 1), ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local j = get_job(T, id)
 if not j then return { 'not_found' } end
 if not string.find(ARGV[6], ',' .. j[STATE] .. ',', 1, true) then return { 'conflict', j[STATE] } end
 local now = now_us()
+RET = ret_of(ARGV[7], now)
 if op == 'pri' then
   -- A ready job takes its new place (its ready time kept); the others' place does not
   -- depend on it.
@@ -65,6 +67,7 @@ elseif op == 'move' and v ~= tube then
   maybe_gc(T, G, tube)
   T, tube = D, v
 end
+if RET then note(id, 'e', '0') end
 local ready = 0
 if j[STATE] == 'ready' then
   ready = 1

@@ -1,7 +1,8 @@
 -- fire: one tick of a schedule (store/schedule.rs; docs/REDIS.md, Schedules). Own key 1:
 -- the cursor hash. ARGV[3] pri, ARGV[4] delay (ms), ARGV[5] ttr (ms), ARGV[6] body,
 -- ARGV[7] key ('' for none), ARGV[8] its window (ms), ARGV[9] the schedule's name,
--- ARGV[10] the tick (ms), ARGV[11] ticks skipped before it -> {'made', id},
+-- ARGV[10] the tick (ms), ARGV[11] ticks skipped before it, ARGV[12] the retention
+-- argument (see RET) -> {'made', id},
 -- {'deduped', id, state}, {'stale', last tick}, {'early'}, or {'bad', cursor text}.
 -- The cursor check, the put and the cursor's advance are one script, so instances
 -- firing the same tick at once are run one after the other by Redis: the first makes
@@ -14,6 +15,7 @@ local c, raw = cursor_get(C, name)
 if not c then return { 'bad', raw } end
 if not dec_gt(tick, c[1]) then return { 'stale', c[1] } end
 local now = now_us()
+RET = ret_of(ARGV[12], now)
 -- One clock for every instance: a tick is due by Redis' time, 1 s of skew allowed.
 if tonumber(tick) > math.floor(now / 1000) + 1000 then return { 'early' } end
 local pri, delay, ttr = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])

@@ -5,13 +5,15 @@
 -- id the flush takes ('' on its first step: the highest id made so far). A tube that
 -- does not exist is not made. Members put after the flush began are skipped (each step
 -- looks at them again: a step costs what it deletes plus those). A flushed job did not
--- run: its key is freed at once, with no window.
+-- run: its key is freed at once, with no window. ARGV[6] the retention argument (see
+-- RET): each job's record is retained, its last event a flush.
 -- -> {deleted, the highest id taken, the reserved ids deleted}
 local T, tube = tube_keys(0, 1), ARGV[1]
 local max = tonumber(ARGV[4])
 local upto = tonumber(ARGV[5] ~= '' and ARGV[5] or (redis.call('GET', G.ids) or '0'))
 local deleted, held = 0, {}
 local keyed = redis.call('EXISTS', T.keys) == 1
+RET = ret_of(ARGV[6])
 for state in string.gmatch(ARGV[3], '[^,]+') do
   local set = T[STATE_SET[state]]
   local from = 0
@@ -21,9 +23,10 @@ for state in string.gmatch(ARGV[3], '[^,]+') do
     for _, m in ipairs(members) do
       local id = id_of(m)
       if deleted < max and id and tonumber(id) <= upto then
-        if keyed then
+        if keyed or RET then
           local j = get_job(T, id)
-          if j then end_key(T, G, tube, id, j, 0, false, 0) end
+          if j and RET then retain(T, tube, id, j, 'f', '0') end
+          if j and keyed then end_key(T, G, tube, id, j, 0, false, 0) end
         end
         redis.call('ZREM', set, m)
         redis.call('HDEL', T.jobs, id)

@@ -85,6 +85,122 @@ local function id_of(member)
   return string.match(member, '[1-9]%d*$')
 end
 
+-- Retention (store/retention.rs; docs/plans/retention.md), on only when the call's
+-- retention argument says so: "<conn> <keep_ms> <max_jobs> <max_bytes> <bodies 0|1>"
+-- ('' when off: then no script below issues a command more). A script sets RET from
+-- it before any transition (`ret_of`); every event is then appended to the job's
+-- history, the string key {P}:jh:<id> in History::encode's form ("<dropped> <at_ms>
+-- <code><conn> ..."), and a delete moves the job's record to the retained set:
+-- {P}:ret:<id> (hash: t tube, k key, d deleted_ms, f figures, h history, n body
+-- length, b body when kept, z its accounted size), {P}:retained (zset deleted_ms ->
+-- id20, so ties list in id order), {P}:retained:key (hash "<tube>\n<key>" -> the
+-- newest id) and {P}:retained:bytes (the sum of z). Their names are spelt from the
+-- namespace's tag (keys.rs' Keys::retained* spell the same), so they share its slot.
+local RET = false
+
+-- The retention argument `s` at `now` (us; read from Redis when nil). -> false when
+-- off, else {tag, conn, keep, jobs, bytes, bodies, ms (string), ms_n}.
+local function ret_of(s, now)
+  if s == '' or s == '-' then return false end
+  local conn, keep, jobs, bytes, bodies = string.match(s, '^(%d+) (%d+) (%d+) (%d+) ([01])$')
+  if not conn then return false end
+  local ms = math.floor((now or now_us()) / 1000)
+  return { tag = string.match(KEYS[1], '^%b{}'), conn = conn, keep = tonumber(keep),
+    jobs = tonumber(jobs), bytes = tonumber(bytes), bodies = bodies == '1',
+    ms = string.format('%d', ms), ms_n = ms }
+end
+
+-- The connection in owner token `owner` ("<instance>:<conn>:<n>", reclaim.rs), '0'
+-- when there is none.
+local function conn_of(owner)
+  return string.match(owner or '', ':(%d+):%d+$') or '0'
+end
+
+local function ret_key(name)
+  return RET.tag .. ':' .. name
+end
+
+-- History::encode's bounds: the first HIST_HEAD events and the latest HIST_TAIL.
+local HIST_HEAD = 8
+local HIST_TAIL = 24
+
+-- A history whose text grows past this is cut to the bounds (decode applies them
+-- anyway): most appends stay one APPEND, and the string stays bounded. Twice what 32
+-- events of 20-digit connections take, so a cut always leaves room for many appends.
+local HIST_BYTES = 2048
+
+-- History `h` cut to the bounds, the events between counted as dropped. -> the text,
+-- the number of events it keeps.
+local function hist_bound(h)
+  local words = {}
+  for w in string.gmatch(h, '%S+') do words[#words + 1] = w end
+  local n = #words - 1
+  if n <= HIST_HEAD + HIST_TAIL then return h, math.max(n, 0) end
+  local kept = { string.format('%d', tonumber(words[1]) + n - HIST_HEAD - HIST_TAIL) }
+  for i = 2, HIST_HEAD + 1 do kept[#kept + 1] = words[i] end
+  for i = #words - HIST_TAIL + 1, #words do kept[#kept + 1] = words[i] end
+  return table.concat(kept, ' '), HIST_HEAD + HIST_TAIL
+end
+
+-- Append event `code` by connection `conn` (a decimal string) to job `id`'s history.
+-- A job put while retention was off has none yet: its history starts here.
+local function note(id, code, conn)
+  local k = ret_key('jh:' .. id)
+  local ev = ' ' .. RET.ms .. code .. conn
+  local n = redis.call('APPEND', k, ev)
+  if n == #ev then
+    redis.call('SET', k, '0' .. ev)
+  elseif n > HIST_BYTES then
+    redis.call('SET', k, (hist_bound(redis.call('GET', k))))
+  end
+end
+
+-- The most records one call evicts (by age, then by count or bytes): a call's work
+-- stays bounded; the tick's `retain` call and the next delete take the rest.
+local RET_EVICT = 100
+
+-- Retained record of member `m` (id20) goes: its hash, its place in the order, its
+-- size from the total, and its key's entry unless that names a newer record. -> the
+-- size it had.
+local function ret_evict(m)
+  redis.call('ZREM', ret_key('retained'), m)
+  local id = id_of(m)
+  if not id then return 0 end
+  local rec = ret_key('ret:' .. id)
+  local f = redis.call('HMGET', rec, 't', 'k', 'z')
+  redis.call('DEL', rec)
+  if f[3] then redis.call('DECRBY', ret_key('retained:bytes'), f[3]) end
+  if f[1] and f[2] then
+    local idx, field = ret_key('retained:key'), f[1] .. '\n' .. f[2]
+    if redis.call('HGET', idx, field) == id then redis.call('HDEL', idx, field) end
+  end
+  return tonumber(f[3] or '0')
+end
+
+-- Evict records deleted before RET's horizon, then the oldest while over the count
+-- or bytes bound; at most RET_EVICT of each. `total`: the bytes total when the caller
+-- knows it (read otherwise). -> how many went by age.
+local function ret_trim(total)
+  local Z, B = ret_key('retained'), ret_key('retained:bytes')
+  total = total or tonumber(redis.call('GET', B) or '0')
+  local horizon = string.format('%d', RET.ms_n - RET.keep)
+  local old = redis.call('ZRANGEBYSCORE', Z, '-inf', '(' .. horizon, 'LIMIT', 0, RET_EVICT)
+  for _, m in ipairs(old) do total = total - ret_evict(m) end
+  local n = redis.call('ZCARD', Z)
+  for _ = 1, RET_EVICT do
+    if n <= RET.jobs and total <= RET.bytes then break end
+    local head = redis.call('ZRANGE', Z, 0, 0)
+    if not head[1] then
+      -- Nothing left to count: the total restarts true.
+      redis.call('SET', B, 0)
+      break
+    end
+    total = total - ret_evict(head[1])
+    n = n - 1
+  end
+  return #old
+end
+
 -- Job meta, a msgpack array (leader mode reads and writes the same: src/redis/meta.rs).
 -- READY is when the job last became ready (us), so a reserve can report how long it
 -- waited; jobs written before it existed lack it (nil).
@@ -294,6 +410,8 @@ local function dead_letter(T, G, id, j, rule)
   else
     return false
   end
+  -- The reservation that ended is the one its owner token (still in `j`) names.
+  if RET then note(id, 'x', conn_of(j[OWNER])) end
   j[BURIES] = j[BURIES] + 1
   attach(T, G, id, j, 'buried')
   -- Every field before DEAD, as set_times and a keyed put fill them.
@@ -354,7 +472,10 @@ local function release_job(T, G, tube, origin, id, j, pri, delay, rule, spread, 
   detach(T, id, j)
   local releases = j[RELEASES]
   j[PRI], j[RELEASES] = pri, releases + 1
+  -- A release a dead letter rule turns into a bury is that bury alone (as the memory
+  -- store records it).
   if dead_letter(T, G, id, j, rule) then return nil end
+  if RET then note(id, 'l', RET.conn) end
   if delay == 0 and rule and rule.base > 0 then delay = backoff_delay(rule, releases, spread) end
   set_times(j, delay, ttr_ms(j))
   place(T, G, tube, origin, id, j, delay, now, woken)
@@ -409,6 +530,7 @@ local function put_new(T, G, tube, origin, id, body, pri, delay, ttr, now, key, 
   redis.call('HSET', G.index, id, tube)
   redis.call('HINCRBY', G.stats, 'total_jobs', '1')
   if key then redis.call('HSET', T.keys, key, id) end
+  if RET then redis.call('SET', ret_key('jh:' .. id), '0 ' .. RET.ms .. 'p0') end
   place(T, G, tube, origin, id, j, delay, now)
 end
 
@@ -492,11 +614,46 @@ local function end_key(T, G, tube, id, j, now, window, max)
   end
 end
 
+-- Job `id` (meta `j`) of `tube` is deleted (event `code` by `conn`) while retention
+-- is on: its record, as `stats-job` last showed it, joins the retained set (see RET),
+-- which is then trimmed to its bounds. Called before the job's hashes lose it. The
+-- size is Retained::bytes(): 128 + tube + key + 24 per kept event + the body kept. A
+-- large body (see LARGE_BODY) is never copied through Lua: its record keeps its size.
+local function retain(T, tube, id, j, code, conn)
+  local hk = ret_key('jh:' .. id)
+  local h, events = hist_bound((redis.call('GET', hk) or '0') .. ' ' .. RET.ms .. code .. conn)
+  redis.call('DEL', hk)
+  local len = redis.call('HSTRLEN', T.bodies, id)
+  local key = j[KEY]
+  if key == '' then key = nil end
+  local size = 128 + #tube + (key and #key or 0) + 24 * events
+  local f = string.format('%d %d %d %d %d %d %d %d %d', j[PRI], delay_ms(j), ttr_ms(j),
+    math.floor(j[CREATED] / 1000), j[RESERVES], j[TIMEOUTS], j[RELEASES], j[BURIES], j[KICKS])
+  local rec = { 't', tube, 'd', RET.ms, 'f', f, 'h', h, 'n', len }
+  if key then
+    rec[#rec + 1] = 'k'
+    rec[#rec + 1] = key
+    redis.call('HSET', ret_key('retained:key'), tube .. '\n' .. key, id)
+  end
+  if RET.bodies and len < LARGE_BODY then
+    rec[#rec + 1] = 'b'
+    rec[#rec + 1] = redis.call('HGET', T.bodies, id) or ''
+    size = size + len
+  end
+  rec[#rec + 1] = 'z'
+  rec[#rec + 1] = size
+  -- One write of the whole hash: Redis sizes it once.
+  redis.call('HSET', ret_key('ret:' .. id), unpack(rec))
+  redis.call('ZADD', ret_key('retained'), RET.ms, id20(id))
+  ret_trim(redis.call('INCRBY', ret_key('retained:bytes'), size))
+end
+
 -- Delete job `id` (meta `j`) of `tube`: its key freed or its window opened (see
 -- `end_key`), the tube destroyed when nothing refers to it any more. The job is gone
 -- before its key is ended: a window evicted at once (over `max`, its own among them)
 -- then frees the key, which `end_window` keeps while the key's job is there.
 local function delete_job(T, G, tube, id, j, window, max)
+  if RET then retain(T, tube, id, j, 'd', RET.conn) end
   detach(T, id, j)
   redis.call('HDEL', T.jobs, id)
   redis.call('HDEL', T.bodies, id)
@@ -519,6 +676,7 @@ local function drop_damaged(T, G, set, m, id)
     redis.call('HDEL', T.jobs, id)
     redis.call('HDEL', T.bodies, id)
     redis.call('HDEL', G.index, id)
+    if RET then redis.call('DEL', ret_key('jh:' .. id)) end
   end
 end
 
@@ -579,6 +737,7 @@ local function reserve_one(owner, now, base)
   attach(T, G, id, j, 'reserved', deadline, owner)
   put_job(T, id, j)
   due_by(G, tube, deadline + 1)
+  if RET then note(id, 'r', RET.conn) end
   return { id, body, deadline, best_i, now, w }
 end
 

@@ -1,10 +1,12 @@
--- put: ARGV[3] pri, ARGV[4] delay (ms), ARGV[5] ttr (ms), ARGV[6] body -> the id.
--- ARGV[7], when given: an id the caller took, under which it wrote the body already (a
+-- put: ARGV[3] pri, ARGV[4] delay (ms), ARGV[5] ttr (ms), ARGV[6] body, ARGV[7] the
+-- retention argument (see RET) -> the id.
+-- ARGV[8], when given: an id the caller took, under which it wrote the body already (a
 -- large body stays out of Lua, see large.rs); ARGV[6] is then empty.
 local T, tube, origin = tube_keys(0, 1), ARGV[1], ARGV[2]
 local pri, delay, ttr = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local now = now_us()
-local id, body = ARGV[7], nil
+RET = ret_of(ARGV[7], now)
+local id, body = ARGV[8], nil
 if id then
   if redis.call('HEXISTS', T.bodies, id) == 0 then
     return redis.error_reply('BODY_MISSING the body written ahead of this put is gone')

@@ -1,5 +1,6 @@
--- reserve-job: ARGV[3] id, ARGV[4] owner -> nil or {id, body, deadline, 0, now, waited}
--- (a delayed or buried job never waited as ready: 0)
+-- reserve-job: ARGV[3] id, ARGV[4] owner, ARGV[5] the retention argument (see RET) ->
+-- nil or {id, body, deadline, 0, now, waited} (a delayed or buried job never waited as
+-- ready: 0)
 local T, tube = tube_keys(0, 1), ARGV[1]
 local id = ARGV[3]
 local j = get_job(T, id)
@@ -21,4 +22,6 @@ j[RESERVES] = j[RESERVES] + 1
 attach(T, G, id, j, 'reserved', deadline, ARGV[4])
 put_job(T, id, j)
 due_by(G, tube, deadline + 1)
+RET = ret_of(ARGV[5], now)
+if RET then note(id, 'r', RET.conn) end
 return { id, body, deadline, 0, now, w }

@@ -1,7 +1,8 @@
 -- Apply what is due in one tube: delayed jobs become ready, lapsed reservations
 -- (deadline strictly before now) return to ready, an ended pause is cleared.
 -- ARGV[3] the most jobs to move in this call, ARGV[4] the tube's policy ('' none: see
--- `rule_of`), whose dead letter rule may bury a lapsed reservation instead.
+-- `rule_of`), whose dead letter rule may bury a lapsed reservation instead. ARGV[5]
+-- the retention argument (see RET: a lapse is its holder's timeout).
 -- A member whose job meta is missing (what eviction or damage leaves) cannot move: it is
 -- taken out of its set, with what is left of the job, and counted as damaged, so the
 -- tube's other jobs keep their timing.
@@ -12,6 +13,7 @@ local T, tube, origin = tube_keys(0, 1), ARGV[1], ARGV[2]
 local budget = tonumber(ARGV[3])
 local rule = rule_of(ARGV[4])
 local now = now_us()
+RET = ret_of(ARGV[5], now)
 local woke, damaged = 0, 0
 -- A job has been ready since its due time or deadline, not since this tick noticed.
 for _, m in ipairs(redis.call('ZRANGEBYSCORE', T.delayed, '-inf', now, 'LIMIT', 0, budget)) do
@@ -31,6 +33,7 @@ if budget > 0 then
     local id = id_of(m)
     local j = id and get_job(T, id)
     if j then
+      if RET then note(id, 't', conn_of(j[OWNER])) end
       if to_ready(T, G, id, j, TIMEOUTS, j[DUE], rule) then woke = 1 end
       redis.call('HINCRBY', G.stats, 'job_timeouts', '1')
     else
