@@ -1,4 +1,5 @@
-//! The reading commands: `stats`, `tubes`, `job`, `jobs`, `search`.
+//! The reading commands: `stats`, `tubes`, `job` (with `--api`, a deleted job's
+//! retained record too: `retained.rs`), `jobs`, `search`.
 //!
 //! Invariants: reads change nothing on the server (the protocol path uses only `stats*`,
 //! `list-tubes` and `peek`); the JSON a command prints has the same shape on both paths
@@ -12,8 +13,9 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use clap::Args;
 use redstalk::http::api::types::{
-    BodyShown, Bounded, Cursor, Job, JobQuery, JobState, JobWithBody, JobsPage, JobsQuery,
-    PageQuery, SearchPage, SearchQuery, StatsDoc, TubesPage, TubesQuery,
+    BodyShown, Bounded, Cursor, HistoryView, Job, JobQuery, JobState, JobWithBody, JobsPage,
+    JobsQuery, PageQuery, RetainedWithBody, SearchPage, SearchQuery, StatsDoc, TubesPage,
+    TubesQuery,
 };
 use serde_json::{Value, json};
 
@@ -23,6 +25,7 @@ use crate::beanstalk::Beanstalk;
 use crate::dict::Dict;
 use crate::error::{CtlError, Result};
 use crate::render::{self, print_json};
+use crate::retained;
 
 pub fn stats(ctx: &Ctx) -> Result<u8> {
     let f = match ctx.api() {
@@ -99,17 +102,30 @@ struct Shown {
 }
 
 pub fn job(ctx: &Ctx, a: &JobArgs) -> Result<u8> {
-    let (figures, body) = match ctx.api() {
-        Some(api) => job_api(api, a)?,
-        None => job_proto(&mut ctx.proto()?, a)?,
+    let (figures, body, history) = match ctx.api() {
+        Some(api) => match job_api(api, a)? {
+            Found::Live(figures, body, history) => (figures, body, history),
+            Found::Deleted(record) => return retained::show_deleted(ctx, &record),
+        },
+        None => {
+            let (figures, body) = job_proto(&mut ctx.proto()?, a)?;
+            (figures, body, None)
+        }
     };
     if ctx.json {
         let mut all = figures;
         all.0.extend(body.fields.0);
+        if let Some(h) = &history {
+            all.0.extend(Dict::of(h).0);
+        }
         print_json(&all.to_json());
         return Ok(0);
     }
     print!("{}", render::key_values(&figures));
+    if let Some(h) = &history {
+        println!("history:");
+        print!("{}", retained::timeline(h));
+    }
     let size = figures.u64("body_size");
     let cut = if body.truncated {
         ", shown in part"
@@ -122,6 +138,13 @@ pub fn job(ctx: &Ctx, a: &JobArgs) -> Result<u8> {
         Err(_) => println!("{}", render::body_text(&body.bytes, usize::MAX)),
     }
     Ok(0)
+}
+
+/// What `GET /jobs/{id}` found: a live job (figures, body, its history while
+/// retention is on), or a deleted job's retained record.
+enum Found {
+    Live(Dict, Shown, Option<HistoryView>),
+    Deleted(Box<RetainedWithBody>),
 }
 
 /// The body fields of a job's JSON: `body` when the shown bytes are UTF-8, else
@@ -152,9 +175,9 @@ fn job_proto(b: &mut Beanstalk, a: &JobArgs) -> Result<(Dict, Shown)> {
     Ok((figures, shown(body, truncated)))
 }
 
-/// A job from the API: its figures in `stats-job`'s order (then the API's own), and
-/// its body.
-fn job_api(api: &Api, a: &JobArgs) -> Result<(Dict, Shown)> {
+/// A job from the API: its figures in `stats-job`'s order (then the API's own), its
+/// body and its history; or, gone but retained, its record.
+fn job_api(api: &Api, a: &JobArgs) -> Result<Found> {
     let q = JobQuery {
         body: Some(if a.full {
             BodyShown::Full
@@ -163,7 +186,13 @@ fn job_api(api: &Api, a: &JobArgs) -> Result<(Dict, Shown)> {
         }),
         preview: Bounded::new(a.preview as u64),
     };
-    let j: JobWithBody = api.get(&format!("/jobs/{}", a.id), &q)?;
+    let answer: Value = api.get(&format!("/jobs/{}", a.id), &q)?;
+    let bad = |e: serde_json::Error| CtlError::Unavailable(format!("the job's answer: {e}"));
+    if answer.get("state").and_then(Value::as_str) == Some("deleted") {
+        let record: RetainedWithBody = serde_json::from_value(answer).map_err(bad)?;
+        return Ok(Found::Deleted(Box::new(record)));
+    }
+    let j: JobWithBody = serde_json::from_value(answer).map_err(bad)?;
     let bytes = match (j.body, j.body_base64) {
         (Some(text), _) => text.into_owned().into_bytes(),
         (None, Some(b)) => B64
@@ -171,7 +200,11 @@ fn job_api(api: &Api, a: &JobArgs) -> Result<(Dict, Shown)> {
             .map_err(|e| CtlError::Unavailable(format!("the job's body_base64: {e}")))?,
         (None, None) => Vec::new(),
     };
-    Ok((Dict::of(&j.job), shown(bytes, j.body_truncated)))
+    Ok(Found::Live(
+        Dict::of(&j.job),
+        shown(bytes, j.body_truncated),
+        j.history,
+    ))
 }
 
 #[derive(Args)]
