@@ -219,11 +219,11 @@ pub(super) async fn retention_bounds(s: &AnyStore) {
         retained(s, small).await.and_then(|r| r.body),
         Some(Bytes::from_static(b"small"))
     );
-    let big_body = "B".repeat(3_500);
+    let big_body = "B".repeat(3_800);
     let big = put(s, "rb-bytes", 1, 0, LONG, &big_body).await;
     assert!(delete(s, C1, big).await);
     assert!(retained(s, small).await.is_none(), "evicted by bytes");
-    assert_eq!(retained(s, big).await.map(|r| r.body_len), Some(3_500));
+    assert_eq!(retained(s, big).await.map(|r| r.body_len), Some(3_800));
     let figures = s.retention_figures().await.expect("figures");
     assert!(figures.bytes <= 4_096, "{figures:?}");
 }

@@ -11,8 +11,9 @@ use std::ops::Bound;
 use super::contents::{Contents, Job};
 use crate::protocol::TubeName;
 use crate::store::admin::due;
+use crate::store::retention::EventKind;
 use crate::store::{
-    Edit, Edited, JobEntry, JobId, JobInfo, JobState, ListKey, ListPage, ListQuery, Nanos,
+    ConnId, Edit, Edited, JobEntry, JobId, JobInfo, JobState, ListKey, ListPage, ListQuery, Nanos,
     ReservedBy,
 };
 
@@ -109,6 +110,7 @@ impl Contents {
             }
             Edit::Move(to) => self.move_job(id, to, state, at),
         }
+        self.note(id, EventKind::Edit, ConnId(0), now);
         match self.jobs.get(&id) {
             Some(j) => Edited::Done {
                 ready_in: (j.state == JobState::Ready).then(|| j.tube.clone()),
@@ -209,6 +211,6 @@ pub(super) fn entry_of(id: JobId, j: &Job, now: Nanos) -> JobEntry {
         },
         job_key: j.key.as_ref().map(|k| k.key.clone()),
         dead: j.dead,
-        history: None,
+        history: j.history.as_deref().cloned(),
     }
 }

@@ -16,6 +16,8 @@
 //! - with a journal (a persisted store), every job and tube a transition changes is
 //!   noted in it by `attach`, `remove_job` and the tube counters' setters, so a cut
 //!   finds every change (see `journal.rs`; the cut itself is in `persist.rs`);
+//! - `retained` holds the records of deleted jobs while retention is on, bounded by
+//!   its limits (`retained.rs`);
 //! - `cursors` holds a cursor per schedule that fired or skipped a tick and was not
 //!   dropped (bounded by the schedules, at most 10,000; `schedules.rs`).
 
@@ -32,6 +34,7 @@ use super::journal::{Journal, Stored};
 use super::keys::KeyIndex;
 use crate::protocol::TubeName;
 use crate::store::policy::{DeadReason, Policies};
+use crate::store::retention::{EventKind, History, RetainedSet};
 use crate::store::{
     ConnId, Cursor, JobId, JobKey, JobState, Nanos, Reserved, ScheduleName, Totals, URGENT_PRI,
 };
@@ -74,6 +77,9 @@ pub(super) struct Job {
     pub key: Option<Box<JobKey>>,
     /// Why a dead letter rule buried it, while it stays buried (store/policy.rs).
     pub dead: Option<DeadReason>,
+    /// Its events, while retention is on (`retained.rs`; boxed: off, it costs a
+    /// pointer).
+    pub history: Option<Box<History>>,
     pub body: Bytes,
 }
 
@@ -145,6 +151,10 @@ pub(super) struct Contents {
     pub policies: Arc<Policies>,
     /// Each schedule's cursor (`schedules.rs`).
     pub cursors: HashMap<ScheduleName, Cursor>,
+    /// Whether retention is on: jobs record their events (`retained.rs`).
+    pub recording: bool,
+    /// Deleted jobs' records, bounded by the retention limits.
+    pub retained: RetainedSet,
 }
 
 impl Contents {
@@ -356,6 +366,7 @@ impl Contents {
         let job = self.jobs.get_mut(&id)?;
         job.reserves += 1;
         self.move_to(id, JobState::Reserved, deadline, Some(conn));
+        self.note(id, EventKind::Reserve, conn, now);
         let job = self.jobs.get(&id)?;
         // The per-tube tally of the console's history: one more lookup of a tube
         // already in cache, under the lock this reserve holds anyway.
@@ -401,7 +412,8 @@ impl Contents {
         };
         let mut tubes = Vec::new();
         for (_, id) in held {
-            if self.dead_letter(id) {
+            self.note(id, EventKind::HolderClosed, conn, now);
+            if self.dead_letter(id, now) {
                 continue;
             }
             self.make_ready(id, now);

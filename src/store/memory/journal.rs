@@ -77,6 +77,8 @@ pub struct Journal {
     /// the last written cut: at most a few per schedule, since the scheduler waits for
     /// a tick to be durable before it fires that schedule's next one.
     pub(super) schedules: HashMap<ScheduleName, Vec<JobId>>,
+    /// Retained records kept (true) or evicted (false) since the last written cut.
+    pub(super) retained: HashMap<JobId, bool>,
 }
 
 impl Journal {
@@ -186,6 +188,18 @@ impl Journal {
     }
 
     /// A change: it takes the next number.
+    /// Job `id`'s record was kept by retention (its delete is noted apart).
+    pub fn retained_kept(&mut self, id: JobId) {
+        self.note();
+        self.retained.insert(id, true);
+    }
+
+    /// The record of job `id` was evicted.
+    pub fn retained_gone(&mut self, id: JobId) {
+        self.note();
+        self.retained.insert(id, false);
+    }
+
     pub(super) fn note(&mut self) {
         self.last = self.last.next();
     }

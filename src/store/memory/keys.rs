@@ -24,6 +24,7 @@ use crate::store::keys::{
     JobKey, Key, KeyLimits, KeyOp, KeyOutcome, KeySlot, KeyState, KeyedPut, PutDecision, PutKey,
     key_state, put_decision,
 };
+use crate::store::retention::EventKind;
 use crate::store::{ConnId, JobId, JobState, Nanos, NewJob};
 use crate::time::millis;
 
@@ -230,14 +231,11 @@ impl Contents {
             (_, KeyState::Deleted) => KeyOutcome::NotFound,
             (KeyOp::Delete, KeyState::Reserved) if !mine => KeyOutcome::NotFound,
             (KeyOp::Delete, _) => {
-                self.delete_job(id, now, true, false);
+                self.delete_job(id, now, true, false, (EventKind::Delete, conn));
                 KeyOutcome::Done(id)
             }
             (KeyOp::Kick, KeyState::Buried | KeyState::Delayed) => {
-                self.make_ready(id, now);
-                if let Some(j) = self.jobs.get_mut(&id) {
-                    j.kicks += 1;
-                }
+                self.kick_one(id, now);
                 KeyOutcome::Done(id)
             }
             (KeyOp::Kick, _) => KeyOutcome::NotFound,
@@ -245,6 +243,7 @@ impl Contents {
             (KeyOp::Bury { .. }, KeyState::Reserved) if !mine => KeyOutcome::Conflict(id, state),
             (KeyOp::Bury { pri }, _) => {
                 self.bury_job(id, pri);
+                self.note(id, EventKind::Bury, conn, now);
                 KeyOutcome::Done(id)
             }
             (KeyOp::Retime { delay_ms }, KeyState::Ready | KeyState::Delayed) => {
@@ -260,8 +259,16 @@ impl Contents {
     }
 
     /// Delete job `id` (its holder already checked): its key freed, or its window
-    /// opened with `window`; `counted` in its tube's `cmd-delete`. Its tube may go.
-    pub fn delete_job(&mut self, id: JobId, now: Nanos, window: bool, counted: bool) -> bool {
+    /// opened with `window`; `counted` in its tube's `cmd-delete`; `by` the event
+    /// retention records. Its tube may go.
+    pub fn delete_job(
+        &mut self,
+        id: JobId,
+        now: Nanos,
+        window: bool,
+        counted: bool,
+        by: (EventKind, ConnId),
+    ) -> bool {
         self.end_key(id, now, window);
         self.detach(id);
         let Some(job) = self.remove_job(id) else {
@@ -271,6 +278,7 @@ impl Contents {
             t.cmd_delete += 1;
         }
         self.maybe_drop_tube(&job.tube);
+        self.retain(id, job, by.0, by.1.0, now);
         true
     }
 }

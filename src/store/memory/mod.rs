@@ -17,6 +17,7 @@ mod keys;
 #[cfg(test)]
 mod keys_tests;
 mod persist;
+mod retained;
 mod schedules;
 #[cfg(test)]
 mod schedules_tests;
@@ -29,7 +30,7 @@ use std::sync::{Mutex, MutexGuard};
 use bytes::Bytes;
 
 use super::keys::{Key, KeyLimits, KeyOp, KeyOutcome, KeyedPut, PutKey};
-use super::retention::{Retained, RetainedQuery, RetentionFigures, RetentionLimits};
+use super::retention::{EventKind, Retained, RetainedQuery, RetentionFigures, RetentionLimits};
 use super::{
     BatchDone, Change, ConnId, Cursor, Edit, Edited, Fired, FlushStep, JobEntry, JobId, JobInfo,
     JobState, ListPage, ListQuery, Nanos, NewJob, Reserved, ScheduleName, Store, StoreResult,
@@ -205,8 +206,7 @@ impl Store for MemoryStore {
     }
 
     async fn bury(&self, conn: ConnId, id: JobId, pri: u32, now: Nanos) -> StoreResult<bool> {
-        let _ = now;
-        Ok(self.lock().bury_by(conn, id, pri))
+        Ok(self.lock().bury_by(conn, id, pri, now))
     }
 
     async fn touch(&self, conn: ConnId, id: JobId, now: Nanos) -> StoreResult<Option<Nanos>> {
@@ -228,10 +228,7 @@ impl Store for MemoryStore {
             t.buried.values().take(bound as usize).copied().collect()
         };
         for &id in &ids {
-            s.make_ready(id, now);
-            if let Some(j) = s.jobs.get_mut(&id) {
-                j.kicks += 1;
-            }
+            s.kick_one(id, now);
         }
         Ok(ids.len() as u32)
     }
@@ -245,10 +242,7 @@ impl Store for MemoryStore {
             return Ok(None);
         }
         let tube = job.tube.clone();
-        s.make_ready(id, now);
-        if let Some(j) = s.jobs.get_mut(&id) {
-            j.kicks += 1;
-        }
+        s.kick_one(id, now);
         Ok(Some(tube))
     }
 
@@ -393,6 +387,7 @@ impl Store for MemoryStore {
         let Some(tube) = s.held_by(id, conn).map(|j| j.tube.clone()) else {
             return Ok(None);
         };
+        s.note(id, EventKind::HolderClosed, conn, now);
         s.make_ready(id, now);
         Ok(Some(tube))
     }
@@ -417,10 +412,13 @@ impl Store for MemoryStore {
             }
             s.totals.job_timeouts += 1;
             s.note_counters();
+            let mut holder = ConnId(0);
             if let Some(j) = s.jobs.get_mut(&id) {
                 j.timeouts += 1;
+                holder = ConnId(j.owner);
             }
-            if s.dead_letter(id) {
+            s.note(id, EventKind::Timeout, holder, now);
+            if s.dead_letter(id, now) {
                 continue;
             }
             s.make_ready(id, deadline);
@@ -429,6 +427,7 @@ impl Store for MemoryStore {
             }
         }
         s.sweep_windows(now);
+        s.expire_retained(now);
         while let Some((until, name)) = s.pauses.first().cloned() {
             if until > now {
                 break;
@@ -526,11 +525,10 @@ impl Store for MemoryStore {
     }
 
     fn set_retention(&self, limits: RetentionLimits) {
-        let _ = limits;
+        self.lock().set_retention(limits);
     }
     async fn retained(&self, id: JobId, now: Nanos) -> StoreResult<Option<Retained>> {
-        let _ = (id, now);
-        Ok(None)
+        Ok(self.lock().retained_record(id, now))
     }
     async fn retained_by_key(
         &self,
@@ -538,15 +536,13 @@ impl Store for MemoryStore {
         key: &Key,
         now: Nanos,
     ) -> StoreResult<Option<Retained>> {
-        let _ = (tube, key, now);
-        Ok(None)
+        Ok(self.lock().retained_by_key(tube, key, now))
     }
     async fn list_retained(&self, query: &RetainedQuery, now: Nanos) -> StoreResult<Vec<Retained>> {
-        let _ = (query, now);
-        Ok(Vec::new())
+        Ok(self.lock().list_retained(query, now))
     }
     async fn retention_figures(&self) -> StoreResult<RetentionFigures> {
-        Ok(RetentionFigures::default())
+        Ok(self.lock().retention_figures())
     }
 
     fn name(&self) -> &'static str {
@@ -613,8 +609,10 @@ fn insert(s: &mut Contents, id: JobId, job: NewJob, now: Nanos, stored: Stored) 
             kicks: 0,
             key: None,
             dead: None,
+            history: None,
             body: job.body,
         }),
     );
     s.attach_after(id, job.delay_ms, now);
+    s.note(id, EventKind::Put, ConnId(0), now);
 }

@@ -337,6 +337,7 @@ impl Contents {
                 kicks: r.kicks,
                 key: r.key.clone().map(Box::new),
                 dead: r.dead,
+                history: None,
                 body: r.body,
             }),
         );

@@ -12,6 +12,7 @@ use super::contents::Contents;
 use crate::protocol::TubeName;
 use crate::protocol::ext::{BatchOp, FlushStates};
 use crate::store::batch::flushes;
+use crate::store::retention::EventKind;
 use crate::store::{BatchDone, ConnId, FlushStep, JobId, JobState, Nanos, Reserved};
 
 impl Contents {
@@ -60,7 +61,7 @@ impl Contents {
         if job.state == JobState::Reserved && !job.owned_by(conn) {
             return false;
         }
-        self.delete_job(id, now, true, counted)
+        self.delete_job(id, now, true, counted, (EventKind::Delete, conn))
     }
 
     /// `release` of a job `conn` holds; its tube when released.
@@ -85,9 +86,10 @@ impl Contents {
         let job = self.jobs.get_mut(&id)?;
         job.pri = pri;
         job.releases += 1;
-        if self.dead_letter(id) {
+        if self.dead_letter(id, now) {
             return Some(tube);
         }
+        self.note(id, EventKind::Release, conn, now);
         self.detach(id);
         let job = self.jobs.get_mut(&id)?;
         job.delay_ms = delay_ms;
@@ -97,8 +99,9 @@ impl Contents {
 
     /// A reservation of `id` ended without a delete, its counters counted (the job is
     /// still attached as reserved): when its tube's dead letter rule says so, bury it
-    /// where it is, keeping its priority, with the reason. Whether it did.
-    pub fn dead_letter(&mut self, id: JobId) -> bool {
+    /// where it is, keeping its priority, with the reason (an event of its holder's
+    /// connection, at `now`). Whether it did.
+    pub fn dead_letter(&mut self, id: JobId, now: Nanos) -> bool {
         let Some(job) = self.jobs.get(&id) else {
             return false;
         };
@@ -112,21 +115,32 @@ impl Contents {
         let Some(why) = rule.verdict(job.reserves, job.timeouts, job.kicks) else {
             return false;
         };
-        let pri = job.pri;
+        let (pri, holder) = (job.pri, ConnId(job.owner));
         self.bury_job(id, pri);
         if let Some(job) = self.jobs.get_mut(&id) {
             job.dead = Some(why);
         }
+        self.note(id, EventKind::DeadLetter, holder, now);
         true
     }
 
     /// `bury` of a job `conn` holds.
-    pub fn bury_by(&mut self, conn: ConnId, id: JobId, pri: u32) -> bool {
+    pub fn bury_by(&mut self, conn: ConnId, id: JobId, pri: u32, now: Nanos) -> bool {
         if self.held_by(id, conn).is_none() {
             return false;
         }
         self.bury_job(id, pri);
+        self.note(id, EventKind::Bury, conn, now);
         true
+    }
+
+    /// A kick of buried or delayed job `id` (by `kick`, `kick-job`, a kick by key).
+    pub fn kick_one(&mut self, id: JobId, now: Nanos) {
+        self.make_ready(id, now);
+        if let Some(j) = self.jobs.get_mut(&id) {
+            j.kicks += 1;
+        }
+        self.note(id, EventKind::Kick, ConnId(0), now);
     }
 
     /// Bury job `id` with priority `pri` (whoever may, already checked), its
@@ -167,7 +181,7 @@ impl Contents {
                     }
                 }
                 BatchOp::Touch => self.touch_by(conn, id, now).is_some(),
-                BatchOp::Bury { pri } => self.bury_by(conn, id, pri),
+                BatchOp::Bury { pri } => self.bury_by(conn, id, pri, now),
             };
             if !found {
                 done.missing.push(id);
@@ -216,7 +230,7 @@ impl Contents {
         for &id in &ids {
             // A flushed job did not run: its key is freed at once, with no window
             // (docs/EXTENSIONS.md, *Flush*).
-            self.delete_job(id, now, false, false);
+            self.delete_job(id, now, false, false, (EventKind::Flush, ConnId(0)));
         }
         self.maybe_drop_tube(tube);
         FlushStep {
