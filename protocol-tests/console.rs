@@ -1514,7 +1514,9 @@ async fn console_retained_jobs() {
     assert_eq!(got, id);
     c.expect(&format!("delete {id}"), "DELETED");
 
-    // Deleted: the record's page.
+    // Deleted: the record's page (by way of another page: opening the URL the
+    // browser shows already would not route again).
+    go(&b, &server.url("")).await;
     go(&b, &server.url(&format!("#/job/{id}"))).await;
     let (state, t) = until(&b, "document.getElementById('job-state')?.textContent").await;
     assert_eq!(state, json!("deleted"));

@@ -862,6 +862,21 @@ mod tests {
     }
 
     #[test]
+    fn the_retention_figures_are_families_of_their_own() {
+        let text = render_retention(&RetentionFigures {
+            records: 12,
+            bytes: 3456,
+        });
+        assert!(
+            text.contains("# TYPE redstalk_retained_records gauge\nredstalk_retained_records 12\n")
+        );
+        assert!(
+            text.contains("# TYPE redstalk_retained_bytes gauge\nredstalk_retained_bytes 3456\n")
+        );
+        assert!(!render(&snapshot(), &[]).contains("redstalk_retained"));
+    }
+
+    #[test]
     fn a_per_tube_family_without_tubes_keeps_its_help_and_type() {
         let mut snap = snapshot();
         snap.tubes.clear();

@@ -56,9 +56,11 @@ async function deletedJobPage(main, j) {
   main.append(el("h1", {}, "Job " + j.id + " ", el("span", { class: "badge warn" }, "deleted")),
     el("p", { class: "muted" }, "This job was deleted; the server keeps its record for a while (",
       el("a", { href: "#/retained" }, "retained jobs"), ")."),
+    // What happened to it first: that is what a deleted job's page is opened for.
+    el("h2", {}, "History"), historyTimeline(full),
+    el("h2", {}, "Figures at its delete"),
     el("table", { id: "job-figures" }, el("tbody", {}, ...rows.map(([k, v]) =>
       el("tr", {}, el("th", {}, k), el("td", { "data-k": k }, v))))),
-    el("h2", {}, "History"), historyTimeline(full),
     el("h2", {}, "Body"), ...body);
 }
 
