@@ -91,8 +91,6 @@ pub struct AdminJob {
     pub key: Option<Key>,
     /// Why a dead letter rule buried it.
     pub dead: Option<crate::store::policy::DeadReason>,
-    /// Its events so far, while retention is on (`--retain`).
-    pub history: Option<crate::store::retention::History>,
 }
 
 /// Who holds a reserved job: the instance, the client's address (known only on the
@@ -145,9 +143,6 @@ impl Engine {
             holder,
             key: entry.job_key,
             dead: entry.dead,
-            // Off, a store keeps none; the check keeps the API's answer unchanged
-            // for a user who never turns retention on, whatever a store sends.
-            history: entry.history.filter(|_| self.retention.is_on()),
         }
     }
 

@@ -90,9 +90,9 @@ fn list(ctx: &Ctx, a: &ListArgs) -> Result<u8> {
 fn keep_text(ms: u64) -> String {
     let s = ms / 1000;
     match s {
-        _ if s > 0 && s % 86_400 == 0 => format!("{}d", s / 86_400),
-        _ if s > 0 && s % 3_600 == 0 => format!("{}h", s / 3_600),
-        _ if s > 0 && s % 60 == 0 => format!("{}m", s / 60),
+        _ if s > 0 && s.is_multiple_of(86_400) => format!("{}d", s / 86_400),
+        _ if s > 0 && s.is_multiple_of(3_600) => format!("{}h", s / 3_600),
+        _ if s > 0 && s.is_multiple_of(60) => format!("{}m", s / 60),
         _ => format!("{s}s"),
     }
 }

@@ -164,7 +164,7 @@ pub(super) async fn job(
     JobPath(id): JobPath,
     ApiQuery(q): ApiQuery<JobQuery>,
 ) -> ApiResult {
-    let (job, body) = match engine.admin_job_with_body(id).await {
+    let (job, body, history) = match engine.admin_job_with_history(id).await {
         Ok(found) => found,
         // Gone: its record, while retention keeps it (docs/RETENTION.md).
         Err(AdminError::NoJob(_)) => match engine.admin_retained(id).await? {
@@ -174,10 +174,7 @@ pub(super) async fn job(
         Err(e) => return Err(e.into()),
     };
     let (text, base64, truncated) = retained::shown_body(&q, &body);
-    let history = job
-        .history
-        .as_ref()
-        .map(|h| retained::history_view(&engine, h));
+    let history = history.map(|h| retained::history_view(&engine, &h));
     ok(
         StatusCode::OK,
         JobWithBody {
@@ -202,11 +199,11 @@ pub(super) async fn by_key(ApiEngine(engine): ApiEngine, KeyPath(tube, key): Key
     };
     // No live job: the key's newest retained record (docs/RETENTION.md), which says
     // more than the window's id; with retention off, the answer is as before.
-    if let Some(r) = engine.admin_retained_by_key(&tube, &key).await? {
-        if window.is_none_or(|id| id == r.id) {
-            let view = retained::retained_view(&engine, &r, true);
-            return ok(StatusCode::OK, KeyAnswer::Retained(Box::new(view)));
-        }
+    if let Some(r) = engine.admin_retained_by_key(&tube, &key).await?
+        && window.is_none_or(|id| id == r.id)
+    {
+        let view = retained::retained_view(&engine, &r, true);
+        return ok(StatusCode::OK, KeyAnswer::Retained(Box::new(view)));
     }
     match window {
         Some(id) => ok(
