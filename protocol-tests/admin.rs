@@ -51,7 +51,7 @@
 //!   reads 401 without the token; 404, 409 and 400 as the contract says.
 //! - tube policies (`/policies`, dead letters, backoff, `--policies`): `admin_policies.rs`.
 //! - retention (a deleted job's record and history, `/retained`, the CLI):
-//!   `admin_retention.rs`.
+//!   `admin_retention_api.rs`.
 
 // A test reports failure by panicking: unwrap and expect are how it says so.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -69,7 +69,7 @@ use support::rng::Rng;
 use support::{ServerKind, ServerProc, TEST_LEASE_MS, fresh_dir, serial, signal_pid};
 
 mod admin_policies;
-mod admin_retention;
+mod admin_retention_api;
 mod admin_schedule_counts;
 mod admin_schedules;
 
