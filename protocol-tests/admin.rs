@@ -50,8 +50,9 @@
 //!   cross-origin (`Origin`, `Sec-Fetch-Site`) 403 `forbidden`, `--admin-read-auth`
 //!   reads 401 without the token; 404, 409 and 400 as the contract says.
 //! - tube policies (`/policies`, dead letters, backoff, `--policies`): `admin_policies.rs`.
-//! - retention (a deleted job's record and history, `/retained`, the CLI):
-//!   `admin_retention_api.rs`.
+//! - retention (a deleted job's record in `/jobs/{id}` and `/retained`, every mode,
+//!   across kill -9): `admin_retention.rs`; its answers' shape, `/retained`'s pages,
+//!   `/metrics` and the CLI (memory mode): `admin_retention_api.rs`.
 
 // A test reports failure by panicking: unwrap and expect are how it says so.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -69,6 +70,7 @@ use support::rng::Rng;
 use support::{ServerKind, ServerProc, TEST_LEASE_MS, fresh_dir, serial, signal_pid};
 
 mod admin_policies;
+mod admin_retention;
 mod admin_retention_api;
 mod admin_schedule_counts;
 mod admin_schedules;

@@ -32,8 +32,10 @@
 //!    `flush_step`) in `contract_batch.rs`; keyed jobs (dedupe, replace, conflict, the
 //!    commands by key, windows, a flush freeing a key, a move leaving its key) in
 //!    `contract_keys.rs`; tube policies (dead letters by reserves and by lapsed TTRs,
-//!    backoff) in `contract_policies.rs`. Schedules' ticks (made, stale, deduped,
-//!    skipped, the cursors) are a suite of their own (`SCHEDULE_CHECKS`, in
+//!    backoff) in `contract_policies.rs`. Retention (each job's history, the deleted job's record, the
+//!    bounds, the off state) is a suite of its own (`RETENTION_CHECKS`, in
+//!    `contract_retention.rs`), run per store by `retention_contract_{memory,durable,
+//!    redis}`. Schedules' ticks (made, stale, deduped, skipped, the cursors) are a suite of their own (`SCHEDULE_CHECKS`, in
 //!    `contract_schedules.rs`), run per store by `schedules_contract_{memory,durable,
 //!    redis}`, with shared-mode-only tests beside them (`schedules_shared_*`: instances
 //!    racing one tick, a tick waking another instance, early/large/damaged refusals).
@@ -61,6 +63,9 @@
 //!    `soonest_deadline`/`next_deadline` only as present or not. A per-operation
 //!    summary (how many had an effect or found something, how many tubes were
 //!    destroyed) is printed so a generator that stopped hitting anything shows.
+//!    Odd seeds run with retention on in both stores: each touched job's history and
+//!    retained record (events' kinds and connections, figures but `created`, body)
+//!    are compared after its operation, and every job's at each sweep.
 //!
 //! 3. Bounded script calls (Redis only): a tick of 5,000 due delayed jobs, a kick of more
 //!    jobs than one call moves (and never mixing buried and delayed ones when a call's
@@ -122,6 +127,7 @@ use redstalk::persist::engine::Committing;
 use redstalk::protocol::TubeName;
 use redstalk::redis::RedisConfig;
 use redstalk::store::durable::DurableStore;
+use redstalk::store::retention::{EventKind, History, Retained, RetentionLimits};
 use redstalk::store::shared::SCRIPT_CHUNK;
 use redstalk::store::{
     AnyStore, Clock, ConnId, JobId, JobInfo, JobState, MemoryStore, NANOS_PER_SEC, Nanos, NewJob,
@@ -1396,6 +1402,56 @@ enum Op {
         tube: TubeName,
     },
     Tick,
+    /// A live job's history while retention is on (a check, never generated).
+    History {
+        id: JobId,
+    },
+    /// A deleted job's retained record (a check, never generated).
+    Record {
+        id: JobId,
+    },
+}
+
+/// What the stores' records and histories must agree on: the events' kinds and
+/// connections (their times come from each store's clock), the figures but `created`,
+/// the tube, key and body.
+#[derive(Debug, PartialEq)]
+struct RecordFigs {
+    tube: TubeName,
+    key: Option<String>,
+    events: Vec<(EventKind, u64)>,
+    dropped: u64,
+    figures: [u64; 8],
+    body_len: usize,
+    body: Option<Bytes>,
+}
+
+fn event_list(h: &History) -> Vec<(EventKind, u64)> {
+    h.events().map(|e| (e.kind, e.conn)).collect()
+}
+
+impl From<Retained> for RecordFigs {
+    fn from(r: Retained) -> Self {
+        let f = r.figures;
+        RecordFigs {
+            tube: r.tube,
+            key: r.key.map(|k| k.as_str().to_string()),
+            events: event_list(&r.history),
+            dropped: r.history.dropped(),
+            figures: [
+                u64::from(f.pri),
+                f.delay_ms,
+                f.ttr_ms,
+                u64::from(f.reserves),
+                u64::from(f.timeouts),
+                u64::from(f.releases),
+                u64::from(f.buries),
+                u64::from(f.kicks),
+            ],
+            body_len: r.body_len,
+            body: r.body,
+        }
+    }
 }
 
 /// A job's figures without the clock-dependent values.
@@ -1470,6 +1526,8 @@ enum Out {
     Totals(Totals),
     Tubes(Vec<TubeName>),
     Unit,
+    Events(Option<(Vec<(EventKind, u64)>, u64)>),
+    Record(Option<RecordFigs>),
 }
 
 /// Whether the two stores' results for `op` agree: equal, except that the Redis store's
@@ -1555,6 +1613,13 @@ async fn apply(s: &AnyStore, op: &Op, now: Nanos) -> StoreResult<Out> {
             v.dedup();
             Out::Tubes(v)
         }
+        Op::History { id } => Out::Events(
+            s.job_entry(*id, now)
+                .await?
+                .and_then(|e| e.history)
+                .map(|h| (event_list(&h), h.dropped())),
+        ),
+        Op::Record { id } => Out::Record(s.retained(*id, now).await?.map(RecordFigs::from)),
     })
 }
 
@@ -1936,8 +2001,9 @@ impl Pair {
 }
 
 /// The full comparison: tube list, every tube's figures, jobs' figures, readiness and
-/// deadlines. `ids` are the job ids to compare.
-fn sweep_ops(ids: impl Iterator<Item = JobId>) -> Vec<Op> {
+/// deadlines; with `retention`, the jobs' histories and records too. `ids` are the job
+/// ids to compare.
+fn sweep_ops(ids: impl Iterator<Item = JobId>, retention: bool) -> Vec<Op> {
     let mut ops = vec![Op::Totals, Op::ListTubes, Op::NextDeadline];
     for name in TUBES {
         ops.push(Op::TubeInfo { tube: t(name) });
@@ -1949,7 +2015,13 @@ fn sweep_ops(ids: impl Iterator<Item = JobId>) -> Vec<Op> {
     for c in 1..=CONNS {
         ops.push(Op::SoonestDeadline { conn: ConnId(c) });
     }
-    ops.extend(ids.map(|id| Op::JobInfo { id }));
+    for id in ids {
+        ops.push(Op::JobInfo { id });
+        if retention {
+            ops.push(Op::History { id });
+            ops.push(Op::Record { id });
+        }
+    }
     ops
 }
 
@@ -1972,6 +2044,8 @@ fn record(coverage: &mut Coverage, op: &Op, out: &Out) {
         Out::Job(j) => j.is_some(),
         Out::TubeFigs(t) => t.is_some(),
         Out::Tubes(v) => !v.is_empty(),
+        Out::Events(e) => e.is_some(),
+        Out::Record(r) => r.is_some(),
         Out::Id(_) | Out::Totals(_) | Out::Unit => true,
     };
     let entry = coverage.entry(kind).or_default();
@@ -2018,6 +2092,19 @@ async fn run_seed(
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(0),
     };
+    // Odd seeds run with retention on: both stores record every job's events and keep
+    // every deleted job's record, compared at each sweep and after each delete.
+    let retention = seed % 2 == 1;
+    if retention {
+        let limits = RetentionLimits {
+            keep_ms: 3_600_000,
+            max_jobs: 1_000_000,
+            max_bytes: 1 << 30,
+            bodies: true,
+        };
+        pair.memory.set_retention(limits);
+        pair.redis.set_retention(limits);
+    }
     let mut rng = Rng::new(seed);
     let mut model = Model::new();
     let mut history: VecDeque<String> = VecDeque::new();
@@ -2047,14 +2134,20 @@ async fn run_seed(
         }
         let last = step + 1 == ops;
         let checks = if last {
-            sweep_ops(1..model.next_id + 1)
+            sweep_ops(1..model.next_id + 1, retention)
         } else if (step + 1) % SWEEP_EVERY == 0 {
             let mut ids = model.live.clone();
             ids.extend(model.held.values().flatten());
-            sweep_ops(ids.into_iter())
+            sweep_ops(ids.into_iter(), retention)
         } else {
             let mut v = vec![Op::Totals, Op::ListTubes];
-            v.extend(touched.into_iter().map(|id| Op::JobInfo { id }));
+            for id in touched {
+                v.push(Op::JobInfo { id });
+                if retention {
+                    v.push(Op::History { id });
+                    v.push(Op::Record { id });
+                }
+            }
             v
         };
         for check in checks {

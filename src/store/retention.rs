@@ -383,6 +383,11 @@ impl RetainedSet {
         self.by_id.len()
     }
 
+    /// The oldest record's (deleted_ms, id).
+    pub fn oldest(&self) -> Option<(u64, JobId)> {
+        self.order.first().copied()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.by_id.is_empty()
     }

@@ -18,6 +18,8 @@ mod keys;
 mod keys_tests;
 mod persist;
 mod retained;
+#[cfg(test)]
+mod retained_tests;
 mod schedules;
 #[cfg(test)]
 mod schedules_tests;
@@ -452,6 +454,7 @@ impl Store for MemoryStore {
             s.reserved.first().map(|&(d, _)| d + 1),
             s.pauses.first().map(|(d, _)| *d),
             s.keys.next_end(),
+            s.retained_expiry(),
         ];
         Ok(candidates.into_iter().flatten().min())
     }

@@ -102,6 +102,13 @@ impl Contents {
         self.retained_gone(&gone);
     }
 
+    /// When the oldest record's period ends (the timer's tick then evicts it).
+    pub fn retained_expiry(&self) -> Option<Nanos> {
+        let (deleted_ms, _) = self.retained.oldest()?;
+        let end_ms = deleted_ms.saturating_add(self.retained.limits().keep_ms);
+        Some(end_ms.saturating_add(1).saturating_mul(1_000_000))
+    }
+
     fn retained_gone(&mut self, gone: &[JobId]) {
         if let Some(journal) = self.journal.as_deref_mut() {
             for &id in gone {
