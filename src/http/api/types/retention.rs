@@ -118,3 +118,65 @@ pub struct RetainedPage {
     pub jobs: Vec<RetainedJob>,
     pub next_cursor: Option<Cursor>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::KeyAnswer;
+    use super::*;
+
+    fn record(history: bool) -> RetainedJob {
+        RetainedJob {
+            id: 7,
+            tube: "emails".to_string(),
+            state: WindowState::Deleted,
+            key: Some("order-1".to_string()),
+            deleted_at: "2026-12-05T21:40:03.250Z".to_string(),
+            deleted_at_ms: 1_796_420_403_250,
+            created_at: "2026-12-05T21:40:00Z".to_string(),
+            created_at_ms: 1_796_420_400_000,
+            pri: 1024,
+            age: 3,
+            delay: 0,
+            ttr: 60,
+            reserves: 2,
+            timeouts: 0,
+            releases: 1,
+            buries: 0,
+            kicks: 0,
+            body_size: 22,
+            history: history.then(|| HistoryView {
+                history: vec![HistoryEvent {
+                    at: "2026-12-05T21:40:00Z".to_string(),
+                    at_ms: 1_796_420_400_000,
+                    event: "put".to_string(),
+                    conn: 0,
+                    addr: None,
+                }],
+                history_dropped: 0,
+            }),
+        }
+    }
+
+    #[test]
+    fn a_key_answer_reads_back_as_the_record_not_the_window() {
+        let text = serde_json::to_string(&KeyAnswer::Retained(Box::new(record(true)))).unwrap();
+        match serde_json::from_str::<KeyAnswer>(&text).unwrap() {
+            KeyAnswer::Retained(r) => assert_eq!(*r, record(true)),
+            other => panic!("{other:?}"),
+        }
+        let window = r#"{"id": 7, "state": "deleted"}"#;
+        assert!(matches!(
+            serde_json::from_str::<KeyAnswer>(window).unwrap(),
+            KeyAnswer::Window(_)
+        ));
+    }
+
+    #[test]
+    fn a_listing_entry_has_no_history_fields() {
+        let v = serde_json::to_value(record(false)).unwrap();
+        assert!(v.get("history").is_none() && v.get("history_dropped").is_none());
+        assert_eq!(v["state"], "deleted");
+        let back: RetainedJob = serde_json::from_value(v).unwrap();
+        assert_eq!(back, record(false));
+    }
+}
