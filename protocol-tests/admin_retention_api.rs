@@ -11,7 +11,8 @@
 //!   `/retained` lists it newest first with totals, pages with its cursor (2 more
 //!   deletes, `limit=2`: every record once, newest first; `after` taken for
 //!   `cursor`), filters by tube; `key` without `tube` is 400; an unknown id is 404; `/metrics` has `redstalk_retained_records`; the
-//!   CLI's `job ID` prints the record and its timeline, `retained list` the records.
+//!   CLI's `job ID` (and `job show ID`) prints the record and its timeline,
+//!   `retained list` the records.
 //! - `keyed_records_are_found_by_key` — a keyed job (`idp:order-77:600`) deleted:
 //!   `/retained?tube=&key=` answers its record, and `/tubes/{t}/keys/{k}` the record
 //!   (with `deleted_at` and its history) rather than the bare window.
@@ -189,7 +190,7 @@ fn a_deleted_jobs_record_and_history() {
     }
     assert!(out.contains(body), "{out}");
     println!("redstalkctl job {id}:\n{out}");
-    let (code, out) = ctl(&api, &["--json", "job", &id.to_string()]);
+    let (code, out) = ctl(&api, &["--json", "job", "show", &id.to_string()]);
     assert_eq!(code, 0, "{out}");
     let v: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(events(&v), events(&r));

@@ -84,13 +84,33 @@ pub fn tubes_api(api: &Api) -> Result<Vec<Dict>> {
 
 #[derive(Args)]
 pub struct JobArgs {
-    pub id: u64,
+    /// The job's id (`job show ID` is the same: docs/RETENTION.md spells it so).
+    #[arg(value_name = "ID")]
+    pub first: String,
+    /// The id after `show`.
+    #[arg(hide = true)]
+    pub second: Option<String>,
     /// Show the whole body (by default its first --preview bytes).
     #[arg(long)]
     pub full: bool,
     /// How many bytes of the body to show.
     #[arg(long, default_value_t = 1024)]
     pub preview: usize,
+}
+
+impl JobArgs {
+    /// The id asked for: `job ID`, or `job show ID`.
+    fn id(&self) -> Result<u64> {
+        let text = match (self.first.as_str(), &self.second) {
+            ("show", Some(id)) => id,
+            (id, None) => id,
+            (_, Some(extra)) => {
+                return Err(CtlError::Usage(format!("job: unexpected {extra:?}")));
+            }
+        };
+        text.parse()
+            .map_err(|_| CtlError::Usage(format!("job: {text:?} is not a job id")))
+    }
 }
 
 /// A job's body as a command shows it: its first bytes, as text or base64.
@@ -165,8 +185,9 @@ fn shown(bytes: Vec<u8>, truncated: bool) -> Shown {
 
 /// A job over the protocol: `stats-job` figures plus `body_size`, and its body.
 fn job_proto(b: &mut Beanstalk, a: &JobArgs) -> Result<(Dict, Shown)> {
-    let mut figures = b.stats_job(a.id)?;
-    let body = b.peek(a.id)?;
+    let id = a.id()?;
+    let mut figures = b.stats_job(id)?;
+    let body = b.peek(id)?;
     figures.push("body_size", Value::from(body.len()));
     let limit = if a.full { body.len() } else { a.preview };
     let truncated = body.len() > limit;
@@ -186,7 +207,7 @@ fn job_api(api: &Api, a: &JobArgs) -> Result<Found> {
         }),
         preview: Bounded::new(a.preview as u64),
     };
-    let answer: Value = api.get(&format!("/jobs/{}", a.id), &q)?;
+    let answer: Value = api.get(&format!("/jobs/{}", a.id()?), &q)?;
     let bad = |e: serde_json::Error| CtlError::Unavailable(format!("the job's answer: {e}"));
     if answer.get("state").and_then(Value::as_str) == Some("deleted") {
         let record: RetainedWithBody = serde_json::from_value(answer).map_err(bad)?;
