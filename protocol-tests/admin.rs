@@ -51,7 +51,8 @@
 //!   reads 401 without the token; 404, 409 and 400 as the contract says.
 //! - tube policies (`/policies`, dead letters, backoff, `--policies`): `admin_policies.rs`.
 //! - retention (a deleted job's record in `/jobs/{id}` and `/retained`, every mode,
-//!   across kill -9): `admin_retention.rs`.
+//!   across kill -9): `admin_retention.rs`; its answers' shape, `/retained`'s pages,
+//!   `/metrics` and the CLI (memory mode): `admin_retention_api.rs`.
 
 // A test reports failure by panicking: unwrap and expect are how it says so.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -70,6 +71,7 @@ use support::{ServerKind, ServerProc, TEST_LEASE_MS, fresh_dir, serial, signal_p
 
 mod admin_policies;
 mod admin_retention;
+mod admin_retention_api;
 mod admin_schedule_counts;
 mod admin_schedules;
 

@@ -42,6 +42,12 @@
 //! - screenshots of each page, light and dark (memory mode), go under `target/`;
 //!   `REDSTALK_REFRESH_SCREENSHOTS=1` writes them to docs/console/*.png instead.
 //!
+//! `console_retained_jobs` (`--retain 1h --retain-bodies`): a job's history as a
+//! timeline while it lives and after its delete, on the deleted job's page (which
+//! still opens, its hostile body inert text); "Find by key" links a deleted keyed
+//! job's record; the Retained page lists the records (screenshots `retained-job`,
+//! `retained`).
+//!
 //! `login_guessing_is_bounded`: after `--admin-login-limit` wrong tokens the login (and,
 //! counted the same way, the API's `Authorization: Bearer`)
 //! answers 429 with `Retry-After`, the right token included, and takes the token again
@@ -1472,4 +1478,102 @@ async fn schedules_page(b: &Browser, s: &Server) {
     println!("schedules: run put job {id}; paused through its page after {t:?}");
     let (status, _) = http_send_auth(s.http, "DELETE", "/api/v1/schedules/nightly", "");
     assert_eq!(status, 200);
+}
+
+/// Retention's pages (`--retain 1h --retain-bodies`, memory mode): a job's page shows
+/// its history as a timeline while it lives; once deleted by a beanstalk client its
+/// page still opens, says "deleted", draws the timeline (put, reserve, release,
+/// reserve, delete, in order) and shows the kept body — a hostile one as inert text
+/// (`window.__pwned` undefined, no element in the body view, no image); the tube
+/// page's "Find by key" links a deleted keyed job's record; the Retained link shows
+/// and its page lists the records. Screenshots: `retained-job`, `retained`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_retained_jobs() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let driver = Driver::start();
+    let server = Server::start(&["--retain", "1h", "--retain-bodies"]);
+    let b = driver.browser(false).await;
+    let mut c = server.client();
+    c.use_tube("kept");
+    c.watch_only("kept");
+    let id = c.put(1024, 0, 60, HOSTILE.as_bytes());
+    let (got, _) = c.reserve();
+    assert_eq!(got, id);
+
+    // Alive: the timeline so far.
+    go(&b, &server.url(&format!("#/job/{id}"))).await;
+    let (n, _) = until(
+        &b,
+        "document.querySelectorAll('#job-history li[data-event]').length",
+    )
+    .await;
+    assert_eq!(n, json!(2), "put and reserve");
+
+    c.expect(&format!("release {id} 1024 0"), "RELEASED");
+    let (got, _) = c.reserve();
+    assert_eq!(got, id);
+    c.expect(&format!("delete {id}"), "DELETED");
+
+    // Deleted: the record's page (by way of another page: opening the URL the
+    // browser shows already would not route again).
+    go(&b, &server.url("")).await;
+    go(&b, &server.url(&format!("#/job/{id}"))).await;
+    let (state, t) = until(&b, "document.getElementById('job-state')?.textContent").await;
+    assert_eq!(state, json!("deleted"));
+    println!("deleted job {id}'s page in {t:?}");
+    let kinds = js(
+        &b,
+        "[...document.querySelectorAll('#job-history li[data-event]')].map(li => li.dataset.event)",
+    )
+    .await;
+    assert_eq!(
+        kinds,
+        json!(["put", "reserve", "release", "reserve", "delete"])
+    );
+    let (text, _) = until(&b, "document.getElementById('job-body')?.textContent").await;
+    assert_eq!(text, json!(HOSTILE));
+    assert_eq!(js(&b, "typeof window.__pwned").await, json!("undefined"));
+    assert_eq!(
+        js(&b, "document.querySelectorAll('#job-body *').length").await,
+        json!(0)
+    );
+    assert_eq!(
+        js(&b, "document.querySelectorAll('img').length").await,
+        json!(0)
+    );
+    screenshot(&b, "retained-job").await;
+
+    // Find by key: a deleted keyed job's record.
+    let put = c.try_call(b"put 5 0 60 1 idp:order-9:600\r\nk\r\n", WAIT);
+    let keyed = put.unwrap().id().expect("INSERTED");
+    c.expect(&format!("delete {keyed}"), "DELETED");
+    go(&b, &server.url("#/tube/kept")).await;
+    until(&b, "document.getElementById('find-key')").await;
+    find_key(&b, "order-9").await;
+    let (href, _) = until(
+        &b,
+        "document.getElementById('key-job')?.getAttribute('href')",
+    )
+    .await;
+    assert_eq!(href, json!(format!("#/job/{keyed}")));
+    let said = js(&b, "document.getElementById('key-state').textContent").await;
+    assert!(said.as_str().unwrap().contains("retained"), "{said}");
+
+    // The Retained page, from its link.
+    until(&b, "!document.getElementById('nav-retained').hidden").await;
+    go(&b, &server.url("#/retained")).await;
+    let (rows, _) = until(
+        &b,
+        "document.querySelectorAll('#retained-body tr[data-id]').length",
+    )
+    .await;
+    assert_eq!(rows, json!(2));
+    let summary = js(
+        &b,
+        "document.getElementById('retained-summary').textContent",
+    )
+    .await;
+    assert!(summary.as_str().unwrap().contains("2 records"), "{summary}");
+    screenshot(&b, "retained").await;
+    b.close().await.unwrap();
 }

@@ -42,6 +42,7 @@
 
 pub mod admin;
 pub mod admin_bulk;
+pub mod admin_retained;
 pub mod admin_schedules;
 mod batch;
 pub mod clients;
@@ -199,6 +200,8 @@ pub struct Engine {
     clients: clients::Clients,
     /// What the schedules' runner fired (see `schedules.rs`).
     schedule_fires: schedules::Fires,
+    /// What the store keeps of deleted jobs (`--retain*`), for the API's answers.
+    retention: crate::store::retention::RetentionLimits,
 }
 
 /// Hand the store each new set of tube policies (after the one `Engine::start` gave
@@ -255,6 +258,7 @@ impl Engine {
             tasks: Mutex::new(Vec::new()),
             clients: clients::Clients::default(),
             schedule_fires: schedules::Fires::default(),
+            retention: config.retention,
         });
         let timer = tokio::spawn(timer::run(engine.clone()));
         let serve = tokio::spawn(serve::run(engine.clone(), requests, wake_events));

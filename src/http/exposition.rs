@@ -21,6 +21,7 @@ use std::fmt::{Display, Write};
 use crate::engine::{ServerStats, Snapshot, TubeStats};
 use crate::protocol::Counter;
 use crate::redis::placement::Placement;
+use crate::store::retention::RetentionFigures;
 use crate::util::histogram::HistogramSnapshot;
 
 /// The media type of [`render`]'s output.
@@ -52,7 +53,10 @@ pub fn render(snap: &Snapshot, redis: &[Placement]) -> String {
                     emit(t, &mut out);
                 }
             }
-            Samples::Listener(_) | Samples::Access(_) | Samples::Schedules(_) => {}
+            Samples::Listener(_)
+            | Samples::Access(_)
+            | Samples::Schedules(_)
+            | Samples::Retention(_) => {}
         }
     }
     text
@@ -134,6 +138,19 @@ pub fn render_schedules(figures: &ScheduleFigures) -> String {
     text
 }
 
+/// The exposition of retention's figures (sent after [`render_schedules`]'s, only
+/// while retention is on: an instance that never turns it on shows no new family).
+pub fn render_retention(figures: &RetentionFigures) -> String {
+    let mut text = String::with_capacity(384);
+    for family in RETENTION_FAMILIES {
+        let mut out = Out::head(&mut text, family);
+        if let Samples::Retention(read) = family.samples {
+            out.value(read(figures));
+        }
+    }
+    text
+}
+
 /// A family's type, as its `# TYPE` line says it.
 #[derive(Clone, Copy)]
 enum MetricKind {
@@ -171,6 +188,8 @@ enum Samples {
     Access(fn(&AccessFigures, &mut Out<'_>)),
     /// Samples of the schedules' figures, written by the function.
     Schedules(fn(&ScheduleFigures, &mut Out<'_>)),
+    /// One unlabelled sample of retention's figures.
+    Retention(fn(&RetentionFigures) -> u64),
 }
 
 struct Family {
@@ -604,7 +623,6 @@ fn seconds(nanos: u64) -> String {
     format!("{whole}.{}", digits.trim_end_matches('0'))
 }
 
-/// Where one family's samples are written: the family's name, and the `tube` label
 /// The schedules' families, in the order of their exposition.
 const SCHEDULE_FAMILIES: &[Family] = &[
     family(
@@ -631,6 +649,23 @@ const SCHEDULE_FAMILIES: &[Family] = &[
     ),
 ];
 
+/// Retention's families (docs/RETENTION.md), in the order of their exposition.
+const RETENTION_FAMILIES: &[Family] = &[
+    family(
+        "redstalk_retained_records",
+        G,
+        "Deleted jobs' records retained (--retain; docs/RETENTION.md).",
+        Samples::Retention(|f| f.records),
+    ),
+    family(
+        "redstalk_retained_bytes",
+        G,
+        "The retained records' accounted size in bytes, bounded by --retain-bytes.",
+        Samples::Retention(|f| f.bytes),
+    ),
+];
+
+/// Where one family's samples are written: the family's name, and the `tube` label
 /// that every sample of a per-tube family carries first.
 struct Out<'a> {
     text: &'a mut String,
@@ -824,6 +859,21 @@ mod tests {
             assert!(text.contains(line), "{line} in {text}");
         }
         assert!(!render(&snapshot(), &[]).contains("redstalk_schedule"));
+    }
+
+    #[test]
+    fn the_retention_figures_are_families_of_their_own() {
+        let text = render_retention(&RetentionFigures {
+            records: 12,
+            bytes: 3456,
+        });
+        assert!(
+            text.contains("# TYPE redstalk_retained_records gauge\nredstalk_retained_records 12\n")
+        );
+        assert!(
+            text.contains("# TYPE redstalk_retained_bytes gauge\nredstalk_retained_bytes 3456\n")
+        );
+        assert!(!render(&snapshot(), &[]).contains("redstalk_retained"));
     }
 
     #[test]

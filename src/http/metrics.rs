@@ -201,12 +201,26 @@ pub(super) async fn scrape(State(app): State<Arc<App>>) -> Response {
         return standby();
     };
     let schedules = schedule_figures(&app, &engine);
+    // Only while on: an instance that never turns retention on shows nothing new. A
+    // store that cannot answer leaves the families out rather than failing the scrape.
+    let retention = if engine.retention().is_on() {
+        engine.admin_retention_figures().await.ok()
+    } else {
+        None
+    };
     match app.scrapes.get(engine).await {
         Ok(text) => {
             let console = Bytes::from(exposition::render_listener(&app.events.figures()));
             let access = Bytes::from(exposition::render_access(&access_figures(&app)));
             let schedules = Bytes::from(exposition::render_schedules(&schedules));
-            let chunks = [text, console, access, schedules].map(Ok::<_, std::convert::Infallible>);
+            let retention = Bytes::from(
+                retention
+                    .as_ref()
+                    .map(exposition::render_retention)
+                    .unwrap_or_default(),
+            );
+            let chunks = [text, console, access, schedules, retention]
+                .map(Ok::<_, std::convert::Infallible>);
             (
                 [
                     (header::CONTENT_TYPE, exposition::CONTENT_TYPE),

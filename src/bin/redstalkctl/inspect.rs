@@ -1,4 +1,5 @@
-//! The reading commands: `stats`, `tubes`, `job`, `jobs`, `search`.
+//! The reading commands: `stats`, `tubes`, `job` (with `--api`, a deleted job's
+//! retained record too: `retained.rs`), `jobs`, `search`.
 //!
 //! Invariants: reads change nothing on the server (the protocol path uses only `stats*`,
 //! `list-tubes` and `peek`); the JSON a command prints has the same shape on both paths
@@ -12,8 +13,9 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use clap::Args;
 use redstalk::http::api::types::{
-    BodyShown, Bounded, Cursor, Job, JobQuery, JobState, JobWithBody, JobsPage, JobsQuery,
-    PageQuery, SearchPage, SearchQuery, StatsDoc, TubesPage, TubesQuery,
+    BodyShown, Bounded, Cursor, HistoryView, Job, JobQuery, JobState, JobWithBody, JobsPage,
+    JobsQuery, PageQuery, RetainedWithBody, SearchPage, SearchQuery, StatsDoc, TubesPage,
+    TubesQuery,
 };
 use serde_json::{Value, json};
 
@@ -23,6 +25,7 @@ use crate::beanstalk::Beanstalk;
 use crate::dict::Dict;
 use crate::error::{CtlError, Result};
 use crate::render::{self, print_json};
+use crate::retained;
 
 pub fn stats(ctx: &Ctx) -> Result<u8> {
     let f = match ctx.api() {
@@ -81,13 +84,33 @@ pub fn tubes_api(api: &Api) -> Result<Vec<Dict>> {
 
 #[derive(Args)]
 pub struct JobArgs {
-    pub id: u64,
+    /// The job's id (`job show ID` is the same: docs/RETENTION.md spells it so).
+    #[arg(value_name = "ID")]
+    pub first: String,
+    /// The id after `show`.
+    #[arg(hide = true)]
+    pub second: Option<String>,
     /// Show the whole body (by default its first --preview bytes).
     #[arg(long)]
     pub full: bool,
     /// How many bytes of the body to show.
     #[arg(long, default_value_t = 1024)]
     pub preview: usize,
+}
+
+impl JobArgs {
+    /// The id asked for: `job ID`, or `job show ID`.
+    fn id(&self) -> Result<u64> {
+        let text = match (self.first.as_str(), &self.second) {
+            ("show", Some(id)) => id,
+            (id, None) => id,
+            (_, Some(extra)) => {
+                return Err(CtlError::Usage(format!("job: unexpected {extra:?}")));
+            }
+        };
+        text.parse()
+            .map_err(|_| CtlError::Usage(format!("job: {text:?} is not a job id")))
+    }
 }
 
 /// A job's body as a command shows it: its first bytes, as text or base64.
@@ -99,17 +122,30 @@ struct Shown {
 }
 
 pub fn job(ctx: &Ctx, a: &JobArgs) -> Result<u8> {
-    let (figures, body) = match ctx.api() {
-        Some(api) => job_api(api, a)?,
-        None => job_proto(&mut ctx.proto()?, a)?,
+    let (figures, body, history) = match ctx.api() {
+        Some(api) => match job_api(api, a)? {
+            Found::Live(figures, body, history) => (figures, body, history),
+            Found::Deleted(record) => return retained::show_deleted(ctx, &record),
+        },
+        None => {
+            let (figures, body) = job_proto(&mut ctx.proto()?, a)?;
+            (figures, body, None)
+        }
     };
     if ctx.json {
         let mut all = figures;
         all.0.extend(body.fields.0);
+        if let Some(h) = &history {
+            all.0.extend(Dict::of(h).0);
+        }
         print_json(&all.to_json());
         return Ok(0);
     }
     print!("{}", render::key_values(&figures));
+    if let Some(h) = &history {
+        println!("history:");
+        print!("{}", retained::timeline(h));
+    }
     let size = figures.u64("body_size");
     let cut = if body.truncated {
         ", shown in part"
@@ -122,6 +158,13 @@ pub fn job(ctx: &Ctx, a: &JobArgs) -> Result<u8> {
         Err(_) => println!("{}", render::body_text(&body.bytes, usize::MAX)),
     }
     Ok(0)
+}
+
+/// What `GET /jobs/{id}` found: a live job (figures, body, its history while
+/// retention is on), or a deleted job's retained record.
+enum Found {
+    Live(Dict, Shown, Option<HistoryView>),
+    Deleted(Box<RetainedWithBody>),
 }
 
 /// The body fields of a job's JSON: `body` when the shown bytes are UTF-8, else
@@ -142,8 +185,9 @@ fn shown(bytes: Vec<u8>, truncated: bool) -> Shown {
 
 /// A job over the protocol: `stats-job` figures plus `body_size`, and its body.
 fn job_proto(b: &mut Beanstalk, a: &JobArgs) -> Result<(Dict, Shown)> {
-    let mut figures = b.stats_job(a.id)?;
-    let body = b.peek(a.id)?;
+    let id = a.id()?;
+    let mut figures = b.stats_job(id)?;
+    let body = b.peek(id)?;
     figures.push("body_size", Value::from(body.len()));
     let limit = if a.full { body.len() } else { a.preview };
     let truncated = body.len() > limit;
@@ -152,9 +196,9 @@ fn job_proto(b: &mut Beanstalk, a: &JobArgs) -> Result<(Dict, Shown)> {
     Ok((figures, shown(body, truncated)))
 }
 
-/// A job from the API: its figures in `stats-job`'s order (then the API's own), and
-/// its body.
-fn job_api(api: &Api, a: &JobArgs) -> Result<(Dict, Shown)> {
+/// A job from the API: its figures in `stats-job`'s order (then the API's own), its
+/// body and its history; or, gone but retained, its record.
+fn job_api(api: &Api, a: &JobArgs) -> Result<Found> {
     let q = JobQuery {
         body: Some(if a.full {
             BodyShown::Full
@@ -163,7 +207,13 @@ fn job_api(api: &Api, a: &JobArgs) -> Result<(Dict, Shown)> {
         }),
         preview: Bounded::new(a.preview as u64),
     };
-    let j: JobWithBody = api.get(&format!("/jobs/{}", a.id), &q)?;
+    let answer: Value = api.get(&format!("/jobs/{}", a.id()?), &q)?;
+    let bad = |e: serde_json::Error| CtlError::Unavailable(format!("the job's answer: {e}"));
+    if answer.get("state").and_then(Value::as_str) == Some("deleted") {
+        let record: RetainedWithBody = serde_json::from_value(answer).map_err(bad)?;
+        return Ok(Found::Deleted(Box::new(record)));
+    }
+    let j: JobWithBody = serde_json::from_value(answer).map_err(bad)?;
     let bytes = match (j.body, j.body_base64) {
         (Some(text), _) => text.into_owned().into_bytes(),
         (None, Some(b)) => B64
@@ -171,7 +221,11 @@ fn job_api(api: &Api, a: &JobArgs) -> Result<(Dict, Shown)> {
             .map_err(|e| CtlError::Unavailable(format!("the job's body_base64: {e}")))?,
         (None, None) => Vec::new(),
     };
-    Ok((Dict::of(&j.job), shown(bytes, j.body_truncated)))
+    Ok(Found::Live(
+        Dict::of(&j.job),
+        shown(bytes, j.body_truncated),
+        j.history,
+    ))
 }
 
 #[derive(Args)]

@@ -64,6 +64,12 @@ fn path(a: &KeyArgs) -> String {
 fn find_api(api: &Api, a: &KeyArgs) -> Result<Found> {
     Ok(match api.get::<KeyAnswer>(&path(a), &())? {
         KeyAnswer::Job(job) => Found::Job(Dict::of(&job)),
+        // Deleted and retained (`--retain`): the record, without its history (`job ID`
+        // shows that).
+        KeyAnswer::Retained(mut record) => {
+            record.history = None;
+            Found::Job(Dict::of(&record))
+        }
         KeyAnswer::Window(w) => Found::Window(w.id),
     })
 }

@@ -17,6 +17,7 @@ mod inspect;
 mod keys;
 mod policy;
 mod render;
+mod retained;
 mod schedule;
 mod watch;
 
@@ -102,6 +103,9 @@ enum Cmd {
     /// The schedules: jobs put at each tick of a cron expression or an interval (API).
     #[command(subcommand)]
     Schedule(schedule::ScheduleCmd),
+    /// Deleted jobs' records, while the server retains them (`--retain`; API).
+    #[command(subcommand)]
+    Retained(retained::RetainedCmd),
     /// Find jobs whose body contains SUBSTR (API).
     Search(inspect::SearchArgs),
     /// Print changes of the tubes' counts as they happen.
@@ -197,6 +201,7 @@ fn run(cli: Cli) -> Result<u8> {
         Cmd::Flush(a) => change::flush(&ctx, &a),
         Cmd::Policy(p) => policy::policy(&ctx, &p),
         Cmd::Schedule(s) => schedule::schedule(&ctx, &s),
+        Cmd::Retained(r) => retained::retained(&ctx, &r),
         Cmd::Tail(a) => watch::tail(&ctx, &a),
         Cmd::Top(a) => watch::top(&ctx, &a),
         Cmd::Completions { shell } => {

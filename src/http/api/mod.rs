@@ -10,7 +10,7 @@
 //! redstalkctl), `error.rs` (the error and its status), `extract.rs` (body, query,
 //! path and engine extractors), `cursor.rs` (what each list's cursor holds),
 //! `forward.rs` (where a request is answered; a standby forwards to the leader),
-//! `reads.rs`, `changes.rs`, `clients.rs`, `history.rs`, `events.rs`, `policies.rs`,
+//! `reads.rs`, `retained.rs`, `changes.rs`, `clients.rs`, `history.rs`, `events.rs`, `policies.rs`,
 //! `schedules.rs` (the routes).
 //!
 //! Invariants: every answer is a type of `types.rs`, every error an `ApiError`
@@ -30,6 +30,7 @@ pub mod forward;
 mod history;
 mod policies;
 mod reads;
+mod retained;
 mod schedules;
 pub mod types;
 
@@ -106,6 +107,7 @@ pub(super) fn router() -> Router<Arc<App>> {
         .route("/jobs/{id}/delay", post(changes::delay))
         .route("/jobs/{id}/bury", post(changes::bury))
         .route("/jobs/{id}/kick", post(changes::kick_job))
+        .route("/retained", get(retained::list))
         .route("/search", get(reads::search))
         .route("/bulk", post(changes::bulk))
         .route("/history", get(history::history))

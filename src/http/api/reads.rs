@@ -9,23 +9,25 @@ use axum::Extension;
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::IntoResponse;
-use base64::Engine as _;
 use serde_json::{Map, Value, json};
 
 use super::cursor::{decode, encode};
 use super::error::{ApiError, ApiResult};
 use super::extract::{ApiEngine, ApiQuery, JobPath, KeyPath, TubePath, tube_name};
 use super::forward::Served;
+use super::retained;
 use super::types::{
-    BodyShown, InstanceRole, JobQuery, JobWithBody, JobsPage, JobsQuery, KeyAnswer, KeyWindow,
-    SearchPage, SearchQuery, StatsDoc, TubesPage, TubesQuery, WhoAmI, WindowState,
+    InstanceRole, JobQuery, JobWithBody, JobsPage, JobsQuery, KeyAnswer, KeyWindow, SearchPage,
+    SearchQuery, StatsDoc, TubesPage, TubesQuery, WhoAmI, WindowState,
 };
 use super::{job_view, ok};
+use crate::engine::admin::AdminError;
 use crate::engine::admin_bulk::Search;
 use crate::engine::stats::Figures;
 use crate::engine::{Engine, KeyFound};
 use crate::http::{App, Source};
 use crate::protocol::TubeName;
+use crate::store::retention::Retained;
 use crate::store::{JobState, ListQuery};
 
 /// A stats document's figures as a JSON object (keys as the YAML names them, numbers
@@ -162,47 +164,71 @@ pub(super) async fn job(
     JobPath(id): JobPath,
     ApiQuery(q): ApiQuery<JobQuery>,
 ) -> ApiResult {
-    let (job, body) = engine.admin_job_with_body(id).await?;
-    let cap = match q.body.unwrap_or_default() {
-        BodyShown::None => 0,
-        BodyShown::Preview => q.preview.size(),
-        BodyShown::Full => body.len(),
+    let (job, body, history) = match engine.admin_job_with_history(id).await {
+        Ok(found) => found,
+        // Gone: its record, while retention keeps it (docs/RETENTION.md).
+        Err(AdminError::NoJob(_)) => match engine.admin_retained(id).await? {
+            Some(r) => return retained::retained_answer(&engine, &r, &q),
+            None => return Err(AdminError::NoJob(id).into()),
+        },
+        Err(e) => return Err(e.into()),
     };
-    let shown = &body[..cap.min(body.len())];
-    let (mut text, mut base64) = (None, None);
-    if cap > 0 {
-        match std::str::from_utf8(shown) {
-            Ok(s) => text = Some(Cow::Borrowed(s)),
-            Err(_) => base64 = Some(base64::engine::general_purpose::STANDARD.encode(shown)),
-        }
-    }
+    let (text, base64, truncated) = retained::shown_body(&q, &body);
+    let history = history.map(|h| retained::history_view(&engine, &h));
     ok(
         StatusCode::OK,
         JobWithBody {
             job: job_view(&job),
-            body_truncated: shown.len() < body.len(),
+            body_truncated: truncated,
             body: text,
             body_base64: base64,
+            history,
         },
     )
 }
 
 /// The key's job (no scan: the store's find by key), or its window.
 pub(super) async fn by_key(ApiEngine(engine): ApiEngine, KeyPath(tube, key): KeyPath) -> ApiResult {
-    match engine.admin_find_key(&tube, &key).await? {
-        KeyFound::Job(job) => ok(StatusCode::OK, KeyAnswer::Job(Box::new(job_view(&job)))),
-        KeyFound::Window(id) => ok(
+    let window = match engine.admin_find_key(&tube, &key).await {
+        Ok(KeyFound::Job(job)) => {
+            return ok(StatusCode::OK, KeyAnswer::Job(Box::new(job_view(&job))));
+        }
+        Ok(KeyFound::Window(id)) => Some(id),
+        Err(AdminError::NoKey { .. }) => None,
+        Err(e) => return Err(e.into()),
+    };
+    // No live job: the key's newest retained record (docs/RETENTION.md), which says
+    // more than the window's id; with retention off, the answer is as before.
+    if let Some(r) = engine.admin_retained_by_key(&tube, &key).await?
+        && window.is_none_or(|id| id == r.id)
+    {
+        let view = retained::retained_view(&engine, &r, true);
+        return ok(StatusCode::OK, KeyAnswer::Retained(Box::new(view)));
+    }
+    match window {
+        Some(id) => ok(
             StatusCode::OK,
             KeyAnswer::Window(KeyWindow {
                 id,
                 state: WindowState::Deleted,
             }),
         ),
+        None => Err(AdminError::NoKey { tube, key }.into()),
     }
 }
 
 pub(super) async fn body(ApiEngine(engine): ApiEngine, JobPath(id): JobPath) -> ApiResult {
-    let (_, body) = engine.admin_job_with_body(id).await?;
+    let body = match engine.admin_job_with_body(id).await {
+        Ok((_, body)) => body,
+        // A retained record's body, when `--retain-bodies` kept it.
+        Err(AdminError::NoJob(_)) => match engine.admin_retained(id).await? {
+            Some(Retained {
+                body: Some(body), ..
+            }) => body,
+            _ => return Err(AdminError::NoJob(id).into()),
+        },
+        Err(e) => return Err(e.into()),
+    };
     let mut r = body.into_response();
     r.headers_mut().insert(
         header::CONTENT_TYPE,

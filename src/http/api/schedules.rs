@@ -294,7 +294,7 @@ fn fire_view(f: &Fire) -> FireView {
 }
 
 /// An instant as RFC 3339 UTC text (empty past chrono's range, which no tick reaches).
-fn utc(ms: u64) -> String {
+pub(super) fn utc(ms: u64) -> String {
     i64::try_from(ms)
         .ok()
         .and_then(chrono::DateTime::from_timestamp_millis)

@@ -33,6 +33,11 @@ pub use crate::store::JobState;
 use crate::store::admin::MAX_LIST;
 use crate::store::policy::{DeadReason, Rule};
 
+mod retention;
+pub use retention::{
+    HistoryEvent, HistoryView, RetainedJob, RetainedPage, RetainedQueryDoc, RetainedWithBody,
+    RetentionView,
+};
 mod schedules;
 pub use schedules::{
     FireKind, FireView, NextTick, ScheduleCursor, ScheduleList, ScheduleRan, ScheduleRemoved,
@@ -309,6 +314,9 @@ pub struct HeldBy<'a> {
 #[serde(untagged)]
 pub enum KeyAnswer<'a> {
     Job(Box<Job<'a>>),
+    /// The key's job is deleted and retained (`--retain`): its record (a superset of
+    /// the window's `id` and `state`).
+    Retained(Box<RetainedJob>),
     Window(KeyWindow),
 }
 
@@ -389,6 +397,9 @@ pub struct JobWithBody<'a> {
     pub body: Option<Cow<'a, str>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body_base64: Option<String>,
+    /// Its events so far: only while retention is on (`--retain`).
+    #[serde(default, skip_serializing_if = "Option::is_none", flatten)]
+    pub history: Option<HistoryView>,
 }
 
 /// `GET /search?contains=&tube=&state=&scan=&cursor=`.

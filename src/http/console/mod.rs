@@ -50,6 +50,7 @@ pub(super) fn router() -> Router<Arc<App>> {
             "/console/schedules.js",
             get(|| async { asset(SCHEDULES_JS) }),
         )
+        .route("/console/retained.js", get(|| async { asset(RETAINED_JS) }))
         .route("/console/favicon.svg", get(|| async { asset(ICON) }))
         .route("/console/session", get(session))
         .route("/console/login", post(login))
@@ -74,6 +75,10 @@ const POLICIES_JS: Asset = (
 const SCHEDULES_JS: Asset = (
     "text/javascript; charset=utf-8",
     include_str!("assets/schedules.js"),
+);
+const RETAINED_JS: Asset = (
+    "text/javascript; charset=utf-8",
+    include_str!("assets/retained.js"),
 );
 const CSS: Asset = ("text/css; charset=utf-8", include_str!("assets/app.css"));
 const APP_JS: Asset = (

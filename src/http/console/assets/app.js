@@ -1,7 +1,8 @@
 // redstalk console, core: DOM helpers (text only: never innerHTML), the API client,
 // formatting, the pager of every list, the hash router, live events, login and the
 // overview page. pages.js adds the tube, job and search pages to `Pages`, clients.js the
-// clients page, policies.js the policies page, schedules.js the schedules pages.
+// clients page, policies.js the policies page, schedules.js the schedules pages, retained.js a
+// job's history, a deleted job's page and the retained jobs page.
 "use strict";
 
 const API = "/api/v1";
@@ -144,7 +145,7 @@ function tubeLink(name) {
 }
 
 // The hash router: #/, #/tube/NAME?state=S, #/job/ID, #/search, #/clients, #/policies,
-// #/schedules, #/schedules/NAME, #/login.
+// #/schedules, #/schedules/NAME, #/retained, #/login.
 function route() {
   const hash = location.hash.replace(/^#/, "") || "/";
   const [path, query] = hash.split("?");

@@ -2,7 +2,8 @@
 // `Pager` of app.js), selected and acted on; pause; put; find by key and act by key; the
 // policy that governs it, from policies.js), a job (figures with its key and dead letter
 // reason, actions by id and by key, body as text / JSON / hex, download) and the body
-// search. Every value reaches the page as text (see app.js `el`).
+// search. A deleted job's page and a job's history are retained.js'. Every value
+// reaches the page as text (see app.js `el`).
 "use strict";
 
 const STATES = ["ready", "delayed", "reserved", "buried"];
@@ -145,7 +146,11 @@ function keyFinder(name, changed) {
     const what = el("span", { id: "key-state", "data-state": r ? r.state : "unknown" }, "key ",
       el("code", {}, k), ": ");
     if (r === null) what.append("not found");
-    else if (r.state === "deleted") what.append("job " + r.id + " deleted, window open");
+    else if (r.state === "deleted" && r.deleted_at) {
+      // Retained (--retain): its record's page, with its history.
+      what.append("job ", el("a", { href: "#/job/" + r.id, id: "key-job" }, String(r.id)),
+        ", deleted " + r.deleted_at + " (retained)");
+    } else if (r.state === "deleted") what.append("job " + r.id + " deleted, window open");
     else what.append("job ", el("a", { href: "#/job/" + r.id, id: "key-job" }, String(r.id)), ", " + r.state);
     const live = r && r.state !== "deleted";
     result.replaceChildren(what, ...(live ? keyActions(name, k, () => { find(k); changed(); }) : []));
@@ -252,6 +257,8 @@ async function bodyBytes(id, size) {
 Pages.job = async function (main, parts) {
   const id = Number(parts[0]);
   const j = await api("GET", "/jobs/" + id + "?body=none");
+  // Gone, but the server retains its record (retained.js).
+  if (j.state === "deleted") { await deletedJobPage(main, j); return; }
   const raw = await bodyBytes(id, j.body_size);
   let valid = true;
   try { new TextDecoder("utf-8", { fatal: true }).decode(raw); } catch (_) { valid = false; }
@@ -297,6 +304,7 @@ Pages.job = async function (main, parts) {
     jobActions(() => [id], changed),
     ...(j.key ? [el("div", { class: "bar", id: "key-actions" }, el("span", { class: "muted" }, "By key ",
       el("code", {}, j.key), ":"), ...keyActions(j.tube, j.key, changed))] : []),
+    ...(j.history ? [el("h2", {}, "History"), historyTimeline(j)] : []),
     el("h2", {}, "Body"), views, note, pre);
   view(valid ? "text" : "hex");
 };
