@@ -13,9 +13,9 @@
 
 use super::*;
 
-/// The connection id the server gave `c` (from `/clients`).
+/// The connection id the server gave `c` (from `/clients`, once it lists `c`).
 fn conn_id(api: &Api, c: &Client) -> u64 {
-    client_entry(api, c)
+    wait_entry(api, c, Option::is_some)
         .and_then(|e| e["id"].as_u64())
         .unwrap_or_else(|| panic!("{} is not in /clients", c.socket().local_addr().unwrap()))
 }
@@ -84,6 +84,7 @@ fn deleted_jobs_keep_their_record_in_every_mode() {
         b.expect(&format!("delete {id}"), "DELETED");
         b.expect(&format!("stats-job {id}"), "NOT_FOUND");
         b.expect(&format!("peek {id}"), "NOT_FOUND");
+        b.use_tube("orders");
         let keyed = b.cmd("put 1 0 60 3 idp:order-1234\r\nabc");
         assert_eq!(keyed.word(), "INSERTED", "{}", home.name());
         let keyed_id: u64 = keyed
