@@ -164,16 +164,21 @@ struct Api {
     http: SocketAddr,
 }
 
-/// The value of the `/metrics` sample whose line starts with `prefix`.
-pub(crate) fn metric(api: &Api, prefix: &str) -> u64 {
-    let text = agent()
+/// The whole `/metrics` exposition.
+pub(crate) fn metrics_text(api: &Api) -> String {
+    agent()
         .get(&format!("http://{}/metrics", api.http))
         .call()
         .unwrap()
         .body_mut()
         .read_to_string()
-        .unwrap();
-    text.lines()
+        .unwrap()
+}
+
+/// The value of the `/metrics` sample whose line starts with `prefix`.
+pub(crate) fn metric(api: &Api, prefix: &str) -> u64 {
+    metrics_text(api)
+        .lines()
         .find_map(|l| l.strip_prefix(prefix))
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or_else(|| panic!("no {prefix:?} in /metrics:\n{text}"))

@@ -258,13 +258,7 @@ fn retention_off_changes_nothing() {
         (Some(0), Some(0))
     );
     assert!(page["jobs"].as_array().unwrap().is_empty());
-    let text = agent()
-        .get(&format!("http://{}/metrics", api.http))
-        .call()
-        .unwrap()
-        .body_mut()
-        .read_to_string()
-        .unwrap();
+    let text = metrics_text(&api);
     assert!(
         !text.contains("redstalk_retained"),
         "no retention family when off"
