@@ -177,8 +177,8 @@ pub(crate) fn metrics_text(api: &Api) -> String {
 
 /// The value of the `/metrics` sample whose line starts with `prefix`.
 pub(crate) fn metric(api: &Api, prefix: &str) -> u64 {
-    metrics_text(api)
-        .lines()
+    let text = metrics_text(api);
+    text.lines()
         .find_map(|l| l.strip_prefix(prefix))
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or_else(|| panic!("no {prefix:?} in /metrics:\n{text}"))
