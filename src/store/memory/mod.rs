@@ -16,6 +16,7 @@ mod journal;
 mod keys;
 #[cfg(test)]
 mod keys_tests;
+mod make;
 mod persist;
 mod retained;
 #[cfg(test)]
@@ -41,11 +42,12 @@ use super::{
 use crate::protocol::TubeName;
 use crate::protocol::ext::{BatchOp, FlushStates};
 use crate::util::lock;
-use contents::{Contents, Job, Ref};
+use contents::{Contents, Ref};
 pub use journal::{
     Cut, CutLimit, Gone, JobRecord, ScheduleRecord, StoreCounters, StoreSnapshot, Stored,
     TubeRecord,
 };
+use make::{insert, put_keyed_new, put_new};
 
 #[derive(Debug)]
 pub struct MemoryStore {
@@ -572,50 +574,4 @@ impl Store for MemoryStore {
         }
         self.lock().last_change()
     }
-}
-
-/// `put`: a new job, made at `now` (also a schedule's tick, `schedules.rs`).
-fn put_new(s: &mut Contents, job: NewJob, now: Nanos) -> JobId {
-    let id = s.alloc_id();
-    insert(s, id, job, now, Stored::Never);
-    id
-}
-
-/// `put` with a key (also a keyed schedule's tick, `schedules.rs`).
-fn put_keyed_new(s: &mut Contents, job: NewJob, key: &PutKey, now: Nanos) -> KeyedPut {
-    s.put_keyed(job, key, now, |s, id, job| {
-        insert(s, id, job, now, Stored::Never)
-    })
-}
-
-/// Make job `id` of `job`, put at `now`; `stored` is what persistence holds of it.
-fn insert(s: &mut Contents, id: JobId, job: NewJob, now: Nanos, stored: Stored) {
-    let tube = s.tube_entry(&job.tube);
-    tube.total_jobs += 1;
-    s.totals.total_jobs += 1;
-    s.jobs.insert(
-        id,
-        Box::new(Job {
-            tube: job.tube,
-            pri: job.pri,
-            delay_ms: job.delay_ms,
-            ttr_ms: job.ttr_ms,
-            state: JobState::Ready,
-            stored,
-            created: now,
-            at: now,
-            owner: 0,
-            reserves: 0,
-            timeouts: 0,
-            releases: 0,
-            buries: 0,
-            kicks: 0,
-            key: None,
-            dead: None,
-            history: None,
-            body: job.body,
-        }),
-    );
-    s.attach_after(id, job.delay_ms, now);
-    s.note(id, EventKind::Put, ConnId(0), now);
 }

@@ -10,7 +10,7 @@
 //!   (`Journal::schedule_changed`), so a cut writes the cursor and its job together.
 
 use super::contents::Contents;
-use super::{put_keyed_new, put_new};
+use super::make::{put_keyed_new, put_new};
 use crate::store::keys::{KeyMode, KeyedPut, PutKey};
 use crate::store::{Cursor, Fired, JobId, Nanos, ScheduleName, TickPut};
 
