@@ -32,6 +32,9 @@
 //!   before (peek, stats-job, stats-tube, reserve, the next id); no schema-1 key left
 //!   but the tombstone in the old lease key, without expiry. Prints how many keys and
 //!   how long the start took.
+//! - `a_namespace_of_a_later_layout_is_refused_and_left_as_it_is` — a namespace whose
+//!   `{P}:schema` is 3 (a later version's layout) is refused at start in both modes,
+//!   with a message saying so, and no key of it changes.
 //! - `an_upgrade_renames_the_tubes_of_every_chunk` — 2,500 tubes of schema 1 (three
 //!   rename calls of 1,000): none left under the old names, the last one served with
 //!   its counters, the id counter kept. Prints the start time.
@@ -528,6 +531,51 @@ fn a_namespace_of_the_previous_layout_is_renamed_at_start_and_served() {
              {started_ms} ms after the start",
             kind.redis_mode().unwrap(),
             jobs.len()
+        );
+    }
+}
+
+/// A namespace that a later version wrote (its `{P}:schema` says a layout this version
+/// does not know) is refused in both modes and left exactly as it was: before this
+/// check, a start marked it fresh (`{P}:schema` = 2) and served it misread.
+#[test]
+fn a_namespace_of_a_later_layout_is_refused_and_left_as_it_is() {
+    let _serial = serial();
+    let Some(redis) = private_redis(&[], "Redis connection tests") else {
+        return;
+    };
+    let mut conn = redis_conn(&redis);
+    for kind in [ServerKind::Redis, ServerKind::Leader] {
+        let p = format!("later-{}", kind.name());
+        let schema = format!("{{{p}}}:schema");
+        let job = format!("{{{p}}}:j:1");
+        let _: () = ::redis::cmd("SET")
+            .arg(&schema)
+            .arg("3")
+            .query(&mut conn)
+            .unwrap();
+        let _: () = ::redis::cmd("HSET")
+            .arg(&job)
+            .arg("t")
+            .arg("default")
+            .query(&mut conn)
+            .unwrap();
+        let refused = support::ServerProc::start_on_redis_as(kind, &redis.url(), &p, &[]);
+        let err = refused
+            .err()
+            .expect("started on a namespace of a later layout");
+        assert!(err.contains("newer than this version's (2)"), "{err}");
+        assert_eq!(
+            keys_starting(&mut conn, &format!("{{{p}}}")),
+            vec![job.clone(), schema.clone()],
+            "the refused start wrote a key"
+        );
+        let found: String = ::redis::cmd("GET").arg(&schema).query(&mut conn).unwrap();
+        assert_eq!(found, "3", "the layout's version was changed");
+        println!(
+            "{} mode: a namespace of layout 3 refused: {}",
+            kind.redis_mode().unwrap(),
+            err.lines().last().unwrap_or_default()
         );
     }
 }

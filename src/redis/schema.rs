@@ -82,6 +82,12 @@ pub enum SchemaError {
          primary of the namespace's slot"
     )]
     ClusterNode,
+    #[error(
+        "this namespace has key layout {found} ({key}), newer than this version's \
+         ({VERSION}): a later redstalk wrote it, and this one would misread it. Run the \
+         version that wrote it (a layout is never downgraded)"
+    )]
+    Newer { key: String, found: String },
     #[error("cannot connect to Redis to check the namespace's key layout")]
     Connect(#[source] CallError),
     #[error("{op}")]
@@ -105,6 +111,7 @@ impl SchemaError {
                 | SchemaError::Moved { .. }
                 | SchemaError::Copying { .. }
                 | SchemaError::ClusterNode
+                | SchemaError::Newer { .. }
         )
     }
 }
@@ -169,9 +176,11 @@ async fn prepare_cluster(conn: &mut RedisConn, prefix: &str) -> Result<SchemaSta
 }
 
 /// Whether the namespace of `keys` is at [`VERSION`] already.
-/// Refuses a namespace that `redstalk-namespace copy` moved away or is reading.
+/// Refuses a namespace that `redstalk-namespace copy` moved away or is reading, and one
+/// of a later layout: read as no layout at all, it would be marked fresh and misread
+/// (a version before this check did exactly that).
 async fn is_current(conn: &mut RedisConn, keys: &Keys) -> Result<bool, SchemaError> {
-    let (version, lease): (Option<u32>, Option<String>) = redis::pipe()
+    let (version, lease): (Option<String>, Option<String>) = redis::pipe()
         .cmd("GET")
         .arg(keys.schema())
         .cmd("GET")
@@ -180,9 +189,22 @@ async fn is_current(conn: &mut RedisConn, keys: &Keys) -> Result<bool, SchemaErr
         .await
         .map_err(redis_err("GET schema"))?;
     match lease.as_deref() {
-        Some(MOVED) => Err(SchemaError::Moved { key: keys.leader() }),
-        Some(COPYING) => Err(SchemaError::Copying { key: keys.leader() }),
-        _ => Ok(version == Some(VERSION)),
+        Some(MOVED) => return Err(SchemaError::Moved { key: keys.leader() }),
+        Some(COPYING) => return Err(SchemaError::Copying { key: keys.leader() }),
+        _ => {}
+    }
+    let Some(found) = version else {
+        return Ok(false);
+    };
+    match found.parse::<u32>() {
+        Ok(v) if v == VERSION => Ok(true),
+        // Schema 1 had no `{P}:schema`: a smaller number is never found here.
+        Ok(v) if v < VERSION => Ok(false),
+        // A later layout, or a value no version writes: either way not ours to touch.
+        _ => Err(SchemaError::Newer {
+            key: keys.schema(),
+            found,
+        }),
     }
 }
 
