@@ -89,6 +89,16 @@ impl Cluster {
             Err(why) => {
                 match &why {
                     Unprepared::Stopped => tracing::info!("{why}; giving the lead up"),
+                    _ if why.is_final() => {
+                        tracing::error!(
+                            "took the lead but {why}; giving it up for good: this \
+                             instance no longer contends for the lead (it goes on \
+                             relaying its clients to the leader). Replace it with the \
+                             version that wrote the layout"
+                        );
+                        self.retired
+                            .store(true, std::sync::atomic::Ordering::Relaxed);
+                    }
                     _ => tracing::warn!("took the lead but {why}; giving it up"),
                 }
                 self.give_up(term).await;

@@ -114,6 +114,9 @@ pub struct Cluster {
     role: watch::Sender<Duty>,
     /// SIGUSR1 was received: every engine this instance leads with refuses puts.
     draining: std::sync::atomic::AtomicBool,
+    /// A takeover found a layout this version cannot read (`takeover.rs`): the instance
+    /// never contends for the lease again, and follows whoever holds it.
+    retired: std::sync::atomic::AtomicBool,
     /// Cancelled once the server has finished its connections at a clean shutdown:
     /// a leadership may then write its last batches (see `lead.rs`).
     connections_finished: CancellationToken,
@@ -201,6 +204,7 @@ impl Cluster {
             lease,
             role: watch::Sender::new(Duty::Unknown),
             draining: std::sync::atomic::AtomicBool::new(false),
+            retired: std::sync::atomic::AtomicBool::new(false),
             connections_finished: CancellationToken::new(),
             aside: std::sync::Mutex::new(NotReady::Starting),
             lease_error: std::sync::Mutex::new(None),
@@ -296,7 +300,12 @@ impl Cluster {
         let poll = self.config.lease / 4;
         let mut warned = false;
         while !stop.is_cancelled() {
-            match self.lease.try_acquire().await {
+            let acquired = if self.retired.load(std::sync::atomic::Ordering::Relaxed) {
+                Ok(None)
+            } else {
+                self.lease.try_acquire().await
+            };
+            match acquired {
                 Ok(Some(acquired)) => {
                     *lock(&self.lease_error) = None;
                     self.lead(acquired, &stop).await;

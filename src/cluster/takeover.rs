@@ -37,6 +37,18 @@ pub(super) enum Unprepared {
     Build(#[source] tokio::task::JoinError),
     #[error("stopped during the load (a shutdown, or the lease lost)")]
     Stopped,
+    /// The layout is not this version's (a later version upgraded it), or could not be
+    /// read.
+    #[error("{0}")]
+    Layout(#[source] crate::redis::schema::SchemaError),
+}
+
+impl Unprepared {
+    /// Whether this instance must never lead the namespace: a later version changed its
+    /// layout, which this one would misread.
+    pub(super) fn is_final(&self) -> bool {
+        matches!(self, Unprepared::Layout(e) if e.is_refusal())
+    }
 }
 
 impl Cluster {
@@ -48,6 +60,14 @@ impl Cluster {
         token: &str,
         term: &CancellationToken,
     ) -> Result<Restored, Unprepared> {
+        // Checked at each takeover, not only at start: a standby may have waited while a
+        // later version led and upgraded the layout.
+        let mut conn = self.conn.clone();
+        let layout = crate::redis::schema::still_readable(&mut conn, &self.keys);
+        until_cancelled(term, layout)
+            .await
+            .ok_or(Unprepared::Stopped)?
+            .map_err(Unprepared::Layout)?;
         let (snapshot, tube_list, clock) = until_cancelled(term, self.load_namespace(token))
             .await
             .ok_or(Unprepared::Stopped)?

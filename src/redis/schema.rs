@@ -208,6 +208,25 @@ async fn is_current(conn: &mut RedisConn, keys: &Keys) -> Result<bool, SchemaErr
     }
 }
 
+/// Whether `{P}:schema` still names a layout this version reads: absent (a namespace
+/// Redis lost and an instance began afresh) or [`VERSION`]. Read again where an
+/// instance starts serving a namespace long after it started (a standby taking the
+/// lead): a later version may have upgraded the layout meanwhile.
+pub async fn still_readable(conn: &mut RedisConn, keys: &Keys) -> Result<(), SchemaError> {
+    let found: Option<String> = redis::cmd("GET")
+        .arg(keys.schema())
+        .query_async(conn)
+        .await
+        .map_err(redis_err("GET schema"))?;
+    match found {
+        Some(v) if v != VERSION.to_string() => Err(SchemaError::Newer {
+            key: keys.schema(),
+            found: v,
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// A namespace with no key of either layout: it starts at [`VERSION`].
 async fn fresh(
     conn: &mut RedisConn,

@@ -1,0 +1,348 @@
+//! Key layouts against real processes (a private redis-server, never the one on
+//! 6379): the upgrade from the previous layout, and what a version does with a layout
+//! later than its own (docs/OPERATIONS.md, *Upgrading across the key layout change*;
+//! src/redis/schema.rs).
+//!
+//! What the tests prove:
+//! - `a_namespace_of_the_previous_layout_is_renamed_at_start_and_served` — a
+//!   namespace written with the previous version's key names (schema 1: jobs ready,
+//!   delayed and buried in three tubes, a paused tube, the id counter), in both Redis
+//!   modes: refused while a lease or a heartbeat of the previous version lives (nothing
+//!   renamed); then
+//!   renamed at start (shared mode: resuming an upgrade cut short) and served as
+//!   before (peek, stats-job, stats-tube, reserve, the next id); no schema-1 key left
+//!   but the tombstone in the old lease key, without expiry. Prints how many keys and
+//!   how long the start took.
+//! - `a_namespace_of_a_later_layout_is_refused_and_left_as_it_is` — a namespace whose
+//!   `{P}:schema` is 3 (a later version's layout) is refused at start in both modes,
+//!   with a message saying so, and no key of it changes.
+//! - `an_upgrade_renames_the_tubes_of_every_chunk` — 2,500 tubes of schema 1 (three
+//!   rename calls of 1,000): none left under the old names, the last one served with
+//!   its counters, the id counter kept. Prints the start time.
+//! - `a_standby_never_leads_a_namespace_of_a_later_layout` — leader mode: while a
+//!   leader serves, the namespace's `{P}:schema` becomes 3 (as a later version's
+//!   upgrade leaves it); the leader is killed; the standby takes the lease, reads the
+//!   layout, gives the lease up and never contends again (the lease stays free for
+//!   several lease periods), logging why once; no key of the namespace is written by
+//!   it. Before, it loaded the namespace as its own layout and served it.
+
+// A test reports failure by panicking: unwrap and expect are how it says so.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use support::client::Client;
+use support::namespace::{assert_served, fill_namespace, keys_starting, redis_conn};
+use support::redis::private_redis;
+use support::{ServerKind, redstalk_on_as, serial, wait_served};
+
+const REPLY: Duration = Duration::from_secs(10);
+
+/// The tombstone the upgrade leaves in a namespace's schema-1 lease key
+/// (src/redis/schema.rs).
+const TOMBSTONE: &str = "0|schema2|upgrade-redstalk";
+
+/// Rename the namespace `p`'s keys (schema 2) to the names of the previous version
+/// (schema 1), as a namespace written by it holds them: `{p}:t:T:k` → `{p:t:T}:k`,
+/// `{p}:refs:I` → `p:refs:I`, `{p}:x` → `p:x`; no `{p}:schema`, no lease (every
+/// instance stopped). How many keys.
+fn to_schema_1(conn: &mut ::redis::Connection, p: &str) -> usize {
+    let tag = format!("{{{p}}}:");
+    let names = keys_starting(conn, &tag);
+    for name in &names {
+        let rest = &name[tag.len()..];
+        if rest == "schema" || rest == "leader" {
+            let _: () = ::redis::cmd("DEL").arg(name).query(conn).unwrap();
+            continue;
+        }
+        let old = match rest.strip_prefix("t:") {
+            Some(tube_key) => {
+                let (tube, key) = tube_key.rsplit_once(':').unwrap();
+                format!("{{{p}:t:{tube}}}:{key}")
+            }
+            None => format!("{p}:{rest}"),
+        };
+        let _: () = ::redis::cmd("RENAME")
+            .arg(name)
+            .arg(&old)
+            .query(conn)
+            .unwrap();
+    }
+    names.len()
+}
+
+#[test]
+fn a_namespace_of_the_previous_layout_is_renamed_at_start_and_served() {
+    let _serial = serial();
+    let Some(redis) = private_redis(&[], "Redis connection tests") else {
+        return;
+    };
+    let mut conn = redis_conn(&redis);
+    for kind in [ServerKind::Redis, ServerKind::Leader] {
+        let p = format!("up-{}", kind.name());
+        let (mut srv, _) = redstalk_on_as(kind, &redis, &p, &[]);
+        let mut c = Client::connect(srv.addr, "fill");
+        c.timeout = REPLY;
+        let jobs = fill_namespace(&mut c);
+        drop(c);
+        srv.signal("TERM").unwrap();
+        assert!(
+            srv.wait_exit(Duration::from_secs(30)).is_some(),
+            "no clean stop"
+        );
+        drop(srv);
+        let renamed = to_schema_1(&mut conn, &p);
+        assert!(keys_starting(&mut conn, &format!("{{{p}}}")).is_empty());
+
+        // An instance of the previous version leads: refused, nothing renamed.
+        let lease = format!("{p}:leader");
+        let _: () = ::redis::cmd("SET")
+            .arg(&lease)
+            .arg("4|old|127.0.0.1:1")
+            .arg("PX")
+            .arg(60_000)
+            .query(&mut conn)
+            .unwrap();
+        let refused = support::ServerProc::start_on_redis_as(kind, &redis.url(), &p, &[]);
+        let err = refused.err().expect("started beside a live old leader");
+        assert!(err.contains("previous version"), "{err}");
+        assert!(keys_starting(&mut conn, &format!("{{{p}}}")).is_empty());
+        let _: () = ::redis::cmd("DEL").arg(&lease).query(&mut conn).unwrap();
+        // One of the previous version serves in shared mode (a heartbeat not lapsed).
+        let instances = format!("{p}:instances");
+        let _: () = ::redis::cmd("ZADD")
+            .arg(&instances)
+            .arg("+inf")
+            .arg("old")
+            .query(&mut conn)
+            .unwrap();
+        let refused = support::ServerProc::start_on_redis_as(kind, &redis.url(), &p, &[]);
+        let err = refused.err().expect("started beside a live old instance");
+        assert!(
+            err.contains("1 redstalk instance(s) of the previous version"),
+            "{err}"
+        );
+        assert!(keys_starting(&mut conn, &format!("{{{p}}}")).is_empty());
+        let _: () = ::redis::cmd("ZREM")
+            .arg(&instances)
+            .arg("old")
+            .query(&mut conn)
+            .unwrap();
+
+        // Shared mode: an upgrade cut short (tombstone written, tube alpha and the id
+        // counter renamed) resumes. Leader mode: a whole upgrade.
+        if kind == ServerKind::Redis {
+            let _: () = ::redis::cmd("SET")
+                .arg(&lease)
+                .arg(TOMBSTONE)
+                .query(&mut conn)
+                .unwrap();
+            for old in keys_starting(&mut conn, &format!("{{{p}:t:alpha}}:")) {
+                let key = old.rsplit_once(':').unwrap().1;
+                let _: () = ::redis::cmd("RENAME")
+                    .arg(&old)
+                    .arg(format!("{{{p}}}:t:alpha:{key}"))
+                    .query(&mut conn)
+                    .unwrap();
+            }
+            let _: () = ::redis::cmd("RENAME")
+                .arg(format!("{p}:ids"))
+                .arg(format!("{{{p}}}:ids"))
+                .query(&mut conn)
+                .unwrap();
+        }
+        let t = Instant::now();
+        let (srv, log) = redstalk_on_as(kind, &redis, &p, &[]);
+        let started_ms = t.elapsed().as_millis();
+        let mut c = Client::connect(srv.addr, "after");
+        c.timeout = REPLY;
+        assert_served(&mut c, &jobs, &log);
+        c.watch_only("alpha");
+        let (got, body) = c.reserve();
+        assert_eq!((got, &body[..]), (jobs[1].0, &b"alpha urgent"[..]));
+        // The id counter came along: a new job's id follows the old ones.
+        let next = c.put(1, 0, 60, b"new");
+        assert_eq!(next, jobs.iter().map(|j| j.0).max().unwrap() + 1);
+
+        // Every schema-1 key is gone but the tombstone; the version is set.
+        let legacy_ns = keys_starting(&mut conn, &format!("{p}:"));
+        assert_eq!(legacy_ns, vec![lease.clone()], "schema-1 keys left");
+        assert!(keys_starting(&mut conn, &format!("{{{p}:t:")).is_empty());
+        let tombstone: String = ::redis::cmd("GET").arg(&lease).query(&mut conn).unwrap();
+        assert_eq!(tombstone, TOMBSTONE);
+        let ttl: i64 = ::redis::cmd("PTTL").arg(&lease).query(&mut conn).unwrap();
+        assert_eq!(ttl, -1, "the tombstone expires");
+        let schema: String = ::redis::cmd("GET")
+            .arg(format!("{{{p}}}:schema"))
+            .query(&mut conn)
+            .unwrap();
+        assert_eq!(schema, "2");
+        log.wait_for("upgraded the namespace's keys", REPLY);
+        println!(
+            "{} mode: {renamed} keys of schema 1 ({} jobs, 3 tubes) renamed and served \
+             {started_ms} ms after the start",
+            kind.redis_mode().unwrap(),
+            jobs.len()
+        );
+    }
+}
+
+/// A namespace that a later version wrote (its `{P}:schema` says a layout this version
+/// does not know) is refused in both modes and left exactly as it was: before this
+/// check, a start marked it fresh (`{P}:schema` = 2) and served it misread.
+#[test]
+fn a_namespace_of_a_later_layout_is_refused_and_left_as_it_is() {
+    let _serial = serial();
+    let Some(redis) = private_redis(&[], "Redis connection tests") else {
+        return;
+    };
+    let mut conn = redis_conn(&redis);
+    for kind in [ServerKind::Redis, ServerKind::Leader] {
+        let p = format!("later-{}", kind.name());
+        let schema = format!("{{{p}}}:schema");
+        let job = format!("{{{p}}}:j:1");
+        let _: () = ::redis::cmd("SET")
+            .arg(&schema)
+            .arg("3")
+            .query(&mut conn)
+            .unwrap();
+        let _: () = ::redis::cmd("HSET")
+            .arg(&job)
+            .arg("t")
+            .arg("default")
+            .query(&mut conn)
+            .unwrap();
+        let refused = support::ServerProc::start_on_redis_as(kind, &redis.url(), &p, &[]);
+        let err = refused
+            .err()
+            .expect("started on a namespace of a later layout");
+        assert!(err.contains("newer than this version's (2)"), "{err}");
+        assert_eq!(
+            keys_starting(&mut conn, &format!("{{{p}}}")),
+            vec![job.clone(), schema.clone()],
+            "the refused start wrote a key"
+        );
+        let found: String = ::redis::cmd("GET").arg(&schema).query(&mut conn).unwrap();
+        assert_eq!(found, "3", "the layout's version was changed");
+        println!(
+            "{} mode: a namespace of layout 3 refused: {}",
+            kind.redis_mode().unwrap(),
+            err.lines().last().unwrap_or_default()
+        );
+    }
+}
+
+/// More tubes than one rename call takes (1,000): every chunk is renamed.
+#[test]
+fn an_upgrade_renames_the_tubes_of_every_chunk() {
+    let _serial = serial();
+    let Some(redis) = private_redis(&[], "Redis connection tests") else {
+        return;
+    };
+    let mut conn = redis_conn(&redis);
+    let (p, tubes) = ("up-many", 2500);
+    let mut pipe = ::redis::pipe();
+    pipe.cmd("SET").arg(format!("{p}:generation")).arg("g1");
+    pipe.cmd("SET").arg(format!("{p}:ids")).arg(7);
+    for i in 0..tubes {
+        let tube = format!("t{i}");
+        pipe.cmd("RPUSH").arg(format!("{p}:tubes")).arg(&tube);
+        pipe.cmd("HSET")
+            .arg(format!("{p}:tubepos"))
+            .arg(&tube)
+            .arg(i);
+        pipe.cmd("HSET")
+            .arg(format!("{{{p}:t:{tube}}}:meta"))
+            .arg("cmd_pause")
+            .arg(1);
+    }
+    let _: () = pipe.query(&mut conn).unwrap();
+    let t = Instant::now();
+    let (srv, log) = redstalk_on_as(ServerKind::Redis, &redis, p, &[]);
+    let took = t.elapsed();
+    assert!(keys_starting(&mut conn, &format!("{{{p}:t:")).is_empty());
+    let renamed = keys_starting(&mut conn, &format!("{{{p}}}:t:"));
+    assert!(renamed.len() >= tubes, "{} tube keys", renamed.len());
+    let mut c = Client::connect(srv.addr, "after");
+    c.timeout = REPLY;
+    let last = format!("t{}", tubes - 1);
+    assert_eq!(
+        c.dict_value(&format!("stats-tube {last}"), "cmd-pause-tube"),
+        "1"
+    );
+    assert_eq!(c.put(1, 0, 60, b"x"), 8, "{}", log.tail());
+    println!(
+        "{tubes} tubes of schema 1 renamed; served {} ms after the start",
+        took.as_millis()
+    );
+}
+
+#[test]
+fn a_standby_never_leads_a_namespace_of_a_later_layout() {
+    let _serial = serial();
+    let Some(redis) = private_redis(&[], "key layout tests") else {
+        return;
+    };
+    let mut conn = redis_conn(&redis);
+    let p = "later-takeover";
+    let (a, log_a) = redstalk_on_as(ServerKind::Leader, &redis, p, &[]);
+    wait_served(a.addr, REPLY, &log_a);
+    let (b, log_b) = redstalk_on_as(ServerKind::Leader, &redis, p, &[]);
+    let mut c = Client::connect(a.addr, "producer");
+    c.timeout = REPLY;
+    let id = c.put(1, 0, 60, b"written by the earlier layout's leader");
+    drop(c);
+    // A later version upgraded the layout while this one stood by.
+    let schema = format!("{{{p}}}:schema");
+    let _: () = ::redis::cmd("SET")
+        .arg(&schema)
+        .arg("3")
+        .query(&mut conn)
+        .unwrap();
+    let before: Vec<(String, String)> = keys_starting(&mut conn, &format!("{{{p}}}:t:"))
+        .into_iter()
+        .map(|k| {
+            let dump: Vec<u8> = ::redis::cmd("DUMP").arg(&k).query(&mut conn).unwrap();
+            (k, format!("{dump:?}"))
+        })
+        .collect();
+    let killed = Instant::now();
+    a.signal("KILL").expect("kill the leader");
+    log_b.wait_for("giving it up for good", Duration::from_secs(30));
+    let refused_after = killed.elapsed();
+    // Several lease periods (1 s in tests): the lease stays free, the standby never
+    // took it again.
+    thread::sleep(Duration::from_secs(4));
+    let holder: Option<String> = ::redis::cmd("GET")
+        .arg(format!("{{{p}}}:leader"))
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(holder, None, "the lease is held\n{}", log_b.tail());
+    let text = log_b.text();
+    assert_eq!(
+        text.matches("giving it up for good").count(),
+        1,
+        "the standby contended again\n{}",
+        log_b.tail()
+    );
+    assert!(!text.contains("leading: serving"), "{}", log_b.tail());
+    let found: String = ::redis::cmd("GET").arg(&schema).query(&mut conn).unwrap();
+    assert_eq!(found, "3");
+    let after: Vec<(String, String)> = keys_starting(&mut conn, &format!("{{{p}}}:t:"))
+        .into_iter()
+        .map(|k| {
+            let dump: Vec<u8> = ::redis::cmd("DUMP").arg(&k).query(&mut conn).unwrap();
+            (k, format!("{dump:?}"))
+        })
+        .collect();
+    assert_eq!(after, before, "the standby wrote the tubes' keys");
+    drop(b);
+    println!(
+        "a standby found layout 3 at its takeover {} ms after the leader's kill, gave the \
+         lease up and never contended again (job {id} untouched)",
+        refused_after.as_millis()
+    );
+}
