@@ -25,6 +25,12 @@
 //!   layout, gives the lease up and never contends again (the lease stays free for
 //!   several lease periods), logging why once; no key of the namespace is written by
 //!   it. Before, it loaded the namespace as its own layout and served it.
+//! - `a_shared_instance_stops_serving_a_namespace_a_later_layout_took_over` — shared
+//!   mode: while an instance serves, the namespace's `{P}:schema` becomes 3 and its
+//!   generation changes (as a later version's upgrade leaves them); the instance's
+//!   connections are closed, it logs why, and every put after that, on an old or a
+//!   new connection, fails (never `INSERTED`); no tube key is written. Before, it
+//!   adopted the new generation and served the namespace misread.
 
 // A test reports failure by panicking: unwrap and expect are how it says so.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -345,4 +351,66 @@ fn a_standby_never_leads_a_namespace_of_a_later_layout() {
          lease up and never contended again (job {id} untouched)",
         refused_after.as_millis()
     );
+}
+
+#[test]
+fn a_shared_instance_stops_serving_a_namespace_a_later_layout_took_over() {
+    let _serial = serial();
+    let Some(redis) = private_redis(&[], "key layout tests") else {
+        return;
+    };
+    let mut conn = redis_conn(&redis);
+    let p = "later-shared";
+    let (srv, log) = redstalk_on_as(ServerKind::Redis, &redis, p, &[]);
+    let mut c = Client::connect(srv.addr, "producer");
+    c.timeout = REPLY;
+    c.put(1, 0, 60, b"written in the earlier layout");
+    // A later version's upgrade: the layout, then a new generation (every call of an
+    // instance that joined the old one is refused from then on).
+    let _: () = ::redis::cmd("SET")
+        .arg(format!("{{{p}}}:schema"))
+        .arg("3")
+        .query(&mut conn)
+        .unwrap();
+    let _: () = ::redis::cmd("SET")
+        .arg(format!("{{{p}}}:generation"))
+        .arg("a-later-generation")
+        .query(&mut conn)
+        .unwrap();
+    let before = keys_starting(&mut conn, &format!("{{{p}}}:t:"));
+    let r = c.try_call(b"put 1 0 60 3\r\nold\r\n", REPLY);
+    assert!(
+        !matches!(&r, Ok(r) if r.word() == "INSERTED"),
+        "a put on the old connection: {r:?}"
+    );
+    log.wait_for("upgraded this namespace's key layout", REPLY);
+    for attempt in 0..3 {
+        let mut n = Client::connect(srv.addr, "a new client");
+        let r = n.try_call(b"put 1 0 60 3\r\nnew\r\n", REPLY);
+        assert!(
+            !matches!(&r, Ok(r) if r.word() == "INSERTED"),
+            "a put on a new connection (attempt {attempt}): {r:?}\n{}",
+            log.tail()
+        );
+        thread::sleep(Duration::from_millis(300));
+    }
+    let generation: String = ::redis::cmd("GET")
+        .arg(format!("{{{p}}}:generation"))
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(generation, "a-later-generation");
+    assert_eq!(
+        keys_starting(&mut conn, &format!("{{{p}}}:t:")),
+        before,
+        "the instance wrote tube keys"
+    );
+    assert_eq!(
+        log.text()
+            .matches("upgraded this namespace's key layout")
+            .count(),
+        1,
+        "said more than once\n{}",
+        log.tail()
+    );
+    println!("a shared-mode instance stopped serving a namespace of layout 3");
 }

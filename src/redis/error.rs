@@ -53,6 +53,9 @@ pub enum Code {
     Damaged,
     /// The scripts' own (`put.lua`): the body written ahead of a large put is gone.
     BodyMissing,
+    /// The scripts' own (`init.lua`): the namespace has a key layout this version does
+    /// not read (a later version upgraded it); nothing was applied.
+    Layout,
     /// The lease's own (`cluster/lease.rs`): instances of the shared mode are alive.
     SharedModeLive,
     /// The batch script's own (`fenced_script.rs`): the lease holds another token;
@@ -102,6 +105,7 @@ impl Code {
             "NAMESPACE_LOST" => Code::NamespaceLost,
             "DAMAGED" => Code::Damaged,
             "BODY_MISSING" => Code::BodyMissing,
+            "LAYOUT" => Code::Layout,
             "SHARED" => Code::SharedModeLive,
             "FENCED" => Code::Fenced,
             "OUT_OF_ORDER" => Code::OutOfOrder,

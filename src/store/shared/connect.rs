@@ -97,6 +97,7 @@ impl RedisStore {
             policies: Mutex::default(),
             retention: Mutex::default(),
             retention_on: false.into(),
+            layout_refused: false.into(),
         };
         store.heartbeat(now).await?;
         Ok(store)

@@ -9,11 +9,14 @@
 //! there is no `.await`, so no command of an old connection can see the held jobs gone
 //! yet not be refused.
 
+use std::sync::atomic::Ordering;
+
 use rand::RngExt;
 
 use super::RedisStore;
 use super::scripts::Runner;
 use crate::protocol::TubeName;
+use crate::redis::error::Code;
 use crate::store::{ConnId, StoreError, StoreResult};
 use crate::time::Clock;
 
@@ -26,6 +29,7 @@ impl RedisStore {
         let joined = run
             .on_tube(|s| &s.init, &[], TubeName::default_tube().as_str())
             .arg(&candidate)
+            .arg(crate::redis::schema::VERSION)
             .run()
             .await?;
         run.namespace().adopt(&joined.generation);
@@ -59,6 +63,16 @@ impl RedisStore {
              restarted beanstalkd does"
         );
         if let Err(err) = Self::init_namespace(&self.run).await {
+            if Code::found_in(&err) == Some(Code::Layout)
+                && !self.layout_refused.swap(true, Ordering::Relaxed)
+            {
+                tracing::error!(
+                    error = %err.chain(),
+                    "a later redstalk upgraded this namespace's key layout: this \
+                     instance would misread it, so it serves it no more (every command \
+                     fails). Replace it with the version that upgraded the layout"
+                );
+            }
             // Tried again at the next tick; the connections already closed stay closed.
             ns.still_lost(lost);
             // Retried at the timer's next tick (after its backoff), not at once.

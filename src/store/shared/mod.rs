@@ -115,6 +115,8 @@ pub struct RedisStore {
     /// scripts (retained.rs); `retention_on` lets the hot paths skip the lock.
     retention: Mutex<crate::store::retention::RetentionLimits>,
     retention_on: std::sync::atomic::AtomicBool,
+    /// A fresh start found the namespace in a later key layout (fresh.rs): said once.
+    layout_refused: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for RedisStore {
