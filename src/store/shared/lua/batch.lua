@@ -29,7 +29,7 @@ for a = 10, #ARGV, 3 do
   local r = 0
   if op == 'delete' then
     if j and (j[STATE] ~= 'reserved' or mine) then
-      delete_job(T, G, name, id, j, true, windows)
+      delete_job(T, G, name, id, j, true, windows, now)
       gone[i] = true
       r = 1
     end

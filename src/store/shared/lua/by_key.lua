@@ -15,7 +15,7 @@ if state == 'DELETED' then return { 'not_found', '', '' } end
 local mine = state == 'RESERVED' and string.sub(j[OWNER], 1, #ARGV[5]) == ARGV[5]
 if op == 'delete' then
   if state == 'RESERVED' and not mine then return { 'not_found', '', '' } end
-  delete_job(T, G, tube, id, j, true, tonumber(ARGV[7]))
+  delete_job(T, G, tube, id, j, true, tonumber(ARGV[7]), now)
   maybe_gc(T, G, tube)
 elseif op == 'kick' then
   if state ~= 'BURIED' and state ~= 'DELAYED' then return { 'not_found', '', '' } end

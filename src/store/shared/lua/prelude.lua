@@ -600,13 +600,15 @@ local function end_windows(G, max, now, budget)
 end
 
 -- Job `id` (meta `j`) of `tube` is being deleted: its key is freed, or with `window`
--- its dedupe window opens at `now` (at most `max` windows stay open).
+-- its dedupe window opens at `now` (at most `max` windows stay open). `now` nil: the
+-- clock is read here, only when a window opens (most deletes have no key: no TIME).
 local function end_key(T, G, tube, id, j, now, window, max)
   local key = j[KEY]
   -- '' is a dead letter's padding (see DEAD), not a key.
   if not key or key == '' or redis.call('HGET', T.keys, key) ~= id then return end
   local ms = tonumber(j[WINDOW_MS] or 0)
   if window and ms > 0 then
+    now = now or now_us()
     redis.call('ZADD', G.keywin, now + ms * 1000, win_member(tube, key))
     end_windows(G, max, now, WINDOWS_PER_DELETE)
   else
@@ -651,14 +653,15 @@ end
 -- Delete job `id` (meta `j`) of `tube`: its key freed or its window opened (see
 -- `end_key`), the tube destroyed when nothing refers to it any more. The job is gone
 -- before its key is ended: a window evicted at once (over `max`, its own among them)
--- then frees the key, which `end_window` keeps while the key's job is there.
-local function delete_job(T, G, tube, id, j, window, max)
+-- then frees the key, which `end_window` keeps while the key's job is there. `now`:
+-- the caller's clock reading, if it has one (nil: read only if a window opens).
+local function delete_job(T, G, tube, id, j, window, max, now)
   if RET then retain(T, tube, id, j, 'd', RET.conn) end
   detach(T, id, j)
   redis.call('HDEL', T.jobs, id)
   redis.call('HDEL', T.bodies, id)
   redis.call('HDEL', G.index, id)
-  end_key(T, G, tube, id, j, now_us(), window, max)
+  end_key(T, G, tube, id, j, now, window, max)
 end
 
 -- How long the ready job `j` has waited at `now` (us), or -1 when it was not recorded.
