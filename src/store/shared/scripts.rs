@@ -50,7 +50,7 @@ pub struct Lua<R> {
 
 impl<R> Lua<R> {
     fn new(name: &'static str, prelude: &str, body: &str) -> Lua<R> {
-        let (text, ns) = compose(prelude, body, READ_ONLY.contains(&name));
+        let (text, ns) = compose(prelude, body, READ_ONLY.contains(&name), checks_first(name));
         Lua {
             name,
             script: redis::Script::new(&text),
@@ -67,11 +67,29 @@ impl<R> Lua<R> {
 /// (protocol-tests/redis_disk.rs). A write in one of them is an error Redis raises.
 const READ_ONLY: &[&str] = &["peek", "job_info", "tube_info", "list", "job_entry"];
 
+/// The scripts that change a job only while it is reserved under the caller's owner
+/// token, and check the namespace's generation themselves for any other answer (see
+/// `CHECK_FIRST` in the prelude): a token is one process's own, so a job reserved
+/// under it is the caller's, in the caller's namespace. The generation's `GET` is left
+/// out of a worker's delete, release, bury or touch of the job it holds.
+const FENCED_BY_OWNER: &[&str] = &["delete", "release", "bury", "touch"];
+
+/// Whether the script `name` checks the generation before its body runs.
+fn checks_first(name: &str) -> bool {
+    !FENCED_BY_OWNER.contains(&name)
+}
+
 /// The script of `body` after the parts of `prelude` it uses (see shake.rs), its
 /// namespace group cut to the keys they read; and those keys. `read_only`: flagged
-/// `no-writes` (see [`READ_ONLY`]).
-fn compose(prelude: &str, body: &str, read_only: bool) -> (String, Vec<NsKey>) {
-    let kept = prelude_for(prelude, "", body);
+/// `no-writes` (see [`READ_ONLY`]); `check_first`: the prelude checks the generation
+/// before the body runs (see [`FENCED_BY_OWNER`]).
+fn compose(prelude: &str, body: &str, read_only: bool, check_first: bool) -> (String, Vec<NsKey>) {
+    let check = if check_first {
+        ""
+    } else {
+        "local CHECK_FIRST = false\n"
+    };
+    let kept = prelude_for(prelude, check, body);
     let read = fields_read(&format!("{kept}\n{body}"), 'G');
     let ns: Vec<NsKey> = NsKey::ALL
         .iter()
@@ -79,7 +97,7 @@ fn compose(prelude: &str, body: &str, read_only: bool) -> (String, Vec<NsKey>) {
         .filter(|k| read.iter().any(|r| r == k.name()))
         .collect();
     let tag = read.iter().any(|r| r == TAG);
-    let prelude = prelude_for(prelude, &ns_group(&ns, tag), body);
+    let prelude = prelude_for(prelude, &format!("{}{check}", ns_group(&ns, tag)), body);
     // `#!lua` first (Redis 7's script flags): a script may then touch only keys of the
     // slot of its declared keys on a Redis Cluster, and every script's keys are one
     // namespace's (keys.rs).
@@ -147,6 +165,7 @@ macro_rules! scripts {
                         &prelude,
                         include_str!(concat!("lua/", stringify!($name), ".lua")),
                         READ_ONLY.contains(&stringify!($name)),
+                        checks_first(stringify!($name)),
                     )
                     .0,
                     &self.$name.script,
@@ -480,10 +499,26 @@ mod tests {
             (include_str!("lua/reserve.lua"), 4),
             (include_str!("lua/put.lua"), put.ns.len()),
         ] {
-            let (text, _) = compose(&prelude, body, false);
+            let (text, _) = compose(&prelude, body, false, true);
             assert!(text.contains(&format!("local N_NS_KEYS = {n}\n")), "{text}");
             assert_eq!(text.matches("local N_NS_KEYS").count(), 1);
             assert_eq!(text.matches("local function ns_group").count(), 1);
+        }
+    }
+
+    /// The scripts fenced by the owner token are composed without the generation check
+    /// before their body, and each checks it in its body; every other checks first.
+    #[test]
+    fn only_owner_fenced_scripts_defer_the_generation_check() {
+        for (name, text, _) in Scripts::new().every() {
+            let deferred = text.contains("local CHECK_FIRST = false\n");
+            assert_eq!(deferred, !checks_first(name), "{name}");
+            assert_eq!(text.matches("local CHECK_FIRST =").count(), 1, "{name}");
+            if deferred {
+                // The prelude's check, and the body's own.
+                assert!(text.contains("held_by(j, ARGV[4])"), "{name}");
+                assert_eq!(text.matches("not same_generation()").count(), 2, "{name}");
+            }
         }
     }
 
@@ -498,11 +533,11 @@ mod tests {
             include_str!("lua/windows.lua"),
             include_str!("lua/delete.lua"),
         ] {
-            let (text, ns) = compose(&prelude, body, false);
+            let (text, ns) = compose(&prelude, body, false, true);
             assert!(text.contains(tag) && text.contains("local function tube_key_of"));
             assert!(ns.contains(&NsKey::Keywin), "{ns:?}");
         }
-        let (text, _) = compose(&prelude, include_str!("lua/reserve.lua"), false);
+        let (text, _) = compose(&prelude, include_str!("lua/reserve.lua"), false, true);
         assert!(
             !text.contains(tag) && !text.contains("tube_key_of"),
             "{text}"
@@ -522,10 +557,10 @@ mod tests {
         ] {
             assert!(body.contains("put_new(T, G, tube, origin"), "{body}");
             assert!(!body.contains("HINCRBY"), "a copy of the put in {body}");
-            let (text, _) = compose(&prelude, body, false);
+            let (text, _) = compose(&prelude, body, false, true);
             assert_eq!(text.matches("local function put_new(").count(), 1);
         }
-        let (skip, _) = compose(&prelude, include_str!("lua/skip.lua"), false);
+        let (skip, _) = compose(&prelude, include_str!("lua/skip.lua"), false, true);
         assert!(!skip.contains("put_new"), "{skip}");
         assert!(ACKNOWLEDGED.contains(&"fire") && ACKNOWLEDGED.contains(&"skip"));
     }

@@ -3,7 +3,11 @@
 local T = tube_keys(0, 1)
 local id = ARGV[3]
 local j = get_job(T, id)
-if not j or j[STATE] ~= 'reserved' or j[OWNER] ~= ARGV[4] then return 0 end
+if not held_by(j, ARGV[4]) then
+  -- Composed without the generation check first (CHECK_FIRST): made here.
+  if not same_generation() then return namespace_lost() end
+  return 0
+end
 detach(T, id, j)
 j[PRI], j[BURIES] = tonumber(ARGV[5]), j[BURIES] + 1
 attach(T, G, id, j, 'buried')

@@ -12,7 +12,8 @@
 --   it is cut from a script unless the body, or a piece kept, names one of them as a
 --   Lua identifier outside a whole-line comment. One definition per piece: no
 --   `local a = 1; local b = 2` on one line. Every other piece (the generation check
---   below) is a statement, kept in every script, with all it names.
+--   below) is a statement, kept in every script, with all it names. scripts.rs may
+--   replace a definition piece for one script (the layout's `ns_group`, CHECK_FIRST).
 -- - A piece names only pieces above it (the order is kept, and the cut is one pass
 --   from the bottom), so define a helper before its first use.
 -- A prelude that breaks these rules is cut wrongly: a script Redis refuses to compile
@@ -48,15 +49,31 @@ local G = ns_group(1)
 
 -- The namespace's generation (see namespace.rs): the caller's comes first in ARGV, the
 -- script's own arguments after it; it is taken off, so every script numbers its
--- arguments from 1 (Redis lets a script change ARGV, unlike the global tables). The
--- check costs each call about 2-3 us inside Redis (the GET). A call made for another
--- generation than the
--- namespace's -- Redis restarted empty or was flushed since the caller joined it --
--- changes nothing, so no command of an old connection can touch a job of a new
--- namespace. Only `init`, which makes the generation, passes the empty one.
+-- arguments from 1 (Redis lets a script change ARGV, unlike the global tables). A call
+-- made for another generation than the namespace's -- Redis restarted empty or was
+-- flushed since the caller joined it -- changes nothing, so no command of an old
+-- connection can touch a job of a new namespace. Only `init`, which makes the
+-- generation, passes the empty one.
 local GEN = table.remove(ARGV, 1)
-if GEN ~= '' and redis.call('GET', G.generation) ~= GEN then
+
+-- Whether the namespace is the caller's generation: one GET (about 2-3 us in Redis).
+local function same_generation()
+  return GEN == '' or redis.call('GET', G.generation) == GEN
+end
+
+local function namespace_lost()
   return redis.error_reply('NAMESPACE_LOST the namespace this call was made for is gone')
+end
+
+-- Every script checks the generation before it runs, except those scripts.rs composes
+-- with this set false (FENCED_BY_OWNER there): they change a job only when it is
+-- reserved under the caller's owner token, and a token is one process's own (a random
+-- instance id, a counter), taken by a reserve that passed this check, so the job is
+-- that reserve's, in the caller's namespace. They save the GET; `delete`, which also
+-- deletes jobs nobody holds, checks (`same_generation`) before it does.
+local CHECK_FIRST = true
+if CHECK_FIRST and not same_generation() then
+  return namespace_lost()
 end
 
 -- The script's own key `i`.
@@ -260,6 +277,13 @@ end
 
 local function put_job(T, id, j)
   redis.call('HSET', T.jobs, id, cmsgpack.pack(j))
+end
+
+-- Whether job meta `j` (nil: no job) is reserved under owner token `owner`: the proof
+-- that lets a script composed without the generation check first (CHECK_FIRST) change
+-- it. Any other job such a script answers, or changes, only after `same_generation`.
+local function held_by(j, owner)
+  return j ~= nil and j[STATE] == 'reserved' and j[OWNER] == owner
 end
 
 -- Take a job out of the structure its state puts it in. (The sets are the only record

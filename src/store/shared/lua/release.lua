@@ -5,7 +5,11 @@
 local T, tube, origin = tube_keys(0, 1), ARGV[1], ARGV[2]
 local id = ARGV[3]
 local j = get_job(T, id)
-if not j or j[STATE] ~= 'reserved' or j[OWNER] ~= ARGV[4] then return 0 end
+if not held_by(j, ARGV[4]) then
+  -- Composed without the generation check first (CHECK_FIRST): made here.
+  if not same_generation() then return namespace_lost() end
+  return 0
+end
 local now = now_us()
 RET = ret_of(ARGV[9], now)
 release_job(T, G, tube, origin, id, j, tonumber(ARGV[5]), tonumber(ARGV[6]), rule_of(ARGV[7]),

@@ -2,7 +2,11 @@
 local T = tube_keys(0, 1)
 local id = ARGV[3]
 local j = get_job(T, id)
-if not j or j[STATE] ~= 'reserved' or j[OWNER] ~= ARGV[4] then return nil end
+if not held_by(j, ARGV[4]) then
+  -- Composed without the generation check first (CHECK_FIRST): made here.
+  if not same_generation() then return namespace_lost() end
+  return nil
+end
 local now = now_us()
 local deadline = now + ttr_ms(j) * 1000
 detach(T, id, j)
