@@ -83,7 +83,7 @@ fn to_schema_1(conn: &mut ::redis::Connection, p: &str) -> usize {
 #[test]
 fn a_namespace_of_the_previous_layout_is_renamed_at_start_and_served() {
     let _serial = serial();
-    let Some(redis) = private_redis(&[], "Redis connection tests") else {
+    let Some(redis) = private_redis(&[], "key layout tests") else {
         return;
     };
     let mut conn = redis_conn(&redis);
@@ -202,7 +202,7 @@ fn a_namespace_of_the_previous_layout_is_renamed_at_start_and_served() {
 #[test]
 fn a_namespace_of_a_later_layout_is_refused_and_left_as_it_is() {
     let _serial = serial();
-    let Some(redis) = private_redis(&[], "Redis connection tests") else {
+    let Some(redis) = private_redis(&[], "key layout tests") else {
         return;
     };
     let mut conn = redis_conn(&redis);
@@ -245,7 +245,7 @@ fn a_namespace_of_a_later_layout_is_refused_and_left_as_it_is() {
 #[test]
 fn an_upgrade_renames_the_tubes_of_every_chunk() {
     let _serial = serial();
-    let Some(redis) = private_redis(&[], "Redis connection tests") else {
+    let Some(redis) = private_redis(&[], "key layout tests") else {
         return;
     };
     let mut conn = redis_conn(&redis);
@@ -286,6 +286,17 @@ fn an_upgrade_renames_the_tubes_of_every_chunk() {
     );
 }
 
+/// Every tube key of namespace `p` with its serialized value (`DUMP`), in name order.
+fn tube_keys_dumped(conn: &mut ::redis::Connection, p: &str) -> Vec<(String, Vec<u8>)> {
+    keys_starting(conn, &format!("{{{p}}}:t:"))
+        .into_iter()
+        .map(|k| {
+            let dump: Vec<u8> = ::redis::cmd("DUMP").arg(&k).query(conn).unwrap();
+            (k, dump)
+        })
+        .collect()
+}
+
 #[test]
 fn a_standby_never_leads_a_namespace_of_a_later_layout() {
     let _serial = serial();
@@ -308,13 +319,7 @@ fn a_standby_never_leads_a_namespace_of_a_later_layout() {
         .arg("3")
         .query(&mut conn)
         .unwrap();
-    let before: Vec<(String, String)> = keys_starting(&mut conn, &format!("{{{p}}}:t:"))
-        .into_iter()
-        .map(|k| {
-            let dump: Vec<u8> = ::redis::cmd("DUMP").arg(&k).query(&mut conn).unwrap();
-            (k, format!("{dump:?}"))
-        })
-        .collect();
+    let before = tube_keys_dumped(&mut conn, p);
     let killed = Instant::now();
     a.signal("KILL").expect("kill the leader");
     log_b.wait_for("giving it up for good", Duration::from_secs(30));
@@ -337,13 +342,7 @@ fn a_standby_never_leads_a_namespace_of_a_later_layout() {
     assert!(!text.contains("leading: serving"), "{}", log_b.tail());
     let found: String = ::redis::cmd("GET").arg(&schema).query(&mut conn).unwrap();
     assert_eq!(found, "3");
-    let after: Vec<(String, String)> = keys_starting(&mut conn, &format!("{{{p}}}:t:"))
-        .into_iter()
-        .map(|k| {
-            let dump: Vec<u8> = ::redis::cmd("DUMP").arg(&k).query(&mut conn).unwrap();
-            (k, format!("{dump:?}"))
-        })
-        .collect();
+    let after = tube_keys_dumped(&mut conn, p);
     assert_eq!(after, before, "the standby wrote the tubes' keys");
     drop(b);
     println!(
