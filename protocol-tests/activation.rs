@@ -206,7 +206,7 @@ impl Listen {
     fn ready_in(&self, pid: u32) -> bool {
         match self {
             Listen::Tcp(port) => is_listening_by(pid, *port),
-            Listen::Unix(path) => is_socket(path),
+            Listen::Unix(path) => is_unix_listening(path),
         }
     }
 
@@ -220,6 +220,20 @@ impl Listen {
 
 fn is_socket(path: &Path) -> bool {
     std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket())
+}
+
+/// Whether a socket listens at `path` (`/proc/net/unix`: flags `00010000`, accepting).
+/// The file alone is not enough: the activator binds (which makes it) before it
+/// listens, and a connect in between is refused (seen in CI).
+fn is_unix_listening(path: &Path) -> bool {
+    let Ok(table) = std::fs::read_to_string("/proc/net/unix") else {
+        return is_socket(path);
+    };
+    let want = path.display().to_string();
+    table.lines().skip(1).any(|line| {
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        cols.get(3) == Some(&"00010000") && cols.get(7) == Some(&want.as_str())
+    })
 }
 
 /// A fresh unix socket path for this test process.
