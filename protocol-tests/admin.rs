@@ -533,30 +533,59 @@ fn a_standby_forwards_the_api_to_the_leader() {
         args.extend(flags.iter().map(|f| f.to_string()));
         let bare =
             ServerProc::start_on_redis_as(ServerKind::Leader, &redis.url(), "adm", &args).unwrap();
+        // The standby is started only once the bare leader holds the lease: started
+        // earlier, it could win the lease itself when the killed leader's lapses.
+        let t = Instant::now();
+        wait_for_lease(redis, &bare.addr.to_string());
+        println!(
+            "bare leader {flags:?} holds the lease after {:?}",
+            t.elapsed()
+        );
         let msg = standby_refusal(&home, reason);
         println!("standby of a leader {flags:?}: 503 {msg}");
         drop(bare);
     }
 }
 
-/// The 503 message of a new standby's `/tubes` once it says `reason` (an instance that
-/// took the lead instead, before the bare leader did, is killed and another started).
+/// Wait (bounded) until the lease of the `adm` namespace names the leader at `address`.
+fn wait_for_lease(redis: &RedisServer, address: &str) {
+    let mut conn = ::redis::Client::open(redis.url())
+        .and_then(|c| c.get_connection())
+        .expect("connect to Redis");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        // The lease's token is `epoch|instance|address`.
+        let token: Option<String> = ::redis::cmd("GET")
+            .arg("{adm}:leader")
+            .query(&mut conn)
+            .expect("GET the lease");
+        if token.as_deref().and_then(|t| t.rsplit('|').next()) == Some(address) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the leader at {address} did not take the lease within 60 s: {token:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The 503 message of a new standby's `/tubes` once it says `reason`.
 fn standby_refusal(home: &Home, reason: &str) -> String {
+    let (_srv, api) = home.launch_as(&["--admin-token", TOKEN], "standby");
     let deadline = Instant::now() + Duration::from_secs(40);
     loop {
-        let (srv, api) = home.launch_as(&["--admin-token", TOKEN], "any");
-        while api.whoami().1["role"] == "standby" && Instant::now() < deadline {
-            let (s, v) = api.get("/tubes");
-            let msg = v["error"]["message"].as_str().unwrap_or_default();
-            if s == 503 && msg.contains(reason) {
-                assert_eq!(v["error"]["code"], "unavailable");
-                return msg.to_string();
-            }
-            std::thread::sleep(Duration::from_millis(100));
+        let (s, v) = api.get("/tubes");
+        let msg = v["error"]["message"].as_str().unwrap_or_default();
+        if s == 503 && msg.contains(reason) {
+            assert_eq!(v["error"]["code"], "unavailable");
+            return msg.to_string();
         }
-        assert!(Instant::now() < deadline, "no 503 saying {reason:?}");
-        drop(srv);
-        std::thread::sleep(Duration::from_millis(200));
+        assert!(
+            Instant::now() < deadline,
+            "no 503 saying {reason:?} within 40 s; last {s} {v}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
