@@ -193,14 +193,19 @@ async fn is_current(conn: &mut RedisConn, keys: &Keys) -> Result<bool, SchemaErr
         Some(COPYING) => return Err(SchemaError::Copying { key: keys.leader() }),
         _ => {}
     }
-    let Some(found) = version else {
-        return Ok(false);
+    Ok(judge(keys, version)? == Some(VERSION))
+}
+
+/// What a `{P}:schema` value read from Redis says: `None` absent (no layout yet, or
+/// schema 1, which had no key), `Some(v)` a layout this version reads or upgrades
+/// (never later than [`VERSION`]). A later layout, or a value no version writes, is
+/// refused: either way not ours to touch.
+fn judge(keys: &Keys, found: Option<String>) -> Result<Option<u32>, SchemaError> {
+    let Some(found) = found else {
+        return Ok(None);
     };
     match found.parse::<u32>() {
-        Ok(v) if v == VERSION => Ok(true),
-        // Schema 1 had no `{P}:schema`: a smaller number is never found here.
-        Ok(v) if v < VERSION => Ok(false),
-        // A later layout, or a value no version writes: either way not ours to touch.
+        Ok(v) if v <= VERSION => Ok(Some(v)),
         _ => Err(SchemaError::Newer {
             key: keys.schema(),
             found,
@@ -208,23 +213,18 @@ async fn is_current(conn: &mut RedisConn, keys: &Keys) -> Result<bool, SchemaErr
     }
 }
 
-/// Whether `{P}:schema` still names a layout this version reads: absent (a namespace
-/// Redis lost and an instance began afresh) or [`VERSION`]. Read again where an
-/// instance starts serving a namespace long after it started (a standby taking the
-/// lead): a later version may have upgraded the layout meanwhile.
+/// Whether `{P}:schema` still names a layout this version reads: not a later one (absent
+/// is a namespace Redis lost and an instance began afresh; an older one was upgraded by
+/// [`prepare`] at start, and no version writes one back). Read again where an instance
+/// starts serving a namespace long after it started (a standby taking the lead): a later
+/// version may have upgraded the layout meanwhile.
 pub async fn still_readable(conn: &mut RedisConn, keys: &Keys) -> Result<(), SchemaError> {
     let found: Option<String> = redis::cmd("GET")
         .arg(keys.schema())
         .query_async(conn)
         .await
         .map_err(redis_err("GET schema"))?;
-    match found {
-        Some(v) if v != VERSION.to_string() => Err(SchemaError::Newer {
-            key: keys.schema(),
-            found: v,
-        }),
-        _ => Ok(()),
-    }
+    judge(keys, found).map(|_| ())
 }
 
 /// A namespace with no key of either layout: it starts at [`VERSION`].
@@ -461,5 +461,23 @@ mod tests {
         assert_eq!(old.ns(NsKey::Ids), "p:ids");
         assert_eq!(old.tube("jobs", TubeKey::Ready), "{p:t:jobs}:ready");
         assert_eq!(old.key("leader:commit"), "p:leader:commit");
+    }
+
+    #[test]
+    fn a_layout_value_is_read_only_when_no_later_than_this_version() {
+        let keys = Keys::new("p");
+        let judged = |v: Option<&str>| judge(&keys, v.map(str::to_string));
+        assert_eq!(judged(None).ok(), Some(None));
+        assert_eq!(judged(Some("2")).ok(), Some(Some(VERSION)));
+        for later in [
+            (VERSION + 1).to_string(),
+            "x".to_string(),
+            "2>3".to_string(),
+        ] {
+            assert!(
+                matches!(judged(Some(&later)), Err(SchemaError::Newer { found, .. }) if found == later),
+                "{later}"
+            );
+        }
     }
 }
