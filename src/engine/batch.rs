@@ -90,7 +90,7 @@ impl Engine {
         op: BatchOp,
         ids: &[JobId],
     ) -> StoreResult<Reply> {
-        let now = self.clock.now();
+        let now = self.due_applied().await;
         let done = self.store.batch(conn, op, ids, now).await?;
         if let BatchOp::Release { delay, .. } = op
             && !delay.is_zero()

@@ -5,7 +5,9 @@
 //! Invariants: a command that can make a job ready in a tube (put, release, kick,
 //! kick-job) awaits a serve pass for that tube before returning its reply, so a waiting
 //! worker has its job before the producer reads `INSERTED`; one that creates an earlier
-//! deadline (a delayed put or release, a reservation, a pause) hints the timer. A store
+//! deadline (a delayed put or release, a reservation, a pause) hints the timer; one that
+//! acts on the caller's reservation (release, bury, touch, a list command) first waits
+//! for every deadline due by then to be applied ([`Engine::due_applied`]). A store
 //! failure becomes `INTERNAL_ERROR`, logged (but a put refused by a full `-b` log is
 //! `OUT_OF_MEMORY`, at once, as beanstalkd answers it); a reference change that fails
 //! is undone first, so the session and the store's reference counts never disagree.
@@ -293,7 +295,7 @@ impl Engine {
         pri: u32,
         delay_ms: u64,
     ) -> StoreResult<Reply> {
-        let now = self.clock.now();
+        let now = self.due_applied().await;
         let Some(tube) = self.store.release(s.id, id, pri, delay_ms, now).await? else {
             return Ok(Reply::NotFound);
         };
@@ -306,19 +308,29 @@ impl Engine {
     }
 
     async fn bury(&self, s: &Session, id: JobId, pri: u32) -> StoreResult<Reply> {
+        let now = self.due_applied().await;
         Ok(found(
-            self.store.bury(s.id, id, pri, self.clock.now()).await?,
+            self.store.bury(s.id, id, pri, now).await?,
             Reply::Buried,
         ))
     }
 
     async fn touch(&self, s: &Session, id: JobId) -> StoreResult<Reply> {
-        let touched = self
-            .store
-            .touch(s.id, id, self.clock.now())
-            .await?
-            .is_some();
+        let now = self.due_applied().await;
+        let touched = self.store.touch(s.id, id, now).await?.is_some();
         Ok(found(touched, Reply::Touched))
+    }
+
+    /// Now, once every deadline the timer knows to be due by now has been applied: for
+    /// a command that acts on the caller's reservation (release, bury, touch), whose
+    /// TTR may have passed. The reference expires a connection's reservations before
+    /// its next command; here the timer's tick may run late (a loaded machine, a remote
+    /// store), and without this wait the old holder could still touch a lapsed job.
+    /// At once when nothing is due.
+    pub(super) async fn due_applied(&self) -> crate::time::Nanos {
+        let now = self.clock.now();
+        self.timer.catch_up(now, &self.stop).await;
+        now
     }
 
     async fn kick(&self, s: &Session, bound: u32) -> StoreResult<Reply> {

@@ -4,7 +4,8 @@
 //! a waiter that went away meanwhile goes back alone, the connection's other
 //! reservations untouched, and on to the next waiter; a reply does not wait for the
 //! next pass while one is in flight; a waiter whose timeout comes while the timer
-//! reads waits for a job hinted due before it.
+//! reads waits for a job hinted due before it; a reservation whose TTR passed while the
+//! timer was late is not its old holder's to touch, release or bury.
 
 use super::*;
 
@@ -214,4 +215,28 @@ async fn a_job_hinted_during_the_timers_read_and_due_before_a_timeout_goes_to_th
     );
     assert_eq!(reply, reserved(1, "held"));
     assert_eq!(took, ms(1195), "answered once the tick applied the job");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lapsed_reservation_is_not_its_holders_though_the_tick_is_late() {
+    // The timer's first read of its next deadline answers at 2000 ms: the deadline of
+    // a reservation made meanwhile (TTR 1 s, hinted) is looked at only then. A command
+    // of the old holder after the deadline waits for it to be applied.
+    for command in ["touch 1", "release 1 0 0", "bury 1 0"] {
+        let e = lagging_engine(ms(0), ms(2000));
+        let mut h = Client::connect(&e).await;
+        let started = Instant::now();
+        h.put_with(0, 0, 1, "lapses").await;
+        assert_eq!(h.cmd("reserve-job 1").await, reserved(1, "lapses"));
+        tokio::time::sleep_until(started + ms(1500)).await;
+        let reply = h.cmd(command).await;
+        eprintln!(
+            "late tick: TTR 1 s, the timer's read answered at 2000 ms; {command:?} at \
+             1500 ms: {reply} at {:?}",
+            started.elapsed()
+        );
+        assert_eq!(reply, "NOT_FOUND", "{command}");
+        assert_eq!(h.state(1).await, "ready");
+        assert_eq!(h.stat("stats", "job-timeouts").await, "1");
+    }
 }
