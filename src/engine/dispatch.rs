@@ -322,8 +322,8 @@ impl Engine {
     }
 
     /// Now, once every deadline the timer knows to be due by now has been applied: for
-    /// a command that acts on the caller's reservation (release, bury, touch), whose
-    /// TTR may have passed. The reference expires a connection's reservations before
+    /// a command that acts on the caller's reservation (release, bury, touch, a list
+    /// command), whose TTR may have passed. The reference expires a connection's reservations before
     /// its next command; here the timer's tick may run late (a loaded machine, a remote
     /// store), and without this wait the old holder could still touch a lapsed job.
     /// At once when nothing is due.

@@ -299,9 +299,10 @@ pub trait Store: Send + Sync {
 
     /// When [`Store::tick`] next has work to do: never later than that, possibly
     /// earlier (a tick that then finds nothing due is harmless), `None` only when
-    /// nothing is timed. Upkeep a store with a [`Store::sweep_interval`] does at every
-    /// tick (a shared store's expiry of retained records and of dedupe windows, which
-    /// reads already treat as gone) is timed by that sweep, not named here.
+    /// nothing is timed. Upkeep that a store with a [`Store::sweep_interval`] does in
+    /// its ticks (a shared store's expiry of retained records, at every tick, and of
+    /// ended dedupe windows, every so often; reads already treat both as gone) is timed
+    /// by those ticks, not named here.
     fn next_deadline(&self) -> impl Future<Output = StoreResult<Option<Nanos>>> + Send;
 
     /// A connection started using `tube` (creating it if needed).
