@@ -535,38 +535,16 @@ fn a_standby_forwards_the_api_to_the_leader() {
             ServerProc::start_on_redis_as(ServerKind::Leader, &redis.url(), "adm", &args).unwrap();
         // The standby is started only once the bare leader holds the lease: started
         // earlier, it could win the lease itself when the killed leader's lapses.
-        let t = Instant::now();
-        wait_for_lease(redis, &bare.addr.to_string());
-        println!(
-            "bare leader {flags:?} holds the lease after {:?}",
-            t.elapsed()
+        let took = support::lease::wait_for_holder(
+            &mut support::namespace::redis_conn(redis),
+            "adm",
+            &bare.addr.to_string(),
+            Duration::from_secs(60),
         );
+        println!("bare leader {flags:?} holds the lease after {took:?}");
         let msg = standby_refusal(&home, reason);
         println!("standby of a leader {flags:?}: 503 {msg}");
         drop(bare);
-    }
-}
-
-/// Wait (bounded) until the lease of the `adm` namespace names the leader at `address`.
-fn wait_for_lease(redis: &RedisServer, address: &str) {
-    let mut conn = ::redis::Client::open(redis.url())
-        .and_then(|c| c.get_connection())
-        .expect("connect to Redis");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        // The lease's token is `epoch|instance|address`.
-        let token: Option<String> = ::redis::cmd("GET")
-            .arg("{adm}:leader")
-            .query(&mut conn)
-            .expect("GET the lease");
-        if token.as_deref().and_then(|t| t.rsplit('|').next()) == Some(address) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the leader at {address} did not take the lease within 60 s: {token:?}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
     }
 }
 

@@ -304,21 +304,10 @@ fn wall_clock_steps_on_a_leader_and_a_standby() {
     ));
 }
 
-/// A plain connection to `redis`, for the test's own look at its keys.
-fn redis_conn(redis: &RedisServer) -> ::redis::Connection {
-    ::redis::Client::open(redis.url())
-        .and_then(|c| c.get_connection())
-        .expect("connect to Redis")
-}
-
+/// The lease's token (its epoch changes with every new leadership).
 fn lease_holder(redis: &RedisServer) -> String {
-    let mut c = redis_conn(redis);
-    let token: Option<String> = ::redis::cmd("GET")
-        .arg("{clock}:leader")
-        .query(&mut c)
-        .expect("GET the lease");
-    // The epoch changes with every new leadership.
-    token.unwrap_or_default()
+    support::lease::lease_token(&mut support::namespace::redis_conn(redis), "clock")
+        .unwrap_or_default()
 }
 
 /// Two shared instances; the first's clock steps.
@@ -415,7 +404,7 @@ fn a_wall_clock_step_on_one_of_two_shared_instances() {
 
 /// Instances whose heartbeat in `{sc}:instances` has not lapsed, by Redis' clock.
 fn instances_alive(redis: &RedisServer) -> usize {
-    let mut c = redis_conn(redis);
+    let mut c = support::namespace::redis_conn(redis);
     let (secs, micros): (u64, u64) = ::redis::cmd("TIME").query(&mut c).expect("TIME");
     let live: Vec<String> = ::redis::cmd("ZRANGEBYSCORE")
         .arg("{sc}:instances")

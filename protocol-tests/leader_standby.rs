@@ -587,22 +587,13 @@ fn a_sigterm_during_the_load_gives_the_lease_up() {
     // B takes the lead once A's lease lapses (its token appears in Redis), and is
     // stopped while it loads.
     let mut b = start(&redis, "s-term", Listen::Tcp(None), &[], None);
-    let mut redis_conn = redis::Client::open(redis.url())
-        .unwrap()
-        .get_connection()
-        .unwrap();
-    let lease = |conn: &mut redis::Connection| -> Option<String> {
-        redis::cmd("GET")
-            .arg("{s-term}:leader")
-            .query(conn)
-            .unwrap()
-    };
-    let b_token = format!("|{}", b.addr);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !lease(&mut redis_conn).is_some_and(|t| t.ends_with(&b_token)) {
-        assert!(Instant::now() < deadline, "B did not take the lead");
-        thread::sleep(Duration::from_millis(2));
-    }
+    let mut redis_conn = support::namespace::redis_conn(&redis);
+    support::lease::wait_for_holder(
+        &mut redis_conn,
+        "s-term",
+        &b.addr.to_string(),
+        Duration::from_secs(10),
+    );
     support::signal_pid(b.pid(), "TERM");
     let termed = Instant::now();
     let c = start(&redis, "s-term", Listen::Tcp(None), &[], None);
@@ -611,16 +602,13 @@ fn a_sigterm_during_the_load_gives_the_lease_up() {
         "B did not stop"
     );
     let exited = termed.elapsed();
-    let token = lease(&mut redis_conn);
-    let c_token = format!("|{}", c.addr);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !lease(&mut redis_conn).is_some_and(|t| t.ends_with(&c_token)) {
-        assert!(
-            Instant::now() < deadline,
-            "the standby did not take the lead"
-        );
-        thread::sleep(Duration::from_millis(2));
-    }
+    let token = support::lease::lease_token(&mut redis_conn, "s-term");
+    support::lease::wait_for_holder(
+        &mut redis_conn,
+        "s-term",
+        &c.addr.to_string(),
+        Duration::from_secs(30),
+    );
     let took = termed.elapsed();
     wait_served(c.addr, Duration::from_secs(30), &c.log);
     let served = termed.elapsed();
@@ -634,7 +622,7 @@ fn a_sigterm_during_the_load_gives_the_lease_up() {
         served.as_millis()
     );
     assert!(
-        !token.as_deref().unwrap_or("").ends_with(&b_token),
+        token.as_deref().and_then(support::lease::holder_address) != Some(&b.addr.to_string()),
         "B left its lease behind: {token:?}\n{b_log}"
     );
     assert!(

@@ -158,7 +158,7 @@ fn a_copied_namespace_is_served_at_the_target_and_never_again_at_the_source() {
         ));
         assert_eq!(code, 0, "{out}{err}");
         assert_eq!(
-            get(&mut ca, &format!("{{{p}}}:leader")),
+            get(&mut ca, &support::lease::lease_key(&p)),
             None,
             "the lock stayed"
         );
@@ -178,7 +178,7 @@ fn a_copied_namespace_is_served_at_the_target_and_never_again_at_the_source() {
             assert!(out.lines().any(|l| l == row), "no row {row:?} in\n{out}");
         }
         assert_eq!(
-            get(&mut ca, &format!("{{{p}}}:leader")).as_deref(),
+            get(&mut ca, &support::lease::lease_key(&p)).as_deref(),
             Some(MOVED)
         );
 

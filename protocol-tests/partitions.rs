@@ -118,10 +118,14 @@ impl Setup {
 
     /// Which instance leads now, by the lease in Redis (the address in its token).
     fn leader(&self) -> String {
-        let token = self.redis.cli(&["GET", "{p}:leader"]).unwrap_or_default();
+        let token = self
+            .redis
+            .cli(&["GET", &support::lease::lease_key("p")])
+            .unwrap_or_default();
+        let holder = support::lease::holder_address(&token);
         ["a", "b", "c"]
             .into_iter()
-            .find(|h| token.ends_with(&format!("|{}", self.addr(h))))
+            .find(|h| holder == Some(self.addr(h).to_string().as_str()))
             .unwrap_or("none")
             .to_string()
     }

@@ -190,13 +190,17 @@ fn sentinel_primary_isolated_with_the_leader() {
         cut_from: vec!["r", "q", "cb"],
         lease_on_old: Box::new(move || {
             s1.servers[0]
-                .cli(&["GET", "{p}:leader"])
+                .cli(&["GET", &support::lease::lease_key("p")])
                 .unwrap_or_default()
         }),
         lease_on_new: Box::new(move || {
             let now = s2.primary_by(1).filter(|p| *p != old_primary)?;
             let server = s2.servers.iter().find(|s| s.addr.to_string() == now)?;
-            Some(server.cli(&["GET", "{p}:leader"]).unwrap_or_default())
+            Some(
+                server
+                    .cli(&["GET", &support::lease::lease_key("p")])
+                    .unwrap_or_default(),
+            )
         }),
         rejoined: Box::new(move || s3.is_synced_replica(0)),
         diagnostics: Box::new(move || s4.diagnostics()),
@@ -227,7 +231,7 @@ fn cluster_primary_isolated_with_the_leader() {
             ("rest", 7006, 2),
         ],
     ));
-    let key = format!("{{{prefix}}}:leader");
+    let key = support::lease::lease_key(&prefix);
     let (c1, c2, c3, c4) = (
         cluster.clone(),
         cluster.clone(),

@@ -17,6 +17,7 @@ pub mod client;
 pub mod cluster;
 pub mod history;
 pub mod keyed;
+pub mod lease;
 pub mod load;
 pub mod namespace;
 pub mod netfault;
