@@ -10,9 +10,8 @@
 //!
 //! Invariants: as the single commands, an id this connection holds is sent with its
 //! owner token and tube from `held` (no lookup); any other id of a `delete-batch` is
-//! resolved through the id index, all of them in one `HMGET`, and an id of the old
-//! namespace never acts in a fresh one (the generation is checked around the lookup,
-//! as `job_tube` does); `held` follows every reply as the single commands make it.
+//! resolved in one lookup (`tubes_of`), and an id of the old namespace never acts in a
+//! fresh one (the lookup checks the generation around it); `held` follows every reply as the single commands make it.
 //! Other ids are missing without a call (release, touch and bury act only on what the
 //! connection holds).
 
@@ -24,7 +23,6 @@ use super::store_impl::watched_tube;
 use super::{RedisStore, policy_args};
 use crate::protocol::TubeName;
 use crate::protocol::ext::{BatchOp, FlushStates};
-use crate::redis::keys::NsKey;
 use crate::store::{BatchDone, ConnId, FlushStep, JobId, Reserved, StoreError, StoreResult};
 
 /// The tubes of a call over several, each named once, numbered from 1 in the order
@@ -259,7 +257,7 @@ impl RedisStore {
         }
     }
 
-    /// The tubes of the ids not `held`, from the id index in one `HMGET`.
+    /// The tubes of the ids not `held` ([`RedisStore::tubes_of`]).
     async fn index_lookup(
         &self,
         ids: &[JobId],
@@ -274,20 +272,11 @@ impl RedisStore {
         if unknown.is_empty() {
             return Ok(HashMap::default());
         }
-        let generation = self.run.namespace().current();
-        let names: Vec<Option<Vec<u8>>> = redis::cmd("HMGET")
-            .arg(self.run.keys().ns(NsKey::Index))
-            .arg(&unknown)
-            .query_async(&mut self.run.conn())
-            .await
-            .map_err(|e| StoreError::redis("HMGET index", e))?;
-        if self.run.namespace().current() != generation {
-            return Err(StoreError::NamespaceLost { op: "job lookup" });
-        }
+        let tubes = self.tubes_of(&unknown).await?;
         Ok(unknown
             .into_iter()
-            .zip(names)
-            .filter_map(|(id, name)| Some((id, TubeName::new(&name?)?)))
+            .zip(tubes)
+            .filter_map(|(id, tube)| Some((id, tube?)))
             .collect())
     }
 

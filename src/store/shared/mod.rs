@@ -137,26 +137,30 @@ impl RedisStore {
         self.clock.now() + at_us.saturating_sub(now_us) * US
     }
 
-    /// The tube of job `id`, from the id index.
-    async fn tube_of(&self, id: JobId) -> StoreResult<Option<TubeName>> {
-        let name: Option<Vec<u8>> = redis::cmd("HGET")
+    /// The tubes of jobs `ids` (`None` for an id that names no job), in one call, for
+    /// scripts to act on: the lookup may have read a fresh namespace, and an id of the
+    /// old one must not act there (see namespace.rs). The one place that reads where a
+    /// job is from its id alone (the id index, docs/REDIS.md).
+    pub(super) async fn tubes_of(&self, ids: &[JobId]) -> StoreResult<Vec<Option<TubeName>>> {
+        let generation = self.run.namespace().current();
+        let names: Vec<Option<Vec<u8>>> = redis::cmd("HMGET")
             .arg(self.run.keys().ns(NsKey::Index))
-            .arg(id)
+            .arg(ids)
             .query_async(&mut self.run.conn())
             .await
-            .map_err(|e| StoreError::redis("HGET index", e))?;
-        Ok(name.as_deref().and_then(TubeName::new))
-    }
-
-    /// The tube of job `id`, for a script to act on: the lookup may have read a fresh
-    /// namespace, and an id of the old one must not act there (see namespace.rs).
-    async fn job_tube(&self, id: JobId) -> StoreResult<Option<TubeName>> {
-        let generation = self.run.namespace().current();
-        let tube = self.tube_of(id).await?;
+            .map_err(|e| StoreError::redis("HMGET index", e))?;
         if self.run.namespace().current() != generation {
             return Err(StoreError::NamespaceLost { op: "job lookup" });
         }
-        Ok(tube)
+        Ok(names
+            .into_iter()
+            .map(|n| n.as_deref().and_then(TubeName::new))
+            .collect())
+    }
+
+    /// The tube of job `id` ([`RedisStore::tubes_of`]).
+    async fn job_tube(&self, id: JobId) -> StoreResult<Option<TubeName>> {
+        Ok(self.tubes_of(&[id]).await?.pop().flatten())
     }
 
     /// A call of the single-tube script `pick` on the tube of job `id` (found in the id

@@ -41,13 +41,12 @@ elseif op == 'move' and v ~= tube then
   -- due time, a buried one goes to the end of the other tube's buried FIFO. The body
   -- is copied inside Redis (at most the largest job size).
   local D = tube_keys(0, 2)
-  local body = redis.call('HGET', T.bodies, id)
+  local body = job_body(T, id)
   if not body then
     return redis.error_reply('DAMAGED job ' .. id .. ' in tube ' .. tube .. ' lost its body in Redis')
   end
   detach(T, id, j)
-  redis.call('HDEL', T.jobs, id)
-  redis.call('HDEL', T.bodies, id)
+  forget_job(T, G, id)
   -- A keyed job leaves its key behind, freed (docs/EXTENSIONS.md, Keys). A dead
   -- letter stays one (buried still): its fields before DEAD stay filled.
   if j[KEY] then
@@ -58,8 +57,8 @@ elseif op == 'move' and v ~= tube then
     if j[DEAD] then j[KEY], j[WINDOW_MS] = '', 0 end
   end
   ensure_tube(G, v)
-  redis.call('HSET', D.bodies, id, body)
-  redis.call('HSET', G.index, id, v)
+  set_body(D, id, body)
+  index_job(G, id, v)
   local state, due = j[STATE], j[DUE]
   attach(D, G, id, j, state, due)
   put_job(D, id, j)

@@ -29,9 +29,7 @@ for state in string.gmatch(ARGV[3], '[^,]+') do
           if j and keyed then end_key(T, G, tube, id, j, 0, false, 0) end
         end
         redis.call('ZREM', set, m)
-        redis.call('HDEL', T.jobs, id)
-        redis.call('HDEL', T.bodies, id)
-        redis.call('HDEL', G.index, id)
+        forget_job(T, G, id)
         if state == 'reserved' then held[#held + 1] = tonumber(id) end
         deleted = deleted + 1
       else

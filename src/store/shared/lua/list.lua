@@ -44,7 +44,7 @@ for i = 1, #found, 2 do
   if j then
     local keep = true
     if filter then
-      local body = redis.call('HGET', T.bodies, id) or ''
+      local body = job_body(T, id) or ''
       budget = budget - #body
       keep = string.find(body, needle, 1, true) ~= nil
     end

@@ -261,12 +261,33 @@ end
 -- Redis would copy them into Lua and out again, serving nobody meanwhile.
 local LARGE_BODY = 1048576
 
+-- A job's own keys. Only the functions from here to `forget_job` name where a job's
+-- metadata, body and index entry are kept (the tube's `jobs` and `bodies` hashes, the
+-- namespace's `index`; docs/REDIS.md), so a change of that layout changes them alone.
+
+-- A job's body (nil when it has none), and its size (0 when none).
+local function job_body(T, id)
+  return redis.call('HGET', T.bodies, id)
+end
+
+local function body_size(T, id)
+  return redis.call('HSTRLEN', T.bodies, id)
+end
+
+local function has_body(T, id)
+  return redis.call('HEXISTS', T.bodies, id) == 1
+end
+
 -- A job's body for a reply: the body; its length (a number) when it is large, for the
 -- caller to read with a plain HGET (see large.rs); nil when the job has none.
 local function body_for_reply(T, id)
-  local n = redis.call('HSTRLEN', T.bodies, id)
+  local n = body_size(T, id)
   if n >= LARGE_BODY then return n end
-  return redis.call('HGET', T.bodies, id)
+  return job_body(T, id)
+end
+
+local function set_body(T, id, body)
+  redis.call('HSET', T.bodies, id, body)
 end
 
 local function get_job(T, id)
@@ -277,6 +298,18 @@ end
 
 local function put_job(T, id, j)
   redis.call('HSET', T.jobs, id, cmsgpack.pack(j))
+end
+
+-- Job `id` is of `tube` (the index commands naming only an id read; store/shared).
+local function index_job(G, id, tube)
+  redis.call('HSET', G.index, id, tube)
+end
+
+-- Job `id`'s metadata, body and index entry go (not its place in a set: `detach`).
+local function forget_job(T, G, id)
+  redis.call('HDEL', T.jobs, id)
+  redis.call('HDEL', T.bodies, id)
+  redis.call('HDEL', G.index, id)
 end
 
 -- Whether job meta `j` (nil: no job) is reserved under owner token `owner`: the proof
@@ -358,6 +391,7 @@ local function maybe_gc(T, G, tube)
   local jobs = redis.call('ZCARD', T.ready) + redis.call('ZCARD', T.delayed)
     + redis.call('ZCARD', T.reserved) + redis.call('ZCARD', T.buried)
   if jobs > 0 then return end
+  -- Its job hashes are empty: every job left them (`forget_job`).
   redis.call('DEL', T.meta, T.jobs, T.bodies)
   redis.call('ZREM', G.due, tube)
   local pos = redis.call('HGET', G.tubepos, tube)
@@ -540,7 +574,7 @@ end
 -- (waking the tube's waiters on every instance) at `now`. Shared so a scheduled job is
 -- made exactly as a put's.
 local function put_new(T, G, tube, origin, id, body, pri, delay, ttr, now, key, window)
-  if body then redis.call('HSET', T.bodies, id, body) end
+  if body then set_body(T, id, body) end
   -- A tube whose meta already counts a put is in the tube list: both go together when
   -- it is destroyed, so only a tube's first put (since its meta was made) checks it.
   if redis.call('HINCRBY', T.meta, 'total_jobs', '1') == 1 then ensure_tube(G, tube) end
@@ -551,7 +585,7 @@ local function put_new(T, G, tube, origin, id, body, pri, delay, ttr, now, key, 
     j = { pri, 0, 0, now, '', 0, '', 0, 0, 0, 0, 0, 0, now }
   end
   set_times(j, delay, ttr)
-  redis.call('HSET', G.index, id, tube)
+  index_job(G, id, tube)
   redis.call('HINCRBY', G.stats, 'total_jobs', '1')
   if key then redis.call('HSET', T.keys, key, id) end
   if RET then redis.call('SET', ret_key('jh:' .. id), '0 ' .. RET.ms .. 'p0') end
@@ -649,7 +683,7 @@ local function retain(T, tube, id, j, code, conn)
   local hk = ret_key('jh:' .. id)
   local h, events = hist_bound((redis.call('GET', hk) or '0') .. ' ' .. RET.ms .. code .. conn)
   redis.call('DEL', hk)
-  local len = redis.call('HSTRLEN', T.bodies, id)
+  local len = body_size(T, id)
   local key = j[KEY]
   if key == '' then key = nil end
   local size = 128 + #tube + (key and #key or 0) + 24 * events
@@ -663,7 +697,7 @@ local function retain(T, tube, id, j, code, conn)
   end
   if RET.bodies and len < LARGE_BODY then
     rec[#rec + 1] = 'b'
-    rec[#rec + 1] = redis.call('HGET', T.bodies, id) or ''
+    rec[#rec + 1] = job_body(T, id) or ''
     size = size + len
   end
   rec[#rec + 1] = 'z'
@@ -682,9 +716,7 @@ end
 local function delete_job(T, G, tube, id, j, window, max, now)
   if RET then retain(T, tube, id, j, 'd', RET.conn) end
   detach(T, id, j)
-  redis.call('HDEL', T.jobs, id)
-  redis.call('HDEL', T.bodies, id)
-  redis.call('HDEL', G.index, id)
+  forget_job(T, G, id)
   end_key(T, G, tube, id, j, now, window, max)
 end
 
@@ -700,9 +732,7 @@ end
 local function drop_damaged(T, G, set, m, id)
   redis.call('ZREM', set, m)
   if id then
-    redis.call('HDEL', T.jobs, id)
-    redis.call('HDEL', T.bodies, id)
-    redis.call('HDEL', G.index, id)
+    forget_job(T, G, id)
     if RET then redis.call('DEL', ret_key('jh:' .. id)) end
   end
 end
@@ -778,7 +808,7 @@ local function admin_entry(T, id, j, now)
   if j[STATE] == 'ready' then score = j[PRI] elseif j[STATE] == 'buried' then score = j[BSEQ] end
   local owner = ''
   if j[STATE] == 'reserved' then owner = j[OWNER] or '' end
-  return { id, score, redis.call('HSTRLEN', T.bodies, id), owner, j[KEY] or '',
+  return { id, score, body_size(T, id), owner, j[KEY] or '',
     j[DEAD] or '', j[PRI],
     delay_ms(j), ttr_ms(j),
     j[CREATED], j[STATE], j[DUE], j[RESERVES], j[TIMEOUTS], j[RELEASES], j[BURIES], j[KICKS],

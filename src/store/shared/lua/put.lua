@@ -8,7 +8,7 @@ local now = now_us()
 RET = ret_of(ARGV[7], now)
 local id, body = ARGV[8], nil
 if id then
-  if redis.call('HEXISTS', T.bodies, id) == 0 then
+  if not has_body(T, id) then
     return redis.error_reply('BODY_MISSING the body written ahead of this put is gone')
   end
 else
