@@ -27,8 +27,6 @@ use serde_json::{Map, Value};
 
 use crate::engine::JobStats;
 use crate::engine::admin_bulk::MAX_SCAN;
-use crate::engine::clients_list::MAX_CLIENTS;
-use crate::engine::history::{KEEP, Point};
 pub use crate::store::JobState;
 use crate::store::admin::MAX_LIST;
 use crate::store::policy::{DeadReason, Rule};
@@ -37,6 +35,16 @@ mod retention;
 pub use retention::{
     HistoryEvent, HistoryView, RetainedJob, RetainedPage, RetainedQueryDoc, RetainedWithBody,
     RetentionView,
+};
+mod changes;
+pub use changes::{
+    BulkArgs, BulkChange, BulkFilter, BulkRequest, BulkResult, Created, Deleted, Done, FlushTube,
+    FlushedTube, KickTube, Kicked, Login, MoveJob, Paused, PutJob, SessionState, SetDelay, SetPri,
+};
+mod live;
+pub use live::{
+    BlockedIn, Client, ClientsPage, ClientsQuery, HeldJob, HistoryPage, HistoryQuery, LastCommand,
+    LiveFigures, TubeHistory,
 };
 mod schedules;
 pub use schedules::{
@@ -427,281 +435,6 @@ pub struct SearchPage<'a> {
     pub scanned: u64,
     pub next_cursor: Option<Cursor>,
     pub done: bool,
-}
-
-/// `GET /history?minutes=&tube=`.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct HistoryQuery {
-    #[serde(default)]
-    pub minutes: Bounded<60, { KEEP as u64 }>,
-    #[serde(default, deserialize_with = "blank_is_none")]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tube: Option<String>,
-}
-
-/// The answer of `GET /history`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct HistoryPage {
-    pub period_ms: u64,
-    /// The last minute that ended.
-    pub now: u64,
-    pub minutes: u64,
-    pub tubes: Vec<TubeHistory>,
-    pub tubes_kept: usize,
-    pub tubes_omitted: u64,
-}
-
-/// One tube's minutes, oldest first (a minute with nothing in it is left out).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct TubeHistory {
-    pub name: String,
-    pub points: Vec<Point>,
-}
-
-/// `GET /clients?cursor=&limit=`.
-pub type ClientsQuery = PageQuery<100, { MAX_CLIENTS as u64 }>;
-
-/// The answer of `GET /clients`: live connections by id. Times are Unix milliseconds.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct ClientsPage<'a> {
-    pub clients: Vec<Client<'a>>,
-    pub next_cursor: Option<Cursor>,
-    pub total: usize,
-    pub held_complete: bool,
-    pub now: u64,
-}
-
-/// One beanstalk connection.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Client<'a> {
-    pub id: u64,
-    pub peer: Option<Cow<'a, str>>,
-    pub relayed_from: Option<Cow<'a, str>>,
-    pub since: u64,
-    pub using: Cow<'a, str>,
-    pub watching: Vec<Cow<'a, str>>,
-    pub watching_count: usize,
-    pub producer: bool,
-    pub worker: bool,
-    pub held: Vec<HeldJob<'a>>,
-    pub held_count: usize,
-    pub blocked: Option<BlockedIn<'a>>,
-    pub last_command: Option<LastCommand<'a>>,
-}
-
-/// A job a connection holds reserved.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct HeldJob<'a> {
-    pub id: u64,
-    pub tube: Cow<'a, str>,
-    /// Whole seconds left before its TTR runs out.
-    pub time_left: u64,
-}
-
-/// The reserve a connection waits in.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct BlockedIn<'a> {
-    pub since: u64,
-    /// When it gives up (timeout or DEADLINE_SOON margin); `None`: never.
-    pub until: Option<u64>,
-    pub tubes: Vec<Cow<'a, str>>,
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct LastCommand<'a> {
-    pub command: Cow<'a, str>,
-    pub at: u64,
-}
-
-/// One snapshot of `GET /events` (Server-Sent Events): the server's figures and the
-/// first tubes', or the error that stands instead.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct LiveFigures {
-    /// Unix milliseconds.
-    pub at: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stats: Option<StatsDoc>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tubes: Option<Vec<StatsDoc>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tube_count: Option<usize>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-}
-
-// ---- changes ----
-
-/// `POST /tubes/{tube}/jobs`: one of `body` (text) or `body_base64`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct PutJob {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub body: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub body_base64: Option<String>,
-    #[serde(default = "PutJob::default_pri")]
-    pub pri: u32,
-    #[serde(default)]
-    pub delay: u32,
-    #[serde(default = "PutJob::default_ttr")]
-    pub ttr: u32,
-}
-
-impl PutJob {
-    fn default_pri() -> u32 {
-        1024
-    }
-    fn default_ttr() -> u32 {
-        60
-    }
-}
-
-/// The answer of a put (201).
-#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
-pub struct Created {
-    pub id: u64,
-}
-
-/// The answer of `DELETE /jobs/{id}`.
-#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
-pub struct Deleted {
-    pub deleted: u64,
-}
-
-/// `POST /jobs/{id}/move`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct MoveJob {
-    pub tube: String,
-}
-
-/// `POST /jobs/{id}/pri`.
-#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
-pub struct SetPri {
-    pub pri: u32,
-}
-
-/// `POST /jobs/{id}/delay` and `POST /tubes/{tube}/pause`: seconds from now.
-#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
-pub struct SetDelay {
-    pub delay: u32,
-}
-
-/// `POST /tubes/{tube}/kick`.
-#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
-pub struct KickTube {
-    pub bound: u32,
-}
-
-/// `POST /tubes/{tube}/flush`: the states to empty (none named, or no body field: all
-/// four), as `flush-tube <tube> [<state>...]`.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct FlushTube {
-    #[serde(default)]
-    pub states: Vec<JobState>,
-}
-
-/// The answer of a flush: how many jobs it deleted.
-#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
-pub struct FlushedTube {
-    pub flushed: u64,
-}
-
-/// The answer of a tube's kick.
-#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
-pub struct Kicked {
-    pub kicked: u32,
-}
-
-/// The answer of a pause.
-#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
-pub struct Paused {
-    pub paused: u32,
-}
-
-/// What `POST /bulk` does to each matching job.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum BulkChange {
-    Move,
-    Pri,
-    Delay,
-    Bury,
-    Kick,
-    Delete,
-}
-
-impl BulkChange {
-    pub fn name(self) -> &'static str {
-        match self {
-            BulkChange::Move => "move",
-            BulkChange::Pri => "pri",
-            BulkChange::Delay => "delay",
-            BulkChange::Bury => "bury",
-            BulkChange::Kick => "kick",
-            BulkChange::Delete => "delete",
-        }
-    }
-}
-
-/// `POST /bulk`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct BulkRequest {
-    pub action: BulkChange,
-    pub filter: BulkFilter,
-    #[serde(default)]
-    pub args: BulkArgs,
-    #[serde(default)]
-    pub dry_run: bool,
-}
-
-/// Which jobs a bulk change takes (at most `limit`, in the state's order).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct BulkFilter {
-    pub tube: String,
-    pub state: JobState,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub contains: Option<String>,
-    pub limit: usize,
-}
-
-/// The arguments of a bulk change (`move`: `tube`; `pri`: `pri`; `delay`: `delay`).
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct BulkArgs {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tube: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pri: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub delay: Option<u32>,
-}
-
-/// The answer of `POST /bulk`.
-#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
-pub struct BulkResult {
-    pub matched: u64,
-    pub changed: u64,
-    pub scanned: u64,
-    pub dry_run: bool,
-}
-
-// ---- the console's session ----
-
-/// `POST /console/login`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Login {
-    pub token: String,
-}
-
-/// The answer of a login or logout (the cookie is in `Set-Cookie`).
-#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
-pub struct Done {
-    pub ok: bool,
-}
-
-/// `GET /console/session`: whether this browser has a session, and could have one.
-#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
-pub struct SessionState {
-    pub logged_in: bool,
-    pub token_configured: bool,
 }
 
 impl Paged for TubesPage {
