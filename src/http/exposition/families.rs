@@ -1,166 +1,25 @@
-//! The Prometheus text exposition format (version 0.0.4) of one [`Snapshot`], rendered
-//! from [`FAMILIES`], a table that names each family, its type and help, and how its
-//! samples are read from the snapshot; of what the listener itself counts
-//! ([`ListenerFigures`], [`LISTENER_FAMILIES`], read at every scrape); and of who tried
-//! to connect to the beanstalk port ([`AccessFigures`], [`ACCESS_FAMILIES`], read at
-//! every scrape); and of the schedules ([`ScheduleFigures`], [`SCHEDULE_FAMILIES`],
-//! read at every scrape).
-//!
-//! Invariants: every figure comes from the snapshot, whose server and tube parts are
-//! the very structs `stats` and `stats-tube` print, so a scrape and those commands
-//! agree, or, for the `redstalk_redis_*` families, from where the namespace lives in
-//! Redis (`crate::redis::placement`, handed in; none without Redis); every family has
-//! one `# HELP` and one `# TYPE` line before its samples (a per-tube family keeps them
-//! when no tube is listed); label values and help texts are
-//! escaped as the format requires; histogram buckets are cumulative and end with
-//! `+Inf` equal to `_count`. Pure: no I/O, no clock. Its cost is linear in the tubes
-//! the snapshot lists (about 1 KiB of text each), which the snapshot caps.
+//! The families of the exposition as tables: each family's name, type, help, and how
+//! its samples are read ([`FAMILIES`] from a snapshot, [`LISTENER_FAMILIES`],
+//! [`ACCESS_FAMILIES`], [`SCHEDULE_FAMILIES`], [`RETENTION_FAMILIES`] from the figures
+//! read at every scrape), with the functions that write the samples of the larger ones.
 
-use std::fmt::{Display, Write};
-
+use super::{AccessFigures, ListenerFigures, Out, ScheduleFigures};
 use crate::engine::{ServerStats, Snapshot, TubeStats};
 use crate::protocol::Counter;
 use crate::redis::placement::Placement;
 use crate::store::retention::RetentionFigures;
 use crate::util::histogram::HistogramSnapshot;
 
-/// The media type of [`render`]'s output.
-pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
-
-/// The exposition of `snap`, and of `redis`: where the namespace lives (empty without
-/// Redis).
-pub fn render(snap: &Snapshot, redis: &[Placement]) -> String {
-    let mut text = String::with_capacity(8192 + 1024 * snap.tubes.len());
-    for family in FAMILIES {
-        let mut out = Out::head(&mut text, family);
-        match family.samples {
-            Samples::Server(value) => out.value(value(snap)),
-            Samples::ServerWith(emit) => emit(snap, &mut out),
-            Samples::Redis(emit) => {
-                for place in redis {
-                    emit(place, &mut out);
-                }
-            }
-            Samples::Tube(value) => {
-                for t in &snap.tubes {
-                    out.tube = Some(&t.name);
-                    out.value(value(t));
-                }
-            }
-            Samples::TubeWith(emit) => {
-                for t in &snap.tubes {
-                    out.tube = Some(&t.name);
-                    emit(t, &mut out);
-                }
-            }
-            Samples::Listener(_)
-            | Samples::Access(_)
-            | Samples::Schedules(_)
-            | Samples::Retention(_) => {}
-        }
-    }
-    text
-}
-
-/// What the HTTP listener counts itself: the console's event streams.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ListenerFigures {
-    /// Event streams open now.
-    pub event_streams: u64,
-    /// Live snapshots computed since the start.
-    pub live_snapshots: u64,
-}
-
-/// The exposition of the listener's own figures (sent after [`render`]'s).
-pub fn render_listener(figures: &ListenerFigures) -> String {
-    let mut text = String::with_capacity(512);
-    for family in LISTENER_FAMILIES {
-        let mut out = Out::head(&mut text, family);
-        if let Samples::Listener(value) = family.samples {
-            out.value(value(figures));
-        }
-    }
-    text
-}
-
-/// Who tried to connect to the beanstalk port (read from `server::Security` and the
-/// listeners at every scrape).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct AccessFigures {
-    /// Per listener: its address, connections accepted since the start, open now.
-    pub listeners: Vec<(String, u64, u64)>,
-    /// Connections handshaking or not yet authenticated now.
-    pub pending: u64,
-    /// Connections closed at accept: too many pending.
-    pub pending_refused: u64,
-    pub handshake_failures: Vec<(&'static str, u64)>,
-    pub auth_failures: Vec<(&'static str, u64)>,
-    /// Commands answered FORBIDDEN, by role.
-    pub refusals: Vec<(String, u64)>,
-    /// SIGHUP reloads, by what (`roles`, `tls`) and outcome (`ok`, `failed`).
-    pub reloads: Vec<((&'static str, &'static str), u64)>,
-}
-
-/// The exposition of the access figures (sent after [`render_listener`]'s).
-pub fn render_access(figures: &AccessFigures) -> String {
-    let mut text = String::with_capacity(1024);
-    for family in ACCESS_FAMILIES {
-        let mut out = Out::head(&mut text, family);
-        if let Samples::Access(emit) = family.samples {
-            emit(figures, &mut out);
-        }
-    }
-    text
-}
-
-/// The schedules' figures (read from the runner's counters and the book at every
-/// scrape).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ScheduleFigures {
-    /// Schedules defined now.
-    pub defined: u64,
-    pub made: u64,
-    pub deduped: u64,
-    pub skipped: u64,
-    pub stale: u64,
-    pub failed: u64,
-}
-
-/// The exposition of the schedules' figures (sent after [`render_access`]'s).
-pub fn render_schedules(figures: &ScheduleFigures) -> String {
-    let mut text = String::with_capacity(768);
-    for family in SCHEDULE_FAMILIES {
-        let mut out = Out::head(&mut text, family);
-        if let Samples::Schedules(emit) = family.samples {
-            emit(figures, &mut out);
-        }
-    }
-    text
-}
-
-/// The exposition of retention's figures (sent after [`render_schedules`]'s, only
-/// while retention is on: an instance that never turns it on shows no new family).
-pub fn render_retention(figures: &RetentionFigures) -> String {
-    let mut text = String::with_capacity(384);
-    for family in RETENTION_FAMILIES {
-        let mut out = Out::head(&mut text, family);
-        if let Samples::Retention(read) = family.samples {
-            out.value(read(figures));
-        }
-    }
-    text
-}
-
 /// A family's type, as its `# TYPE` line says it.
 #[derive(Clone, Copy)]
-enum MetricKind {
+pub(super) enum MetricKind {
     Counter,
     Gauge,
     Histogram,
 }
 
 impl MetricKind {
-    fn name(self) -> &'static str {
+    pub(super) fn name(self) -> &'static str {
         match self {
             MetricKind::Counter => "counter",
             MetricKind::Gauge => "gauge",
@@ -171,7 +30,7 @@ impl MetricKind {
 
 /// How a family's samples are read from a snapshot.
 #[derive(Clone, Copy)]
-enum Samples {
+pub(super) enum Samples {
     /// One unlabelled sample of the instance.
     Server(fn(&Snapshot) -> u64),
     /// Samples of the instance, written by the function.
@@ -192,11 +51,11 @@ enum Samples {
     Retention(fn(&RetentionFigures) -> u64),
 }
 
-struct Family {
-    name: &'static str,
-    kind: MetricKind,
-    help: &'static str,
-    samples: Samples,
+pub(super) struct Family {
+    pub(super) name: &'static str,
+    pub(super) kind: MetricKind,
+    pub(super) help: &'static str,
+    pub(super) samples: Samples,
 }
 
 const fn family(
@@ -216,7 +75,7 @@ const fn family(
 use MetricKind::{Counter as C, Gauge as G};
 
 /// Every family, in the order of the exposition.
-const FAMILIES: &[Family] = &[
+pub(super) const FAMILIES: &[Family] = &[
     family(
         "redstalk_info",
         G,
@@ -429,7 +288,7 @@ const FAMILIES: &[Family] = &[
 ];
 
 /// The listener's own families, in the order of their exposition.
-const LISTENER_FAMILIES: &[Family] = &[
+pub(super) const LISTENER_FAMILIES: &[Family] = &[
     family(
         "redstalk_console_event_streams",
         G,
@@ -445,7 +304,7 @@ const LISTENER_FAMILIES: &[Family] = &[
 ];
 
 /// The access families, in the order of their exposition.
-const ACCESS_FAMILIES: &[Family] = &[
+pub(super) const ACCESS_FAMILIES: &[Family] = &[
     family(
         "redstalk_listener_connections_total",
         C,
@@ -614,7 +473,7 @@ fn histogram(
 }
 
 /// `nanos` as decimal seconds, exactly (no float rounding in bucket labels).
-fn seconds(nanos: u64) -> String {
+pub(super) fn seconds(nanos: u64) -> String {
     let (whole, frac) = (nanos / 1_000_000_000, nanos % 1_000_000_000);
     if frac == 0 {
         return whole.to_string();
@@ -624,7 +483,7 @@ fn seconds(nanos: u64) -> String {
 }
 
 /// The schedules' families, in the order of their exposition.
-const SCHEDULE_FAMILIES: &[Family] = &[
+pub(super) const SCHEDULE_FAMILIES: &[Family] = &[
     family(
         "redstalk_schedules",
         G,
@@ -650,7 +509,7 @@ const SCHEDULE_FAMILIES: &[Family] = &[
 ];
 
 /// Retention's families (docs/RETENTION.md), in the order of their exposition.
-const RETENTION_FAMILIES: &[Family] = &[
+pub(super) const RETENTION_FAMILIES: &[Family] = &[
     family(
         "redstalk_retained_records",
         G,
@@ -664,233 +523,3 @@ const RETENTION_FAMILIES: &[Family] = &[
         Samples::Retention(|f| f.bytes),
     ),
 ];
-
-/// Where one family's samples are written: the family's name, and the `tube` label
-/// that every sample of a per-tube family carries first.
-struct Out<'a> {
-    text: &'a mut String,
-    name: &'static str,
-    tube: Option<&'a str>,
-}
-
-impl<'a> Out<'a> {
-    /// A family's `# HELP` and `# TYPE` lines, and where its samples go.
-    fn head(text: &'a mut String, family: &Family) -> Out<'a> {
-        let _ = writeln!(
-            text,
-            "# HELP {} {}",
-            family.name,
-            escape(family.help, false)
-        );
-        let _ = writeln!(text, "# TYPE {} {}", family.name, family.kind.name());
-        Out {
-            text,
-            name: family.name,
-            tube: None,
-        }
-    }
-
-    fn value(&mut self, value: u64) {
-        self.sample("", &[], value);
-    }
-
-    /// One sample: the family's name with `suffix` (a histogram's `_bucket`...).
-    fn sample(&mut self, suffix: &str, labels: &[(&str, &str)], value: impl Display) {
-        let text = &mut *self.text;
-        text.push_str(self.name);
-        text.push_str(suffix);
-        let tube = self.tube.map(|t| ("tube", t));
-        let mut all = tube.iter().chain(labels).peekable();
-        if all.peek().is_some() {
-            text.push('{');
-            for (i, (k, v)) in all.enumerate() {
-                if i > 0 {
-                    text.push(',');
-                }
-                let _ = write!(text, "{k}=\"{}\"", escape(v, true));
-            }
-            text.push('}');
-        }
-        let _ = writeln!(text, " {value}");
-    }
-}
-
-/// The format's escapes: backslash and line feed everywhere, and the double quote in
-/// label values (a help text may contain it as is).
-fn escape(s: &str, label: bool) -> std::borrow::Cow<'_, str> {
-    if !s.contains(['\\', '\n', '"']) {
-        return s.into();
-    }
-    let mut e = String::with_capacity(s.len() + 8);
-    for c in s.chars() {
-        match c {
-            '\\' => e.push_str("\\\\"),
-            '\n' => e.push_str("\\n"),
-            '"' if label => e.push_str("\\\""),
-            c => e.push(c),
-        }
-    }
-    e.into()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::redis::placement::Topology;
-
-    fn snapshot() -> Snapshot {
-        Snapshot {
-            engine: "memory",
-            server: ServerStats {
-                hostname: "a\"b\\c\nd".into(),
-                version: "1.13".into(),
-                ..ServerStats::default()
-            },
-            tubes: vec![TubeStats {
-                name: "default".into(),
-                current_jobs_ready: 2,
-                ..TubeStats::default()
-            }],
-            tubes_omitted: 3,
-            wait: crate::engine::Counters::default().wait.snapshot(),
-            extension_commands: vec![("list-extensions", 4)],
-            key_windows_evicted: 0,
-            batch_stages: None,
-        }
-    }
-
-    #[test]
-    fn label_values_are_escaped() {
-        let text = render(&snapshot(), &[]);
-        assert!(text.contains(r#"hostname="a\"b\\c\nd""#), "{text}");
-    }
-
-    #[test]
-    fn every_sample_follows_its_help_and_type() {
-        let redis = [Placement {
-            topology: Topology::Cluster,
-            prefix: "billing".into(),
-            slot: Some(12682),
-            primary: "10.0.0.7:6379".into(),
-            changes: 2,
-        }];
-        let text = render(&snapshot(), &redis);
-        let mut typed = std::collections::HashSet::new();
-        for line in text.lines() {
-            if let Some(rest) = line.strip_prefix("# TYPE ") {
-                let name = rest.split(' ').next().unwrap_or("");
-                assert!(typed.insert(name.to_string()), "{name} typed twice");
-            } else if !line.starts_with('#') {
-                let name = line.split(['{', ' ']).next().unwrap_or("");
-                let family = ["_bucket", "_sum", "_count"]
-                    .iter()
-                    .find_map(|s| name.strip_suffix(s).filter(|f| typed.contains(*f)))
-                    .unwrap_or(name);
-                assert!(typed.contains(family), "{line} before its TYPE");
-            }
-        }
-        assert_eq!(typed.len(), FAMILIES.len());
-        assert!(text.contains("redstalk_tube_jobs{tube=\"default\",state=\"ready\"} 2\n"));
-        assert!(text.contains("redstalk_tube_using{tube=\"default\"} 0\n"));
-        assert!(text.contains("redstalk_tubes_omitted 3\n"));
-        assert!(text.contains("redstalk_job_wait_seconds_bucket{le=\"+Inf\"} 0\n"));
-        assert!(text.contains("redstalk_job_wait_seconds_sum 0\n"));
-        assert!(text.contains("redstalk_commands_total{command=\"reserve-with-timeout\"} 0\n"));
-        assert!(text.contains("redstalk_commands_total{command=\"list-extensions\"} 4\n"));
-        assert!(text.contains("redstalk_cpu_seconds_total{mode=\"user\"} 0.000000\n"));
-        assert!(text.contains(
-            "redstalk_redis_info{topology=\"cluster\",prefix=\"billing\",slot=\"12682\",\
-             primary=\"10.0.0.7:6379\"} 1\n"
-        ));
-        assert!(text.contains("redstalk_redis_primary_changes_total{prefix=\"billing\"} 2\n"));
-        let standalone = [Placement {
-            topology: Topology::Standalone,
-            slot: None,
-            ..redis[0].clone()
-        }];
-        let text = render(&snapshot(), &standalone);
-        assert!(text.contains(
-            "redstalk_redis_info{topology=\"standalone\",prefix=\"billing\",\
-             primary=\"10.0.0.7:6379\"} 1\n"
-        ));
-    }
-
-    #[test]
-    fn the_listener_figures_are_families_of_their_own() {
-        let text = render_listener(&ListenerFigures {
-            event_streams: 2,
-            live_snapshots: 7,
-        });
-        assert_eq!(
-            text,
-            "# HELP redstalk_console_event_streams Console event streams open (GET /api/v1/events).\n\
-             # TYPE redstalk_console_event_streams gauge\n\
-             redstalk_console_event_streams 2\n\
-             # HELP redstalk_console_snapshots_total Console live snapshots computed (at most one a second, while a stream is open).\n\
-             # TYPE redstalk_console_snapshots_total counter\n\
-             redstalk_console_snapshots_total 7\n"
-        );
-        let main = render(&snapshot(), &[]);
-        assert!(
-            !main.contains("redstalk_console_"),
-            "not in the shared text"
-        );
-    }
-
-    #[test]
-    fn the_schedule_figures_are_families_of_their_own() {
-        let text = render_schedules(&ScheduleFigures {
-            defined: 3,
-            made: 10,
-            deduped: 2,
-            skipped: 1,
-            stale: 4,
-            failed: 0,
-        });
-        assert!(text.contains("# TYPE redstalk_schedules gauge\nredstalk_schedules 3\n"));
-        assert!(text.contains("# TYPE redstalk_schedule_fires_total counter\n"));
-        for line in [
-            "redstalk_schedule_fires_total{result=\"made\"} 10\n",
-            "redstalk_schedule_fires_total{result=\"deduped\"} 2\n",
-            "redstalk_schedule_fires_total{result=\"skipped\"} 1\n",
-            "redstalk_schedule_fires_total{result=\"stale\"} 4\n",
-            "redstalk_schedule_fires_total{result=\"failed\"} 0\n",
-        ] {
-            assert!(text.contains(line), "{line} in {text}");
-        }
-        assert!(!render(&snapshot(), &[]).contains("redstalk_schedule"));
-    }
-
-    #[test]
-    fn the_retention_figures_are_families_of_their_own() {
-        let text = render_retention(&RetentionFigures {
-            records: 12,
-            bytes: 3456,
-        });
-        assert!(
-            text.contains("# TYPE redstalk_retained_records gauge\nredstalk_retained_records 12\n")
-        );
-        assert!(
-            text.contains("# TYPE redstalk_retained_bytes gauge\nredstalk_retained_bytes 3456\n")
-        );
-        assert!(!render(&snapshot(), &[]).contains("redstalk_retained"));
-    }
-
-    #[test]
-    fn a_per_tube_family_without_tubes_keeps_its_help_and_type() {
-        let mut snap = snapshot();
-        snap.tubes.clear();
-        let text = render(&snap, &[]);
-        assert!(text.contains("# TYPE redstalk_tube_jobs gauge\n"));
-        assert!(!text.contains("redstalk_tube_jobs{"));
-    }
-
-    #[test]
-    fn bucket_bounds_print_exactly() {
-        assert_eq!(seconds(1_000_000), "0.001");
-        assert_eq!(seconds(2_500_000), "0.0025");
-        assert_eq!(seconds(2_500_000_000), "2.5");
-        assert_eq!(seconds(3_600_000_000_000), "3600");
-        assert_eq!(seconds(0), "0");
-    }
-}
