@@ -3,7 +3,13 @@
 //! jobs and windows keep their fields; schedule cursors and their removal
 //! round-trip; a truncated or flipped frame is damage.
 
+use super::encode::{frame, put_name};
 use super::*;
+use crate::protocol::TubeName;
+use crate::store::keys::{JobKey, Key, KeySlot};
+use crate::store::memory::Stored;
+use crate::store::policy::{DeadCause, DeadReason};
+use crate::store::{Cursor, ScheduleName};
 
 fn job(id: u64, body: &[u8]) -> JobRecord {
     JobRecord {
