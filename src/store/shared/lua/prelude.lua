@@ -261,9 +261,10 @@ end
 -- Redis would copy them into Lua and out again, serving nobody meanwhile.
 local LARGE_BODY = 1048576
 
--- A job's own keys. Only the functions from here to `forget_job` name where a job's
--- metadata, body and index entry are kept (the tube's `jobs` and `bodies` hashes, the
--- namespace's `index`; docs/REDIS.md), so a change of that layout changes them alone.
+-- A job's own keys. Only the functions from here to `forget_job` (and `maybe_gc`, which
+-- deletes a dead tube's emptied hashes) name where a job's metadata, body and index
+-- entry are kept (the tube's `jobs` and `bodies` hashes, the namespace's `index`;
+-- docs/REDIS.md), so a change of that layout changes them alone.
 
 -- A job's body (nil when it has none), and its size (0 when none).
 local function job_body(T, id)
