@@ -49,7 +49,11 @@ fn a_call_passes_the_namespace_keys_its_script_reads() {
     assert!(put.ns.contains(&NsKey::Tubepos) && put.ns.contains(&NsKey::Stats));
     assert!(scripts.bury.ns.contains(&NsKey::Seq));
     assert!(scripts.init.ns.contains(&NsKey::Generation));
-    let prelude = format!("{}\n{}", lua_key_layout(), include_str!("../lua/prelude.lua"));
+    let prelude = format!(
+        "{}\n{}",
+        lua_key_layout(),
+        include_str!("../lua/prelude.lua")
+    );
     for (body, n) in [
         (include_str!("../lua/reserve.lua"), 4),
         (include_str!("../lua/put.lua"), put.ns.len()),
@@ -82,7 +86,11 @@ fn only_owner_fenced_scripts_defer_the_generation_check() {
 /// `tube_key_of`; the others do not pay for them.
 #[test]
 fn only_scripts_naming_keys_they_are_not_given_read_the_tag() {
-    let prelude = format!("{}\n{}", lua_key_layout(), include_str!("../lua/prelude.lua"));
+    let prelude = format!(
+        "{}\n{}",
+        lua_key_layout(),
+        include_str!("../lua/prelude.lua")
+    );
     let tag = "tag = string.match(KEYS[b], '^%b{}')";
     for body in [
         include_str!("../lua/windows.lua"),
@@ -104,7 +112,11 @@ fn only_scripts_naming_keys_they_are_not_given_read_the_tag() {
 /// wake-ups; a skip makes none.
 #[test]
 fn puts_and_ticks_share_one_put() {
-    let prelude = format!("{}\n{}", lua_key_layout(), include_str!("../lua/prelude.lua"));
+    let prelude = format!(
+        "{}\n{}",
+        lua_key_layout(),
+        include_str!("../lua/prelude.lua")
+    );
     for body in [
         include_str!("../lua/put.lua"),
         include_str!("../lua/put_key.lua"),
