@@ -1,8 +1,9 @@
-//! A namespace as a release leaves it in Redis, kept as a fixture
-//! (`protocol-tests/fixtures/namespace-layout-2.json`: every key of it, and what that
-//! release answered about it), served the same by this version in both Redis modes. A
-//! later key layout's upgrade is proven by this test passing unchanged
-//! (docs/plans/schema3.md, §3): the fixture stays as the release of layout 2 wrote it.
+//! What a release leaves at rest, kept as fixtures, served the same by this version: a
+//! Redis namespace (`protocol-tests/fixtures/namespace-layout-2.json`: every key of it)
+//! and a `-b DIR` log (`protocol-tests/fixtures/binlog-format-1/`: its files), each with
+//! what that release answered about it (`answers.json` beside the log). A later key
+//! layout's or log format's upgrade is proven by these tests passing unchanged
+//! (docs/plans/schema3.md, §3): the fixtures stay as the releases wrote them.
 //!
 //! - `a_namespace_a_release_wrote_is_served_as_it_served_it` — for each Redis mode
 //!   (shared, leader): a private redis-server gets the fixture's keys; redstalk starts
@@ -11,21 +12,27 @@
 //!   retained record, a tube's listing) answers what the release answered, fields that
 //!   change with time or with the connection aside. Then it goes on serving: reserve
 //!   order (priority, then id), a keyed put dedupes to its job and one inside a deleted
-//!   job's window answers `DELETED`, the dead letter kicks back to ready, the 2 MiB
-//!   body comes back intact, and the next put takes the id after the release's last.
-//!   Prints how long each start took.
-//! - `write_the_fixture` (ignored: run by hand, by the release that defines a layout,
-//!   with `REDSTALK_WRITE_FIXTURE=1`): fills a namespace through the protocol in shared
-//!   mode (jobs ready, delayed, buried, buried by a dead letter rule, keyed, deleted
-//!   inside a dedupe window and retained, with a body of 2 MiB and a binary one, a
-//!   paused tube, a TTR in milliseconds), records the answers, stops the server, then
-//!   dumps the keys. Every duration in it is decades long, so the fixture keeps its
+//!   job's window answers `DELETED`, the dead letter kicks back to ready, the large
+//!   body (2 MiB, past shared mode's bound for bodies kept out of Lua) comes back
+//!   intact, and the next put takes the id after the release's last. Prints how long
+//!   each start took.
+//! - `a_log_a_release_wrote_is_served_as_it_served_it` — the same of a copy of the
+//!   `-b` log's directory (a 64 KiB large body: the log has no bound of that kind).
+//! - `write_the_fixtures` (ignored: run by hand, by the release that defines a layout
+//!   or a log format, with `REDSTALK_WRITE_FIXTURE=namespace` or `=binlog`): fills a
+//!   namespace in shared mode, or a log, through the protocol (jobs ready, delayed,
+//!   buried, buried by a dead letter rule, keyed, deleted inside a dedupe window and
+//!   retained, with a large body and a binary one, a paused tube, a TTR in
+//!   milliseconds), records the answers, stops the server cleanly, then dumps the keys
+//!   or copies the log. Every duration in it is decades long, so a fixture keeps its
 //!   meaning for as long as it is used.
 //!
-//! Not in the fixture: a reserved job (a clean stop gives a closing connection's
+//! Not in the fixtures: a reserved job (a clean stop gives a closing connection's
 //! reservations back, so no release leaves one at rest) and schedules (their cursors
 //! are not job keys, and a tick that comes due would make the answers depend on the
-//! day the test runs).
+//! day the test runs). A live job's history is compared where the mode keeps it across
+//! a start (shared mode); leader mode and `-b` keep it in the process
+//! (docs/RETENTION.md), so there only the retained record's history is compared.
 
 // A test reports failure by panicking: unwrap and expect are how it says so.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -45,10 +52,16 @@ use support::{ServerKind, ServerProc, serial, wait_served};
 
 /// The namespace's prefix in the fixture.
 const PREFIX: &str = "rel";
-/// The layout the fixture was written in.
-const FIXTURE: &str = "fixtures/namespace-layout-2.json";
-/// A body past the shared mode's large-body bound (1 MiB), which stays out of Lua.
+/// The namespace the release of key layout 2 wrote.
+const NAMESPACE: &str = "fixtures/namespace-layout-2.json";
+/// The log directory the release of log format 1 wrote, and its answers' file in it.
+const BINLOG: &str = "fixtures/binlog-format-1";
+const ANSWERS: &str = "answers.json";
+/// The namespace's large body: past the shared mode's large-body bound (1 MiB), which
+/// stays out of Lua.
 const LARGE: usize = 2 << 20;
+/// The log's: the log has no such bound, and the fixture stays small.
+const LARGE_IN_LOG: usize = 64 << 10;
 /// Decades, in seconds: a delay, a pause and a dedupe window that never end while the
 /// fixture is in use.
 const FOREVER_SECS: u64 = 2_000_000_000;
@@ -169,6 +182,19 @@ struct Fetched {
     json: Value,
 }
 
+/// What a release answered about what it left, and the jobs by role.
+#[derive(Debug, Serialize, Deserialize)]
+struct Answers {
+    written_by: String,
+    asked: Vec<Asked>,
+    fetched: Vec<Fetched>,
+    /// The id the next put takes.
+    next_id: u64,
+    /// The jobs by role: what the later checks act on.
+    roles: Roles,
+}
+
+/// A namespace's fixture: its keys and the answers.
 #[derive(Debug, Serialize, Deserialize)]
 struct Fixture {
     written_by: String,
@@ -176,10 +202,21 @@ struct Fixture {
     keys: Vec<Key>,
     asked: Vec<Asked>,
     fetched: Vec<Fetched>,
-    /// The id the next put takes.
     next_id: u64,
-    /// The jobs by role: what the later checks act on.
     roles: Roles,
+}
+
+impl Fixture {
+    fn answers(self) -> (String, Vec<Key>, Answers) {
+        let answers = Answers {
+            written_by: self.written_by,
+            asked: self.asked,
+            fetched: self.fetched,
+            next_id: self.next_id,
+            roles: self.roles,
+        };
+        (self.prefix, self.keys, answers)
+    }
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -193,10 +230,10 @@ struct Roles {
     windowed: (String, u64),
 }
 
-fn fixture_path() -> PathBuf {
+fn fixture_path(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("protocol-tests")
-        .join(FIXTURE)
+        .join(name)
 }
 
 /// The answer to `ask` as the fixture keeps it: a `stats*` answer without its
@@ -260,10 +297,10 @@ fn steady_json(mut v: Value) -> Value {
     v
 }
 
-/// `f` without a live job's history: leader mode keeps a live job's history in the
-/// process (docs/RETENTION.md, *Where records live*), so a leader starting on a
-/// namespace begins each live job's history at its next event; a deleted job's record
-/// keeps its history in every mode.
+/// `f` without a live job's history: leader mode and `-b` keep a live job's history in
+/// the process (docs/RETENTION.md, *Where records live*), so after a start each live
+/// job's history begins at its next event; a deleted job's record keeps its history in
+/// every mode.
 fn without_live_history(mut f: Fetched) -> Fetched {
     if let Value::Object(m) = &mut f.json
         && m.get("state").and_then(Value::as_str) != Some("deleted")
@@ -317,14 +354,10 @@ fn requests(ids: &[u64], tubes: &[&str], roles: &Roles) -> (Vec<String>, Vec<Str
 const TUBES: &[&str] = &["default", "alpha", "beta", "gamma", "keys", "dead", "large"];
 
 #[test]
-#[ignore = "writes the fixture: run by hand with REDSTALK_WRITE_FIXTURE=1"]
-fn write_the_fixture() {
-    assert!(
-        std::env::var_os("REDSTALK_WRITE_FIXTURE").is_some(),
-        "set REDSTALK_WRITE_FIXTURE=1 to overwrite {FIXTURE}"
-    );
+#[ignore = "writes a fixture: run by hand with REDSTALK_WRITE_FIXTURE=namespace or =binlog"]
+fn write_the_fixtures() {
+    let which = std::env::var("REDSTALK_WRITE_FIXTURE").unwrap_or_default();
     let _serial = serial();
-    let redis = private_redis(&[], "the release's namespace").expect("redis-server");
     let dir = support::fresh_dir();
     let policies = dir.join("policies.toml");
     std::fs::write(
@@ -335,8 +368,48 @@ fn write_the_fixture() {
     let http: SocketAddr = ([127, 0, 0, 1], support::free_port()).into();
     let mut args = flags(http);
     args.extend(["--policies".into(), policies.display().to_string()]);
-    let mut srv =
-        ServerProc::start_on_redis_as(ServerKind::Redis, &redis.url(), PREFIX, &args).unwrap();
+    match which.as_str() {
+        "namespace" => {
+            let redis = private_redis(&[], "the release's namespace").expect("redis-server");
+            let srv = ServerProc::start_on_redis_as(ServerKind::Redis, &redis.url(), PREFIX, &args)
+                .unwrap();
+            let answers = fill_and_stop(srv, http, LARGE);
+            let fixture = Fixture {
+                written_by: answers.written_by,
+                prefix: PREFIX.into(),
+                keys: dump(&mut redis_conn(&redis)),
+                asked: answers.asked,
+                fetched: answers.fetched,
+                next_id: answers.next_id,
+                roles: answers.roles,
+            };
+            let text = serde_json::to_string_pretty(&fixture).unwrap();
+            std::fs::write(fixture_path(NAMESPACE), text + "\n").unwrap();
+            eprintln!("wrote {NAMESPACE} ({} keys)", fixture.keys.len());
+        }
+        "binlog" => {
+            let log_dir = dir.join("log");
+            std::fs::create_dir_all(&log_dir).unwrap();
+            args.extend(["-b".into(), log_dir.display().to_string()]);
+            let srv = ServerProc::start(ServerKind::Memory, &args)
+                .unwrap()
+                .unwrap();
+            let answers = fill_and_stop(srv, http, LARGE_IN_LOG);
+            let to = fixture_path(BINLOG);
+            let _ = std::fs::remove_dir_all(&to);
+            std::fs::create_dir_all(&to).unwrap();
+            let copied = copy_files(&log_dir, &to);
+            let text = serde_json::to_string_pretty(&answers).unwrap();
+            std::fs::write(to.join(ANSWERS), text + "\n").unwrap();
+            eprintln!("wrote {BINLOG}: {copied:?} and {ANSWERS}");
+        }
+        _ => panic!("set REDSTALK_WRITE_FIXTURE=namespace or =binlog to overwrite that fixture"),
+    }
+}
+
+/// Fill the server `srv` (its API on `http`) through the protocol, its large body
+/// `large` bytes; record the answers; stop it cleanly.
+fn fill_and_stop(mut srv: ServerProc, http: SocketAddr, large: usize) -> Answers {
     let log = srv.capture_stderr();
     wait_served(srv.addr, Duration::from_secs(20), &log);
     let mut c = Client::connect(srv.addr, "writer");
@@ -383,7 +456,7 @@ fn write_the_fixture() {
     drop(w);
     ids.push(keyed);
     c.use_tube("large");
-    let large = c.put(9, 0, 60, &vec![b'L'; LARGE]);
+    let large = c.put(9, 0, 60, &vec![b'L'; large]);
     ids.push(large);
     c.use_tube("default");
     ids.push(c.put(0, 0, 60, b"default"));
@@ -411,26 +484,31 @@ fn write_the_fixture() {
         "no clean stop\n{}",
         log.tail()
     );
-    let mut conn = redis_conn(&redis);
-    let keys = dump(&mut conn);
-    let fixture = Fixture {
+    Answers {
         written_by: version(),
-        prefix: PREFIX.into(),
-        keys,
         asked,
         fetched,
         next_id,
         roles,
-    };
-    let text = serde_json::to_string_pretty(&fixture).unwrap();
-    std::fs::create_dir_all(fixture_path().parent().unwrap()).unwrap();
-    std::fs::write(fixture_path(), text + "\n").unwrap();
-    eprintln!(
-        "wrote {} ({} keys, {} answers)",
-        fixture_path().display(),
-        fixture.keys.len(),
-        fixture.asked.len() + fixture.fetched.len()
-    );
+    }
+}
+
+/// Copy the files of `from` into `to`; their names.
+fn copy_files(from: &std::path::Path, to: &std::path::Path) -> Vec<String> {
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_file() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            // The lock file is the log's own, made at each start.
+            if name != ANSWERS && name != "lock" {
+                std::fs::copy(entry.path(), to.join(&name)).unwrap();
+                names.push(name);
+            }
+        }
+    }
+    names.sort();
+    names
 }
 
 /// A connection that watches `tube` alone.
@@ -562,67 +640,99 @@ fn restore(conn: &mut ::redis::Connection, keys: &[Key]) {
 #[test]
 fn a_namespace_a_release_wrote_is_served_as_it_served_it() {
     let _serial = serial();
-    let text = std::fs::read_to_string(fixture_path()).unwrap();
+    let text = std::fs::read_to_string(fixture_path(NAMESPACE)).unwrap();
     let fixture: Fixture = serde_json::from_str(&text).unwrap();
-    eprintln!("fixture written by {}", fixture.written_by);
+    let (prefix, keys, answers) = fixture.answers();
+    eprintln!("namespace written by {}", answers.written_by);
     for kind in [ServerKind::Redis, ServerKind::Leader] {
         let Some(redis) = private_redis(&[], "a release's namespace") else {
             return;
         };
-        restore(&mut redis_conn(&redis), &fixture.keys);
+        restore(&mut redis_conn(&redis), &keys);
         let http: SocketAddr = ([127, 0, 0, 1], support::free_port()).into();
+        let mut args = flags(http);
+        if kind == ServerKind::Leader {
+            args.extend(["--redis-lease".into(), support::TEST_LEASE_MS.into()]);
+        }
         let started = Instant::now();
-        let mut srv = ServerProc::start_on_redis_as(kind, &redis.url(), &fixture.prefix, &{
-            let mut a = flags(http);
-            if kind == ServerKind::Leader {
-                a.extend(["--redis-lease".into(), support::TEST_LEASE_MS.into()]);
-            }
-            a
-        })
-        .unwrap();
-        let log = srv.capture_stderr();
-        wait_served(srv.addr, Duration::from_secs(30), &log);
-        eprintln!(
-            "{}: served {:?} after start",
-            kind.name(),
-            started.elapsed()
-        );
-        let mut c = Client::connect(srv.addr, kind.name());
-        for want in &fixture.asked {
-            if want.ask.starts_with("find-key") {
-                c.use_tube("keys");
-            }
-            let got = ask(&mut c, &want.ask);
-            assert_eq!(&got, want, "{}: {}\n{}", kind.name(), want.ask, log.tail());
-        }
-        for want in &fixture.fetched {
-            let got = fetch(http, &want.get);
-            let (got, want) = if kind == ServerKind::Leader {
-                (
-                    without_live_history(got),
-                    without_live_history(want.clone()),
-                )
-            } else {
-                (got, want.clone())
-            };
-            assert_eq!(
-                got,
-                want,
-                "{}: GET {}\n{}",
-                kind.name(),
-                want.get,
-                log.tail()
-            );
-        }
-        goes_on_serving(srv.addr, &fixture, &log);
-        drop(srv);
+        let srv = ServerProc::start_on_redis_as(kind, &redis.url(), &prefix, &args).unwrap();
+        // Shared mode keeps a live job's history in Redis; leader mode in its process.
+        let live_history = kind == ServerKind::Redis;
+        served_as_recorded(srv, http, &answers, live_history, LARGE, started);
     }
 }
 
-/// What the namespace does next: reserve order, keys, the dead letter, the large body
-/// and the next id.
-fn goes_on_serving(addr: SocketAddr, fixture: &Fixture, log: &support::Log) {
-    let r = &fixture.roles;
+#[test]
+fn a_log_a_release_wrote_is_served_as_it_served_it() {
+    let _serial = serial();
+    let from = fixture_path(BINLOG);
+    let text = std::fs::read_to_string(from.join(ANSWERS)).unwrap();
+    let answers: Answers = serde_json::from_str(&text).unwrap();
+    eprintln!("log written by {}", answers.written_by);
+    let dir = support::fresh_dir();
+    let copied = copy_files(&from, &dir);
+    assert!(
+        copied.iter().any(|n| n.starts_with("binlog.")),
+        "no log file in {}: {copied:?}",
+        from.display()
+    );
+    let http: SocketAddr = ([127, 0, 0, 1], support::free_port()).into();
+    let mut args = flags(http);
+    args.extend(["-b".into(), dir.display().to_string()]);
+    let started = Instant::now();
+    let srv = ServerProc::start(ServerKind::Memory, &args)
+        .unwrap()
+        .unwrap();
+    served_as_recorded(srv, http, &answers, false, LARGE_IN_LOG, started);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `srv` (its API on `http`, started at `started`) answers every recorded request as
+/// the release did (a live job's history compared only when `live_history`: where the
+/// mode keeps it across a start), then goes on serving ([`goes_on_serving`]).
+fn served_as_recorded(
+    mut srv: ServerProc,
+    http: SocketAddr,
+    answers: &Answers,
+    live_history: bool,
+    large: usize,
+    started: Instant,
+) {
+    let log = srv.capture_stderr();
+    let name = if srv.kind == ServerKind::Memory {
+        "binlog"
+    } else {
+        srv.kind.name()
+    };
+    wait_served(srv.addr, Duration::from_secs(30), &log);
+    eprintln!("{name}: served {:?} after start", started.elapsed());
+    let mut c = Client::connect(srv.addr, name);
+    for want in &answers.asked {
+        if want.ask.starts_with("find-key") {
+            c.use_tube("keys");
+        }
+        let got = ask(&mut c, &want.ask);
+        assert_eq!(&got, want, "{name}: {}\n{}", want.ask, log.tail());
+    }
+    for want in &answers.fetched {
+        let got = fetch(http, &want.get);
+        let (got, want) = if live_history {
+            (got, want.clone())
+        } else {
+            (
+                without_live_history(got),
+                without_live_history(want.clone()),
+            )
+        };
+        assert_eq!(got, want, "{name}: GET {}\n{}", want.get, log.tail());
+    }
+    goes_on_serving(srv.addr, answers, large, &log);
+}
+
+/// What the server does next: reserve order, keys, the dead letter, the large body
+/// (`large` bytes) and the next id.
+fn goes_on_serving(addr: SocketAddr, answers: &Answers, large: usize, log: &support::Log) {
+    let r = &answers.roles;
     let mut w = worker(addr, "alpha");
     for id in &r.alpha_order {
         assert_eq!(w.reserve().0, *id, "alpha's order\n{}", log.tail());
@@ -643,8 +753,8 @@ fn goes_on_serving(addr: SocketAddr, fixture: &Fixture, log: &support::Log) {
     c.expect(&format!("kick-job {}", r.dead_letter), "KICKED");
     assert_eq!(worker(addr, "dead").reserve().0, r.dead_letter);
     let (id, body) = worker(addr, "large").reserve();
-    assert_eq!((id, body.len()), (r.large, LARGE));
+    assert_eq!((id, body.len()), (r.large, large));
     assert!(body.iter().all(|&b| b == b'L'));
     c.use_tube("fresh");
-    assert_eq!(c.put(0, 0, 60, b"next"), fixture.next_id, "{}", log.tail());
+    assert_eq!(c.put(0, 0, 60, b"next"), answers.next_id, "{}", log.tail());
 }
