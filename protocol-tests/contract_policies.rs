@@ -239,12 +239,14 @@ async fn meta_of(redis: Option<(&str, &str)>, tube: &str, id: JobId) -> Option<m
         .get_multiplexed_async_connection()
         .await
         .expect("connect to redis");
-    let raw: Vec<u8> = redis::cmd("HGET")
-        .arg(format!("{{{prefix}}}:t:{tube}:jobs"))
-        .arg(id)
+    let (of, raw): (String, Vec<u8>) = redis::cmd("HMGET")
+        .arg(format!("{{{prefix}}}:j:{id}"))
+        .arg("t")
+        .arg("m")
         .query_async(&mut conn)
         .await
-        .expect("HGET a job's meta");
+        .expect("HMGET a job's tube and meta");
+    assert_eq!(of, tube, "job {id}'s hash names another tube");
     Some(meta::decode(id, &raw).unwrap_or_else(|e| panic!("job {id}'s meta: {e:?}")))
 }
 

@@ -369,10 +369,11 @@ fn fine_tube_beside_a_damaged_one(
 #[test]
 fn a_damaged_tube_does_not_stop_another_tubes_timer() {
     let _serial = support::serial();
-    // What eviction or damage leaves: the job hash of a tube gone.
+    // What eviction or damage leaves: the hashes of a tube's jobs gone (the tube's
+    // two, the first jobs of a fresh namespace).
     let damage = |prefix: &str, port| {
-        let jobs = format!("{{{prefix}}}:t:broken:jobs");
-        assert_eq!(redis_cmd(port, &["DEL", &jobs]), ":1");
+        let (one, two) = (format!("{{{prefix}}}:j:1"), format!("{{{prefix}}}:j:2"));
+        assert_eq!(redis_cmd(port, &["DEL", &one, &two]), ":2");
     };
     let Some((_redis, _srv, log, late)) =
         fine_tube_beside_a_damaged_one("h6", &[b"lost", b"lost too"], damage)
@@ -454,10 +455,7 @@ fn a_job_that_lost_its_body_is_reported_never_served_empty() {
     let first = c.put(0, 0, 60, b"evicted");
     let second = c.put(0, 0, 60, b"whole");
     assert_eq!(
-        redis_cmd(
-            redis.port,
-            &["HDEL", "{h9}:t:default:bodies", &first.to_string()]
-        ),
+        redis_cmd(redis.port, &["HDEL", &format!("{{h9}}:j:{first}"), "b"]),
         ":1"
     );
     assert_eq!(c.line(&format!("peek {first}")), "NOT_FOUND");

@@ -205,14 +205,14 @@ fn a_leader_frozen_with_batches_in_flight_applies_nothing_after_its_lease() {
     failover_under_load("STOP");
 }
 
-/// The leader's token in `{<prefix>}:leader:commit` (`<token>#<seq>` of the last batch
+/// The leader's token in `{<prefix>}:lease:commit` (`<token>#<seq>` of the last batch
 /// applied); the token ends with the leader's address.
 fn last_batch_by(redis: &RedisServer, prefix: &str) -> String {
     let mut c = ::redis::Client::open(redis.url())
         .and_then(|c| c.get_connection())
         .expect("connect to Redis");
     let tag: Option<String> = ::redis::cmd("GET")
-        .arg(format!("{{{prefix}}}:leader:commit"))
+        .arg(format!("{{{prefix}}}:lease:commit"))
         .query(&mut c)
         .expect("GET the commit key");
     tag.unwrap_or_default()

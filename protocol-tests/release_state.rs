@@ -659,7 +659,36 @@ fn a_namespace_a_release_wrote_is_served_as_it_served_it() {
         // Shared mode keeps a live job's history in Redis; leader mode in its process.
         let live_history = kind == ServerKind::Redis;
         served_as_recorded(srv, http, &answers, live_history, LARGE, started);
+        upgraded_in_place(&mut redis_conn(&redis), &prefix);
     }
+}
+
+/// The namespace `prefix` holds nothing of the layout the fixture was written in
+/// (schema 2) but the tombstone that locks its versions out: every job is a hash of
+/// its own (src/redis/schema/v2.rs).
+fn upgraded_in_place(conn: &mut ::redis::Connection, prefix: &str) {
+    let tag = format!("{{{prefix}}}");
+    let names = keys_starting(conn, &tag);
+    let schema_2: Vec<&String> = names
+        .iter()
+        .filter(|k| k.ends_with(":jobs") || k.ends_with(":bodies") || **k == format!("{tag}:index"))
+        .collect();
+    assert!(schema_2.is_empty(), "keys of schema 2 left: {schema_2:?}");
+    let jobs = names
+        .iter()
+        .filter(|k| k.starts_with(&format!("{tag}:j:")))
+        .count();
+    assert!(jobs >= 10, "{jobs} job hashes: {names:?}");
+    let get = |conn: &mut ::redis::Connection, key: String| -> Option<String> {
+        ::redis::cmd("GET").arg(key).query(conn).unwrap()
+    };
+    assert_eq!(get(conn, format!("{tag}:schema")).as_deref(), Some("3"));
+    assert_eq!(
+        get(conn, format!("{tag}:leader")).as_deref(),
+        Some("0|moved|redstalk-namespace"),
+        "the previous version's lease key does not lock it out"
+    );
+    eprintln!("upgraded in place: {jobs} job hashes, no key of schema 2 left");
 }
 
 #[test]

@@ -32,6 +32,7 @@ use redstalk::persist::binlog::{self, BinlogConfig};
 use redstalk::persist::books::{Books, Homes};
 use redstalk::persist::engine::Persisted;
 use redstalk::redis::policy::PolicyError;
+use redstalk::redis::schema::Lapse;
 use redstalk::server::activation::Inherited;
 use redstalk::server::policy::AuthMode;
 use redstalk::server::tls::Tls;
@@ -257,8 +258,13 @@ async fn start_serving(settings: &Settings) -> anyhow::Result<(Serving, Books)> 
         let store = AnyStore::Memory(MemoryStore::new());
         return Ok((Serving::Engine(Engine::start(store, engine_config)), books));
     };
-    // Both modes, before anything else touches the namespace: its key layout.
-    redstalk::redis::schema::prepare(&redis.config)
+    // Both modes, before anything else touches the namespace: its key layout. A leader
+    // of the previous version is waited for in leader mode (a rolling upgrade).
+    let lapse = match redis.mode {
+        RedisMode::Shared => Lapse::Refuse,
+        RedisMode::Leader => Lapse::Wait,
+    };
+    redstalk::redis::schema::prepare(&redis.config, lapse)
         .await
         .map_err(|err| {
             if err.is_refusal() {

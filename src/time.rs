@@ -15,6 +15,14 @@ pub type Nanos = u64;
 
 pub const NANOS_PER_SEC: u64 = 1_000_000_000;
 
+/// The wall clock in ms since the Unix epoch, as read now (0 before the epoch): for
+/// what is compared across processes in whole seconds or more, not for timers.
+pub fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 /// `secs` whole seconds as [`Nanos`].
 pub fn secs(secs: u32) -> Nanos {
     u64::from(secs) * NANOS_PER_SEC

@@ -1,5 +1,5 @@
 //! A leader-mode namespace's lease as the tests read it from Redis: its key
-//! (`{<prefix>}:leader`, src/cluster/lease.rs) and its token, `epoch|instance|address`
+//! (`{<prefix>}:lease`, src/cluster/lease.rs) and its token, `epoch|instance|address`
 //! (the epoch changes with every new leadership; the address is the leader's beanstalk
 //! address). One spelling for every test, so a change of either is made here.
 
@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 /// The lease's key in namespace `prefix`.
 pub fn lease_key(prefix: &str) -> String {
-    format!("{{{prefix}}}:leader")
+    format!("{{{prefix}}}:lease")
 }
 
 /// The beanstalk address a lease token names; `None` for a value that is no token

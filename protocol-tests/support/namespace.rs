@@ -1,7 +1,11 @@
 //! A namespace seen from Redis and filled through the protocol, for the tests that
-//! move its keys (the schema upgrade in redis_connection.rs, `redstalk-namespace copy`
-//! in namespace_copy.rs): a plain redis-rs connection, the keys under a prefix, and a
-//! namespace with jobs in every resting state, a paused tube and a used id counter.
+//! move its keys (the key layout upgrades in layouts.rs, `redstalk-namespace copy`
+//! in namespace_copy.rs): a plain redis-rs connection, the keys under a prefix, a
+//! namespace with jobs in every resting state, a paused tube and a used id counter, and
+//! that namespace taken back to the layout of the version before this one
+//! ([`to_schema_2`]).
+
+use std::collections::HashMap;
 
 use super::Log;
 use super::client::Client;
@@ -34,6 +38,78 @@ pub fn keys_starting(conn: &mut ::redis::Connection, start: &str) -> Vec<String>
     }
     found.sort();
     found
+}
+
+/// The value that locks every version of schema 2 out of a namespace, in its lease
+/// key `{P}:leader` (src/redis/lockout.rs, `MOVED`).
+pub const MOVED: &str = "0|moved|redstalk-namespace";
+
+/// Take the namespace `p`, as this version leaves it at rest (schema 3: a job is one
+/// hash `{p}:j:<id>`, fields `t` tube, `m` metadata, `b` body), back to the layout of
+/// the version before (schema 2), as that version would have left it: each job's
+/// metadata in its tube's `{p}:t:<tube>:jobs` (id -> meta), its body in
+/// `{p}:t:<tube>:bodies` (id -> body), its tube in `{p}:index` (id -> tube); the batch
+/// sequence `{p}:lease:commit` renamed `{p}:leader:commit`; no `{p}:lease`, no
+/// `{p}:leader` (schema 3's lock-out value; schema 2's lease, absent at rest), no
+/// `{p}:ahead`; `{p}:schema` = 2. The inverse of src/redis/schema/v2.rs' `CONVERT`
+/// (the metadata's format is the same in both). A hash with a body and no metadata (a
+/// large body written ahead of its job) is dropped. Every instance must be stopped.
+/// How many jobs.
+pub fn to_schema_2(conn: &mut ::redis::Connection, p: &str) -> usize {
+    let tag = format!("{{{p}}}");
+    let start = format!("{tag}:j:");
+    let mut jobs = 0;
+    for key in keys_starting(conn, &start) {
+        let id = &key[start.len()..];
+        assert!(id.parse::<u64>().is_ok(), "not a job's key: {key}");
+        let fields: HashMap<String, Vec<u8>> =
+            ::redis::cmd("HGETALL").arg(&key).query(conn).unwrap();
+        let mut pipe = ::redis::pipe();
+        if let (Some(tube), Some(meta)) = (fields.get("t"), fields.get("m")) {
+            let tube = String::from_utf8(tube.clone()).unwrap();
+            pipe.cmd("HSET")
+                .arg(format!("{tag}:t:{tube}:jobs"))
+                .arg(id)
+                .arg(meta)
+                .ignore();
+            if let Some(body) = fields.get("b") {
+                pipe.cmd("HSET")
+                    .arg(format!("{tag}:t:{tube}:bodies"))
+                    .arg(id)
+                    .arg(body)
+                    .ignore();
+            }
+            pipe.cmd("HSET")
+                .arg(format!("{tag}:index"))
+                .arg(id)
+                .arg(&tube)
+                .ignore();
+            jobs += 1;
+        }
+        pipe.cmd("DEL").arg(&key).ignore();
+        let _: () = pipe.query(conn).unwrap();
+    }
+    let commit = format!("{tag}:lease:commit");
+    let exists: i64 = ::redis::cmd("EXISTS").arg(&commit).query(conn).unwrap();
+    if exists == 1 {
+        let _: () = ::redis::cmd("RENAME")
+            .arg(&commit)
+            .arg(format!("{tag}:leader:commit"))
+            .query(conn)
+            .unwrap();
+    }
+    let _: () = ::redis::cmd("DEL")
+        .arg(format!("{tag}:leader"))
+        .arg(format!("{tag}:lease"))
+        .arg(format!("{tag}:ahead"))
+        .query(conn)
+        .unwrap();
+    let _: () = ::redis::cmd("SET")
+        .arg(format!("{tag}:schema"))
+        .arg(2)
+        .query(conn)
+        .unwrap();
+    jobs
 }
 
 /// Jobs of a namespace in several states over three tubes: (id, tube, state, body).

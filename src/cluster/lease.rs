@@ -1,6 +1,6 @@
 //! The leader's lease in Redis: who serves a namespace in leader mode.
 //!
-//! `{P}:leader` holds the token of the instance that leads, `<epoch>|<instance>|<address>`
+//! `{P}:lease` holds the token of the instance that leads, `<epoch>|<instance>|<address>`
 //! (the address is where standbys relay their clients), with an expiry of the lease's
 //! length (key names from `crate::redis::keys::Keys`). `{P}:leader-api` holds `<token>\n<HOST:PORT>`, where the leader serves its
 //! operator API (a standby forwards `/api/v1` requests there), written with the lease

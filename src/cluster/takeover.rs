@@ -13,7 +13,7 @@ use crate::persist::redis::load;
 use crate::persist::redis::retained::RetainedIndex;
 use crate::protocol::TubeName;
 use crate::redis::fenced::Fenced;
-use crate::redis::keys::TubeKey;
+use crate::redis::keys::NsKey;
 use crate::store::memory::StoreCounters;
 use crate::store::{Clock, MemoryStore, StoreError};
 
@@ -121,15 +121,18 @@ impl Cluster {
                 "some jobs in Redis could not be read and were left out (see above)"
             );
         }
-        self.remove_orphans(&loaded.orphans, token).await;
+        self.remove_orphans(&loaded.ahead, &loaded.orphans, token)
+            .await;
         Ok((loaded.snapshot, loaded.tube_list, clock))
     }
 
-    /// Remove bodies left without their job (a large put cut short by the previous
-    /// leader's end), fenced by the lease: a leader that lost it meanwhile must not
-    /// delete what its successor writes. A failure only leaves them for the next load.
-    async fn remove_orphans(&self, orphans: &[(TubeName, Vec<u64>)], token: &str) {
-        if orphans.is_empty() {
+    /// Remove the bodies left without their job (`orphans`: large puts cut short by the
+    /// previous leader's end), then take every body written ahead (`ahead`) out of the
+    /// namespace's `ahead` set: the jobs of the others were made. Fenced by the lease:
+    /// a leader that lost it meanwhile must not delete what its successor writes. A
+    /// failure only leaves them for the next load.
+    async fn remove_orphans(&self, ahead: &[u64], orphans: &[u64], token: &str) {
+        if ahead.is_empty() {
             return;
         }
         let mut fenced = Fenced::new(
@@ -138,20 +141,28 @@ impl Cluster {
             self.lease.key().to_string(),
             token.to_string(),
         );
-        for (tube, ids) in orphans {
+        if !orphans.is_empty() {
             tracing::warn!(
-                tube = %tube,
-                bodies = ids.len(),
+                bodies = orphans.len(),
                 "removing job bodies that have no job (large puts cut short before their job was made)"
             );
-            let key = self.keys.tube_key(tube.as_str(), TubeKey::Bodies);
-            for chunk in ids.chunks(1_000) {
-                let mut hdel = redis::cmd("HDEL");
-                hdel.arg(&key).arg(chunk);
-                if let Err(err) = fenced.send_one(hdel).await {
-                    tracing::warn!(%err, "could not remove them; the next load tries again");
-                    return;
-                }
+        }
+        for chunk in orphans.chunks(1_000) {
+            let mut del = redis::cmd("DEL");
+            for &id in chunk {
+                del.arg(self.keys.job(id));
+            }
+            if let Err(err) = fenced.send_one(del).await {
+                tracing::warn!(%err, "could not remove them; the next load tries again");
+                return;
+            }
+        }
+        for chunk in ahead.chunks(1_000) {
+            let mut zrem = redis::cmd("ZREM");
+            zrem.arg(self.keys.ns(NsKey::Ahead)).arg(chunk);
+            if let Err(err) = fenced.send_one(zrem).await {
+                tracing::warn!(%err, "could not clear the bodies written ahead; the next load tries again");
+                return;
             }
         }
     }

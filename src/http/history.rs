@@ -20,7 +20,7 @@
 //! "minute" of the history is then one period).
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
@@ -29,6 +29,7 @@ use super::api::types::{HistoryPage, TubeHistory};
 use crate::cluster::Cluster;
 use crate::engine::Engine;
 use crate::engine::history::{KEEP, MAX_TUBES, Tally, TubeMinutes};
+use crate::time::unix_ms;
 use crate::util::lock;
 
 /// The sampler's period unless the environment shortens it.
@@ -83,12 +84,6 @@ impl Recorder {
             tubes_omitted: h.omitted(),
         }
     }
-}
-
-fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Once a period, at its boundary on the wall clock, record the period that ended. The

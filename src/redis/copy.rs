@@ -74,7 +74,7 @@ pub enum CopyError {
     NoSource { prefix: String, key: String },
     #[error(
         "the source namespace has the key layout of a previous version: start one redstalk \
-         of this version on it once (it renames the keys), stop it, then copy"
+         of this version on it once (it upgrades the layout), stop it, then copy"
     )]
     OldLayout,
     #[error(
@@ -223,6 +223,7 @@ async fn check_source(conn: &mut RedisConn, keys: &Keys, prefix: &str) -> Result
     }
     match version {
         Some(VERSION) => Ok(()),
+        Some(v) if v < VERSION => Err(CopyError::OldLayout),
         _ if old == 1 => Err(CopyError::OldLayout),
         _ => Err(CopyError::NoSource {
             prefix: prefix.to_string(),
@@ -283,11 +284,12 @@ async fn namespace_keys(
 }
 
 async fn lock(conn: &mut RedisConn, keys: &Keys) -> Result<(), CopyError> {
-    match lock_out(conn, &keys.leader(), &keys.instances(), COPYING)
+    match lock_out(conn, &keys.leader(), &keys.instances(), COPYING, None)
         .await
         .map_err(err("lock the namespace", "source"))?
     {
-        LockOut::Locked => Ok(()),
+        // Not asked for: no swap.
+        LockOut::Locked | LockOut::Changed => Ok(()),
         LockOut::Leased { ms } => Err(CopyError::Serving {
             key: keys.leader(),
             ms,

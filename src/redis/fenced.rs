@@ -23,6 +23,7 @@ use redis::{RedisResult, Value};
 
 use super::Connector;
 use super::error::{CallError, Fate};
+use super::keys::{JOB_BODY, Keys, NsKey};
 use super::replicas::ReplicaWait;
 
 /// Why a transaction was not applied (or may not have been).
@@ -97,12 +98,17 @@ pub struct Fenced {
     watching: bool,
 }
 
-/// The command writing job `id`'s body into `key` (its tube's body hash), sized up
-/// front: the body is copied into it once, into memory allocated once.
-pub fn hset_body(key: &str, id: u64, body: &[u8]) -> redis::Cmd {
-    let mut c = redis::Cmd::with_capacity(4, body.len() + key.len() + 24);
-    c.arg("HSET").arg(key).arg(id).arg(body);
-    c
+/// The commands writing job `id`'s large body ahead of its job: field `b` of the job's
+/// hash, and the id in the namespace's `ahead` set at `now_ms` (so that a body whose
+/// writer dies before its job is written is found and removed; `NsKey::Ahead`). Sized
+/// up front: the body is copied into the command once, into memory allocated once.
+pub fn body_ahead(keys: &Keys, id: u64, body: &[u8], now_ms: u64) -> [redis::Cmd; 2] {
+    let key = keys.job(id);
+    let mut write = redis::Cmd::with_capacity(4, body.len() + key.len() + 8);
+    write.arg("HSET").arg(key).arg(JOB_BODY).arg(body);
+    let mut note = redis::cmd("ZADD");
+    note.arg(keys.ns(NsKey::Ahead)).arg(now_ms).arg(id);
+    [write, note]
 }
 
 /// What one sending of a transaction came to.
@@ -166,10 +172,21 @@ impl Fenced {
 
     /// Send `cmd` alone in a transaction; `Ok`: its reply.
     pub async fn send_one(&mut self, cmd: redis::Cmd) -> Result<Value, FenceError> {
-        let mut pipe = redis::pipe();
-        pipe.cmd("MULTI").add_command(cmd);
-        let mut replies = self.send(pipe, 1).await?;
+        let mut replies = self.send_all([cmd]).await?;
         Ok(replies.pop().unwrap_or(Value::Nil))
+    }
+
+    /// Send `cmds` as one fenced transaction; `Ok`: their replies.
+    pub async fn send_all<const N: usize>(
+        &mut self,
+        cmds: [redis::Cmd; N],
+    ) -> Result<Vec<Value>, FenceError> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("MULTI");
+        for cmd in cmds {
+            pipe.add_command(cmd);
+        }
+        self.send(pipe, N).await
     }
 
     /// Send the transaction `pipe` (MULTI, then `commands` commands), followed by the

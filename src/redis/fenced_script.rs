@@ -51,9 +51,11 @@ use super::replicas::ReplicaWait;
 ///
 /// Versions: a script is called by its SHA, so a call always runs the script it was
 /// built for, whatever else is loaded: during a rolling upgrade an older leader's batch
-/// (each word its own argument) runs the older script, never this one. Every version
-/// checks the same lease key and the same `<token>#<seq>` in the commit key, so the
-/// fencing holds across versions.
+/// (each word its own argument) runs the older script, never this one. Every version of
+/// one key layout checks the same lease key and the same `<token>#<seq>` in the commit
+/// key, so the fencing holds across them; across the change of layout to schema 3 (a
+/// lease key of its own) it holds because the upgrade leaves the old lease key holding
+/// a tombstone, which no old leader's token matches (`crate::redis::schema`).
 pub const SCRIPT: &str = r#"#!lua
 local held = redis.call('MGET', KEYS[1], KEYS[2])
 if held[1] ~= ARGV[1] then

@@ -60,16 +60,15 @@ macro_rules! key_group {
 }
 
 key_group!(
-    /// A tube's keys: three sorted sets of jobs by state and the buried FIFO, the job
-    /// metadata and bodies, the tube's own counters and pause, and its job keys (key
-    /// -> id, a live job's or a deleted one's inside its dedupe window).
+    /// A tube's keys: three sorted sets of jobs by state and the buried FIFO, the
+    /// tube's own counters and pause, and its job keys (key -> id, a live job's or a
+    /// deleted one's inside its dedupe window). A job itself is a key of its own
+    /// ([`Keys::job`]).
     TubeKey {
         Ready = "ready",
         Delayed = "delayed",
         Reserved = "reserved",
         Buried = "buried",
-        Jobs = "jobs",
-        Bodies = "bodies",
         Meta = "meta",
         Keys = "keys",
     }
@@ -82,34 +81,30 @@ impl TubeKey {
 }
 
 key_group!(
-    /// The namespace's keys: the id and bury counters, the totals, the id -> tube index,
-    /// the due index, the tube list with each tube's position in it, and the
-    /// namespace's generation (a random token made with the namespace: a script called
-    /// for another generation refuses, see the prelude), and the ends of the open
-    /// dedupe windows (member `<tube>\n<key>`).
+    /// The namespace's keys: the id and bury counters, the totals, the due index, the
+    /// tube list with each tube's position in it, and the namespace's generation (a
+    /// random token made with the namespace: a script called for another generation
+    /// refuses, see the prelude), the ends of the open dedupe windows (member
+    /// `<tube>\n<key>`), and the large bodies written ahead of their jobs (member the
+    /// id, score the time written, ms: a writer that died between the two leaves a job
+    /// key holding only a body, which nothing else names; docs/REDIS.md).
     NsKey {
         Ids = "ids",
         Seq = "seq",
         Stats = "stats",
-        Index = "index",
         Due = "due",
         Tubes = "tubes",
         Tubepos = "tubepos",
         Generation = "generation",
         Keywin = "keywin",
+        Ahead = "ahead",
     }
 );
 
 /// The keys of a tube that `reserve` may touch (never the delayed or buried set): what
 /// it is given of each watched tube, in this order, so that a reserve over many tubes
 /// passes as few keys as it can.
-pub const RESERVE_KEYS: &[TubeKey] = &[
-    TubeKey::Ready,
-    TubeKey::Reserved,
-    TubeKey::Jobs,
-    TubeKey::Bodies,
-    TubeKey::Meta,
-];
+pub const RESERVE_KEYS: &[TubeKey] = &[TubeKey::Ready, TubeKey::Reserved, TubeKey::Meta];
 
 /// The key names of one tube, in [`TubeKey`] order.
 #[derive(Clone, Debug)]
@@ -126,13 +121,26 @@ impl TubeKeys {
 /// `tube_key_of` share.
 const TUBE_INFIX: &str = ":t:";
 
+/// What a job's key holds between the namespace's tag and the job's id
+/// (`{<prefix>}:j:<id>`), shared by [`Keys::job`] and the scripts' `job_key_of`.
+const JOB_INFIX: &str = ":j:";
+
+/// The fields of a job's hash ([`Keys::job`]): its tube's name, its metadata (the
+/// msgpack array of `crate::redis::meta`) and its body. A hash with a body and no
+/// metadata is a large body written ahead of its job ([`NsKey::Ahead`]).
+pub const JOB_TUBE: &str = "t";
+pub const JOB_META: &str = "m";
+pub const JOB_BODY: &str = "b";
+
 /// The Lua that names the KEYS of a call, prepended to every script (before the
 /// prelude): for each group its size (`N_TUBE_KEYS`), each key's offset in it
 /// (`TUBE_READY`), and a function that names the keys of a group starting at KEYS index
 /// `b` (`tube_group(b).ready`). Plain constructors, not loops: this runs on every call.
 /// Then `tube_key_of(tag, tube, name)`, one key of a tube the call was not given (a
-/// dedupe window names its tube only in the namespace's window set), spelt as
-/// [`Keys`] spells it.
+/// dedupe window names its tube only in the namespace's window set), and
+/// `job_key_of(tag, id)`, a job's key (a reserve cannot declare the job it will pick;
+/// the key has the namespace's tag, so it is in the slot of the declared keys), both
+/// spelt as [`Keys`] spells them.
 pub fn lua_key_layout() -> String {
     let reserve_names: Vec<&str> = RESERVE_KEYS.iter().map(|k| k.name()).collect();
     let mut lua = String::from("-- Generated from keys.rs (TubeKey, NsKey, RESERVE_KEYS).\n");
@@ -165,6 +173,10 @@ pub fn lua_key_layout() -> String {
         lua,
         "local function tube_key_of(tag, tube, name)\n  return tag .. '{TUBE_INFIX}' .. tube .. ':' .. name\nend"
     );
+    let _ = writeln!(
+        lua,
+        "local function job_key_of(tag, id)\n  return tag .. '{JOB_INFIX}' .. id\nend"
+    );
     lua
 }
 
@@ -191,7 +203,7 @@ pub fn check_prefix(prefix: &str) -> Result<(), PrefixError> {
     Ok(())
 }
 
-/// The commit key of the namespace whose lease key is `lease_key` (`{P}:leader`): the
+/// The commit key of the namespace whose lease key is `lease_key` (`{P}:lease`): the
 /// same hash tag, so the same slot of a Redis Cluster ([`Keys::commit`] names it; the
 /// batch fence is given only the lease key).
 pub fn commit_key(lease_key: &str) -> String {
@@ -264,9 +276,11 @@ impl Keys {
         &self.tag
     }
 
-    /// The lease of leader mode (`crate::cluster::lease`).
+    /// The lease of leader mode (`crate::cluster::lease`). Schema 2's was `{P}:leader`,
+    /// which the upgrade to schema 3 leaves holding a tombstone for good, so that no
+    /// version before schema 3 serves the namespace again (`crate::redis::schema`).
     pub fn leader(&self) -> String {
-        format!("{}:leader", self.tag)
+        format!("{}:lease", self.tag)
     }
 
     /// The lease's epoch counter.
@@ -296,6 +310,11 @@ impl Keys {
 
     pub fn ns(&self, key: NsKey) -> &str {
         &self.namespace[key as usize]
+    }
+
+    /// A job's hash: fields [`JOB_TUBE`], [`JOB_META`] and [`JOB_BODY`].
+    pub fn job(&self, id: u64) -> String {
+        format!("{}{JOB_INFIX}{id}", self.tag)
     }
 
     /// A tube's keys.
@@ -438,8 +457,9 @@ mod tests {
         assert_eq!(t.get(TubeKey::Meta), "{p}:t:jobs:meta");
         assert_eq!(keys.ns(NsKey::Due), "{p}:due");
         assert_eq!(keys.namespace()[NsKey::Tubepos as usize], "{p}:tubepos");
-        assert_eq!(keys.leader(), "{p}:leader");
-        assert_eq!(keys.commit(), "{p}:leader:commit");
+        assert_eq!(keys.leader(), "{p}:lease");
+        assert_eq!(keys.commit(), "{p}:lease:commit");
+        assert_eq!(keys.job(12), "{p}:j:12");
         assert_eq!(keys.schema(), "{p}:schema");
     }
 
@@ -483,6 +503,7 @@ mod tests {
                 keys.schema(),
                 keys.history(29_000_000),
                 keys.tube_key("other", TubeKey::Buried),
+                keys.job(u64::MAX),
             ]);
             for name in &names {
                 assert_eq!(slot_of(name.as_bytes()), slot, "{name} of {prefix:?}");
@@ -508,13 +529,14 @@ mod tests {
     fn the_lua_layout_names_each_key_by_its_offset() {
         let lua = lua_key_layout();
         for line in [
-            "local N_TUBE_KEYS = 8",
-            "local TUBE_READY, TUBE_DELAYED, TUBE_RESERVED, TUBE_BURIED, TUBE_JOBS, TUBE_BODIES, TUBE_META, TUBE_KEYS = 0, 1, 2, 3, 4, 5, 6, 7",
-            "  return { ready = KEYS[b + 0], delayed = KEYS[b + 1], reserved = KEYS[b + 2], buried = KEYS[b + 3], jobs = KEYS[b + 4], bodies = KEYS[b + 5], meta = KEYS[b + 6], keys = KEYS[b + 7] }",
+            "local N_TUBE_KEYS = 6",
+            "local TUBE_READY, TUBE_DELAYED, TUBE_RESERVED, TUBE_BURIED, TUBE_META, TUBE_KEYS = 0, 1, 2, 3, 4, 5",
+            "  return { ready = KEYS[b + 0], delayed = KEYS[b + 1], reserved = KEYS[b + 2], buried = KEYS[b + 3], meta = KEYS[b + 4], keys = KEYS[b + 5] }",
             "local N_NS_KEYS = 9",
             "local function ns_group(b)",
-            "local N_RESERVE_KEYS = 5",
-            "  return { ready = KEYS[b + 0], reserved = KEYS[b + 1], jobs = KEYS[b + 2], bodies = KEYS[b + 3], meta = KEYS[b + 4] }",
+            "local N_RESERVE_KEYS = 3",
+            "  return { ready = KEYS[b + 0], reserved = KEYS[b + 1], meta = KEYS[b + 2] }",
+            "  return tag .. ':j:' .. id",
         ] {
             assert!(
                 lua.lines().any(|l| l == line),

@@ -12,12 +12,12 @@
 //! [`MAX_ARGS`] arguments.
 
 use crate::redis::fenced_script::{command_arg, encode_word, push_words, word_head_len};
-use crate::store::memory::JobRecord;
+use crate::redis::keys::{JOB_BODY, JOB_META, JOB_TUBE};
 
 /// At most this many arguments per command, so no one command holds Redis long.
 pub(super) const MAX_ARGS: usize = 2_000;
 
-/// Bodies of this many bytes or more (on average in a command) go as arguments of their
+/// Bodies of this many bytes or more go as arguments of their
 /// own, not MessagePack-encoded: the Lua copy of a body costs Redis more than the
 /// arguments it saves from about this size (2026-11-27-leader-encode.md).
 pub(super) const LARGE_WORDS: usize = 256;
@@ -103,35 +103,57 @@ impl Batch {
         }
     }
 
-    /// `HSET key id body ...`: the bodies of `jobs[of[..]]` (their ids in `ids`), each
-    /// copied once, from its job record straight into the call; bodies of
-    /// [`LARGE_WORDS`] bytes or more on average as arguments of their own.
-    pub(super) fn bodies(&mut self, key: &str, ids: &Args, of: &[usize], jobs: &[JobRecord]) {
-        let per = MAX_ARGS / 2;
-        for (n, chunk) in of.chunks(per).enumerate() {
-            let pairs = chunk
-                .iter()
-                .enumerate()
-                .map(|(k, &j)| (n * per + k, &jobs[j].body[..]));
-            let bytes: usize = pairs.clone().map(|(_, b)| b.len()).sum();
-            if bytes >= LARGE_WORDS * chunk.len() {
-                let words = pairs.flat_map(|(id, body)| [ids.word(id), body]);
-                let head = [&b"HSET"[..], key.as_bytes()];
-                push_words(
-                    &mut self.call,
-                    2 + 2 * chunk.len(),
-                    head.into_iter().chain(words),
-                );
-            } else {
+    /// `HSET <job key> [t <tube>] m <meta> [b <body>]`: one job's hash (`meta` the
+    /// encoded argument of its metadata, the body copied once, from its job record
+    /// straight into the call; a body of [`LARGE_WORDS`] bytes or more as an argument
+    /// of its own).
+    pub(super) fn job(
+        &mut self,
+        key: &str,
+        tube: Option<&[u8]>,
+        meta: &Args,
+        m: usize,
+        body: Option<&[u8]>,
+    ) {
+        let tube = tube.map(|t| [JOB_TUBE.as_bytes(), t]);
+        match body {
+            Some(body) if body.len() >= LARGE_WORDS => {
+                let words = [&b"HSET"[..], key.as_bytes()]
+                    .into_iter()
+                    .chain(tube.into_iter().flatten())
+                    .chain([JOB_META.as_bytes(), meta.word(m), JOB_BODY.as_bytes(), body]);
+                let count = 6 + if tube.is_some() { 2 } else { 0 };
+                push_words(&mut self.call, count, words);
+            }
+            _ => {
                 let mut c = command_arg(&mut self.call);
                 c.word(b"HSET");
                 c.word(key.as_bytes());
-                for (id, body) in pairs {
-                    c.encoded(ids.encoded(id, id + 1));
+                for w in tube.into_iter().flatten() {
+                    c.word(w);
+                }
+                c.word(JOB_META.as_bytes());
+                c.encoded(meta.encoded(m, m + 1));
+                if let Some(body) = body {
+                    c.word(JOB_BODY.as_bytes());
                     c.word(body);
                 }
             }
+        }
+        self.commands += 1;
+    }
+
+    /// A command whose arguments are all keys (`DEL k ...`), split over several
+    /// commands of at most [`MAX_ARGS`]. Nothing is sent for no keys.
+    pub(super) fn keys(&mut self, name: &'static str, keys: &Args) {
+        let mut i = 0;
+        while i < keys.len() {
+            let end = (i + MAX_ARGS).min(keys.len());
+            let mut c = command_arg(&mut self.call);
+            c.word(name.as_bytes());
+            c.encoded(keys.encoded(i, end));
             self.commands += 1;
+            i = end;
         }
     }
 

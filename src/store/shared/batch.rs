@@ -154,7 +154,7 @@ impl RedisStore {
         self.check_conn(conn, "batch")?;
         let held: Vec<Option<Held>> = ids.iter().map(|&id| self.held.get(conn, id)).collect();
         let looked_up = match op {
-            BatchOp::Delete => self.index_lookup(ids, &held).await?,
+            BatchOp::Delete => self.tube_lookup(ids, &held).await?,
             _ => HashMap::default(),
         };
         let (word, pri, delay) = match op {
@@ -258,7 +258,7 @@ impl RedisStore {
     }
 
     /// The tubes of the ids not `held` ([`RedisStore::tubes_of`]).
-    async fn index_lookup(
+    async fn tube_lookup(
         &self,
         ids: &[JobId],
         held: &[Option<Held>],

@@ -92,6 +92,7 @@ impl RedisStore {
             wake: Mutex::new(Some(wake_rx)),
             next_heartbeat: Mutex::new(0),
             next_window_sweep: Mutex::new(0),
+            next_ahead_sweep: Mutex::new(0),
             eviction: EvictionChecks::default(),
             windows_max: crate::store::KeyLimits::WINDOWS_MAX.into(),
             policies: Mutex::default(),

@@ -4,14 +4,20 @@
 //! plain `SET` of it); so the id is taken and the body written by plain commands, then
 //! the `put` script makes the job around the body already there.
 //!
+//! The body goes ahead into field `b` of the job's hash (`{P}:j:<id>`), its id into
+//! the namespace's `ahead` set with the time written (`NsKey::Ahead`), in one
+//! transaction; the put script writes the rest of the hash and takes the id out of the
+//! set.
+//!
 //! Invariants: both plain writes are fenced by the namespace's generation (a fresh
 //! namespace must never receive a body under an id it hands out itself), on a connection
 //! of the put's own (its WATCH is connection state), and the script is made for the
-//! same generation. Until the script ran the job has no metadata and is in no set: no
-//! client sees it, as in beanstalkd, where a put takes effect once its body is in. A
-//! script that surely did not apply removes the body again; one whose answer was lost
-//! (it may exist) leaves it, as does a crash in between (a body without a job, under an
-//! id nobody will take again).
+//! same generation. Until the script ran the job has no metadata, no tube and is in no
+//! set: no client sees it (an id lookup finds no tube), as in beanstalkd, where a put
+//! takes effect once its body is in. A script that surely did not apply removes the body
+//! again; one whose answer was lost (it may exist) leaves it, as does a crash in between
+//! (a body without a job, under an id nobody will take again): the timer's sweep
+//! (`ahead.lua`, ticks.rs) removes such a body once [`AHEAD_STALE_MS`] old.
 //!
 //! Reads: `reserve`, `reserve-job` and `peek` answer a large body's length instead of
 //! the body (`body_for_reply` in the prelude); it is then read by a plain `HGET` on a
@@ -27,10 +33,15 @@ use redis::Value;
 use super::RedisStore;
 use super::decode::{BodyReply, Peeked, Reservation};
 use crate::protocol::TubeName;
-use crate::redis::fenced::{FenceError, Fenced, hset_body};
-use crate::redis::keys::{NsKey, TubeKey};
-use crate::redis::{CallError, RESPONSE_TIMEOUT};
+use crate::redis::fenced::{FenceError, Fenced, body_ahead};
+use crate::redis::keys::{JOB_BODY, NsKey};
+use crate::redis::{CallError, RESPONSE_TIMEOUT, US};
 use crate::store::{JobId, NewJob, StoreError, StoreResult};
+
+/// How old (ms, Redis' clock) a body written ahead of its job must be before the
+/// timer's sweep removes it when its job was never made: far past any put's call (the
+/// script's call times out long before), so a put still on its way is never robbed.
+pub(super) const AHEAD_STALE_MS: u64 = 60_000;
 
 impl RedisStore {
     /// Put `job`, whose body is large; see the module header.
@@ -65,9 +76,10 @@ impl RedisStore {
                 ));
             }
         };
-        let bodies = keys.tube_key(job.tube.as_str(), TubeKey::Bodies);
+        // The store's clock is Redis' (read at connect), as the sweep's is.
+        let now_ms = self.clock.now() / (1000 * US);
         fenced
-            .send_one(hset_body(&bodies, id, &job.body))
+            .send_all(body_ahead(keys, id, &job.body, now_ms))
             .await
             .map_err(fence)?;
         let mut call = self.run.on_tube(|s| &s.put, &[], job.tube.as_str());
@@ -79,20 +91,21 @@ impl RedisStore {
             .arg(id);
         let made = call.run().await;
         if let Err(StoreError::NotApplied { .. }) = &made {
-            let mut undo = redis::cmd("HDEL");
-            undo.arg(&bodies).arg(id);
-            if let Err(e) = fenced.send_one(undo).await {
+            let mut undo = redis::cmd("DEL");
+            undo.arg(keys.job(id));
+            let mut unnote = redis::cmd("ZREM");
+            unnote.arg(keys.ns(NsKey::Ahead)).arg(id);
+            if let Err(e) = fenced.send_all([undo, unnote]).await {
                 tracing::warn!(id, error = %e, "a large put failed and its body could not be removed");
             }
         }
         made
     }
 
-    /// A script's body reply for job `id` of `tube`, made whole (a call made for
-    /// `generation`); `None`: the job has no body any more.
+    /// A script's body reply for job `id`, made whole (a call made for `generation`);
+    /// `None`: the job has no body any more.
     async fn whole_body(
         &self,
-        tube: &str,
         id: JobId,
         body: BodyReply,
         generation: &Arc<str>,
@@ -109,7 +122,7 @@ impl RedisStore {
         let (now, body): (Option<String>, Option<Vec<u8>>) = redis::pipe()
             .atomic()
             .get(self.run.keys().ns(NsKey::Generation))
-            .hget(self.run.keys().tube_key(tube, TubeKey::Bodies), id)
+            .hget(self.run.keys().job(id), JOB_BODY)
             .query_async(&mut conn)
             .await
             .map_err(|e| StoreError::redis(op, e))?;
@@ -124,14 +137,13 @@ impl RedisStore {
     /// was deleted meanwhile: not found.
     pub(super) async fn peeked(
         &self,
-        tube: &str,
         peeked: Option<Peeked>,
         generation: &Arc<str>,
     ) -> StoreResult<Option<(JobId, Bytes)>> {
         let Some(p) = peeked else {
             return Ok(None);
         };
-        let body = self.whole_body(tube, p.id, p.body, generation).await?;
+        let body = self.whole_body(p.id, p.body, generation).await?;
         Ok(body.map(|b| (p.id, b)))
     }
 
@@ -145,7 +157,7 @@ impl RedisStore {
         generation: &Arc<str>,
     ) -> StoreResult<Bytes> {
         let body = std::mem::replace(&mut r.body, BodyReply::Apart);
-        let read = self.whole_body(tube.as_str(), r.id, body, generation).await;
+        let read = self.whole_body(r.id, body, generation).await;
         let why: crate::store::BoxError = match read {
             Ok(Some(b)) => return Ok(b),
             Ok(None) => "the job's large body vanished".into(),

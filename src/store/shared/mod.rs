@@ -1,7 +1,8 @@
-//! The shared mode's store ([`RedisStore`]): jobs in per-tube sorted sets and hashes,
-//! shared by every redstalk instance that uses the same Redis and prefix, and kept
-//! across restarts. What leader mode uses too (connections, the key schema, fenced
-//! transactions, the eviction check, error classification) is `crate::redis`'s.
+//! The shared mode's store ([`RedisStore`]): jobs in per-tube sorted sets, each job a
+//! hash of its own, shared by every redstalk instance that uses the same Redis and
+//! prefix, and kept across restarts. What leader mode uses too (connections, the key
+//! schema, fenced transactions, the eviction check, error classification) is
+//! `crate::redis`'s.
 //!
 //! Every state change is one Lua script (`lua/`), called by EVALSHA over a shared
 //! multiplexed connection (concurrent calls are pipelined), touching only the keys it
@@ -76,7 +77,7 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 
 use crate::protocol::TubeName;
-use crate::redis::keys::NsKey;
+use crate::redis::keys::JOB_TUBE;
 use crate::redis::{Connector, US};
 use crate::store::{ConnId, JobId, Nanos, Reserved, StoreError, StoreResult};
 use crate::time::Clock;
@@ -105,6 +106,9 @@ pub struct RedisStore {
     next_heartbeat: Mutex<Nanos>,
     /// When the tick next sweeps the ended dedupe windows (ticks.rs).
     next_window_sweep: Mutex<Nanos>,
+    /// When the tick next sweeps the large bodies written ahead of jobs never made
+    /// (ticks.rs, large.rs).
+    next_ahead_sweep: Mutex<Nanos>,
     eviction: EvictionChecks,
     /// `--key-windows-max`, handed to the scripts that may open a dedupe window.
     windows_max: std::sync::atomic::AtomicU64,
@@ -137,18 +141,24 @@ impl RedisStore {
         self.clock.now() + at_us.saturating_sub(now_us) * US
     }
 
-    /// The tubes of jobs `ids` (`None` for an id that names no job), in one call, for
-    /// scripts to act on: the lookup may have read a fresh namespace, and an id of the
-    /// old one must not act there (see namespace.rs). The one place that reads where a
-    /// job is from its id alone (the id index, docs/REDIS.md).
+    /// The tubes of jobs `ids` (`None` for an id that names no job), in one round trip
+    /// (the field [`JOB_TUBE`] of each job's hash, pipelined), for scripts to act on:
+    /// the lookup may have read a fresh namespace, and an id of the old one must not act
+    /// there (see namespace.rs). The one place that reads where a job is from its id
+    /// alone (docs/REDIS.md); a script given the tube checks it again (`get_job` in the
+    /// prelude: the job may have moved since). A large body written ahead of its job has
+    /// no tube yet: no job.
     pub(super) async fn tubes_of(&self, ids: &[JobId]) -> StoreResult<Vec<Option<TubeName>>> {
         let generation = self.run.namespace().current();
-        let names: Vec<Option<Vec<u8>>> = redis::cmd("HMGET")
-            .arg(self.run.keys().ns(NsKey::Index))
-            .arg(ids)
+        let keys = self.run.keys();
+        let mut pipe = redis::pipe();
+        for &id in ids {
+            pipe.hget(keys.job(id), JOB_TUBE);
+        }
+        let names: Vec<Option<Vec<u8>>> = pipe
             .query_async(&mut self.run.conn())
             .await
-            .map_err(|e| StoreError::redis("HMGET index", e))?;
+            .map_err(|e| StoreError::redis("HGET job tube", e))?;
         if self.run.namespace().current() != generation {
             return Err(StoreError::NamespaceLost { op: "job lookup" });
         }
@@ -163,8 +173,8 @@ impl RedisStore {
         Ok(self.tubes_of(&[id]).await?.pop().flatten())
     }
 
-    /// A call of the single-tube script `pick` on the tube of job `id` (found in the id
-    /// index), with the id as its first argument; `None` when there is no such job.
+    /// A call of the single-tube script `pick` on the tube of job `id` (found by
+    /// [`RedisStore::tubes_of`]), with the id as its first argument; `None` when there is no such job.
     async fn job_call<R: Decode + 'static>(
         &self,
         pick: impl FnOnce(&Scripts) -> &Lua<R>,

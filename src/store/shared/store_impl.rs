@@ -101,7 +101,7 @@ impl RedisStore {
         let mut call = self.run.on_tube(|s| &s.peek, &[], tube);
         call.arg((id, which));
         let peeked = call.run().await?;
-        self.peeked(tube, peeked, call.generation()).await
+        self.peeked(peeked, call.generation()).await
     }
 }
 
@@ -200,7 +200,7 @@ impl Store for RedisStore {
     async fn delete(&self, conn: ConnId, id: JobId, _now: Nanos) -> StoreResult<bool> {
         self.check_conn(conn, "delete")?;
         // Only the holder may delete a reserved job: its token proves it. A job this
-        // connection holds needs no index lookup.
+        // connection holds needs no lookup of its tube.
         let max = self.windows_max();
         let deleted = match self.held_call(|s| &s.delete, conn, id) {
             Some((_, mut call)) => call.arg(max).arg(self.ret_arg(conn)).run().await?,
@@ -304,11 +304,11 @@ impl Store for RedisStore {
     }
 
     async fn peek(&self, id: JobId) -> StoreResult<Option<(JobId, Bytes)>> {
-        let Some((tube, mut call)) = self.job_call(|s| &s.peek, id).await? else {
+        let Some((_, mut call)) = self.job_call(|s| &s.peek, id).await? else {
             return Ok(None);
         };
         let peeked = call.arg("id").run().await?;
-        self.peeked(tube.as_str(), peeked, call.generation()).await
+        self.peeked(peeked, call.generation()).await
     }
 
     async fn peek_ready(&self, tube: &TubeName) -> StoreResult<Option<(JobId, Bytes)>> {

@@ -8,6 +8,10 @@
 //! it: a lookup of its key treats it as gone from its end, but it holds its members in
 //! Redis until something removes it. It runs sooner while a call finds a full chunk.
 //!
+//! The sweep of large bodies written ahead (`ahead.lua`, at most every
+//! [`AHEAD_SWEEP_EVERY`], [`AHEAD_CHUNK`] a call) removes those whose job was never
+//! made (large.rs): nothing else names them.
+//!
 //! Invariants: a tube whose data is damaged never stops the others: a job without meta
 //! is dropped and reported by the script, a tube whose script still fails is set aside
 //! for [`SET_ASIDE`] (its due entry moved) and reported; any other failure (Redis away
@@ -17,6 +21,7 @@ use std::time::Duration;
 
 use super::RedisStore;
 use super::SCRIPT_CHUNK;
+use super::large::AHEAD_STALE_MS;
 use super::policy_args;
 use crate::protocol::TubeName;
 use crate::redis::keys::NsKey;
@@ -31,6 +36,14 @@ const SET_ASIDE: Duration = Duration::from_secs(10);
 /// a window past its end already reads as gone, so the sweep only frees its memory
 /// and need not cost a call on every tick.
 const WINDOW_SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+/// How often the bodies written ahead are swept, while a sweep leaves none behind: one
+/// is removed only once [`AHEAD_STALE_MS`] old, and a large put whose job was never
+/// made is rare.
+const AHEAD_SWEEP_EVERY: Duration = Duration::from_secs(10);
+
+/// The most bodies written ahead one sweep looks at (each may be large to free).
+const AHEAD_CHUNK: u32 = 100;
 
 impl RedisStore {
     /// A tick of the timer (see [`crate::store::Store::tick`]).
@@ -69,6 +82,9 @@ impl RedisStore {
         }
         if let Err(err) = self.sweep_windows(now).await {
             tracing::debug!(%err, "sweeping ended dedupe windows failed; the next tick retries");
+        }
+        if let Err(err) = self.sweep_ahead(now).await {
+            tracing::debug!(%err, "sweeping bodies written ahead failed; the next tick retries");
         }
         if let Err(err) = self.expire_retained().await {
             tracing::debug!(%err, "expiring retained records failed; the next tick retries");
@@ -136,6 +152,41 @@ impl RedisStore {
             .await?;
         if ended >= u64::from(SCRIPT_CHUNK) {
             *lock(&self.next_window_sweep) = now;
+        }
+        Ok(())
+    }
+
+    /// Remove the large bodies written ahead of jobs never made ([`AHEAD_STALE_MS`]
+    /// old), one bounded call, when [`AHEAD_SWEEP_EVERY`] has passed since the last
+    /// sweep or that one found a full chunk.
+    async fn sweep_ahead(&self, now: Nanos) -> StoreResult<()> {
+        {
+            let mut next = lock(&self.next_ahead_sweep);
+            if now < *next {
+                return Ok(());
+            }
+            *next = now + AHEAD_SWEEP_EVERY.as_nanos() as u64;
+        }
+        let swept = self
+            .run
+            .call(|s| &s.ahead, &[], &[] as &[&str])
+            .arg(AHEAD_STALE_MS)
+            .arg(AHEAD_CHUNK)
+            .run()
+            .await?;
+        let (seen, dropped) = match swept[..] {
+            [seen, dropped] => (seen, dropped),
+            _ => return Err(StoreError::bad_reply("ahead", format!("{swept:?}"))),
+        };
+        if dropped > 0 {
+            tracing::warn!(
+                bodies = dropped,
+                "removed large bodies written ahead of puts that never made their job \
+                 (the put failed, or its instance stopped in between)"
+            );
+        }
+        if seen >= u64::from(AHEAD_CHUNK) {
+            *lock(&self.next_ahead_sweep) = now;
         }
         Ok(())
     }

@@ -2,11 +2,14 @@
 //! `crate::redis::fenced_script`, through `call.rs`), in the shared mode's schema
 //! (docs/REDIS.md).
 //!
-//! A tube's changes are grouped into one variadic command per key and operation
-//! (`HSET jobs id meta id meta ...`), so Redis' cost per batch grows with the jobs in
-//! it, not with a fixed cost per job. ZREMs come before ZADDs: a job of unknown standing
-//! is removed from every state's set, then added to its own. A job moved to another
-//! tube (same id) is removed from the old tube's keys and written whole in the new one.
+//! A tube's set changes are grouped into one variadic command per set and operation
+//! (`ZADD ready pri id pri id ...`), so Redis' cost per batch grows with the jobs in it,
+//! not with a fixed cost per job. ZREMs come before ZADDs: a job of unknown standing
+//! is removed from every state's set, then added to its own. Each changed job is one
+//! `HSET` of its hash: its metadata, with its tube when Redis may not hold it (a new
+//! job, a moved one, one of unknown standing) and its body when Redis may lack it; the
+//! batch's deleted jobs are one `DEL` of their hashes. A job moved to another tube
+//! (same id) is removed from the old tube's sets and its hash names the new one.
 //! What Redis already holds ([`Written`], `written.rs`) spares commands. A cut is always
 //! one call, never split: schedules' cursors (`cursors.rs`) and their ticks' jobs are
 //! therefore applied together or not at all, and so are deleted jobs and their
@@ -45,16 +48,9 @@ const SETS: [TubeKey; 4] = [
     TubeKey::Buried,
 ];
 
-/// One tube's job changes, grouped by key and operation.
+/// One tube's set changes, grouped by set and operation.
 #[derive(Debug, Default)]
 struct TubeOps {
-    metas: Args,
-    /// The ids of the bodies to write, and the index of each one's job in the cut:
-    /// a body is copied once, from its job straight into the batch's call.
-    body_ids: Args,
-    body_of: Vec<usize>,
-    unmeta: Args,
-    unbody: Args,
     zadd: [Args; 4],
     zrem: [Args; 4],
     /// In [`Builder::touched`] (until the next batch clears it).
@@ -64,15 +60,6 @@ struct TubeOps {
 impl TubeOps {
     fn clear(&mut self) {
         self.touched = false;
-        self.body_of.clear();
-        for a in [
-            &mut self.metas,
-            &mut self.body_ids,
-            &mut self.unmeta,
-            &mut self.unbody,
-        ] {
-            a.clear();
-        }
         for a in self.zadd.iter_mut().chain(self.zrem.iter_mut()) {
             a.clear();
         }
@@ -101,8 +88,13 @@ pub struct Builder {
     /// entries of `tubes` a batch clears and writes (the map keeps up to 1,024 tubes'
     /// buffers for reuse, and a batch must not cost that many).
     touched: Vec<TubeName>,
-    index_set: Args,
-    index_del: Args,
+    /// The metadata of each of the cut's jobs, in the cut's order.
+    metas: Args,
+    /// The hashes of the batch's deleted jobs.
+    gone: Args,
+    /// The ids of bodies written ahead whose jobs this batch writes or deletes (out of
+    /// the namespace's `ahead` set; also those of unknown standing, which may be such).
+    ahead: Args,
     meta_buf: Vec<u8>,
     fields: Args,
     changed_fields: Vec<(usize, u64)>,
@@ -134,8 +126,8 @@ fn meta_command(b: &mut Batch, key: &str, f: &mut Args, changed: &[(usize, u64)]
 
 impl Builder {
     /// The batch writing `cut`, its commands appended to `call`; `written` is updated as if it lands (the caller
-    /// forgets it when it does not). Jobs first (their sets, metadata, bodies and index
-    /// entries, a tube at a time), then the tubes' figures and the tube list, then the
+    /// forgets it when it does not). Jobs first (their sets a tube at a time, then their
+    /// hashes), then the tubes' figures and the tube list, then the
     /// namespace counters.
     pub fn build(
         &mut self,
@@ -146,7 +138,7 @@ impl Builder {
         written: &mut Written,
     ) -> Batch {
         let mut b = Batch::new(call);
-        self.group_jobs(owner, &cut.jobs, &cut.gone, &cut.moved);
+        self.group_jobs(keys, owner, &cut.jobs, &cut.gone, &cut.moved);
         self.job_commands(&mut b, keys, &cut.jobs);
         self.tube_commands(&mut b, keys, &cut.tubes, written);
         super::keyed::key_commands(&mut b, keys, &cut.keys);
@@ -158,9 +150,16 @@ impl Builder {
         b
     }
 
-    /// The cut's job changes, grouped by tube, key and operation (into the reused
-    /// buffers, emptied first).
-    fn group_jobs(&mut self, owner: &str, jobs: &[JobRecord], gone: &[Gone], moved: &[Gone]) {
+    /// The cut's job changes: set changes grouped by tube, set and operation, each
+    /// job's metadata, the deleted jobs' hashes (into the reused buffers, emptied first).
+    fn group_jobs(
+        &mut self,
+        keys: &Keys,
+        owner: &str,
+        jobs: &[JobRecord],
+        gone: &[Gone],
+        moved: &[Gone],
+    ) {
         for tube in self.touched.drain(..) {
             if let Some(ops) = self.tubes.get_mut(&tube) {
                 ops.clear();
@@ -170,18 +169,17 @@ impl Builder {
         if self.tubes.len() > 1024 {
             self.tubes.clear();
         }
-        self.index_set.clear();
-        self.index_del.clear();
-        for (i, r) in jobs.iter().enumerate() {
+        self.metas.clear();
+        self.gone.clear();
+        self.ahead.clear();
+        for r in jobs {
             self.meta_buf.clear();
             meta::encode(&meta_of(r), owner, &mut self.meta_buf);
-            let ops = touch(&mut self.tubes, &mut self.touched, &r.tube);
-            ops.metas.num(r.id);
-            ops.metas.push(&self.meta_buf);
-            if r.needs_body() {
-                ops.body_ids.num(r.id);
-                ops.body_of.push(i);
+            self.metas.push(&self.meta_buf);
+            if matches!(r.was, Stored::BodyOnly | Stored::Unknown) {
+                self.ahead.num(r.id);
             }
+            let ops = touch(&mut self.tubes, &mut self.touched, &r.tube);
             ops.unset(r.id, r.was, Some(r.state));
             let score = match r.state {
                 JobState::Ready => u64::from(r.pri),
@@ -191,31 +189,26 @@ impl Builder {
             let set = &mut ops.zadd[set_of(r.state) as usize];
             set.num(score);
             set.member(r.id);
-            // A body written ahead (`BodyOnly`) still needs its job's index entry.
-            if !matches!(r.was, Stored::As(_)) {
-                self.index_set.num(r.id);
-                self.index_set.push(r.tube.as_str().as_bytes());
-            }
         }
         for g in gone {
             let ops = touch(&mut self.tubes, &mut self.touched, &g.tube);
             ops.unset(g.id, g.was, None);
-            ops.unmeta.num(g.id);
-            ops.unbody.num(g.id);
-            self.index_del.num(g.id);
+            self.gone.push(keys.job(g.id).as_bytes());
+            if matches!(g.was, Stored::BodyOnly | Stored::Unknown) {
+                self.ahead.num(g.id);
+            }
         }
-        // A moved job leaves its old tube's keys; its new tube's record (written whole,
-        // with its index entry) is in `jobs`, in this same transaction.
+        // A moved job leaves its old tube's sets; its hash, naming the new tube, is
+        // written with its record in `jobs`, in this same transaction.
         for g in moved {
             let ops = touch(&mut self.tubes, &mut self.touched, &g.tube);
             ops.unset(g.id, g.was, None);
-            ops.unmeta.num(g.id);
-            ops.unbody.num(g.id);
         }
     }
 
     /// The commands of the grouped job changes: per tube, its sets (ZREMs before
-    /// ZADDs), metadata and bodies; then the id index.
+    /// ZADDs); then each job's hash, the deleted jobs' hashes, and the bodies written
+    /// ahead that their jobs now hold out of the `ahead` set.
     fn job_commands(&self, b: &mut Batch, keys: &Keys, jobs: &[JobRecord]) {
         for tube in &self.touched {
             let Some(ops) = self.tubes.get(tube) else {
@@ -228,13 +221,16 @@ impl Builder {
             for (set, pairs) in SETS.iter().zip(&ops.zadd) {
                 b.cmd("ZADD", k.get(*set), pairs, 2);
             }
-            b.cmd("HSET", k.get(TubeKey::Jobs), &ops.metas, 2);
-            b.bodies(k.get(TubeKey::Bodies), &ops.body_ids, &ops.body_of, jobs);
-            b.cmd("HDEL", k.get(TubeKey::Jobs), &ops.unmeta, 1);
-            b.cmd("HDEL", k.get(TubeKey::Bodies), &ops.unbody, 1);
         }
-        b.cmd("HSET", keys.ns(NsKey::Index), &self.index_set, 2);
-        b.cmd("HDEL", keys.ns(NsKey::Index), &self.index_del, 1);
+        for (i, r) in jobs.iter().enumerate() {
+            // Redis holds the tube of a job it holds in a set: it was written with it,
+            // and a move rewrites it (the moved job's record is not `As`).
+            let tube = (!matches!(r.was, Stored::As(_))).then(|| r.tube.as_str().as_bytes());
+            let body = r.needs_body().then_some(&r.body[..]);
+            b.job(&keys.job(r.id), tube, &self.metas, i, body);
+        }
+        b.keys("DEL", &self.gone);
+        b.cmd("ZREM", keys.ns(NsKey::Ahead), &self.ahead, 1);
     }
 
     /// The commands of the cut's tubes (a kept tube's changed figures, an earlier due

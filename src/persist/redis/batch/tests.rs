@@ -41,8 +41,8 @@ fn commands(b: &Batch) -> Vec<Vec<Vec<u8>>> {
     out
 }
 
-/// A job whose body was written ahead gets its metadata, sets and index entry from
-/// its batch, and not its body again.
+/// A job whose body was written ahead gets its tube, metadata and sets from its batch,
+/// not its body again, and leaves the `ahead` set.
 #[test]
 fn a_job_whose_body_was_written_ahead_is_written_without_it() {
     let s = MemoryStore::journaled();
@@ -63,19 +63,65 @@ fn a_job_whose_body_was_written_ahead_is_written_without_it() {
     let call = batch_call(&keys);
     let b = Builder::default().build(call, &keys, "owner", &cut, &mut Written::default());
     let cmds = commands(&b);
-    let id_text = id.to_string().into_bytes();
-    let index = keys.ns(NsKey::Index).as_bytes().to_vec();
+    let job_key = keys.job(id).into_bytes();
+    let hset: Vec<_> = cmds
+        .iter()
+        .filter(|c| c[0] == b"HSET" && c[1] == job_key)
+        .collect();
+    assert_eq!(hset.len(), 1, "{cmds:?}");
+    let fields: Vec<&[u8]> = hset[0][2..].iter().step_by(2).map(|f| &f[..]).collect();
+    assert_eq!(fields, [&b"t"[..], b"m"], "the tube and metadata only");
+    assert_eq!(hset[0][3], b"big");
+    let ahead = keys.ns(NsKey::Ahead).as_bytes().to_vec();
     assert!(
         cmds.iter()
-            .any(|c| c[0] == b"HSET" && c[1] == index && c[2] == id_text),
-        "no index entry"
+            .any(|c| c[0] == b"ZREM" && c[1] == ahead && c[2] == id.to_string().into_bytes()),
+        "still in the ahead set: {cmds:?}"
     );
-    let jobs = keys.tube_key("big", TubeKey::Jobs).into_bytes();
-    assert!(cmds.iter().any(|c| c[0] == b"HSET" && c[1] == jobs));
     assert!(
         cmds.iter().all(|c| !c.contains(&body.to_vec())),
         "the body was written again"
     );
+}
+
+/// A job changed after Redis holds it is written as its metadata alone; a deleted
+/// job's hash goes in one DEL with the others'.
+#[tokio::test]
+async fn a_changed_job_writes_its_metadata_and_deleted_ones_one_del() {
+    use crate::store::{ConnId, Store};
+    let (s, ids) = three_jobs(8);
+    s.cut(CutLimit::default());
+    let now = 1_700_000_001 * NANOS_PER_SEC;
+    let conn = ConnId(1);
+    assert!(s.reserve_job(conn, ids[0], now).await.unwrap().is_some());
+    assert!(s.bury(conn, ids[0], 1, now).await.unwrap());
+    assert!(s.delete(conn, ids[1], now).await.unwrap());
+    assert!(s.delete(conn, ids[2], now).await.unwrap());
+    let cut = s.cut(CutLimit::default());
+    let keys = Keys::new("p");
+    let b = Builder::default().build(
+        batch_call(&keys),
+        &keys,
+        "owner",
+        &cut,
+        &mut Written::default(),
+    );
+    let cmds = commands(&b);
+    let first = keys.job(ids[0]).into_bytes();
+    let hset: Vec<_> = cmds
+        .iter()
+        .filter(|c| c[0] == b"HSET" && c[1] == first)
+        .collect();
+    assert_eq!(hset.len(), 1, "{cmds:?}");
+    assert_eq!(hset[0].len(), 4, "HSET key m <meta>: {:?}", hset[0]);
+    assert_eq!(hset[0][2], b"m");
+    let del: Vec<_> = cmds.iter().filter(|c| c[0] == b"DEL").collect();
+    assert_eq!(del.len(), 1, "{cmds:?}");
+    let mut gone = del[0][1..].to_vec();
+    gone.sort();
+    let mut want = vec![keys.job(ids[1]).into_bytes(), keys.job(ids[2]).into_bytes()];
+    want.sort();
+    assert_eq!(gone, want);
 }
 
 /// A tick's cursor is written by the call that writes its job (one script, atomic),
@@ -118,12 +164,8 @@ async fn a_ticks_cursor_is_in_the_call_of_its_job() {
     );
     let cmds = commands(&b);
     let cursors = keys.schedule_cursors().into_bytes();
-    let jobs = keys.tube_key("cron", TubeKey::Jobs).into_bytes();
-    let id_text = id.to_string().into_bytes();
-    assert!(
-        cmds.iter()
-            .any(|c| c[0] == b"HSET" && c[1] == jobs && c[2] == id_text)
-    );
+    let job = keys.job(id).into_bytes();
+    assert!(cmds.iter().any(|c| c[0] == b"HSET" && c[1] == job));
     let want = format!("5000 {id} 1 0 0").into_bytes();
     assert!(
         cmds.iter().any(|c| c[0] == b"HSET"
@@ -149,17 +191,17 @@ fn batch_call(keys: &Keys) -> redis::Cmd {
     call
 }
 
-/// The bodies go into the call straight from their jobs, each once,
-/// next to its id, in one HSET per tube: small ones MessagePack-encoded, large ones
-/// as arguments of their own.
+/// The bodies go into the call straight from their jobs, each once, in its job's
+/// HSET: small ones MessagePack-encoded, large ones as arguments of their own.
 #[test]
-fn each_body_is_in_the_call_once_next_to_its_id() {
+fn each_body_is_in_the_call_once_in_its_jobs_hash() {
     each_body_once(100, false);
     each_body_once(LARGE_WORDS * 4, true);
 }
 
-/// Bodies of `size` bytes, as arguments of their own (`raw`) or encoded.
-fn each_body_once(size: usize, raw: bool) {
+/// A journaled store with three jobs put in tube `t` since its last cut, bodies of
+/// `size` bytes (`a`s, `b`s, `c`s); their ids.
+fn three_jobs(size: usize) -> (MemoryStore, Vec<u64>) {
     let s = MemoryStore::journaled();
     let tube = TubeName::new(b"t").unwrap();
     s.cut(CutLimit::default());
@@ -176,28 +218,38 @@ fn each_body_once(size: usize, raw: bool) {
         s.put_staged(id, job, 1_700_000_000 * NANOS_PER_SEC, false);
         ids.push(id);
     }
+    (s, ids)
+}
+
+/// Bodies of `size` bytes, as arguments of their own (`raw`) or encoded.
+fn each_body_once(size: usize, raw: bool) {
+    let (s, ids) = three_jobs(size);
     let cut = s.cut(CutLimit::default());
     let keys = Keys::new("p");
     let call = batch_call(&keys);
     let b = Builder::default().build(call, &keys, "owner", &cut, &mut Written::default());
     let cmds = commands(&b);
-    let bodies = keys.tube_key("t", TubeKey::Bodies).into_bytes();
-    let hset: Vec<_> = cmds
-        .iter()
-        .filter(|c| c[0] == b"HSET" && c[1] == bodies)
-        .collect();
-    assert_eq!(hset.len(), 1, "{cmds:?}");
-    let mut pairs: Vec<(Vec<u8>, Vec<u8>)> = hset[0][2..]
-        .chunks(2)
-        .map(|p| (p[0].clone(), p[1].clone()))
-        .collect();
-    pairs.sort();
-    let want: Vec<(Vec<u8>, Vec<u8>)> = ids
-        .iter()
-        .zip(0u8..)
-        .map(|(id, n)| (id.to_string().into_bytes(), vec![b'a' + n; size]))
-        .collect();
-    assert_eq!(pairs, want);
+    for (id, n) in ids.iter().zip(0u8..) {
+        let key = keys.job(*id).into_bytes();
+        let hset: Vec<_> = cmds
+            .iter()
+            .filter(|c| c[0] == b"HSET" && c[1] == key)
+            .collect();
+        assert_eq!(hset.len(), 1, "{cmds:?}");
+        let fields: Vec<(&[u8], &[u8])> = hset[0][2..]
+            .chunks(2)
+            .map(|p| (&p[0][..], &p[1][..]))
+            .collect();
+        assert_eq!(fields[0], (&b"t"[..], &b"t"[..]));
+        assert_eq!(fields[1].0, b"m");
+        assert_eq!(fields[2], (&b"b"[..], &vec![b'a' + n; size][..]));
+        let copies = cmds
+            .iter()
+            .flatten()
+            .filter(|w| **w == vec![b'a' + n; size])
+            .count();
+        assert_eq!(copies, 1, "body {n} copied {copies} times");
+    }
     // Only a word count or a raw word begins with a byte under 128.
     let raw_args = b
         .call

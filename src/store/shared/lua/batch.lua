@@ -1,7 +1,7 @@
 -- A list command (delete-batch, release-batch, touch-batch, bury-batch): each id in
 -- order, exactly as delete.lua, release.lua, touch.lua and bury.lua do it, in one call.
 -- One key group per tube the ids are in (the caller resolved each id's tube: its own
--- reservation, or the id index). ARGV[1] origin, ARGV[2] op (delete, release, touch,
+-- reservation, or its job's hash). ARGV[1] origin, ARGV[2] op (delete, release, touch,
 -- bury), ARGV[3] pri, ARGV[4] delay (ms), ARGV[5] tube names joined by '\n' (tube i =
 -- key group i), ARGV[6] the most dedupe windows open at once, ARGV[7] the tubes'
 -- policies (a release's; see `rules_of`), ARGV[8] for each triple in order where in its
@@ -24,7 +24,7 @@ local out, woken, gone = { now }, {}, {}
 for a = 10, #ARGV, 3 do
   local id, owner, i = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
   local T, name = tube_keys(0, i), names[i]
-  local j = get_job(T, id)
+  local j = get_job(name, id)
   local mine = j and j[STATE] == 'reserved' and j[OWNER] == owner
   local r = 0
   if op == 'delete' then
@@ -37,12 +37,12 @@ for a = 10, #ARGV, 3 do
     r = now + ttr_ms(j) * 1000
     detach(T, id, j)
     attach(T, G, id, j, 'reserved', r, owner)
-    put_job(T, id, j)
+    put_job(id, j)
   elseif mine and op == 'bury' then
     detach(T, id, j)
     j[PRI], j[BURIES] = pri, j[BURIES] + 1
     attach(T, G, id, j, 'buried')
-    put_job(T, id, j)
+    put_job(id, j)
     if RET then note(id, 'b', RET.conn) end
     r = 1
   elseif mine and op == 'release' then

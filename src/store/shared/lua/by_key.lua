@@ -29,7 +29,7 @@ elseif op == 'bury' then
   detach(T, id, j)
   j[PRI], j[BURIES] = n, j[BURIES] + 1
   attach(T, G, id, j, 'buried')
-  put_job(T, id, j)
+  put_job(id, j)
   if RET then note(id, 'b', RET.conn) end
 elseif op == 'retime' then
   if state ~= 'READY' and state ~= 'DELAYED' then return { 'conflict', id, state } end

@@ -26,7 +26,7 @@ for _ = 1, n_jobs do
   local id, owner, i = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
   a = a + 3
   local T, name = tube(i)
-  local j = get_job(T, id)
+  local j = get_job(name, id)
   local held = j and j[STATE] == 'reserved' and j[OWNER] == owner
   if held and RET then note(id, 'c', conn_of(owner)) end
   if held and to_ready(T, G, id, j, nil, now, rules and rules[i]) then

@@ -5,7 +5,7 @@
 -- proof enough (`held_by`), and the check is made for any other answer.
 local T, tube = tube_keys(0, 1), ARGV[1]
 local id = ARGV[3]
-local j = get_job(T, id)
+local j = get_job(tube, id)
 local held = held_by(j, ARGV[4])
 if not held and not same_generation() then return namespace_lost() end
 if not j or (j[STATE] == 'reserved' and not held) then return 0 end

@@ -6,7 +6,7 @@
 -- argument (see RET).
 -- -> {'not_found'} | {'conflict', state} | {'done', ready (1: ready now), entry}
 local T, origin, tube, id, op, v = tube_keys(0, 1), ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local j = get_job(T, id)
+local j = get_job(tube, id)
 if not j then return { 'not_found' } end
 if not string.find(ARGV[6], ',' .. j[STATE] .. ',', 1, true) then return { 'conflict', j[STATE] } end
 local now = now_us()
@@ -16,7 +16,7 @@ if op == 'pri' then
   -- depend on it.
   j[PRI] = tonumber(v)
   if j[STATE] == 'ready' then redis.call('ZADD', T.ready, j[PRI], id20(id)) end
-  put_job(T, id, j)
+  put_job(id, j)
 elseif op == 'delay' then
   local secs = tonumber(v)
   set_times(j, secs * 1000, ttr_ms(j))
@@ -24,29 +24,27 @@ elseif op == 'delay' then
     detach(T, id, j)
     local due = now + secs * 1000000
     attach(T, G, id, j, 'delayed', due)
-    put_job(T, id, j)
+    put_job(id, j)
     due_by(G, tube, due)
   elseif j[STATE] == 'delayed' then
     to_ready(T, G, id, j)
   else
-    put_job(T, id, j)
+    put_job(id, j)
   end
 elseif op == 'bury' then
   detach(T, id, j)
   j[BURIES] = j[BURIES] + 1
   attach(T, G, id, j, 'buried')
-  put_job(T, id, j)
+  put_job(id, j)
 elseif op == 'move' and v ~= tube then
   -- Same state in the other tube: a ready job keeps its ready time, a delayed one its
-  -- due time, a buried one goes to the end of the other tube's buried FIFO. The body
-  -- is copied inside Redis (at most the largest job size).
+  -- due time, a buried one goes to the end of the other tube's buried FIFO. Its hash
+  -- names its new tube; the body stays where it is.
   local D = tube_keys(0, 2)
-  local body = job_body(T, id)
-  if not body then
+  if not has_body(id) then
     return redis.error_reply('DAMAGED job ' .. id .. ' in tube ' .. tube .. ' lost its body in Redis')
   end
   detach(T, id, j)
-  forget_job(T, G, id)
   -- A keyed job leaves its key behind, freed (docs/EXTENSIONS.md, Keys). A dead
   -- letter stays one (buried still): its fields before DEAD stay filled.
   if j[KEY] then
@@ -57,11 +55,9 @@ elseif op == 'move' and v ~= tube then
     if j[DEAD] then j[KEY], j[WINDOW_MS] = '', 0 end
   end
   ensure_tube(G, v)
-  set_body(D, id, body)
-  index_job(G, id, v)
   local state, due = j[STATE], j[DUE]
   attach(D, G, id, j, state, due)
-  put_job(D, id, j)
+  move_job(id, v, j)
   if state == 'delayed' then due_by(G, v, due) end
   maybe_gc(T, G, tube)
   T, tube = D, v
@@ -72,4 +68,4 @@ if j[STATE] == 'ready' then
   ready = 1
   wake(origin, tube)
 end
-return { 'done', ready, admin_entry(T, id, j, now) }
+return { 'done', ready, admin_entry(id, j, now) }

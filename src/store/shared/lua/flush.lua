@@ -24,12 +24,12 @@ for state in string.gmatch(ARGV[3], '[^,]+') do
       local id = id_of(m)
       if deleted < max and id and tonumber(id) <= upto then
         if keyed or RET then
-          local j = get_job(T, id)
-          if j and RET then retain(T, tube, id, j, 'f', '0') end
+          local j = get_job(tube, id)
+          if j and RET then retain(tube, id, j, 'f', '0') end
           if j and keyed then end_key(T, G, tube, id, j, 0, false, 0) end
         end
         redis.call('ZREM', set, m)
-        forget_job(T, G, id)
+        forget_job(id)
         if state == 'reserved' then held[#held + 1] = tonumber(id) end
         deleted = deleted + 1
       else

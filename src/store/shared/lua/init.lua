@@ -1,7 +1,7 @@
 -- Make sure the namespace has a generation (ARGV[3], a fresh random token, unless
 -- another instance made one first: it is then adopted) and its `default` tube.
 -- Called with the empty generation, so the prelude lets it through.
--- ARGV[4]: the key layout this instance reads (src/redis/schema.rs' VERSION). A
+-- ARGV[4]: the key layout this instance reads (src/redis/schema/mod.rs' VERSION). A
 -- namespace whose `{P}:schema` names another (a later version upgraded it, and changed
 -- the generation to stop the instances that would misread it) is not joined: LAYOUT,
 -- nothing written. No `{P}:schema` (Redis lost the namespace) is joined.

@@ -14,14 +14,14 @@ local now = now_us()
 RET = ret_of(ARGV[5], now)
 for _, m in ipairs(ids) do
   local id = id_of(m)
-  local j = id and get_job(T, id)
+  local j = id and get_job(tube, id)
   if j then
     if RET then note(id, 'k', '0') end
     to_ready(T, G, id, j, KICKS, now)
   else
     -- Lost its meta in Redis (evicted?): dropped, as a tick does (counted as kicked,
     -- so a chunked kick's count still tells when its set is empty).
-    drop_damaged(T, G, T[set], m, id)
+    drop_damaged(tube, T[set], m, id)
   end
 end
 if #ids > 0 then

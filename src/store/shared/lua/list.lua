@@ -6,7 +6,7 @@
 -- -> {scanned, next score ('' when all are seen), next member, {entry...}}
 -- Bounded: the cursor's place is found by a binary search over ranks (O(log^2 n)),
 -- then at most ARGV[7] + 1 members are read from it, whatever the page's number.
-local T = tube_keys(0, 1)
+local T, tube = tube_keys(0, 1), ARGV[1]
 local set = STATE_SET[ARGV[3]]
 if not set then return redis.error_reply('BAD_STATE no job state ' .. ARGV[3]) end
 set = T[set]
@@ -40,15 +40,15 @@ for i = 1, #found, 2 do
   end
   scanned = scanned + 1
   local id = id_of(found[i])
-  local j = id and get_job(T, id)
+  local j = id and get_job(tube, id)
   if j then
     local keep = true
     if filter then
-      local body = job_body(T, id) or ''
+      local body = job_body(id) or ''
       budget = budget - #body
       keep = string.find(body, needle, 1, true) ~= nil
     end
-    if keep then out[#out + 1] = admin_entry(T, id, j, now) end
+    if keep then out[#out + 1] = admin_entry(id, j, now) end
   end
 end
 return { scanned, '', '', out }

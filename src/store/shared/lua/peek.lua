@@ -10,6 +10,6 @@ end
 if not m then return nil end
 local id = m
 if which ~= 'id' then id = id_of(m) end
-local body = body_for_reply(T, id)
+local body = body_for_reply(id)
 if not body then return nil end
 return { id, body }

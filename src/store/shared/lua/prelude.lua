@@ -26,15 +26,20 @@
 --
 -- A tube's keys ({<prefix>}:t:<tube>:<name>; every key has the namespace's hash tag):
 --   ready (zset pri/id20), delayed (zset due_us/id20), reserved (zset deadline_us/id20),
---   buried (zset seq/id20), jobs (hash id -> msgpack meta), bodies (hash id -> body),
+--   buried (zset seq/id20),
 --   meta (hash: total_jobs, cmd_delete, cmd_pause, using, watching, pause, pause_until),
 --   keys (hash key -> id: a keyed job's, or a deleted one's while its window is open).
 -- The namespace's keys: ids (counter), seq (bury counter), stats (hash: total_jobs,
 --   job_timeouts; how many jobs are in each state is counted from the sets),
---   index (hash id -> tube), due (zset tube -> next due time), tubes (list, the
+--   due (zset tube -> next due time), tubes (list, the
 --   reference's swap-remove order), tubepos (hash tube -> 0-based list position),
 --   generation (the namespace's random token, see below), keywin (zset
---   "<tube>\n<key>" -> end of that key's dedupe window).
+--   "<tube>\n<key>" -> end of that key's dedupe window), ahead (zset id -> when its
+--   large body was written ahead of its job, ms; see large.rs and `drop_ahead`).
+-- A job is one hash of its own, {<prefix>}:j:<id>: t its tube's name, m its meta
+--   (msgpack, see PRI...), b its body (see `job_key` below). Scripts name it without
+--   its being among the call's KEYS (a reserve cannot know the job it will take): it
+--   has the namespace's tag, so it is in the slot of the declared keys.
 --
 -- KEYS of every call: the namespace's keys the script reads (G; scripts.rs passes only
 -- those, and replaces the layout's ns_group to match), then the script's own keys (a fixed
@@ -261,56 +266,102 @@ end
 -- Redis would copy them into Lua and out again, serving nobody meanwhile.
 local LARGE_BODY = 1048576
 
--- A job's own keys. Only the functions from here to `forget_job` (and `maybe_gc`, which
--- deletes a dead tube's emptied hashes) name where a job's metadata, body and index
--- entry are kept (the tube's `jobs` and `bodies` hashes, the namespace's `index`;
--- docs/REDIS.md), so a change of that layout changes them alone.
-
--- A job's body (nil when it has none), and its size (0 when none).
-local function job_body(T, id)
-  return redis.call('HGET', T.bodies, id)
+-- A job's own key. Only the functions from here to `forget_job` name where a job's
+-- tube, metadata and body are kept, so a change of that layout changes them alone: one
+-- hash per job, {<prefix>}:j:<id> (keys.rs' Keys::job; docs/REDIS.md), with t its
+-- tube's name, m its meta (the msgpack array above) and b its body (every job has one,
+-- maybe empty: a job without it is damaged). A hash with b and no m is a large body
+-- written ahead of its job (large.rs): the namespace's `ahead` set names it until its
+-- put writes the rest.
+local function job_key(id)
+  return job_key_of(G.tag, id)
 end
 
-local function body_size(T, id)
-  return redis.call('HSTRLEN', T.bodies, id)
+-- A job's body (false when it has none), and its size (0 when none).
+local function job_body(id)
+  return redis.call('HGET', job_key(id), 'b')
 end
 
-local function has_body(T, id)
-  return redis.call('HEXISTS', T.bodies, id) == 1
+local function body_size(id)
+  return redis.call('HSTRLEN', job_key(id), 'b')
+end
+
+local function has_body(id)
+  return redis.call('HEXISTS', job_key(id), 'b') == 1
 end
 
 -- A job's body for a reply: the body; its length (a number) when it is large, for the
--- caller to read with a plain HGET (see large.rs); nil when the job has none.
-local function body_for_reply(T, id)
-  local n = body_size(T, id)
+-- caller to read with a plain HGET (see large.rs); false when the job has none.
+local function body_for_reply(id)
+  local n = body_size(id)
   if n >= LARGE_BODY then return n end
-  return job_body(T, id)
+  return job_body(id)
 end
 
-local function set_body(T, id, body)
-  redis.call('HSET', T.bodies, id, body)
+local function set_body(id, body)
+  redis.call('HSET', job_key(id), 'b', body)
 end
 
-local function get_job(T, id)
-  local v = redis.call('HGET', T.jobs, id)
-  if not v then return nil end
-  return cmsgpack.unpack(v)
+-- The tube job `id` is of (false when its hash names none).
+local function job_tube(id)
+  return redis.call('HGET', job_key(id), 't')
 end
 
-local function put_job(T, id, j)
-  redis.call('HSET', T.jobs, id, cmsgpack.pack(j))
+-- Job `id`'s meta, or nil when it has none or is not `tube`'s: a caller that found its
+-- tube by the id alone (RedisStore::tubes_of) may have raced a move to another tube, and
+-- must then not touch it through this tube's keys.
+local function get_job(tube, id)
+  local v = redis.call('HMGET', job_key(id), 't', 'm')
+  if v[1] ~= tube or not v[2] then return nil end
+  return cmsgpack.unpack(v[2])
 end
 
--- Job `id` is of `tube` (the index commands naming only an id read; store/shared).
-local function index_job(G, id, tube)
-  redis.call('HSET', G.index, id, tube)
+-- `get_job` and `body_for_reply` in two reads (what a reserve needs): the meta (nil as
+-- `get_job` says), then the body for a reply (false when the job has none).
+local function job_for_reply(tube, id)
+  local k = job_key(id)
+  local n = redis.call('HSTRLEN', k, 'b')
+  local v
+  if n >= LARGE_BODY then
+    v = redis.call('HMGET', k, 't', 'm')
+    v[3] = n
+  else
+    v = redis.call('HMGET', k, 't', 'm', 'b')
+  end
+  if v[1] ~= tube or not v[2] then return nil, v[3] end
+  return cmsgpack.unpack(v[2]), v[3]
 end
 
--- Job `id`'s metadata, body and index entry go (not its place in a set: `detach`).
-local function forget_job(T, G, id)
-  redis.call('HDEL', T.jobs, id)
-  redis.call('HDEL', T.bodies, id)
-  redis.call('HDEL', G.index, id)
+local function put_job(id, j)
+  redis.call('HSET', job_key(id), 'm', cmsgpack.pack(j))
+end
+
+-- A new job `id` of `tube` with meta `j`, written whole: its body too unless `body` is
+-- nil (a large body written ahead: the hash holds it already).
+local function new_job(id, tube, j, body)
+  if body then
+    redis.call('HSET', job_key(id), 't', tube, 'm', cmsgpack.pack(j), 'b', body)
+  else
+    redis.call('HSET', job_key(id), 't', tube, 'm', cmsgpack.pack(j))
+  end
+end
+
+-- Job `id` (meta `j`) now belongs to `tube` (its body stays where it is).
+local function move_job(id, tube, j)
+  redis.call('HSET', job_key(id), 't', tube, 'm', cmsgpack.pack(j))
+end
+
+-- A large body written ahead (see `job_key`) whose job was never made (no meta: its put
+-- failed, or its writer died before it) goes. Whether there was one.
+local function drop_ahead(id)
+  local k = job_key(id)
+  if redis.call('HEXISTS', k, 'm') == 1 then return false end
+  return redis.call('DEL', k) == 1
+end
+
+-- Job `id` goes whole: its tube, meta and body (not its place in a set: `detach`).
+local function forget_job(id)
+  redis.call('DEL', job_key(id))
 end
 
 -- Whether job meta `j` (nil: no job) is reserved under owner token `owner`: the proof
@@ -392,8 +443,8 @@ local function maybe_gc(T, G, tube)
   local jobs = redis.call('ZCARD', T.ready) + redis.call('ZCARD', T.delayed)
     + redis.call('ZCARD', T.reserved) + redis.call('ZCARD', T.buried)
   if jobs > 0 then return end
-  -- Its job hashes are empty: every job left them (`forget_job`).
-  redis.call('DEL', T.meta, T.jobs, T.bodies)
+  -- No job is left in it (each job is a key of its own: `forget_job`).
+  redis.call('DEL', T.meta)
   redis.call('ZREM', G.due, tube)
   local pos = redis.call('HGET', G.tubepos, tube)
   if not pos then return end
@@ -478,7 +529,7 @@ local function dead_letter(T, G, id, j, rule)
   if j[DELAY_MS] == nil then j[DELAY_MS], j[TTR_MS] = j[DELAY] * 1000, j[TTR] * 1000 end
   if j[KEY] == nil then j[KEY], j[WINDOW_MS] = '', 0 end
   j[DEAD] = cause .. ':' .. count .. ':' .. limit
-  put_job(T, id, j)
+  put_job(id, j)
   return true
 end
 
@@ -503,14 +554,14 @@ local function to_ready(T, G, id, j, bump, since, rule)
   if dead_letter(T, G, id, j, rule) then return false end
   j[READY] = since or now_us()
   attach(T, G, id, j, 'ready')
-  put_job(T, id, j)
+  put_job(id, j)
   return true
 end
 
--- Place job `id` (meta `j`, detached, times set) of `tube`: delayed by `delay` ms from
--- `now`, else ready (waking the tube's waiters, unless `woken`: a batch wakes a tube
--- once); its meta written.
-local function place(T, G, tube, origin, id, j, delay, now, woken)
+-- Place job `id` (meta `j`, detached, times set) of `tube` in its set: delayed by
+-- `delay` ms from `now`, else ready (waking the tube's waiters, unless `woken`: a
+-- batch wakes a tube once). Its meta is the caller's to write (`place` does).
+local function set_place(T, G, tube, origin, id, j, delay, now, woken)
   if delay > 0 then
     local due = now + delay * 1000
     attach(T, G, id, j, 'delayed', due)
@@ -520,7 +571,12 @@ local function place(T, G, tube, origin, id, j, delay, now, woken)
     attach(T, G, id, j, 'ready')
     if not woken then wake(origin, tube) end
   end
-  put_job(T, id, j)
+end
+
+-- `set_place`, its meta written.
+local function place(T, G, tube, origin, id, j, delay, now, woken)
+  set_place(T, G, tube, origin, id, j, delay, now, woken)
+  put_job(id, j)
 end
 
 -- `release` of job `id` (meta `j`, reserved) of `tube` at `now` with `pri` and `delay`
@@ -552,7 +608,7 @@ end
 local function key_lookup(T, G, tube, key, now)
   local id = redis.call('HGET', T.keys, key)
   if not id then return nil end
-  local j = get_job(T, id)
+  local j = get_job(tube, id)
   if j and j[KEY] == key then return id, string.upper(j[STATE]), j end
   local ends = redis.call('ZSCORE', G.keywin, win_member(tube, key))
   if ends and tonumber(ends) > now then return id, 'DELETED' end
@@ -568,14 +624,13 @@ local function new_id(G)
   return n < 9007199254740992 and string.format('%d', n) or redis.call('GET', G.ids)
 end
 
--- A new job `id` of `tube`, as every put makes one (put, put_key, fire): its body
--- written unless `body` is nil (a large body is there already, see large.rs), counted
--- in the tube's and the namespace's total_jobs, indexed, its key (when not nil; then
--- `window` ms of dedupe window after its delete) naming it, placed delayed or ready
--- (waking the tube's waiters on every instance) at `now`. Shared so a scheduled job is
--- made exactly as a put's.
+-- A new job `id` of `tube`, as every put makes one (put, put_key, fire): its hash
+-- written in one command (`new_job`: its body too unless `body` is nil, a large body
+-- there already, see large.rs), counted in the tube's and the namespace's total_jobs,
+-- its key (when not nil; then `window` ms of dedupe window after its delete) naming
+-- it, placed delayed or ready (waking the tube's waiters on every instance) at `now`.
+-- Shared so a scheduled job is made exactly as a put's.
 local function put_new(T, G, tube, origin, id, body, pri, delay, ttr, now, key, window)
-  if body then set_body(T, id, body) end
   -- A tube whose meta already counts a put is in the tube list: both go together when
   -- it is destroyed, so only a tube's first put (since its meta was made) checks it.
   if redis.call('HINCRBY', T.meta, 'total_jobs', '1') == 1 then ensure_tube(G, tube) end
@@ -586,11 +641,11 @@ local function put_new(T, G, tube, origin, id, body, pri, delay, ttr, now, key, 
     j = { pri, 0, 0, now, '', 0, '', 0, 0, 0, 0, 0, 0, now }
   end
   set_times(j, delay, ttr)
-  index_job(G, id, tube)
   redis.call('HINCRBY', G.stats, 'total_jobs', '1')
   if key then redis.call('HSET', T.keys, key, id) end
   if RET then redis.call('SET', ret_key('jh:' .. id), '0 ' .. RET.ms .. 'p0') end
-  place(T, G, tube, origin, id, j, delay, now)
+  set_place(T, G, tube, origin, id, j, delay, now)
+  new_job(id, tube, j, body)
 end
 
 -- A schedule's cursor, field `name` of the cursor hash `C` (docs/REDIS.md, Schedules;
@@ -629,12 +684,12 @@ local WINDOWS_PER_DELETE = 100
 -- tag, so its slot; `G.tag`).
 local function end_window(G, m)
   local tube, key = string.match(m, '^(.-)\n(.*)$')
-  local T = { keys = tube_key_of(G.tag, tube, 'keys'), jobs = tube_key_of(G.tag, tube, 'jobs') }
-  local id = redis.call('HGET', T.keys, key)
+  local keys = tube_key_of(G.tag, tube, 'keys')
+  local id = redis.call('HGET', keys, key)
   if not id then return end
-  local j = get_job(T, id)
+  local j = get_job(tube, id)
   if j and j[KEY] == key then return end
-  redis.call('HDEL', T.keys, key)
+  redis.call('HDEL', keys, key)
 end
 
 -- At `now`: the windows past their end go (uncounted: they ran their course), then
@@ -677,14 +732,14 @@ end
 
 -- Job `id` (meta `j`) of `tube` is deleted (event `code` by `conn`) while retention
 -- is on: its record, as `stats-job` last showed it, joins the retained set (see RET),
--- which is then trimmed to its bounds. Called before the job's hashes lose it. The
+-- which is then trimmed to its bounds. Called before the job's hash goes. The
 -- size is Retained::bytes(): 128 + tube + key + 24 per kept event + the body kept. A
 -- large body (see LARGE_BODY) is never copied through Lua: its record keeps its size.
-local function retain(T, tube, id, j, code, conn)
+local function retain(tube, id, j, code, conn)
   local hk = ret_key('jh:' .. id)
   local h, events = hist_bound((redis.call('GET', hk) or '0') .. ' ' .. RET.ms .. code .. conn)
   redis.call('DEL', hk)
-  local len = body_size(T, id)
+  local len = body_size(id)
   local key = j[KEY]
   if key == '' then key = nil end
   local size = 128 + #tube + (key and #key or 0) + 24 * events
@@ -698,7 +753,7 @@ local function retain(T, tube, id, j, code, conn)
   end
   if RET.bodies and len < LARGE_BODY then
     rec[#rec + 1] = 'b'
-    rec[#rec + 1] = job_body(T, id) or ''
+    rec[#rec + 1] = job_body(id) or ''
     size = size + len
   end
   rec[#rec + 1] = 'z'
@@ -715,9 +770,9 @@ end
 -- then frees the key, which `end_window` keeps while the key's job is there. `now`:
 -- the caller's clock reading, if it has one (nil: read only if a window opens).
 local function delete_job(T, G, tube, id, j, window, max, now)
-  if RET then retain(T, tube, id, j, 'd', RET.conn) end
+  if RET then retain(tube, id, j, 'd', RET.conn) end
   detach(T, id, j)
-  forget_job(T, G, id)
+  forget_job(id)
   end_key(T, G, tube, id, j, now, window, max)
 end
 
@@ -729,13 +784,15 @@ end
 
 -- Member `m` (job `id`) of `set` has lost its meta or body (what eviction or damage
 -- leaves): what is left of it goes, so it is never served empty and never blocks the
--- tube's other jobs. The caller reports it.
-local function drop_damaged(T, G, set, m, id)
+-- tube's other jobs. The caller reports it. A member of `tube`'s set whose job says it
+-- is another tube's is a stray: only the member goes, the job stays that tube's.
+local function drop_damaged(tube, set, m, id)
   redis.call('ZREM', set, m)
-  if id then
-    forget_job(T, G, id)
-    if RET then redis.call('DEL', ret_key('jh:' .. id)) end
-  end
+  if not id then return end
+  local t = job_tube(id)
+  if t and t ~= tube then return end
+  forget_job(id)
+  if RET then redis.call('DEL', ret_key('jh:' .. id)) end
 end
 
 -- One reserve across the watched tubes: KEYS the namespace keys, then each watched
@@ -782,10 +839,10 @@ local function reserve_one(owner, now, base)
   local T = reserve_group(first_key(best_i))
   local tube = ARGV[base + best_i]
   local id = id_of(best_m)
-  local j = id and get_job(T, id)
-  local body = id and body_for_reply(T, id)
+  local j, body = nil, nil
+  if id then j, body = job_for_reply(tube, id) end
   if not j or not body then
-    drop_damaged(T, G, T.ready, best_m, id)
+    drop_damaged(tube, T.ready, best_m, id)
     return false, 'DAMAGED job ' .. tostring(id) .. ' in tube ' .. tube
       .. ' lost its ' .. (j and 'body' or 'meta') .. ' in Redis (evicted?): dropped, not served'
   end
@@ -793,7 +850,7 @@ local function reserve_one(owner, now, base)
   local deadline = now + ttr_ms(j) * 1000
   j[RESERVES] = j[RESERVES] + 1
   attach(T, G, id, j, 'reserved', deadline, owner)
-  put_job(T, id, j)
+  put_job(id, j)
   due_by(G, tube, deadline + 1)
   if RET then note(id, 'r', RET.conn) end
   return { id, body, deadline, best_i, now, w }
@@ -804,12 +861,12 @@ end
 -- letter rule buried it ('' unless it did), then the `job_info` figures}. The sort
 -- score is the job's key in its state's set (priority, due time or deadline, bury
 -- sequence), what a listing's cursor resumes after.
-local function admin_entry(T, id, j, now)
+local function admin_entry(id, j, now)
   local score = j[DUE]
   if j[STATE] == 'ready' then score = j[PRI] elseif j[STATE] == 'buried' then score = j[BSEQ] end
   local owner = ''
   if j[STATE] == 'reserved' then owner = j[OWNER] or '' end
-  return { id, score, body_size(T, id), owner, j[KEY] or '',
+  return { id, score, body_size(id), owner, j[KEY] or '',
     j[DEAD] or '', j[PRI],
     delay_ms(j), ttr_ms(j),
     j[CREATED], j[STATE], j[DUE], j[RESERVES], j[TIMEOUTS], j[RELEASES], j[BURIES], j[KICKS],

@@ -17,7 +17,7 @@ if id then
   detach(T, id, j)
   j[PRI], j[WINDOW_MS] = pri, window
   set_times(j, delay, ttr)
-  set_body(T, id, ARGV[6])
+  set_body(id, ARGV[6])
   place(T, G, tube, origin, id, j, delay, now)
   if RET then note(id, 'e', '0') end
   if delay > 0 then return { 'replaced', id, 'DELAYED' } end

@@ -17,7 +17,7 @@ local n = 0
 -- ZSCAN answers member, score, member, score...
 for i = 1, #members, 2 do
   local id = id_of(members[i])
-  local j = get_job(T, id)
+  local j = get_job(tube, id)
   if j and owners[j[OWNER]] then
     detach(T, id, j)
     j[RESERVES] = math.max(j[RESERVES] - 1, 0)
@@ -29,7 +29,7 @@ for i = 1, #members, 2 do
       local before = h and string.match(h, '^(.*) %d+r%d+$')
       if before then redis.call('SET', k, before) end
     end
-    put_job(T, id, j)
+    put_job(id, j)
     n = n + 1
   end
 end

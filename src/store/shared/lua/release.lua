@@ -4,7 +4,7 @@
 -- (1 also when a dead letter rule buried it)
 local T, tube, origin = tube_keys(0, 1), ARGV[1], ARGV[2]
 local id = ARGV[3]
-local j = get_job(T, id)
+local j = get_job(tube, id)
 if not held_by(j, ARGV[4]) then
   -- Composed without the generation check first (CHECK_FIRST): made here.
   if not same_generation() then return namespace_lost() end

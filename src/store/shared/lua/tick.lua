@@ -18,12 +18,12 @@ local woke, damaged = 0, 0
 -- A job has been ready since its due time or deadline, not since this tick noticed.
 for _, m in ipairs(redis.call('ZRANGEBYSCORE', T.delayed, '-inf', now, 'LIMIT', 0, budget)) do
   local id = id_of(m)
-  local j = id and get_job(T, id)
+  local j = id and get_job(tube, id)
   if j then
     to_ready(T, G, id, j, nil, j[DUE])
     woke = 1
   else
-    drop_damaged(T, G, T.delayed, m, id)
+    drop_damaged(tube, T.delayed, m, id)
     damaged = damaged + 1
   end
   budget = budget - 1
@@ -31,13 +31,13 @@ end
 if budget > 0 then
   for _, m in ipairs(redis.call('ZRANGEBYSCORE', T.reserved, '-inf', '(' .. now, 'LIMIT', 0, budget)) do
     local id = id_of(m)
-    local j = id and get_job(T, id)
+    local j = id and get_job(tube, id)
     if j then
       if RET then note(id, 't', conn_of(j[OWNER])) end
       if to_ready(T, G, id, j, TIMEOUTS, j[DUE], rule) then woke = 1 end
       redis.call('HINCRBY', G.stats, 'job_timeouts', '1')
     else
-      drop_damaged(T, G, T.reserved, m, id)
+      drop_damaged(tube, T.reserved, m, id)
       damaged = damaged + 1
     end
     budget = budget - 1

@@ -215,6 +215,7 @@ scripts! {
     fire: TickReply,
     skip: TickReply,
     retain: Upkeep,
+    ahead: Vec<u64>,
 }
 
 /// Runs scripts on the shared connection: the one place a call's KEYS are laid out.

@@ -34,19 +34,18 @@ fn lua_keeps_the_stores_large_body_size() {
 }
 
 /// A call passes the namespace keys its script reads, and the script counts that
-/// many: the reserve reads the generation, the due index, the id index (to drop a
-/// damaged job) and the bury counter (`attach` knows every state); a put also the
-/// counters and the tube list.
+/// many: the reserve reads the generation, the due index and the bury counter
+/// (`attach` knows every state); a put also the counters, the tube list and the set of
+/// bodies written ahead (a large put's body leaves it), which the reserve never reads.
 #[test]
 fn a_call_passes_the_namespace_keys_its_script_reads() {
     let scripts = Scripts::new();
     let reserve = &scripts.reserve;
-    assert_eq!(
-        reserve.ns,
-        [NsKey::Seq, NsKey::Index, NsKey::Due, NsKey::Generation]
-    );
+    assert_eq!(reserve.ns, [NsKey::Seq, NsKey::Due, NsKey::Generation]);
     let put = &scripts.put;
     assert!(put.ns.contains(&NsKey::Tubepos) && put.ns.contains(&NsKey::Stats));
+    assert!(put.ns.contains(&NsKey::Ahead));
+    assert_eq!(scripts.ahead.ns, [NsKey::Generation, NsKey::Ahead]);
     assert!(scripts.bury.ns.contains(&NsKey::Seq));
     assert!(scripts.init.ns.contains(&NsKey::Generation));
     let prelude = format!(
@@ -55,7 +54,7 @@ fn a_call_passes_the_namespace_keys_its_script_reads() {
         include_str!("../lua/prelude.lua")
     );
     for (body, n) in [
-        (include_str!("../lua/reserve.lua"), 4),
+        (include_str!("../lua/reserve.lua"), 3),
         (include_str!("../lua/put.lua"), put.ns.len()),
     ] {
         let (text, _) = compose(&prelude, body, false, true);
@@ -81,9 +80,11 @@ fn only_owner_fenced_scripts_defer_the_generation_check() {
     }
 }
 
-/// Only a script that names keys it is not given (the window sweep, and every
-/// delete, through `end_windows`) has the namespace's tag in `G` and the layout's
-/// `tube_key_of`; the others do not pay for them.
+/// Only a script that names keys of a tube it is not given (the window sweep, and
+/// every delete, through `end_windows`) has the layout's `tube_key_of`; a script that
+/// names a job (each is a key of its own, never among a call's KEYS: a reserve cannot
+/// know the job it takes) has the namespace's tag in `G` and the layout's
+/// `job_key_of`; a script that names neither pays for neither.
 #[test]
 fn only_scripts_naming_keys_they_are_not_given_read_the_tag() {
     let prelude = format!(
@@ -102,9 +103,21 @@ fn only_scripts_naming_keys_they_are_not_given_read_the_tag() {
     }
     let (text, _) = compose(&prelude, include_str!("../lua/reserve.lua"), false, true);
     assert!(
-        !text.contains(tag) && !text.contains("tube_key_of"),
+        text.contains(tag)
+            && text.contains("local function job_key_of")
+            && !text.contains("tube_key_of"),
         "{text}"
     );
+    for body in [
+        include_str!("../lua/tube_ref.lua"),
+        include_str!("../lua/pause.lua"),
+    ] {
+        let (text, _) = compose(&prelude, body, false, true);
+        assert!(
+            !text.contains(tag) && !text.contains("job_key_of") && !text.contains("tube_key_of"),
+            "{text}"
+        );
+    }
 }
 
 /// A tick's job is made by the very Lua that makes a put's (`put_new` in the
@@ -161,9 +174,172 @@ fn every_script_loads_into_redis() {
         ("lock out", crate::redis::lockout::LOCK_OUT),
         ("lift a lock-out", crate::redis::lockout::LIFT),
         ("schema-1 rename", crate::redis::schema::RENAME),
+        ("schema-2 conversion", crate::redis::schema::CONVERT),
     ] {
         all.push((name, text.to_string()));
     }
     let all: Vec<(&str, &str)> = all.iter().map(|(n, t)| (*n, t.as_str())).collect();
     crate::redis::testing::assert_scripts_load("the Lua scripts' load test", &all);
+}
+
+/// `lua` run on `c` as [`Runner::call`] lays a call out: the namespace keys it reads,
+/// each of `tubes`' keys, the generation `generation`, then `args`.
+fn run_on<T: redis::FromRedisValue, R>(
+    c: &mut redis::Connection,
+    lua: &Lua<R>,
+    keys: &Keys,
+    tubes: &[&str],
+    generation: &str,
+    args: &[&str],
+) -> redis::RedisResult<T> {
+    let mut call = lua.script.prepare_invoke();
+    for &k in &lua.ns {
+        call.key(keys.ns(k));
+    }
+    for tube in tubes {
+        let group = keys.tube(tube);
+        for &k in TubeKey::ALL {
+            call.key(group.get(k));
+        }
+    }
+    call.arg(generation);
+    for a in args {
+        call.arg(*a);
+    }
+    call.invoke(c)
+}
+
+/// A job is one hash (`{P}:j:<id>`: t, m, b) and nothing else names it: a put writes it
+/// whole; a move rewrites its tube and leaves the body; a script given a tube the job
+/// is not of (an id looked up before a move) leaves it alone; a delete removes the key.
+/// A large body written ahead is completed by its put, which takes it out of the
+/// `ahead` set; the timer's sweep removes a stale one whose job was never made, and
+/// only takes a made job's out of the set.
+#[test]
+fn a_job_is_one_hash() {
+    let Some(redis) = crate::redis::testing::PrivateRedis::start("the job hash test") else {
+        return;
+    };
+    let mut c = redis.connection().expect("connect");
+    let s = Scripts::new();
+    let keys = Keys::new("p");
+    let g = "gen-1";
+    let origin = "me\n{p}:wake";
+    redis::cmd("SET")
+        .arg(keys.ns(NsKey::Generation))
+        .arg(g)
+        .exec(&mut c)
+        .unwrap();
+    let fields = |c: &mut redis::Connection, id: u64| -> Vec<(String, Vec<u8>)> {
+        let mut f: Vec<(String, Vec<u8>)> =
+            redis::cmd("HGETALL").arg(keys.job(id)).query(c).unwrap();
+        f.sort();
+        f
+    };
+    let exists = |c: &mut redis::Connection, key: &str| -> bool {
+        redis::cmd("EXISTS").arg(key).query::<u64>(c).unwrap() == 1
+    };
+
+    // A put: one hash, its tube, meta and body.
+    let put = |c: &mut redis::Connection, body: &str, ahead: Option<&str>| -> u64 {
+        let mut args = vec!["default", origin, "5", "0", "60000", body, ""];
+        args.extend(ahead);
+        run_on(c, &s.put, &keys, &["default"], g, &args).unwrap()
+    };
+    let id = put(&mut c, "hello", None);
+    let f = fields(&mut c, id);
+    let names: Vec<&str> = f.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(names, ["b", "m", "t"]);
+    assert_eq!((&f[0].1[..], &f[2].1[..]), (&b"hello"[..], &b"default"[..]));
+    // An empty body is a body: the job is not damaged.
+    let empty = put(&mut c, "", None);
+    assert_eq!(fields(&mut c, empty)[0], ("b".to_string(), Vec::new()));
+    let ready = keys.tube("default").get(TubeKey::Ready).to_string();
+    assert!(exists(&mut c, &ready));
+
+    // A move: the tube rewritten, the body where it was, the sets moved.
+    let moved: redis::Value = run_on(
+        &mut c,
+        &s.edit,
+        &keys,
+        &["default", "other"],
+        g,
+        &[
+            origin,
+            "default",
+            &id.to_string(),
+            "move",
+            "other",
+            ",ready,delayed,buried,",
+            "",
+        ],
+    )
+    .unwrap();
+    assert!(format!("{moved:?}").contains("done"), "{moved:?}");
+    let f = fields(&mut c, id);
+    assert_eq!((&f[0].1[..], &f[2].1[..]), (&b"hello"[..], &b"other"[..]));
+    let member = format!("{id:020}");
+    let in_other: Option<f64> = redis::cmd("ZSCORE")
+        .arg(keys.tube("other").get(TubeKey::Ready))
+        .arg(&member)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(in_other, Some(5.0));
+
+    // A delete made for the tube it left finds nothing there, and changes nothing.
+    let delete = |c: &mut redis::Connection, tube: &str, id: u64| -> u64 {
+        let args = [tube, origin, &id.to_string(), "", "10", ""];
+        run_on(c, &s.delete, &keys, &[tube], g, &args).unwrap()
+    };
+    assert_eq!(delete(&mut c, "default", id), 0);
+    assert_eq!(fields(&mut c, id).len(), 3);
+    assert_eq!(delete(&mut c, "other", id), 1);
+    assert!(!exists(&mut c, &keys.job(id)));
+    assert!(!exists(&mut c, keys.tube("other").get(TubeKey::Ready)));
+
+    // A large body written ahead (as large.rs writes it), then its put.
+    let (secs, _): (u64, u64) = redis::cmd("TIME").query(&mut c).unwrap();
+    let now_ms = secs * 1000;
+    let ahead = keys.ns(NsKey::Ahead).to_string();
+    let write_ahead = |c: &mut redis::Connection, id: u64, at_ms: u64| {
+        redis::pipe()
+            .atomic()
+            .hset(keys.job(id), "b", "large")
+            .zadd(&ahead, id, at_ms)
+            .exec(c)
+            .unwrap();
+    };
+    write_ahead(&mut c, 50, now_ms);
+    assert_eq!(put(&mut c, "", Some("50")), 50);
+    let f = fields(&mut c, 50);
+    assert_eq!((&f[0].1[..], &f[2].1[..]), (&b"large"[..], &b"default"[..]));
+    let left: Option<f64> = redis::cmd("ZSCORE")
+        .arg(&ahead)
+        .arg(50)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(left, None, "the put takes its id out of the set");
+
+    // The sweep: a stale body without a job goes, a made job only leaves the set, a
+    // fresh body stays.
+    write_ahead(&mut c, 60, now_ms - 120_000);
+    redis::cmd("ZADD")
+        .arg(&ahead)
+        .arg(now_ms - 120_000)
+        .arg(50)
+        .exec(&mut c)
+        .unwrap();
+    write_ahead(&mut c, 70, now_ms);
+    let swept: Vec<u64> = run_on(&mut c, &s.ahead, &keys, &[], g, &["60000", "100"]).unwrap();
+    assert_eq!(swept, [2, 1]);
+    assert!(!exists(&mut c, &keys.job(60)));
+    assert_eq!(fields(&mut c, 50).len(), 3);
+    assert_eq!(fields(&mut c, 70).len(), 1);
+    let still: Vec<String> = redis::cmd("ZRANGE")
+        .arg(&ahead)
+        .arg(0)
+        .arg(-1)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(still, ["70"]);
 }
