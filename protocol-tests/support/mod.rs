@@ -17,6 +17,7 @@ pub mod client;
 pub mod cluster;
 pub mod history;
 pub mod keyed;
+pub mod layouts;
 pub mod lease;
 pub mod load;
 pub mod namespace;

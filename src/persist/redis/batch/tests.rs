@@ -60,8 +60,7 @@ fn a_job_whose_body_was_written_ahead_is_written_without_it() {
     s.put_staged(id, job, 1_700_000_000 * NANOS_PER_SEC, true);
     let cut = s.cut(CutLimit::default());
     let keys = Keys::new("p");
-    let call = batch_call(&keys);
-    let b = Builder::default().build(call, &keys, "owner", &cut, &mut Written::default());
+    let b = built(&keys, &cut);
     let cmds = commands(&b);
     let job_key = keys.job(id).into_bytes();
     let hset: Vec<_> = cmds
@@ -99,13 +98,7 @@ async fn a_changed_job_writes_its_metadata_and_deleted_ones_one_del() {
     assert!(s.delete(conn, ids[2], now).await.unwrap());
     let cut = s.cut(CutLimit::default());
     let keys = Keys::new("p");
-    let b = Builder::default().build(
-        batch_call(&keys),
-        &keys,
-        "owner",
-        &cut,
-        &mut Written::default(),
-    );
+    let b = built(&keys, &cut);
     let cmds = commands(&b);
     let first = keys.job(ids[0]).into_bytes();
     let hset: Vec<_> = cmds
@@ -155,13 +148,7 @@ async fn a_ticks_cursor_is_in_the_call_of_its_job() {
         .unwrap();
     let cut = s.cut(CutLimit::default());
     let keys = Keys::new("p");
-    let b = Builder::default().build(
-        batch_call(&keys),
-        &keys,
-        "owner",
-        &cut,
-        &mut Written::default(),
-    );
+    let b = built(&keys, &cut);
     let cmds = commands(&b);
     let cursors = keys.schedule_cursors().into_bytes();
     let job = keys.job(id).into_bytes();
@@ -176,6 +163,17 @@ async fn a_ticks_cursor_is_in_the_call_of_its_job() {
         cmds.iter()
             .any(|c| c[0] == b"HDEL" && c[1] == cursors && c[2..] == [b"old".to_vec()])
     );
+}
+
+/// The batch a fresh builder makes of `cut`, as if Redis held nothing of it before.
+fn built(keys: &Keys, cut: &Cut) -> Batch {
+    Builder::default().build(
+        batch_call(keys),
+        keys,
+        "owner",
+        cut,
+        &mut Written::default(),
+    )
 }
 
 /// The head of a batch's script call (`BatchFence::begin`'s shape) for `keys`.
@@ -226,8 +224,7 @@ fn each_body_once(size: usize, raw: bool) {
     let (s, ids) = three_jobs(size);
     let cut = s.cut(CutLimit::default());
     let keys = Keys::new("p");
-    let call = batch_call(&keys);
-    let b = Builder::default().build(call, &keys, "owner", &cut, &mut Written::default());
+    let b = built(&keys, &cut);
     let cmds = commands(&b);
     for (id, n) in ids.iter().zip(0u8..) {
         let key = keys.job(*id).into_bytes();
