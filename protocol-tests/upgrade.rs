@@ -42,6 +42,12 @@
 //!   by two calls, and a start cut short between them left the lock-out value with
 //!   `{P}:schema` still 2, which every later start refused as a namespace moved away
 //!   by `redstalk-namespace copy`.
+//! - `instances_started_together_all_serve` — four instances started at once on one
+//!   namespace (fresh, six times in each mode; of schema 2, once in each): all listen,
+//!   the namespace ends at schema 3, upgraded (a start that finds the upgrade under way
+//!   joins it). Before (found by compat/run), a start that read the layout before
+//!   another start's mark and the old lease key after it refused the namespace as
+//!   moved away, and exited.
 
 // A test reports failure by panicking: unwrap and expect are how it says so.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -53,8 +59,8 @@ use std::time::{Duration, Instant};
 
 use support::client::Client;
 use support::layouts::{
-    OLD_TOKEN, REPLY, Spawned, UPGRADED, WAITING, assert_upgraded, dumped, get, job_hashes, pttl,
-    schema_2_keys, schema_2_namespace, upgrade_line,
+    Jobs, OLD_TOKEN, REPLY, Spawned, UPGRADED, WAITING, assert_upgraded, dumped, get, job_hashes,
+    pttl, schema_2_keys, schema_2_namespace, upgrade_line,
 };
 use support::namespace::{MOVED, assert_served, keys_starting, redis_conn};
 use support::redis::private_redis;
@@ -573,6 +579,59 @@ fn a_start_cut_short_at_the_lock_out_resumes() {
         }
         println!(
             "{p}: the next start resumed, served after {} ms",
+            t.elapsed().as_millis()
+        );
+    }
+}
+
+/// Instances started at once on one namespace, a fresh one or one of schema 2, all
+/// serve it: a start whose mark finds another's already there reads the layout again
+/// (then finds it current, or joins the upgrade). Before (found by compat/run on
+/// 2026-12-06, two shared-mode instances started together), a start that read the
+/// layout before another start's mark and the old lease key after it took the
+/// lock-out value for a namespace moved away by `redstalk-namespace copy`, and exited.
+#[test]
+fn instances_started_together_all_serve() {
+    let _serial = serial();
+    let Some(redis) = private_redis(&[], "key layout tests") else {
+        return;
+    };
+    let mut conn = redis_conn(&redis);
+    const AT_ONCE: usize = 4;
+    let mut namespaces: Vec<(String, ServerKind, Option<Jobs>)> = Vec::new();
+    for round in 0..6 {
+        for kind in [ServerKind::Redis, ServerKind::Leader] {
+            namespaces.push((format!("together-{}-{round}", kind.name()), kind, None));
+        }
+    }
+    for kind in [ServerKind::Redis, ServerKind::Leader] {
+        let p = format!("together-v2-{}", kind.name());
+        let jobs = schema_2_namespace(&redis, &mut conn, kind, &p);
+        namespaces.push((p, kind, Some(jobs)));
+    }
+    for (p, kind, jobs) in &namespaces {
+        let t = Instant::now();
+        let mut started: Vec<Spawned> = (0..AT_ONCE)
+            .map(|_| Spawned::new(&redis, p, *kind))
+            .collect();
+        for s in &mut started {
+            let port = s.port;
+            wait_child_listening(&mut s.child, port, REPLY, &s.log);
+        }
+        if let Some(jobs) = jobs {
+            assert_upgraded(&mut conn, p, jobs);
+            let upgrades: usize = started
+                .iter()
+                .map(|s| s.log.text().matches(UPGRADED).count())
+                .sum();
+            assert!(upgrades >= 1, "no instance logged the upgrade");
+        }
+        assert_eq!(
+            get(&mut conn, &format!("{{{p}}}:schema")).as_deref(),
+            Some("3")
+        );
+        println!(
+            "{p}: {AT_ONCE} instances started at once, all listening after {} ms",
             t.elapsed().as_millis()
         );
     }

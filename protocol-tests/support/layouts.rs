@@ -171,10 +171,16 @@ pub struct Spawned {
 
 impl Spawned {
     pub fn leader(redis: &RedisServer, p: &str) -> Spawned {
+        Spawned::new(redis, p, ServerKind::Leader)
+    }
+
+    /// An instance of mode `kind` (a Redis mode) on namespace `p`.
+    pub fn new(redis: &RedisServer, p: &str, kind: ServerKind) -> Spawned {
         let port = free_port();
+        let mode = kind.redis_mode().expect("a Redis mode");
         let mut cmd = Command::new(redstalk_path());
         cmd.args(["-l", "127.0.0.1", "-p", &port.to_string()])
-            .args(redis_args(&redis.url(), p, "leader"));
+            .args(redis_args(&redis.url(), p, mode));
         let started = Instant::now();
         let (child, log) = spawn_logged(&mut cmd).unwrap();
         Spawned {

@@ -34,8 +34,8 @@ use super::schema::VERSION;
 
 /// Keys scanned per SCAN call, list entries per LRANGE, members per ZSCAN/SSCAN.
 const CHUNK: usize = 1000;
-/// Fields per HSCAN: a tube's bodies hash holds whole job bodies (up to the `-z` limit),
-/// so fewer at a time.
+/// Fields per HSCAN: a hash may hold whole job bodies (a job's, a retained record's: up
+/// to the `-z` limit), so fewer at a time.
 const HASH_CHUNK: usize = 100;
 
 /// What to copy where.

@@ -149,19 +149,26 @@ pub(super) async fn lock_out_schema_2(
     to: &str,
 ) -> Result<bool, SchemaError> {
     let v2 = Schema2::of(keys);
+    let schema = keys.schema();
+    // Read together: a lock-out value found beside the layout this start read is a
+    // copy's; beside another layout, another start of this version marked it meanwhile.
+    let (lease, now): (Option<String>, Option<String>) = redis::pipe()
+        .atomic()
+        .get(v2.lease())
+        .get(&schema)
+        .query_async(conn)
+        .await
+        .map_err(redis_err("GET the lease of schema 2"))?;
+    if now.as_deref() != from {
+        return Ok(false);
+    }
     if from != Some(UPGRADING) {
-        let lease: Option<String> = redis::cmd("GET")
-            .arg(v2.lease())
-            .query_async(conn)
-            .await
-            .map_err(redis_err("GET the lease of schema 2"))?;
         match lease.as_deref() {
             Some(MOVED) => return Err(SchemaError::Moved { key: v2.lease() }),
             Some(COPYING) => return Err(SchemaError::Copying { key: v2.lease() }),
             _ => {}
         }
     }
-    let schema = keys.schema();
     let swap = Swap {
         key: &schema,
         from,

@@ -192,7 +192,7 @@ async fn a_put_whose_body_was_written_ahead_is_cut_without_it() {
     cut(&s);
     let (id, _) = s.begin_staged(&tube("big"));
     // While the body is on its way the job is nowhere, and the tube's keys are kept
-    // even though it holds no job: its body hash is being written.
+    // even though it holds no job: its body is being written.
     assert!(s.peek(id).await.unwrap().is_none());
     let c = cut(&s);
     assert!(c.jobs.is_empty());
