@@ -314,7 +314,18 @@ impl Keys {
 
     /// A job's hash: fields [`JOB_TUBE`], [`JOB_META`] and [`JOB_BODY`].
     pub fn job(&self, id: u64) -> String {
-        format!("{}{JOB_INFIX}{id}", self.tag)
+        let mut key = String::new();
+        self.job_into(&mut key, id);
+        key
+    }
+
+    /// [`Keys::job`] written into `key` (emptied first), for a caller that names many
+    /// jobs with one buffer (a leader batch).
+    pub fn job_into(&self, key: &mut String, id: u64) {
+        key.clear();
+        key.push_str(&self.tag);
+        key.push_str(JOB_INFIX);
+        key.push_str(itoa::Buffer::new().format(id));
     }
 
     /// A tube's keys.

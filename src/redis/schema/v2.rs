@@ -205,8 +205,17 @@ pub(super) async fn upgrade(conn: &mut RedisConn, keys: &Keys) -> Result<Convert
         .map_err(redis_err("change the namespace's generation"))?;
     let started = Instant::now();
     let mut done = Converted::default();
-    for tube in tube_list(conn, &v2).await? {
-        convert_tube(conn, keys, &v2, &tube, &mut done).await?;
+    // The tube list, [`CHUNK`] names a read (the conversion does not change it).
+    let mut listed = 0;
+    loop {
+        let chunk = tube_list(conn, &v2, listed).await?;
+        for tube in &chunk {
+            convert_tube(conn, keys, &v2, tube, &mut done).await?;
+        }
+        listed += chunk.len();
+        if chunk.len() < CHUNK {
+            break;
+        }
     }
     for tube in stray_tubes(conn, &v2).await? {
         convert_tube(conn, keys, &v2, &tube, &mut done).await?;
@@ -226,12 +235,16 @@ pub(super) async fn upgrade(conn: &mut RedisConn, keys: &Keys) -> Result<Convert
     Ok(done)
 }
 
-/// The tubes of the tube list.
-async fn tube_list(conn: &mut RedisConn, v2: &Schema2) -> Result<Vec<String>, SchemaError> {
+/// [`CHUNK`] tubes of the tube list from position `from`.
+async fn tube_list(
+    conn: &mut RedisConn,
+    v2: &Schema2,
+    from: usize,
+) -> Result<Vec<String>, SchemaError> {
     redis::cmd("LRANGE")
         .arg(v2.ns("tubes"))
-        .arg(0)
-        .arg(-1)
+        .arg(from)
+        .arg(from + CHUNK - 1)
         .query_async(conn)
         .await
         .map_err(redis_err("LRANGE tubes"))

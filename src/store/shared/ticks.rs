@@ -17,6 +17,7 @@
 //! for [`SET_ASIDE`] (its due entry moved) and reported; any other failure (Redis away
 //! or refusing writes) fails the tick, which the timer retries with a backoff.
 
+use std::sync::Mutex;
 use std::time::Duration;
 
 use super::RedisStore;
@@ -136,12 +137,8 @@ impl RedisStore {
     /// bounded call, when [`WINDOW_SWEEP_EVERY`] has passed since the last sweep or
     /// that one found a full chunk (more may be waiting).
     async fn sweep_windows(&self, now: Nanos) -> StoreResult<()> {
-        {
-            let mut next = lock(&self.next_window_sweep);
-            if now < *next {
-                return Ok(());
-            }
-            *next = now + WINDOW_SWEEP_EVERY.as_nanos() as u64;
+        if !sweep_due(&self.next_window_sweep, now, WINDOW_SWEEP_EVERY) {
+            return Ok(());
         }
         let ended = self
             .run
@@ -160,12 +157,8 @@ impl RedisStore {
     /// old), one bounded call, when [`AHEAD_SWEEP_EVERY`] has passed since the last
     /// sweep or that one found a full chunk.
     async fn sweep_ahead(&self, now: Nanos) -> StoreResult<()> {
-        {
-            let mut next = lock(&self.next_ahead_sweep);
-            if now < *next {
-                return Ok(());
-            }
-            *next = now + AHEAD_SWEEP_EVERY.as_nanos() as u64;
+        if !sweep_due(&self.next_ahead_sweep, now, AHEAD_SWEEP_EVERY) {
+            return Ok(());
         }
         let swept = self
             .run
@@ -219,6 +212,17 @@ impl RedisStore {
 /// not be made (no error reply at all).
 fn is_script_error(err: &StoreError) -> bool {
     Code::found_in(err).is_some_and(|code| !code.refuses_every_call())
+}
+
+/// Whether a sweep whose next time is `next` is due at `now`; if so, its next time is
+/// `every` later (a sweep that finds a full chunk sets it back to `now` itself).
+fn sweep_due(next: &Mutex<Nanos>, now: Nanos, every: Duration) -> bool {
+    let mut next = lock(next);
+    if now < *next {
+        return false;
+    }
+    *next = now + every.as_nanos() as u64;
+    true
 }
 
 #[cfg(test)]

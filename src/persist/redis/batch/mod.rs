@@ -96,6 +96,8 @@ pub struct Builder {
     /// the namespace's `ahead` set; also those of unknown standing, which may be such).
     ahead: Args,
     meta_buf: Vec<u8>,
+    /// A job's key, named once per job written (reused).
+    key_buf: String,
     fields: Args,
     changed_fields: Vec<(usize, u64)>,
 }
@@ -193,7 +195,8 @@ impl Builder {
         for g in gone {
             let ops = touch(&mut self.tubes, &mut self.touched, &g.tube);
             ops.unset(g.id, g.was, None);
-            self.gone.push(keys.job(g.id).as_bytes());
+            keys.job_into(&mut self.key_buf, g.id);
+            self.gone.push(self.key_buf.as_bytes());
             if matches!(g.was, Stored::BodyOnly | Stored::Unknown) {
                 self.ahead.num(g.id);
             }
@@ -209,7 +212,7 @@ impl Builder {
     /// The commands of the grouped job changes: per tube, its sets (ZREMs before
     /// ZADDs); then each job's hash, the deleted jobs' hashes, and the bodies written
     /// ahead that their jobs now hold out of the `ahead` set.
-    fn job_commands(&self, b: &mut Batch, keys: &Keys, jobs: &[JobRecord]) {
+    fn job_commands(&mut self, b: &mut Batch, keys: &Keys, jobs: &[JobRecord]) {
         for tube in &self.touched {
             let Some(ops) = self.tubes.get(tube) else {
                 continue;
@@ -227,7 +230,8 @@ impl Builder {
             // and a move rewrites it (the moved job's record is not `As`).
             let tube = (!matches!(r.was, Stored::As(_))).then(|| r.tube.as_str().as_bytes());
             let body = r.needs_body().then_some(&r.body[..]);
-            b.job(&keys.job(r.id), tube, &self.metas, i, body);
+            keys.job_into(&mut self.key_buf, r.id);
+            b.job(&self.key_buf, tube, &self.metas, i, body);
         }
         b.keys("DEL", &self.gone);
         b.cmd("ZREM", keys.ns(NsKey::Ahead), &self.ahead, 1);

@@ -57,7 +57,7 @@ elseif op == 'move' and v ~= tube then
   ensure_tube(G, v)
   local state, due = j[STATE], j[DUE]
   attach(D, G, id, j, state, due)
-  move_job(id, v, j)
+  write_job(id, v, j)
   if state == 'delayed' then due_by(G, v, due) end
   maybe_gc(T, G, tube)
   T, tube = D, v

@@ -336,19 +336,15 @@ local function put_job(id, j)
   redis.call('HSET', job_key(id), 'm', cmsgpack.pack(j))
 end
 
--- A new job `id` of `tube` with meta `j`, written whole: its body too unless `body` is
--- nil (a large body written ahead: the hash holds it already).
-local function new_job(id, tube, j, body)
+-- Job `id` of `tube` with meta `j`, its tube and meta written (a new job, or one moved
+-- to `tube`), its body too unless `body` is nil (a moved job's, or a large body written
+-- ahead: the hash holds it already).
+local function write_job(id, tube, j, body)
   if body then
     redis.call('HSET', job_key(id), 't', tube, 'm', cmsgpack.pack(j), 'b', body)
   else
     redis.call('HSET', job_key(id), 't', tube, 'm', cmsgpack.pack(j))
   end
-end
-
--- Job `id` (meta `j`) now belongs to `tube` (its body stays where it is).
-local function move_job(id, tube, j)
-  redis.call('HSET', job_key(id), 't', tube, 'm', cmsgpack.pack(j))
 end
 
 -- A large body written ahead (see `job_key`) whose job was never made (no meta: its put
@@ -625,7 +621,7 @@ local function new_id(G)
 end
 
 -- A new job `id` of `tube`, as every put makes one (put, put_key, fire): its hash
--- written in one command (`new_job`: its body too unless `body` is nil, a large body
+-- written in one command (`write_job`: its body too unless `body` is nil, a large body
 -- there already, see large.rs), counted in the tube's and the namespace's total_jobs,
 -- its key (when not nil; then `window` ms of dedupe window after its delete) naming
 -- it, placed delayed or ready (waking the tube's waiters on every instance) at `now`.
@@ -645,7 +641,7 @@ local function put_new(T, G, tube, origin, id, body, pri, delay, ttr, now, key, 
   if key then redis.call('HSET', T.keys, key, id) end
   if RET then redis.call('SET', ret_key('jh:' .. id), '0 ' .. RET.ms .. 'p0') end
   set_place(T, G, tube, origin, id, j, delay, now)
-  new_job(id, tube, j, body)
+  write_job(id, tube, j, body)
 end
 
 -- A schedule's cursor, field `name` of the cursor hash `C` (docs/REDIS.md, Schedules;
