@@ -32,7 +32,8 @@
 //!    `flush_step`) in `contract_batch.rs`; keyed jobs (dedupe, replace, conflict, the
 //!    commands by key, windows, a flush freeing a key, a move leaving its key) in
 //!    `contract_keys.rs`; tube policies (dead letters by reserves and by lapsed TTRs,
-//!    backoff) in `contract_policies.rs`. Retention (each job's history, the deleted job's record, the
+//!    backoff) in `contract_policies.rs`; calls made at once by many connections (and
+//!    shared mode's combining of them, with its failures) in `contract_concurrent.rs`. Retention (each job's history, the deleted job's record, the
 //!    bounds, the off state) is a suite of its own (`RETENTION_CHECKS`, in
 //!    `contract_retention.rs`), run per store by `retention_contract_{memory,durable,
 //!    redis}`. Schedules' ticks (made, stale, deduped, skipped, the cursors) are a suite of their own (`SCHEDULE_CHECKS`, in
@@ -92,6 +93,7 @@
 
 mod contract_admin;
 mod contract_batch;
+mod contract_concurrent;
 mod contract_keys;
 mod contract_policies;
 mod contract_retention;
@@ -110,6 +112,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use contract_admin::{admin_edits, admin_listing};
 use contract_batch::{batch_flush_steps, batch_list_ops, batch_reserve_many};
+use contract_concurrent::concurrent_callers;
 use contract_keys::{
     keys_commands, keys_dedupe_and_replace, keys_in_entries, keys_move, keys_windows,
 };
@@ -1041,6 +1044,7 @@ const CHECKS: &[Check] = checks![
     policies_dead_letter,
     policies_dead_letter_timeouts,
     policies_backoff,
+    concurrent_callers,
 ];
 
 /// Retention's checks (`contract_retention.rs`), each on a fresh store: a suite of

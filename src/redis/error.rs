@@ -241,6 +241,20 @@ impl CallError {
         }
     }
 
+    /// This failure, of one call made for several (shared mode's `many`), as the failure
+    /// of `op`, one of them: the same fate, and the same source where it can be copied
+    /// (Redis' error, which its code is read from), else its text.
+    pub fn shared_with(&self, op: &'static str) -> CallError {
+        if let Some(e) = self.source.downcast_ref::<RedisError>() {
+            return CallError::new(op, e.clone());
+        }
+        CallError {
+            op,
+            fate: self.fate,
+            source: self.source.to_string().into(),
+        }
+    }
+
     /// `op` was answered something this code cannot read (`detail` says what).
     pub fn bad_reply(op: &'static str, detail: impl Into<String>) -> CallError {
         CallError {

@@ -91,9 +91,17 @@ local function tube_keys(own, i)
   return tube_group(N_NS_KEYS + own + (i - 1) * N_TUBE_KEYS + 1)
 end
 
+-- Redis' clock, read once per call: a call runs whole before any other, so all it
+-- changes happens at one instant, and a call of several operations (many.lua) pays
+-- one TIME for all of them.
+local NOW = nil
+
 local function now_us()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+  if not NOW then
+    local t = redis.call('TIME')
+    NOW = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  return NOW
 end
 
 -- Ids are handled as decimal strings: hash fields and zset members are strings, and a
@@ -460,9 +468,16 @@ end
 -- the namespace's keys, so on a Redis Cluster it stays on the slot's primary (and its
 -- replicas) instead of crossing the bus to every node, and SHARDNUMSUB counts the
 -- subscribers where they are (NUMSUB would count the local node's only).
+-- Whether another instance listens (nil until a call first asks): one SHARDNUMSUB per
+-- call, however many tubes it wakes.
+local LISTENED = nil
+
 local function wake(origin, tube)
   local instance, channel = string.match(origin, '^([^\n]*)\n(.*)$')
-  if redis.call('PUBSUB', 'SHARDNUMSUB', channel)[2] > 1 then
+  if LISTENED == nil then
+    LISTENED = redis.call('PUBSUB', 'SHARDNUMSUB', channel)[2] > 1
+  end
+  if LISTENED then
     redis.call('SPUBLISH', channel, instance .. '\n' .. tube)
   end
 end
@@ -791,17 +806,18 @@ local function drop_damaged(tube, set, m, id)
   if RET then redis.call('DEL', ret_key('jh:' .. id)) end
 end
 
--- One reserve across the watched tubes: KEYS the namespace keys, then each watched
--- tube's reserve group in order; the tube names are ARGV[base + 1 ..]. Picks the ready
+-- One reserve across the watched tubes: each watched tube's reserve group in order,
+-- from KEYS[k0]; the tube names are a[base + 1 ..] (`a` the call's arguments, or one
+-- operation's in many.lua). Picks the ready
 -- job with the least (pri, id) among tubes that are not paused, for `owner` at `now`.
 -- -> nil when none is ready; a reservation {id, body (its length when large: see
 -- body_for_reply), deadline, tube index (1-based), now, waited (us, -1 unknown)}; or
 -- false and a DAMAGED message, when the job picked had lost its meta or body (it is
 -- dropped, not served).
-local function reserve_one(owner, now, base)
-  local n = #ARGV - base
+local function reserve_one(owner, now, a, base, k0)
+  local n = #a - base
   local function first_key(i)
-    return N_NS_KEYS + (i - 1) * N_RESERVE_KEYS + 1
+    return k0 + (i - 1) * N_RESERVE_KEYS
   end
   local best_i, best_m = nil, nil
   if n == 1 then
@@ -833,7 +849,7 @@ local function reserve_one(owner, now, base)
   end
   -- The job is out of the ready set now, whatever follows.
   local T = reserve_group(first_key(best_i))
-  local tube = ARGV[base + best_i]
+  local tube = a[base + best_i]
   local id = id_of(best_m)
   local j, body = nil, nil
   if id then j, body = job_for_reply(tube, id) end
@@ -867,4 +883,60 @@ local function admin_entry(id, j, now)
     delay_ms(j), ttr_ms(j),
     j[CREATED], j[STATE], j[DUE], j[RESERVES], j[TIMEOUTS], j[RELEASES], j[BURIES], j[KICKS],
     now }
+end
+
+-- The operations many.lua runs several of in one call, each the whole body of its own
+-- script (put.lua, reserve.lua, delete.lua call them alone): `a` is the operation's
+-- arguments, numbered as its script's ARGV; its keys start at KEYS[k] (a tube group,
+-- or a reserve's groups). -> the script's reply.
+
+-- put: a[3] pri, a[4] delay (ms), a[5] ttr (ms), a[6] body, a[7] the retention
+-- argument (see RET) -> the id. a[8], when given: an id the caller took, under which
+-- it wrote the body already (a large body stays out of Lua, see large.rs; G.ahead
+-- names it until now); a[6] is then empty.
+local function put_op(k, a)
+  local T, tube, origin = tube_group(k), a[1], a[2]
+  local now = now_us()
+  RET = ret_of(a[7], now)
+  local id, body = a[8], nil
+  if id then
+    if not has_body(id) then
+      return redis.error_reply('BODY_MISSING the body written ahead of this put is gone')
+    end
+    redis.call('ZREM', G.ahead, id)
+  else
+    id, body = new_id(G), a[6]
+  end
+  put_new(T, G, tube, origin, id, body, tonumber(a[3]), tonumber(a[4]), tonumber(a[5]), now)
+  return id
+end
+
+-- reserve across watched tubes (the reserve group of each, in the order of their
+-- names): a[1] origin (unused), a[2] owner, a[3] the retention argument (see RET),
+-- a[4..] the tube names. -> nil, or the reservation of `reserve_one` (a damaged job: a
+-- DAMAGED error, the job dropped).
+local function reserve_op(k, a)
+  local now = now_us()
+  RET = ret_of(a[3], now)
+  local r, damaged = reserve_one(a[2], now, a, 3, k)
+  if damaged then return redis.error_reply(damaged) end
+  return r
+end
+
+-- delete: a[3] id, a[4] owner ('' when the caller holds no reservation of it), a[5]
+-- the most dedupe windows open at once, a[6] the retention argument (see RET: the
+-- job's record is retained) -> 1 deleted, 0 not found (or held by another). Its
+-- script is composed without the generation check first (CHECK_FIRST): a job the
+-- caller holds is proof enough (`held_by`), and the check is made for any other answer.
+local function delete_op(k, a)
+  local T, tube, id = tube_group(k), a[1], a[3]
+  local j = get_job(tube, id)
+  local held = held_by(j, a[4])
+  if not held and not same_generation() then return namespace_lost() end
+  if not j or (j[STATE] == 'reserved' and not held) then return 0 end
+  RET = ret_of(a[6])
+  delete_job(T, G, tube, id, j, true, tonumber(a[5]))
+  redis.call('HINCRBY', T.meta, 'cmd_delete', '1')
+  maybe_gc(T, G, tube)
+  return 1
 end

@@ -8,7 +8,7 @@ local owner, now, max = ARGV[2], now_us(), tonumber(ARGV[3])
 RET = ret_of(ARGV[4], now)
 local out = {}
 while #out < max do
-  local r, damaged = reserve_one(owner, now, 4)
+  local r, damaged = reserve_one(owner, now, ARGV, 4, N_NS_KEYS + 1)
   if damaged then return { out, damaged } end
   if not r then break end
   out[#out + 1] = r

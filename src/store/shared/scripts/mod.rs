@@ -20,7 +20,10 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use redis::aio::ConnectionLike;
 use redis::{Cmd, ToRedisArgs, Value};
+
+mod combine;
 
 use super::admin::{EditReply, EntryReply, Listed};
 use super::batch::{BatchReserved, Flushed};
@@ -216,6 +219,7 @@ scripts! {
     skip: TickReply,
     retain: Upkeep,
     ahead: Vec<u64>,
+    many: Value,
 }
 
 /// Runs scripts on the shared connection: the one place a call's KEYS are laid out.
@@ -234,6 +238,8 @@ pub struct Runner {
     /// `--redis-wait-replicas` and its timeout: a change a client is told of waits for
     /// that many replicas.
     wait: Option<ReplicaWait>,
+    /// The calls of put, reserve and delete waiting to go together (combine.rs).
+    combiner: Arc<combine::Combiner>,
 }
 
 /// The scripts whose changes a client is told of, and so are acknowledged only once
@@ -276,6 +282,7 @@ impl Runner {
             scripts: Arc::new(Scripts::new()),
             namespace: Arc::new(Namespace::new()),
             wait,
+            combiner: Arc::default(),
         }
     }
 
@@ -347,6 +354,8 @@ impl Runner {
             name: lua.name,
             script: &lua.script,
             cmd,
+            ns_keys: lua.ns.len(),
+            keys: lua.ns.len() + own.len() + group.len() * tubes.len(),
             generation,
             reply: PhantomData,
         }
@@ -374,6 +383,9 @@ pub struct Call<'a, R> {
     name: &'static str,
     script: &'a redis::Script,
     cmd: Cmd,
+    /// How many of its keys are the namespace's, and how many in all.
+    ns_keys: usize,
+    keys: usize,
     /// The generation the call is made for.
     generation: Arc<str>,
     reply: PhantomData<fn() -> R>,
@@ -419,16 +431,45 @@ impl<R: Decode> Call<'_, R> {
         R::decode(reply).map_err(|detail| StoreError::bad_reply(self.name, detail))
     }
 
-    /// The script alone, or pipelined with WAIT, whose reply is read by
-    /// [`ReplicaWait::confirm`].
+    /// The call, combined with others when it is one of put, reserve or delete (see
+    /// combine.rs).
     async fn send(&self, wait: Option<ReplicaWait>) -> Result<Value, CallError> {
-        let failed = |e| CallError::new(self.name, e);
-        let mut conn = self.runner.conn();
+        if !combine::COMBINED.contains(&self.name) {
+            return self.runner.send(self.name, &self.cmd, wait).await;
+        }
+        let call = combine::Combinable {
+            name: self.name,
+            cmd: &self.cmd,
+            ns_keys: self.ns_keys,
+            keys: self.keys,
+            generation: &self.generation,
+            wait,
+        };
+        self.runner.combiner.send(self.runner, call).await
+    }
+}
+
+impl Runner {
+    /// Script call `cmd` (of script `name`) alone, or pipelined with WAIT, whose reply
+    /// is read by [`ReplicaWait::confirm`].
+    async fn send(
+        &self,
+        name: &'static str,
+        cmd: &Cmd,
+        wait: Option<ReplicaWait>,
+    ) -> Result<Value, CallError> {
+        let failed = |e| CallError::new(name, e);
+        let mut conn = self.conn();
         let Some(wait) = wait else {
-            return self.cmd.query_async(&mut conn).await.map_err(failed);
+            // The reply as Redis sent it: an error inside `many`'s array is one call's
+            // (combine.rs), where `query_async` would fail the whole reply for it.
+            return match conn.req_packed_command(cmd).await.map_err(failed)? {
+                Value::ServerError(e) => Err(failed(e.into())),
+                reply => Ok(reply),
+            };
         };
         let mut pipe = redis::pipe();
-        pipe.add_command(self.cmd.clone());
+        pipe.add_command(cmd.clone());
         wait.append_to(&mut pipe);
         // Each reply on its own: the script's error is the call's (NOSCRIPT reloads it),
         // but a WAIT refused after the script ran (a primary just demoted to replica,
@@ -439,7 +480,7 @@ impl<R: Decode> Call<'_, R> {
             .await
             .map_err(failed)?;
         let reply = reply.map_err(failed)?;
-        wait.confirm(self.name, confirmed)?;
+        wait.confirm(name, confirmed)?;
         Ok(reply)
     }
 }

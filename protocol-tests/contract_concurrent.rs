@@ -1,0 +1,195 @@
+//! The store contract's check of calls made at once (`concurrent_callers`), run like
+//! every other check on the memory, durable and Redis stores (see `store_contract.rs`):
+//! many connections put, reserve and delete at the same time, each on its own tube and
+//! all into one shared tube; each gets its own job back with its body, a second delete
+//! finds nothing, every tube's counters add up, and the shared tube serves each job
+//! once, each connection's reserves in (pri, id) order.
+//!
+//! And shared mode's combining (src/store/shared/scripts/combine.rs), against a private
+//! redis-server: calls made while others are in flight go to Redis as one `many` call
+//! (counted in `INFO commandstats`); a job found damaged fails only the call that
+//! picked it; a `many` after `SCRIPT FLUSH` is loaded again and answered; a namespace
+//! lost fails every call of a `many` as it fails a call alone.
+
+use futures_util::future::join_all;
+use redstalk::redis::Code;
+use redstalk::store::StoreError;
+use support::namespace::redis_conn;
+
+use super::*;
+
+const WORKERS: u64 = 24;
+const ROUNDS: u64 = 12;
+
+/// The priority of worker `w`'s job of round `r` in the shared tube (a few values, so
+/// ties are broken by id).
+fn shared_pri(w: u64, r: u64) -> u32 {
+    ((w * ROUNDS + r) % 7) as u32
+}
+
+pub(super) async fn concurrent_callers(s: &AnyStore) {
+    let worker = |w: u64| async move {
+        let conn = ConnId(100 + w);
+        let tube = format!("w{w}");
+        // Keeps the tube (and its counters) while the rounds' jobs come and go.
+        put(s, &tube, 1000, 0, LONG, "anchor").await;
+        for r in 0..ROUNDS {
+            let body = format!("{w}/{r}");
+            let id = put(s, &tube, 0, 0, LONG, &body).await;
+            put(s, "together", shared_pri(w, r), 0, LONG, &body).await;
+            let got = reserve(s, conn, &[&tube]).await.expect("its own job");
+            assert_eq!((got.id, &got.body[..]), (id, body.as_bytes()));
+            assert!(delete(s, conn, id).await, "delete {id}");
+            assert!(!delete(s, conn, id).await, "{id} deleted twice");
+        }
+    };
+    join_all((0..WORKERS).map(worker)).await;
+    for w in 0..WORKERS {
+        let ti = tube_of(s, &format!("w{w}")).await;
+        assert_eq!(
+            (ti.ready, ti.reserved, ti.total_jobs, ti.cmd_delete),
+            (1, 0, ROUNDS + 1, ROUNDS),
+            "tube w{w}"
+        );
+    }
+
+    // The shared tube, drained by every connection at once.
+    let drain = |w: u64| async move {
+        let conn = ConnId(100 + w);
+        let mut got = Vec::new();
+        while let Some(r) = reserve(s, conn, &["together"]).await {
+            got.push((r.id, String::from_utf8_lossy(&r.body).into_owned()));
+        }
+        got
+    };
+    let drained = join_all((0..WORKERS).map(drain)).await;
+    let mut bodies = Vec::new();
+    for got in &drained {
+        let order: Vec<(u32, JobId)> = got
+            .iter()
+            .map(|(id, body)| {
+                let (w, r) = body.split_once('/').expect("w/r");
+                let pri = shared_pri(w.parse().expect("w"), r.parse().expect("r"));
+                (pri, *id)
+            })
+            .collect();
+        assert!(order.is_sorted(), "one connection's reserves: {order:?}");
+        bodies.extend(got.iter().map(|(_, b)| b.clone()));
+    }
+    bodies.sort();
+    let mut expected: Vec<String> = (0..WORKERS)
+        .flat_map(|w| (0..ROUNDS).map(move |r| format!("{w}/{r}")))
+        .collect();
+    expected.sort();
+    assert_eq!(bodies, expected, "each shared job reserved once");
+    let ti = tube_of(s, "together").await;
+    assert_eq!(
+        (ti.ready, ti.reserved, ti.total_jobs),
+        (0, WORKERS * ROUNDS, WORKERS * ROUNDS)
+    );
+}
+
+/// Redis' count of EVALSHA calls so far.
+fn evalsha_calls(c: &mut redis::Connection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(c)
+        .expect("INFO");
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().expect("a count"))
+}
+
+/// The calls of the contract's concurrent check reach Redis as far fewer script calls:
+/// those made while two were in flight went together.
+#[tokio::test]
+async fn calls_made_at_once_go_to_redis_together() {
+    let Some(redis) = start_redis() else { return };
+    let mut c = redis_conn(&redis);
+    let s = AnyStore::Redis(redis_store(&redis.url(), "together").await);
+    let before = evalsha_calls(&mut c);
+    concurrent_callers(&s).await;
+    let calls = evalsha_calls(&mut c) - before;
+    // Per worker: the anchor, then per round two puts, a reserve and two deletes; the
+    // drain: each job and one empty reserve per connection.
+    let made = WORKERS * (1 + 5 * ROUNDS) + WORKERS * ROUNDS + WORKERS;
+    eprintln!("{made} store calls went to Redis as {calls} script calls");
+    assert!(calls * 3 < made, "{made} store calls, {calls} script calls");
+}
+
+/// A job damaged in Redis fails only the reserve that picked it, when that reserve went
+/// together with others: the others get their jobs, the puts beside them are made.
+#[tokio::test]
+async fn a_damaged_job_fails_only_its_own_call() {
+    let Some(redis) = start_redis() else { return };
+    let mut c = redis_conn(&redis);
+    let (store, prefix) = redis_store_with_prefix(&redis.url(), "damaged").await;
+    let s = AnyStore::Redis(store);
+    let mut ids = Vec::new();
+    for i in 0..8 {
+        ids.push(put(&s, "d", i, 0, LONG, &format!("job {i}")).await);
+    }
+    let damaged = ids[2];
+    redis::cmd("HDEL")
+        .arg(redstalk::redis::keys::Keys::new(&prefix).job(damaged))
+        .arg("m")
+        .exec(&mut c)
+        .expect("HDEL");
+    let watched = tubes(&["d"]);
+    let reserves = join_all((0..8).map(|i| s.reserve(ConnId(10 + i), &watched, now(&s))));
+    let puts = join_all((0..8).map(|i| s.put(new_job("e", 0, 0, LONG, &format!("{i}")), now(&s))));
+    let (reserved, put) = tokio::join!(reserves, puts);
+    let mut failed = 0;
+    let mut got = Vec::new();
+    for r in reserved {
+        match r {
+            Err(e) => {
+                assert_eq!(Code::found_in(&e), Some(Code::Damaged), "{e}");
+                failed += 1;
+            }
+            Ok(r) => got.push(r.expect("a job").id),
+        }
+    }
+    got.sort();
+    let mut rest = ids.clone();
+    rest.retain(|&id| id != damaged);
+    assert_eq!((failed, got), (1, rest));
+    assert!(put.iter().all(Result::is_ok), "{put:?}");
+    assert_eq!(tube_of(&s, "e").await.ready, 8);
+}
+
+/// Calls made together after Redis lost its scripts (`SCRIPT FLUSH`) are answered: the
+/// `many` is loaded again. After the namespace is lost (`FLUSHALL`), every call made
+/// together fails as a call alone does, with nothing applied.
+#[tokio::test]
+async fn calls_made_together_after_script_flush_and_namespace_loss() {
+    let Some(redis) = start_redis() else { return };
+    let mut c = redis_conn(&redis);
+    let s = AnyStore::Redis(redis_store(&redis.url(), "flushed").await);
+    let puts = |n: u64| {
+        let s = &s;
+        join_all((0..n).map(move |i| s.put(new_job("f", 0, 0, LONG, &format!("{i}")), now(s))))
+    };
+    redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .exec(&mut c)
+        .expect("SCRIPT FLUSH");
+    let made = puts(10).await;
+    assert!(made.iter().all(Result::is_ok), "{made:?}");
+    assert_eq!(tube_of(&s, "f").await.ready, 10);
+
+    redis::cmd("FLUSHALL").exec(&mut c).expect("FLUSHALL");
+    let refused = puts(10).await;
+    for r in &refused {
+        assert!(
+            matches!(r, Err(StoreError::NamespaceLost { .. })),
+            "{refused:?}"
+        );
+    }
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut c).expect("KEYS");
+    assert!(
+        keys.iter().all(|k| !k.contains(":t:f:")),
+        "nothing applied: {keys:?}"
+    );
+}

@@ -1,0 +1,30 @@
+-- many: several calls of put, reserve and delete, made by this instance's connections
+-- while its earlier calls were in flight (scripts/combine.rs), run one after another in
+-- one call: each exactly as its own script runs it (`put_op`, `reserve_op`,
+-- `delete_op`), so the call is the same as those calls sent in this order. What a call
+-- pays once (the EVALSHA, the generation check, TIME, SHARDNUMSUB) is paid once here.
+-- KEYS: the namespace's keys, then each operation's keys (as its own call passes them
+-- after the namespace's), in order. ARGV, for each operation in order: its script's
+-- name, how many keys it has, how many arguments, then its arguments (its own call's
+-- ARGV after the generation).
+-- -> each operation's reply in order (nil as false, an error reply as an error).
+local out, k, i = {}, N_NS_KEYS + 1, 1
+while i <= #ARGV do
+  local name, nkeys, nargs = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
+  local a = { unpack(ARGV, i + 3, i + 2 + nargs) }
+  local r
+  if name == 'put' then
+    r = put_op(k, a)
+  elseif name == 'reserve' then
+    r = reserve_op(k, a)
+  elseif name == 'delete' then
+    r = delete_op(k, a)
+  else
+    return redis.error_reply('ERR many: no operation ' .. tostring(name))
+  end
+  -- A nil would end the reply's array there.
+  if r == nil then r = false end
+  out[#out + 1] = r
+  k, i = k + nkeys, i + 3 + nargs
+end
+return out
