@@ -44,6 +44,8 @@ pub(super) async fn concurrent_callers(s: &AnyStore) {
         }
     };
     join_all((0..WORKERS).map(worker)).await;
+    // Every put counted once in the namespace's figures, each with an id of its own.
+    assert_eq!(totals(s).await.total_jobs, WORKERS * (1 + 2 * ROUNDS));
     for w in 0..WORKERS {
         let ti = tube_of(s, &format!("w{w}")).await;
         assert_eq!(
