@@ -5,8 +5,9 @@
 //! `crate::redis`'s.
 //!
 //! Every state change is one Lua script (`lua/`), called by EVALSHA over a shared
-//! multiplexed connection (concurrent calls are pipelined), touching only the keys it
-//! is given. Times come from Redis `TIME`, so instances with skewed clocks agree.
+//! multiplexed connection (concurrent calls are pipelined; puts, reserves and deletes
+//! made while 4 are in flight go together as one call of `many.lua`, each run as its own
+//! script: `scripts/combine.rs`), touching only the keys it is given. Times come from Redis `TIME`, so instances with skewed clocks agree.
 //! Scripts that make a job ready publish the tube on the wake-up channel when another
 //! instance listens; every instance subscribes and serves its waiting connections (an
 //! instance serves its own waiters after its own commands, so it skips its own
@@ -15,8 +16,9 @@
 //!
 //! Module map:
 //! - `scripts`: the scripts, each with its reply type, and [`scripts::Runner`], the one
-//!   way to call them (shared by the store and the reference keeper); the KEYS layout
-//!   is `crate::redis::keys`'.
+//!   way to call them (shared by the store and the reference keeper), which combines
+//!   the hot calls made at once (`scripts/combine.rs`); the KEYS layout is
+//!   `crate::redis::keys`'.
 //! - `shake`: each script's prelude cut to the definitions its body uses.
 //! - `decode`: typed reading of each reply ([`decode::Decode`]).
 //! - `connect`: connecting (commands and the wake-up subscription on connections of
