@@ -9,7 +9,8 @@
 //! redis-server: calls made while others are in flight go to Redis as one `many` call
 //! (counted in `INFO commandstats`); a job found damaged fails only the call that
 //! picked it; a `many` after `SCRIPT FLUSH` is loaded again and answered; a namespace
-//! lost fails every call of a `many` as it fails a call alone.
+//! lost fails every call of a `many` as it fails a call alone; a caller gone before or
+//! while making a `many` leaves the others answered and the places in flight passing on.
 
 use futures_util::future::join_all;
 use redstalk::redis::Code;
@@ -199,4 +200,84 @@ async fn calls_made_together_after_script_flush_and_namespace_loss() {
         keys.iter().all(|k| !k.contains(":t:f:")),
         "nothing applied: {keys:?}"
     );
+}
+
+/// Callers that go away while their calls wait to be combined (an HTTP request whose
+/// client left) leave the others answered, and the places in flight passing on: the
+/// first caller queued, woken to make the next `many`, is dropped once before reading
+/// its turn and once while making it. Every call that kept its caller is made and
+/// answered; a dropped call is made or not, never twice; and calls made afterwards are
+/// still answered (a place lost with a dropped caller would leave them queued for ever).
+#[tokio::test]
+async fn callers_gone_while_combined_leave_the_others_answered() {
+    use std::future::{Future, poll_fn};
+    use std::pin::Pin;
+    use std::task::Poll;
+    type PutCall<'a> = Pin<Box<dyn Future<Output = Result<JobId, StoreError>> + 'a>>;
+
+    const LONG_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+    let Some(redis) = start_redis() else { return };
+    let s = AnyStore::Redis(redis_store(&redis.url(), "gone").await);
+    const CALLS: usize = 40;
+    // The first calls go alone; the rest queue behind them in the order polled.
+    const ALONE: usize = 4;
+    let mut made = 0;
+    for (round, while_making) in [(0, false), (1, true)] {
+        let tube = format!("g{round}");
+        let mut calls: Vec<Option<PutCall>> = (0..CALLS)
+            .map(|i| {
+                Some(
+                    Box::pin(s.put(new_job(&tube, 0, 0, LONG, &format!("{i}")), now(&s)))
+                        as PutCall,
+                )
+            })
+            .collect();
+        // One poll takes each to Redis or to the queue (a put reaches its script call
+        // without waiting for anything).
+        poll_fn(|cx| {
+            for call in calls.iter_mut().flatten() {
+                assert!(call.as_mut().poll(cx).is_pending(), "answered at once");
+            }
+            Poll::Ready(())
+        })
+        .await;
+        let maker = ALONE;
+        if while_making {
+            // The calls alone answer; the first queued caller is handed the rest.
+            for slot in calls.iter_mut().take(ALONE) {
+                if let Some(call) = slot.take() {
+                    call.await.expect("a call alone");
+                }
+            }
+            // It starts the `many`, and goes away.
+            if let Some(call) = calls[maker].as_mut() {
+                poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx).is_pending())).await;
+            }
+            calls[maker] = None;
+        } else {
+            // It goes away before its turn, with the next three.
+            for call in &mut calls[maker..maker + 4] {
+                *call = None;
+            }
+        }
+        let kept = calls.iter().flatten().count();
+        let answers = tokio::time::timeout(LONG_WAIT, join_all(calls.into_iter().flatten()))
+            .await
+            .expect("every caller left is answered");
+        assert!(answers.iter().all(Result::is_ok), "{answers:?}");
+        let ready = tube_of(&s, &tube).await.ready as usize;
+        eprintln!("round {round}: {kept} callers kept, {ready} jobs made of {CALLS}");
+        assert!((kept..=CALLS).contains(&ready), "{ready} jobs");
+        made += ready;
+    }
+    // The places passed on: calls made now are answered.
+    let after = tokio::time::timeout(
+        LONG_WAIT,
+        join_all((0..CALLS).map(|i| s.put(new_job("after", 0, 0, LONG, &format!("{i}")), now(&s)))),
+    )
+    .await
+    .expect("calls made afterwards are answered");
+    assert!(after.iter().all(Result::is_ok), "{after:?}");
+    assert_eq!(tube_of(&s, "after").await.ready as usize, CALLS);
+    eprintln!("{made} jobs made in the two rounds");
 }

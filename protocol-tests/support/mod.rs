@@ -252,11 +252,41 @@ pub fn redstalk_path() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_redstalk"))
 }
 
-/// A free TCP port on 127.0.0.1 (the OS picks it; there is a small window in which
-/// another process could take it, which [`ServerProc::start`] retries around).
+/// A free TCP port on 127.0.0.1, taken below the kernel's ephemeral range.
+///
+/// A port the kernel hands out for `bind(0)` comes from the range it also gives every
+/// outgoing connection, so a server's own connection to Redis could take the port a
+/// server started beside it was about to listen on (seen in CI: four instances started
+/// at once, one exited with "Address already in use"). Below the range only another
+/// listener can take it. Each process walks the ports from its own offset, so two calls
+/// here never return the same port while any other is free; a port found bound is
+/// skipped. [`ServerProc::start`] still retries around the window before the server
+/// binds it.
 pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const FIRST: u32 = 10_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let end = ephemeral_low().max(FIRST + 1_000);
+    let span = end - FIRST;
+    let offset = std::process::id().wrapping_mul(7_919);
+    for _ in 0..span {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = FIRST + offset.wrapping_add(n) % span;
+        let port = u16::try_from(port).expect("below the ephemeral range");
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
     let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
     l.local_addr().expect("local addr").port()
+}
+
+/// The first port of the kernel's ephemeral range (32768 when it cannot be read).
+fn ephemeral_low() -> u32 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768)
 }
 
 /// A port on 127.0.0.1 that refuses connections for as long as this value lives: a

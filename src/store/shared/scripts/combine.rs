@@ -13,12 +13,19 @@
 //! Ownership: the queue and the count of calls in flight are the [`Combiner`]'s, behind
 //! a mutex held only to push or take (never across an await). The queue holds at most
 //! one call per connection of this instance (a connection waits for each reply before
-//! its next command). A `many` call is made by a task spawned for it, which owns the
-//! calls it took until each has its answer, then takes the next ones, or gives its
-//! place in flight back.
+//! its next command). A place in flight passes from call to call: when a call answers,
+//! the first caller waiting in the queue is woken to make the next `many` itself, with
+//! the calls queued behind it (flat combining: no task and no wake-up more than the
+//! answers need). The `many` is a boxed future of its own ([`Making`]), so a caller
+//! dropped before or while making it (an HTTP request whose client went away) hands it
+//! to a task that makes or finishes it: a call once taken from the queue is always made
+//! to its end, and its place in flight always passes on.
 
 use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 
 use redis::{Arg, Cmd, Value};
 use tokio::sync::oneshot;
@@ -61,9 +68,15 @@ struct State {
     queue: VecDeque<Queued>,
 }
 
-/// A call waiting to be combined: its script's name, its command as its own call would
-/// send it, and where its answer goes.
+/// A call waiting to be combined, and where its caller is told what to do.
 struct Queued {
+    call: Owned,
+    turn: oneshot::Sender<Turn>,
+}
+
+/// A call as its own call would send it: its script's name, its command, and what
+/// combining it needs to know.
+struct Owned {
     name: &'static str,
     cmd: Cmd,
     /// How many of its keys are the namespace's (its script's), and how many in all.
@@ -72,12 +85,24 @@ struct Queued {
     generation: Arc<str>,
     /// Whether its change waits for replicas (`--redis-wait-replicas`).
     wait: Option<ReplicaWait>,
-    bytes: usize,
-    answer: oneshot::Sender<Answer>,
 }
 
-/// One call's place in flight, given back (or handed to the queue) when dropped,
-/// however the call ends.
+/// What a queued caller is woken with: its answer (its call went in another's `many`),
+/// or the `many` to make now, its own call first.
+enum Turn {
+    Answered(Answer),
+    Make(Making),
+}
+
+/// The calls of one `many`: the one of the caller who makes it, and those queued
+/// behind it (the first still `Queued` until its caller is woken).
+struct Batch<T = Owned> {
+    own: T,
+    rest: Vec<Queued>,
+}
+
+/// One call's place in flight, handed to the queue's next calls (or given back) when
+/// dropped, however the call ends.
 struct Place<'a> {
     runner: &'a Runner,
 }
@@ -108,99 +133,140 @@ impl Combiner {
                 state.running += 1;
                 None
             } else {
-                let (answer, waiting) = oneshot::channel();
+                let (turn, waiting) = oneshot::channel();
                 state.queue.push_back(Queued {
-                    name: call.name,
-                    cmd: call.cmd.clone(),
-                    ns_keys: call.ns_keys,
-                    keys: call.keys,
-                    generation: call.generation.clone(),
-                    wait: call.wait,
-                    bytes: call.cmd.args_iter().map(arg_len).sum(),
-                    answer,
+                    call: Owned {
+                        name: call.name,
+                        cmd: call.cmd.clone(),
+                        ns_keys: call.ns_keys,
+                        keys: call.keys,
+                        generation: call.generation.clone(),
+                        wait: call.wait,
+                    },
+                    turn,
                 });
                 Some(waiting)
             }
         };
-        match waiting {
-            None => {
-                let _place = Place { runner };
-                runner.send(call.name, call.cmd, call.wait).await
-            }
-            // The task making the call was dropped (the runtime is ending): it may have
-            // sent it.
-            Some(waiting) => waiting.await.unwrap_or_else(|_| {
-                Err(CallError {
-                    op: call.name,
-                    fate: Fate::MayHaveApplied,
-                    source: "the combined call ended without an answer".into(),
-                })
+        let Some(waiting) = waiting else {
+            let _place = Place { runner };
+            return runner.send(call.name, call.cmd, call.wait).await;
+        };
+        match waiting.await {
+            Ok(Turn::Answered(answer)) => answer,
+            Ok(Turn::Make(making)) => making.await,
+            // Its turn was dropped unsent: no runtime was left to make the call on.
+            Err(_) => Err(CallError {
+                op: call.name,
+                fate: Fate::MayHaveApplied,
+                source: "the combined call ended without an answer".into(),
             }),
         }
     }
 
-    /// A place in flight is free: the queue's next calls take it, in a task of their
-    /// own, or it is given back.
+    /// A place in flight is free: the queue's next calls take it (their first caller
+    /// is woken to make them), or it is given back.
     fn release(&self, runner: &Runner) {
-        let Some(calls) = self.next_calls() else {
+        let Some(batch) = self.next_batch() else {
             return;
         };
-        match tokio::runtime::Handle::try_current() {
-            Ok(rt) => {
-                rt.spawn(run_queue(runner.clone(), calls));
-            }
-            // No runtime to run them on (the process is ending): their callers are
-            // told so, as the senders drop.
-            Err(_) => drop(calls),
-        }
+        let Batch { own, rest } = batch;
+        let Queued { call, turn } = own;
+        let making = Making::new(runner, Batch { own: call, rest });
+        // A caller that went away while it waited drops its turn unread: the `many` is
+        // then made by a task (see `Making`).
+        let _ = turn.send(Turn::Make(making));
     }
 
     /// The queue's next calls for one `many` (keeping the place in flight), or `None`
     /// (the place given back) when none waits.
-    fn next_calls(&self) -> Option<Vec<Queued>> {
+    fn next_batch(&self) -> Option<Batch<Queued>> {
         let mut state = lock(&self.state);
-        let Some(first) = state.queue.front() else {
+        let Some(own) = state.queue.pop_front() else {
             state.running -= 1;
             return None;
         };
-        let generation = first.generation.clone();
-        let mut calls = Vec::new();
-        let mut bytes = 0;
+        let mut rest = Vec::new();
+        let mut bytes = own.call.bytes();
         while let Some(next) = state.queue.front() {
-            if calls.len() == MAX_CALLS || bytes >= MAX_BYTES || next.generation != generation {
+            if rest.len() + 1 == MAX_CALLS
+                || bytes >= MAX_BYTES
+                || next.call.generation != own.call.generation
+            {
                 break;
             }
-            bytes += next.bytes;
-            calls.extend(state.queue.pop_front());
+            bytes += next.call.bytes();
+            rest.extend(state.queue.pop_front());
         }
-        Some(calls)
+        Some(Batch { own, rest })
     }
 }
 
-/// Make `calls`, then the queue's next ones while any wait.
-async fn run_queue(runner: Runner, mut calls: Vec<Queued>) {
-    loop {
-        run_calls(&runner, calls).await;
-        match runner.combiner.next_calls() {
-            Some(next) => calls = next,
-            None => return,
+impl Owned {
+    /// Its command's arguments after EVALSHA, the SHA and the key count: its keys, its
+    /// generation, then its script's arguments.
+    fn args(&self) -> impl ExactSizeIterator<Item = &[u8]> {
+        self.cmd.args_iter().skip(3).map(arg_bytes)
+    }
+
+    fn bytes(&self) -> usize {
+        self.args().map(<[u8]>::len).sum()
+    }
+}
+
+/// The `many` a woken caller makes. It is boxed so that, dropped before its end (its
+/// caller gone before reading its turn, or while making it), it is handed to a task
+/// that makes or finishes it: the calls behind it may have been sent, their callers are
+/// owed their answers, and its place in flight must pass on.
+struct Making {
+    call: Option<Pin<Box<dyn Future<Output = Answer> + Send>>>,
+}
+
+impl Making {
+    fn new(runner: &Runner, batch: Batch) -> Making {
+        Making {
+            call: Some(Box::pin(make(runner.clone(), batch))),
         }
     }
 }
 
-/// Make `calls` (one `many`, or the call alone) and answer each.
-async fn run_calls(runner: &Runner, mut calls: Vec<Queued>) {
-    if calls.len() == 1 {
-        if let Some(call) = calls.pop() {
-            let answer = runner.send(call.name, &call.cmd, call.wait).await;
-            // A caller that went away (its connection closed) needs no answer.
-            let _ = call.answer.send(answer);
-        }
-        return;
+impl Future for Making {
+    type Output = Answer;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Answer> {
+        let Some(call) = self.call.as_mut() else {
+            return Poll::Ready(Err(CallError::bad_reply(MANY, "polled after its end")));
+        };
+        let answer = std::task::ready!(call.as_mut().poll(cx));
+        self.call = None;
+        Poll::Ready(answer)
     }
-    let cmd = many_cmd(runner, &calls);
+}
+
+impl Drop for Making {
+    fn drop(&mut self) {
+        if let Some(call) = self.call.take()
+            && let Ok(rt) = tokio::runtime::Handle::try_current()
+        {
+            rt.spawn(async move {
+                let _ = call.await;
+            });
+        }
+    }
+}
+
+/// Make `batch` (one `many`, or its own call alone), answer the calls behind it, and
+/// return its own call's answer. Its place in flight passes on when it ends.
+async fn make(runner: Runner, batch: Batch) -> Answer {
+    let _place = Place { runner: &runner };
+    let runner = &runner;
+    let Batch { own, rest } = batch;
+    if rest.is_empty() {
+        return runner.send(own.name, &own.cmd, own.wait).await;
+    }
+    let cmd = many_cmd(runner, &own, &rest);
     // Waits for replicas when any of its calls would.
-    let wait = calls.iter().find_map(|c| c.wait);
+    let wait = own.wait.or_else(|| rest.iter().find_map(|q| q.call.wait));
     let mut reply = runner.send(MANY, &cmd, wait).await;
     if matches!(&reply, Err(e) if Code::found_in(e) == Some(Code::NoScript)) {
         reply = match runner
@@ -214,70 +280,82 @@ async fn run_calls(runner: &Runner, mut calls: Vec<Queued>) {
             Err(e) => Err(CallError::new(MANY, e)),
         };
     }
-    match reply {
-        Ok(Value::Array(replies)) if replies.len() == calls.len() => {
-            for (call, reply) in calls.into_iter().zip(replies) {
-                let answer = match reply {
-                    Value::ServerError(e) => Err(CallError::new(call.name, e.into())),
-                    value => Ok(value),
-                };
-                let _ = call.answer.send(answer);
-            }
-        }
+    let count = rest.len() + 1;
+    let replies = match reply {
+        Ok(Value::Array(replies)) if replies.len() == count => replies,
         Ok(other) => {
-            let detail = format!("{MANY} answered {other:?} to {} calls", calls.len());
-            for call in calls {
-                let _ = call
-                    .answer
-                    .send(Err(CallError::bad_reply(call.name, detail.clone())));
+            let detail = format!("{MANY} answered {other:?} to {count} calls");
+            for queued in rest {
+                let failed = CallError::bad_reply(queued.call.name, detail.clone());
+                // A caller that went away (its connection closed) needs no answer.
+                let _ = queued.turn.send(Turn::Answered(Err(failed)));
             }
+            return Err(CallError::bad_reply(own.name, detail));
         }
         Err(e) => {
-            for call in calls {
-                let _ = call.answer.send(Err(e.shared_with(call.name)));
+            for queued in rest {
+                let failed = e.shared_with(queued.call.name);
+                let _ = queued.turn.send(Turn::Answered(Err(failed)));
             }
+            return Err(e.shared_with(own.name));
         }
+    };
+    // `many` answers each call in its place: the maker's first.
+    let mut replies = replies.into_iter();
+    let own_reply = replies.next();
+    for (queued, reply) in rest.into_iter().zip(replies) {
+        let answer = one_answer(queued.call.name, reply);
+        let _ = queued.turn.send(Turn::Answered(answer));
+    }
+    match own_reply {
+        Some(reply) => one_answer(own.name, reply),
+        None => Err(CallError::bad_reply(
+            own.name,
+            format!("{MANY} answered none"),
+        )),
+    }
+}
+
+/// One call's element of `many`'s reply: an error element is that call's error alone.
+fn one_answer(name: &'static str, reply: Value) -> Answer {
+    match reply {
+        Value::ServerError(e) => Err(CallError::new(name, e.into())),
+        value => Ok(value),
     }
 }
 
 const MANY: &str = "many";
 
-/// The `many` call of `calls` (see many.lua): the namespace's keys `many` reads, each
-/// call's own keys, the generation, then each call's name, key and argument counts and
-/// arguments.
-fn many_cmd(runner: &Runner, calls: &[Queued]) -> Cmd {
+/// The `many` call of `own` and `rest` (see many.lua): the namespace's keys `many`
+/// reads, each call's own keys, the generation, then each call's name, key and argument
+/// counts and arguments.
+fn many_cmd(runner: &Runner, own: &Owned, rest: &[Queued]) -> Cmd {
+    let calls = || std::iter::once(own).chain(rest.iter().map(|q| &q.call));
     let lua = &runner.scripts.many;
-    let own_keys: usize = calls.iter().map(|c| c.keys - c.ns_keys).sum();
+    let own_keys: usize = calls().map(|c| c.keys - c.ns_keys).sum();
     let mut cmd = redis::cmd("EVALSHA");
     cmd.arg(lua.script.get_hash()).arg(lua.ns.len() + own_keys);
     for &key in &lua.ns {
         cmd.arg(runner.keys.ns(key));
     }
-    // Each call's command: EVALSHA, its SHA, its key count, its keys, its
-    // generation, its arguments.
-    let parts: Vec<Vec<&[u8]>> = calls
-        .iter()
-        .map(|c| c.cmd.args_iter().skip(1).map(arg_bytes).collect())
-        .collect();
-    for (call, part) in calls.iter().zip(&parts) {
-        for key in part
-            .iter()
-            .skip(2 + call.ns_keys)
+    for call in calls() {
+        for key in call
+            .args()
+            .skip(call.ns_keys)
             .take(call.keys - call.ns_keys)
         {
-            cmd.arg(*key);
+            cmd.arg(key);
         }
     }
-    if let Some(first) = calls.first() {
-        cmd.arg(&*first.generation);
-    }
-    for (call, part) in calls.iter().zip(&parts) {
-        let args = part.get(3 + call.keys..).unwrap_or_default();
+    cmd.arg(&*own.generation);
+    for call in calls() {
+        // After its keys, its generation, then its arguments.
+        let args = call.args().skip(call.keys + 1);
         cmd.arg(call.name)
             .arg(call.keys - call.ns_keys)
             .arg(args.len());
         for a in args {
-            cmd.arg(*a);
+            cmd.arg(a);
         }
     }
     cmd
@@ -289,8 +367,4 @@ fn arg_bytes(arg: Arg<&[u8]>) -> &[u8] {
         // A script's call has no cursor.
         _ => &[],
     }
-}
-
-fn arg_len(arg: Arg<&[u8]>) -> usize {
-    arg_bytes(arg).len()
 }
