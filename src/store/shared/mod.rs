@@ -39,6 +39,8 @@
 //! - `refs`: this instance's tube references and the task that keeps them in Redis.
 //! - `ticks`: the timer's tick: due work a tube at a time, damaged tubes set aside,
 //!   the sweep of ended dedupe windows.
+//! - `totals`: the server's `stats` figures, summed over the tubes' sets in bounded
+//!   pipelines.
 //! - `liveness`: the heartbeat, and dropping the references of dead instances.
 //! - `eviction`: the eviction policy check (`crate::redis::policy`) at start and on
 //!   the heartbeat.
@@ -72,6 +74,7 @@ mod scripts;
 mod shake;
 mod store_impl;
 mod ticks;
+mod totals;
 
 use std::sync::Mutex;
 
@@ -96,7 +99,7 @@ pub const SCRIPT_CHUNK: u32 = 1000;
 
 pub struct RedisStore {
     run: Runner,
-    /// Makes the connection of each large put's body (see `store_impl::put_large`).
+    /// Makes the connection of each large put's body (see `large::put_large`).
     connector: Connector,
     /// This process's id in owner strings and in the instance registry.
     instance: String,

@@ -11,10 +11,9 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use redis::Value;
 use tokio::sync::mpsc;
 
-use super::decode::{self, KickSet};
+use super::decode::KickSet;
 use super::held::Held;
 use super::refs::RefKind;
 use super::scripts::{Call, Lua, Scripts};
@@ -37,9 +36,6 @@ use crate::util::lock;
 /// How often the timer runs a tick even when nothing local is due: deadlines created by
 /// an instance that then died, wake-ups lost while Redis was unreachable.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
-
-/// How many tubes' figures one pipeline of `stats` reads.
-const STATS_CHUNK: usize = 1000;
 
 /// A reserve met a job that lost its body or meta in Redis (the script dropped it and
 /// answered a DAMAGED error, see reserve.lua): say which, loudly.
@@ -339,54 +335,7 @@ impl Store for RedisStore {
     }
 
     async fn totals(&self) -> StoreResult<Totals> {
-        // The sets are the only count of jobs per state (the scripts keep no totals of
-        // them), so the figures are summed over the tubes, a pipeline of
-        // [`STATS_CHUNK`] tubes at a time, each a transaction (one over 100,000 tubes
-        // blocked Redis, and this instance, for a second). Each tube's figures are read
-        // together; the sum is not one instant's, which no client can tell.
-        let names = self.list_tubes().await?;
-        let keys = self.run.keys();
-        let below_urgent = format!("({URGENT_PRI}");
-        let mut sum = Totals {
-            tubes: names.len() as u64,
-            ..Totals::default()
-        };
-        // An empty chunk still reads the namespace's counters.
-        let chunks = names
-            .chunks(STATS_CHUNK)
-            .chain(names.is_empty().then_some(&[][..]));
-        for chunk in chunks {
-            let mut pipe = redis::pipe();
-            pipe.atomic()
-                .cmd("HMGET")
-                .arg(keys.ns(NsKey::Stats))
-                .arg(&["total_jobs", "job_timeouts"]);
-            for t in chunk {
-                let ready = keys.tube_key(t.as_str(), TubeKey::Ready);
-                pipe.cmd("ZCOUNT")
-                    .arg(&ready)
-                    .arg("-inf")
-                    .arg(&below_urgent);
-                pipe.cmd("ZCARD").arg(ready);
-                for set in [TubeKey::Delayed, TubeKey::Reserved, TubeKey::Buried] {
-                    pipe.cmd("ZCARD").arg(keys.tube_key(t.as_str(), set));
-                }
-            }
-            let replies: Vec<Value> = pipe
-                .query_async(&mut self.run.conn())
-                .await
-                .map_err(|e| StoreError::redis("stats", e))?;
-            let part = decode::totals(replies, chunk.len())
-                .map_err(|detail| StoreError::bad_reply("stats", detail))?;
-            sum.urgent += part.urgent;
-            sum.ready += part.ready;
-            sum.reserved += part.reserved;
-            sum.delayed += part.delayed;
-            sum.buried += part.buried;
-            sum.total_jobs = part.total_jobs;
-            sum.job_timeouts = part.job_timeouts;
-        }
-        Ok(sum)
+        self.read_totals().await
     }
 
     async fn list_tubes(&self) -> StoreResult<Vec<TubeName>> {
