@@ -251,7 +251,8 @@ async fn callers_gone_while_combined_leave_the_others_answered() {
             }
             // It starts the `many`, and goes away.
             if let Some(call) = calls[maker].as_mut() {
-                poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx).is_pending())).await;
+                let started = poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx).is_pending())).await;
+                assert!(started, "the many answered before Redis could");
             }
             calls[maker] = None;
         } else {
