@@ -93,6 +93,7 @@
 
 mod contract_admin;
 mod contract_batch;
+mod contract_by_id;
 mod contract_concurrent;
 mod contract_keys;
 mod contract_policies;

@@ -137,7 +137,9 @@ pub const JOB_BODY: &str = "b";
 /// (`TUBE_READY`), and a function that names the keys of a group starting at KEYS index
 /// `b` (`tube_group(b).ready`). Plain constructors, not loops: this runs on every call.
 /// Then `tube_key_of(tag, tube, name)`, one key of a tube the call was not given (a
-/// dedupe window names its tube only in the namespace's window set), and
+/// dedupe window names its tube only in the namespace's window set),
+/// `tube_group_of(tag, tube)`, every key of such a tube as `tube_group` names them (a
+/// command by id alone finds its job's tube in the job's hash), and
 /// `job_key_of(tag, id)`, a job's key (a reserve cannot declare the job it will pick;
 /// the key has the namespace's tag, so it is in the slot of the declared keys), both
 /// spelt as [`Keys`] spells them.
@@ -172,6 +174,15 @@ pub fn lua_key_layout() -> String {
     let _ = writeln!(
         lua,
         "local function tube_key_of(tag, tube, name)\n  return tag .. '{TUBE_INFIX}' .. tube .. ':' .. name\nend"
+    );
+    let of: Vec<String> = TubeKey::NAMES
+        .iter()
+        .map(|n| format!("{n} = tube_key_of(tag, tube, '{n}')"))
+        .collect();
+    let _ = writeln!(
+        lua,
+        "local function tube_group_of(tag, tube)\n  return {{ {} }}\nend",
+        of.join(", ")
     );
     let _ = writeln!(
         lua,

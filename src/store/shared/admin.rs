@@ -219,13 +219,10 @@ impl RedisStore {
     }
 
     pub(super) async fn admin_job_entry(&self, id: JobId) -> StoreResult<Option<JobEntry>> {
-        let Some((tube, call)) = self.job_call(|s| &s.job_entry, id).await? else {
+        let Some(found) = self.on_job(|s| &s.job_entry, id).run().await? else {
             return Ok(None);
         };
-        let Some(reply) = call.run().await? else {
-            return Ok(None);
-        };
-        let mut entry = self.entry_of(reply, tube);
+        let mut entry = self.entry_of(found.reply, found.tube);
         entry.history = self.live_history(id).await?;
         Ok(Some(entry))
     }

@@ -192,6 +192,33 @@ impl Decode for Touched {
     }
 }
 
+/// A tube's name (a script's reply naming the tube it acted in).
+impl Decode for TubeName {
+    fn decode(v: Value) -> Result<Self, String> {
+        let name = text(&v)?;
+        TubeName::new(name)
+            .ok_or_else(|| format!("a bad tube name {:?}", String::from_utf8_lossy(name)))
+    }
+}
+
+/// The reply of a script that found a job by its id alone (`find_job` in the prelude):
+/// the tube its hash names, then the script's own reply.
+#[derive(Debug)]
+pub struct OnJob<R> {
+    pub tube: TubeName,
+    pub reply: R,
+}
+
+impl<R: Decode> Decode for OnJob<R> {
+    fn decode(v: Value) -> Result<Self, String> {
+        let [tube, reply] = fields(v)?;
+        Ok(OnJob {
+            tube: TubeName::decode(tube)?,
+            reply: R::decode(reply)?,
+        })
+    }
+}
+
 /// A job shown by a peek.
 #[derive(Debug)]
 pub struct Peeked {

@@ -150,10 +150,11 @@ impl RedisStore {
     /// The tubes of jobs `ids` (`None` for an id that names no job), in one round trip
     /// (the field [`JOB_TUBE`] of each job's hash, pipelined), for scripts to act on:
     /// the lookup may have read a fresh namespace, and an id of the old one must not act
-    /// there (see namespace.rs). The one place that reads where a job is from its id
-    /// alone (docs/REDIS.md); a script given the tube checks it again (`get_job` in the
-    /// prelude: the job may have moved since). A large body written ahead of its job has
-    /// no tube yet: no job.
+    /// there (see namespace.rs). The one place outside a script that reads where a job
+    /// is from its id alone (docs/REDIS.md; the scripts that only read find it
+    /// themselves: [`RedisStore::on_job`]); a script given the tube checks it again
+    /// (`get_job` in the prelude: the job may have moved since). A large body written
+    /// ahead of its job has no tube yet: no job.
     pub(super) async fn tubes_of(&self, ids: &[JobId]) -> StoreResult<Vec<Option<TubeName>>> {
         let generation = self.run.namespace().current();
         let keys = self.run.keys();
@@ -180,7 +181,10 @@ impl RedisStore {
     }
 
     /// A call of the single-tube script `pick` on the tube of job `id` (found by
-    /// [`RedisStore::tubes_of`]), with the id as its first argument; `None` when there is no such job.
+    /// [`RedisStore::tubes_of`]), with the id as its first argument; `None` when there is
+    /// no such job. Two round trips: for a caller that needs the tube before the call
+    /// (`reserve-job` records its attempt by tube, so a lost answer can be undone);
+    /// others find it inside their script ([`RedisStore::on_job`]).
     async fn job_call<R: Decode + 'static>(
         &self,
         pick: impl FnOnce(&Scripts) -> &Lua<R>,
@@ -192,6 +196,16 @@ impl RedisStore {
         let mut call = self.run.on_tube(pick, &[], tube.as_str());
         call.arg(id);
         Ok(Some((tube, call)))
+    }
+
+    /// A call of the script `pick` on job `id` found by its id alone (`find_job` in the
+    /// prelude; a script that changes the job names its tube's keys with
+    /// `tube_group_of`): the namespace's keys only, the id its first argument. One
+    /// round trip, where [`RedisStore::job_call`] takes two.
+    fn on_job<R: 'static>(&self, pick: impl FnOnce(&Scripts) -> &Lua<R>, id: JobId) -> Call<'_, R> {
+        let mut call = self.run.call(pick, &[], &[] as &[&str]);
+        call.arg(id);
+        call
     }
 
     /// A call of the single-tube script `pick` on a job `conn` holds, with the id and

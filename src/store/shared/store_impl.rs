@@ -87,15 +87,10 @@ impl RedisStore {
         Ok((owner, call))
     }
 
-    /// A peek in `tube`: of job `id` (`which` "id"), or the head of a set.
-    async fn peek_in(
-        &self,
-        tube: &str,
-        which: &str,
-        id: JobId,
-    ) -> StoreResult<Option<(JobId, Bytes)>> {
+    /// A peek at the head of `tube`'s set `which` ("ready", "delayed" or "buried").
+    async fn peek_in(&self, tube: &str, which: &str) -> StoreResult<Option<(JobId, Bytes)>> {
         let mut call = self.run.on_tube(|s| &s.peek, &[], tube);
-        call.arg((id, which));
+        call.arg(which);
         let peeked = call.run().await?;
         self.peeked(peeked, call.generation()).await
     }
@@ -200,10 +195,10 @@ impl Store for RedisStore {
         let max = self.windows_max();
         let deleted = match self.held_call(|s| &s.delete, conn, id) {
             Some((_, mut call)) => call.arg(max).arg(self.ret_arg(conn)).run().await?,
-            None => match self.job_call(|s| &s.delete, id).await? {
-                Some((_, mut call)) => call.arg("").arg(max).arg(self.ret_arg(conn)).run().await?,
-                None => false,
-            },
+            None => {
+                let mut call = self.on_job(|s| &s.delete_job, id);
+                call.arg(max).arg(self.ret_arg(conn)).run().await?
+            }
         };
         if deleted {
             self.held.unhold(conn, id);
@@ -293,37 +288,31 @@ impl Store for RedisStore {
     }
 
     async fn kick_job(&self, id: JobId, _now: Nanos) -> StoreResult<Option<TubeName>> {
-        let Some((tube, mut call)) = self.job_call(|s| &s.kick_job, id).await? else {
-            return Ok(None);
-        };
-        Ok(call.arg(self.ret_arg0()).run().await?.then_some(tube))
+        let mut call = self.on_job(|s| &s.kick_job, id);
+        call.arg(self.run.origin()).arg(self.ret_arg0()).run().await
     }
 
     async fn peek(&self, id: JobId) -> StoreResult<Option<(JobId, Bytes)>> {
-        let Some((_, mut call)) = self.job_call(|s| &s.peek, id).await? else {
-            return Ok(None);
-        };
-        let peeked = call.arg("id").run().await?;
+        let call = self.on_job(|s| &s.peek_job, id);
+        let peeked = call.run().await?;
         self.peeked(peeked, call.generation()).await
     }
 
     async fn peek_ready(&self, tube: &TubeName) -> StoreResult<Option<(JobId, Bytes)>> {
-        self.peek_in(tube.as_str(), "ready", 0).await
+        self.peek_in(tube.as_str(), "ready").await
     }
 
     async fn peek_delayed(&self, tube: &TubeName) -> StoreResult<Option<(JobId, Bytes)>> {
-        self.peek_in(tube.as_str(), "delayed", 0).await
+        self.peek_in(tube.as_str(), "delayed").await
     }
 
     async fn peek_buried(&self, tube: &TubeName) -> StoreResult<Option<(JobId, Bytes)>> {
-        self.peek_in(tube.as_str(), "buried", 0).await
+        self.peek_in(tube.as_str(), "buried").await
     }
 
     async fn job_info(&self, id: JobId, _now: Nanos) -> StoreResult<Option<JobInfo>> {
-        let Some((tube, call)) = self.job_call(|s| &s.job_info, id).await? else {
-            return Ok(None);
-        };
-        Ok(call.run().await?.map(|f| f.into_info(id, tube)))
+        let found = self.on_job(|s| &s.job_info, id).run().await?;
+        Ok(found.map(|f| f.reply.into_info(id, f.tube)))
     }
 
     async fn tube_info(&self, tube: &TubeName, _now: Nanos) -> StoreResult<Option<TubeInfo>> {

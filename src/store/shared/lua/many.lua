@@ -1,7 +1,8 @@
--- many: several calls of put, reserve and delete, made by this instance's connections
--- while its earlier calls were in flight (scripts/combine.rs), run one after another in
--- one call: each exactly as its own script runs it (`put_op`, `reserve_op`,
--- `delete_op`), so the call is the same as those calls sent in this order. What a call
+-- many: several calls of put, reserve, delete and delete_job, made by this instance's
+-- connections while its earlier calls were in flight (scripts/combine.rs), run one
+-- after another in one call: each exactly as its own script runs it (`put_op`,
+-- `reserve_op`, `delete_op`, `delete_job_op`), so the call is the same as those calls
+-- sent in this order. What a call
 -- pays once (the EVALSHA, the generation check, TIME, SHARDNUMSUB) is paid once here.
 -- KEYS: the namespace's keys, then each operation's keys (as its own call passes them
 -- after the namespace's), in order. ARGV, for each operation in order: its script's
@@ -31,6 +32,8 @@ while i <= #ARGV do
     r = reserve_op(k, a)
   elseif name == 'delete' then
     r = delete_op(k, a)
+  elseif name == 'delete_job' then
+    r = delete_job_op(a)
   else
     r = redis.error_reply('ERR many: no operation ' .. tostring(name))
   end

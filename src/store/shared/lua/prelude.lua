@@ -324,6 +324,15 @@ local function get_job(tube, id)
   return cmsgpack.unpack(v[2])
 end
 
+-- Job `id` found by its id alone (the caller does not know its tube: its hash names
+-- it): its tube and meta, or nil when there is no such job (no hash, or a large body
+-- written ahead of its job: no tube and no meta yet).
+local function find_job(id)
+  local v = redis.call('HMGET', job_key(id), 't', 'm')
+  if not v[1] or not v[2] then return nil end
+  return v[1], cmsgpack.unpack(v[2])
+end
+
 -- `get_job` and `body_for_reply` in two reads (what a reserve needs): the meta (nil as
 -- `get_job` says), then the body for a reply (false when the job has none).
 local function job_for_reply(tube, id)
@@ -911,6 +920,18 @@ local function admin_entry(id, j, now)
     now }
 end
 
+-- A delete of job `id` (meta `j`) of `tube` (its group `T`), found deletable (not
+-- reserved, or reserved by the caller): `max` the most dedupe windows open at once,
+-- `ret` the retention argument (see RET). -> 1 (deleted). delete_op's and
+-- delete_job_op's.
+local function delete_found(T, tube, id, j, max, ret)
+  RET = ret_of(ret)
+  delete_job(T, G, tube, id, j, true, tonumber(max))
+  redis.call('HINCRBY', T.meta, 'cmd_delete', '1')
+  maybe_gc(T, G, tube)
+  return 1
+end
+
 -- The operations many.lua runs several of in one call, each the whole body of its own
 -- script (put.lua, reserve.lua, delete.lua call them alone): `a` is the operation's
 -- arguments, numbered as its script's ARGV; its keys start at KEYS[k] (a tube group,
@@ -949,7 +970,8 @@ local function reserve_op(k, a)
   return r
 end
 
--- delete: a[3] id, a[4] owner ('' when the caller holds no reservation of it), a[5]
+-- delete: a[3] id, a[4] the owner token the caller holds it under (a job the caller
+-- does not hold is delete_job.lua's, found by its id alone), a[5]
 -- the most dedupe windows open at once, a[6] the retention argument (see RET: the
 -- job's record is retained) -> 1 deleted, 0 not found (or held by another). Its
 -- script is composed without the generation check first (CHECK_FIRST): a job the
@@ -960,9 +982,17 @@ local function delete_op(k, a)
   local held = held_by(j, a[4])
   if not held and not same_generation() then return namespace_lost() end
   if not j or (j[STATE] == 'reserved' and not held) then return 0 end
-  RET = ret_of(a[6])
-  delete_job(T, G, tube, id, j, true, tonumber(a[5]))
-  redis.call('HINCRBY', T.meta, 'cmd_delete', '1')
-  maybe_gc(T, G, tube)
-  return 1
+  return delete_found(T, tube, id, j, a[5], a[6])
+end
+
+-- delete_job: a delete by a connection that does not hold the job: a[1] id, a[2] the
+-- most dedupe windows open at once, a[3] the retention argument (see RET); the job
+-- found by its id alone (`find_job`: its tube's keys named here, so the call has no
+-- keys of its own) -> 1 deleted, 0 not found or reserved (only its holder deletes it:
+-- `delete_op`, with the holder's token). Its script checks the generation first.
+local function delete_job_op(a)
+  local id = a[1]
+  local tube, j = find_job(id)
+  if not tube or j[STATE] == 'reserved' then return 0 end
+  return delete_found(tube_group_of(G.tag, tube), tube, id, j, a[2], a[3])
 end

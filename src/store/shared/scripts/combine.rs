@@ -1,6 +1,6 @@
 //! Combining the hot calls: while this instance has [`IN_FLIGHT`] calls of `put`,
-//! `reserve` or `delete` in flight, the next ones wait, and go together as one call of
-//! `many.lua` as soon as one of those answers. Redis then pays one EVALSHA, one
+//! `reserve` or a delete (`delete`, `delete_job`) in flight, the next ones wait, and go
+//! together as one call of `many.lua` as soon as one of those answers. Redis then pays one EVALSHA, one
 //! generation check, one TIME and one SHARDNUMSUB for all of them, and this process one
 //! round trip; a lone call goes as it always did, without waiting for company.
 //!
@@ -37,7 +37,7 @@ use crate::util::lock;
 
 /// The scripts whose calls are combined (each `many.lua` runs, by name, as its own
 /// script would).
-pub(super) const COMBINED: &[&str] = &["put", "reserve", "delete"];
+pub(super) const COMBINED: &[&str] = &["put", "reserve", "delete", "delete_job"];
 
 /// Calls in flight before the next ones wait to be combined. One would leave Redis idle
 /// while each reply travels back and the next call is made; more calls in flight are

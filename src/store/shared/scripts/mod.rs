@@ -28,13 +28,15 @@ mod combine;
 use super::admin::{EditReply, EntryReply, Listed};
 use super::batch::{BatchReserved, Flushed};
 use super::decode::{
-    Decode, JobFigures, Joined, KickReply, Peeked, Reaped, Reclaimed, Reservation, Ticked, Touched,
+    Decode, JobFigures, Joined, KickReply, OnJob, Peeked, Reaped, Reclaimed, Reservation, Ticked,
+    Touched,
 };
 use super::keys::KeyReply;
 use super::namespace::Namespace;
 use super::retained::Upkeep;
 use super::schedules::TickReply;
 use super::shake::{fields_read, prelude_for};
+use crate::protocol::TubeName;
 use crate::redis::keys::{Keys, NsKey, TubeKey, lua_key_layout};
 use crate::redis::replicas::ReplicaWait;
 use crate::redis::{CallError, Code, RedisConn};
@@ -68,7 +70,14 @@ impl<R> Lua<R> {
 /// `maxmemory` (`OOM`). Unflagged, Redis cannot tell a script reads only and refuses it
 /// whole, so every read answered INTERNAL_ERROR while the disk was full
 /// (protocol-tests/redis_disk.rs). A write in one of them is an error Redis raises.
-const READ_ONLY: &[&str] = &["peek", "job_info", "tube_info", "list", "job_entry"];
+const READ_ONLY: &[&str] = &[
+    "peek",
+    "peek_job",
+    "job_info",
+    "tube_info",
+    "list",
+    "job_entry",
+];
 
 /// The scripts that change a job only while it is reserved under the caller's owner
 /// token, and check the namespace's generation themselves for any other answer (see
@@ -192,13 +201,15 @@ scripts! {
     reserve_job: Option<Reservation>,
     reserve_batch: BatchReserved,
     delete: bool,
+    delete_job: bool,
     release: bool,
     bury: bool,
     touch: Option<Touched>,
     kick: KickReply,
-    kick_job: bool,
+    kick_job: Option<TubeName>,
     peek: Option<Peeked>,
-    job_info: Option<JobFigures>,
+    peek_job: Option<Peeked>,
+    job_info: Option<OnJob<JobFigures>>,
     tube_info: Option<TubeInfo>,
     pause: bool,
     tick: Ticked,
@@ -208,7 +219,7 @@ scripts! {
     close: Vec<u64>,
     init: Joined,
     list: Listed,
-    job_entry: Option<EntryReply>,
+    job_entry: Option<OnJob<EntryReply>>,
     edit: EditReply,
     batch: Vec<u64>,
     flush: Flushed,
@@ -251,6 +262,7 @@ const ACKNOWLEDGED: &[&str] = &[
     "reserve_job",
     "reserve_batch",
     "delete",
+    "delete_job",
     "release",
     "bury",
     "touch",

@@ -369,6 +369,7 @@ fn combined_scripts_run_in_many_as_alone() {
         ("put", include_str!("../lua/put.lua")),
         ("reserve", include_str!("../lua/reserve.lua")),
         ("delete", include_str!("../lua/delete.lua")),
+        ("delete_job", include_str!("../lua/delete_job.lua")),
     ] {
         assert!(combine::COMBINED.contains(&name), "{name}");
         assert!(ACKNOWLEDGED.contains(&name), "{name}");
@@ -377,5 +378,5 @@ fn combined_scripts_run_in_many_as_alone() {
         assert!(many.contains(&format!("name == '{name}'")), "{name}");
         assert!(many.contains(&call), "{name}");
     }
-    assert_eq!(combine::COMBINED.len(), 3);
+    assert_eq!(combine::COMBINED.len(), 4);
 }
