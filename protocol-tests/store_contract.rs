@@ -33,7 +33,9 @@
 //!    commands by key, windows, a flush freeing a key, a move leaving its key) in
 //!    `contract_keys.rs`; tube policies (dead letters by reserves and by lapsed TTRs,
 //!    backoff) in `contract_policies.rs`; calls made at once by many connections (and
-//!    shared mode's combining of them, with its failures) in `contract_concurrent.rs`. Retention (each job's history, the deleted job's record, the
+//!    shared mode's combining of them, with its failures) in `contract_concurrent.rs`;
+//!    shared mode's commands by id alone, one script call each, in
+//!    `contract_by_id.rs`. Retention (each job's history, the deleted job's record, the
 //!    bounds, the off state) is a suite of its own (`RETENTION_CHECKS`, in
 //!    `contract_retention.rs`), run per store by `retention_contract_{memory,durable,
 //!    redis}`. Schedules' ticks (made, stale, deduped, skipped, the cursors) are a suite of their own (`SCHEDULE_CHECKS`, in
