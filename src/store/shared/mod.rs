@@ -151,8 +151,8 @@ impl RedisStore {
     /// (the field [`JOB_TUBE`] of each job's hash, pipelined), for scripts to act on:
     /// the lookup may have read a fresh namespace, and an id of the old one must not act
     /// there (see namespace.rs). The one place outside a script that reads where a job
-    /// is from its id alone (docs/REDIS.md; the scripts that only read find it
-    /// themselves: [`RedisStore::on_job`]); a script given the tube checks it again
+    /// is from its id alone (docs/REDIS.md; the scripts called by
+    /// [`RedisStore::on_job`] find it themselves); a script given the tube checks it again
     /// (`get_job` in the prelude: the job may have moved since). A large body written
     /// ahead of its job has no tube yet: no job.
     pub(super) async fn tubes_of(&self, ids: &[JobId]) -> StoreResult<Vec<Option<TubeName>>> {
