@@ -2,8 +2,8 @@
 -- connections while its earlier calls were in flight (scripts/combine.rs), run one
 -- after another in one call: each exactly as its own script runs it (`put_op`,
 -- `reserve_op`, `delete_op`, `delete_job_op`), so the call is the same as those calls
--- sent in this order. What a call
--- pays once (the EVALSHA, the generation check, TIME, SHARDNUMSUB) is paid once here.
+-- sent in this order. What a call pays once (the EVALSHA, the generation check, TIME,
+-- SHARDNUMSUB) is paid once here.
 -- KEYS: the namespace's keys, then each operation's keys (as its own call passes them
 -- after the namespace's), in order. ARGV, for each operation in order: its script's
 -- name, how many keys it has, how many arguments, then its arguments (its own call's

@@ -1,8 +1,9 @@
 //! Combining the hot calls: while this instance has [`IN_FLIGHT`] calls of `put`,
 //! `reserve` or a delete (`delete`, `delete_job`) in flight, the next ones wait, and go
-//! together as one call of `many.lua` as soon as one of those answers. Redis then pays one EVALSHA, one
-//! generation check, one TIME and one SHARDNUMSUB for all of them, and this process one
-//! round trip; a lone call goes as it always did, without waiting for company.
+//! together as one call of `many.lua` as soon as one of those answers. Redis then pays
+//! one EVALSHA, one generation check, one TIME and one SHARDNUMSUB for all of them, and
+//! this process one round trip; a lone call goes as it always did, without waiting for
+//! company.
 //!
 //! Invariants: a combined call's reply, or error, reaches its caller as its own call's
 //! would (the same value; an error with the same code and fate, naming its own script);
