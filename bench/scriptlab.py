@@ -92,13 +92,19 @@ class Monitor(threading.Thread):
         return out
 
 
-def start_redis(tmp, tag):
+# A Redis without FUNCTION (renamed away): a build that calls its scripts as Redis
+# Functions falls back to SCRIPT LOAD and EVALSHA on it, so its recording and its loaded
+# scripts are of one form whatever the build.
+NO_FUNCTIONS = ("--rename-command", "FUNCTION", "")
+
+
+def start_redis(tmp, tag, extra=()):
     port = peers.free_port()
     d = os.path.join(tmp, tag)
     os.makedirs(d, exist_ok=True)
     proc = subprocess.Popen(
         ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "no", "--dir", d],
+         "--appendonly", "no", "--dir", d, *extra],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     peers.wait_port(port, proc, "redis-server")
     return port, proc
@@ -115,9 +121,9 @@ def start_redstalk(binary, rport, tmp, tag):
     return bport, proc
 
 
-def loaded_scripts(binary, tmp, tag):
-    """The scripts `binary` loads at start, in its load order (their texts)."""
-    rport, redis = start_redis(tmp, tag + "-load")
+def start_load(binary, tmp, tag, extra=()):
+    """What `binary` sends a Redis (started with `extra`) as it starts: its commands."""
+    rport, redis = start_redis(tmp, tag + "-load", extra)
     mon = Monitor(rport)
     mon.start()
     _, proc = start_redstalk(binary, rport, tmp, tag + "-load")
@@ -127,12 +133,31 @@ def loaded_scripts(binary, tmp, tag):
     mon.stop()
     redis.terminate()
     redis.wait()
+    return mon.commands()
+
+
+def loaded_scripts(binary, tmp, tag):
+    """The scripts `binary` loads at start on a Redis without FUNCTION, in its load
+    order (their texts)."""
     texts = []
-    for _, args in mon.commands():
+    for _, args in start_load(binary, tmp, tag, NO_FUNCTIONS):
         if len(args) == 3 and args[0].upper() == b"SCRIPT" and args[1].upper() == b"LOAD":
             if args[2] not in texts:
                 texts.append(args[2])
     return texts
+
+
+def loaded_libraries(binary, tmp, tag):
+    """The Redis Function libraries `binary` loads at start, in its load order: (name,
+    text) each; none for a build that calls its scripts by EVALSHA only."""
+    libs = []
+    for _, args in start_load(binary, tmp, tag + "-fn"):
+        if len(args) >= 3 and args[0].upper() == b"FUNCTION" and args[1].upper() == b"LOAD":
+            text = args[-1]
+            name = re.match(rb"#!lua name=(\S+)", text).group(1)
+            if (name, text) not in libs:
+                libs.append((name, text))
+    return libs
 
 
 class Conn:

@@ -8,7 +8,7 @@
 //! And shared mode's combining (src/store/shared/scripts/combine.rs), against a private
 //! redis-server: calls made while others are in flight go to Redis as one `many` call
 //! (counted in `INFO commandstats`); a job found damaged fails only the call that
-//! picked it; a `many` after `SCRIPT FLUSH` is loaded again and answered; a namespace
+//! picked it; a `many` after `SCRIPT FLUSH` and `FUNCTION FLUSH` is loaded again and answered; a namespace
 //! lost fails every call of a `many` as it fails a call alone; a caller gone before or
 //! while making a `many` leaves the others answered and the places in flight passing on.
 
@@ -92,16 +92,13 @@ pub(super) async fn concurrent_callers(s: &AnyStore) {
     );
 }
 
-/// Redis' count of EVALSHA calls so far.
-fn evalsha_calls(c: &mut redis::Connection) -> u64 {
+/// Redis' count of script calls (EVALSHA and FCALL) so far.
+fn script_calls_on(c: &mut redis::Connection) -> u64 {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query(c)
         .expect("INFO");
-    info.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |n| n.parse().expect("a count"))
+    script_calls_in(&info)
 }
 
 /// The calls of the contract's concurrent check reach Redis as far fewer script calls:
@@ -111,9 +108,9 @@ async fn calls_made_at_once_go_to_redis_together() {
     let Some(redis) = start_redis() else { return };
     let mut c = redis_conn(&redis);
     let s = AnyStore::Redis(redis_store(&redis.url(), "together").await);
-    let before = evalsha_calls(&mut c);
+    let before = script_calls_on(&mut c);
     concurrent_callers(&s).await;
-    let calls = evalsha_calls(&mut c) - before;
+    let calls = script_calls_on(&mut c) - before;
     // Per worker: the anchor, then per round two puts, a reserve and two deletes; the
     // drain: each job and one empty reserve per connection.
     let made = WORKERS * (1 + 5 * ROUNDS) + WORKERS * ROUNDS + WORKERS;
@@ -162,8 +159,8 @@ async fn a_damaged_job_fails_only_its_own_call() {
     assert_eq!(tube_of(&s, "e").await.ready, 8);
 }
 
-/// Calls made together after Redis lost its scripts (`SCRIPT FLUSH`) are answered: the
-/// `many` is loaded again. After the namespace is lost (`FLUSHALL`), every call made
+/// Calls made together after Redis lost its scripts and functions (`SCRIPT FLUSH`,
+/// `FUNCTION FLUSH`) are answered: the `many` is loaded again. After the namespace is lost (`FLUSHALL`), every call made
 /// together fails as a call alone does, with nothing applied.
 #[tokio::test]
 async fn calls_made_together_after_script_flush_and_namespace_loss() {
@@ -174,17 +171,19 @@ async fn calls_made_together_after_script_flush_and_namespace_loss() {
         let s = &s;
         join_all((0..n).map(move |i| s.put(new_job("f", 0, 0, LONG, &format!("{i}")), now(s))))
     };
-    redis::cmd("SCRIPT")
-        .arg("FLUSH")
-        .exec(&mut c)
-        .expect("SCRIPT FLUSH");
-    let before = evalsha_calls(&mut c);
+    for flush in ["SCRIPT", "FUNCTION"] {
+        redis::cmd(flush)
+            .arg("FLUSH")
+            .exec(&mut c)
+            .expect("SCRIPT FLUSH, FUNCTION FLUSH");
+    }
+    let before = script_calls_on(&mut c);
     let made = puts(20).await;
     assert!(made.iter().all(Result::is_ok), "{made:?}");
     assert_eq!(tube_of(&s, "f").await.ready, 20);
     // Some of them went together (the scripts' reloads and resends included): this
     // checked a `many`'s reload, not only each call's.
-    let calls = evalsha_calls(&mut c) - before;
+    let calls = script_calls_on(&mut c) - before;
     assert!(calls < 20, "20 puts made {calls} script calls");
 
     redis::cmd("FLUSHALL").exec(&mut c).expect("FLUSHALL");

@@ -31,9 +31,11 @@
 //!   Redis killed and restarted in the middle of a multi-connection put load: every put
 //!   answered `INSERTED <id>` is found afterwards by `peek <id>` with its body, and no
 //!   id was handed out twice.
-//! - `scripts_reload_after_flush_and_restart` — after `SCRIPT FLUSH`, and after a Redis
-//!   restart (empty script cache), the first call of every script still works
-//!   (EVALSHA → NOSCRIPT → reload).
+//! - `scripts_reload_after_flush_and_restart` (Redis Functions) and
+//!   `scripts_reload_without_functions` (FUNCTION renamed away: EVALSHA) — after
+//!   `SCRIPT FLUSH` and `FUNCTION FLUSH`, and after a Redis restart (empty script
+//!   cache), the first call of every script still works (FCALL → "Function not found",
+//!   or EVALSHA → NOSCRIPT; then the reload).
 //!
 //! The tests run one at a time (about 20 s in all). Each prints its figures
 //! (`--nocapture` shows them). Without `redis-server` they are skipped with a notice,
@@ -898,17 +900,25 @@ fn aof_always_loses_no_acknowledged_put() {
 }
 
 // ---------------------------------------------------------------------------------------
-// D. Scripts reloaded after SCRIPT FLUSH and after a Redis restart.
+// D. Scripts reloaded after SCRIPT FLUSH and FUNCTION FLUSH and after a Redis restart,
+// called as Redis Functions, and by EVALSHA where Redis has no FUNCTION command.
 
-fn cached_scripts(admin: &mut redis::Connection) -> u64 {
+/// The scripts Redis holds: (cached scripts, function libraries).
+fn loaded_scripts(admin: &mut redis::Connection) -> (u64, u64) {
     let info: String = redis::cmd("INFO")
         .arg("memory")
         .query(admin)
         .expect("INFO memory");
-    info.lines()
-        .find_map(|l| l.strip_prefix("number_of_cached_scripts:"))
-        .and_then(|v| v.trim().parse().ok())
-        .expect("number_of_cached_scripts in INFO memory")
+    let field = |name: &str| -> u64 {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{name} in INFO memory"))
+    };
+    (
+        field("number_of_cached_scripts"),
+        field("number_of_libraries"),
+    )
 }
 
 /// Clients connected to the private Redis other than `admin` itself.
@@ -954,10 +964,30 @@ fn every_script_once(c: &mut Client, w: &mut Client, tag: &str) -> u64 {
     id
 }
 
+/// Redis 7 and later: the scripts are function libraries, loaded again after
+/// `FUNCTION FLUSH` (FCALL → "Function not found" → FUNCTION LOAD).
 #[test]
 fn scripts_reload_after_flush_and_restart() {
+    scripts_reload(&[]);
+}
+
+/// A Redis whose FUNCTION command is gone (renamed away, as an older Redis or a
+/// restricted one lacks it): the scripts are called by EVALSHA, and loaded again after
+/// `SCRIPT FLUSH` and after a restart (EVALSHA → NOSCRIPT → SCRIPT LOAD).
+#[test]
+fn scripts_reload_without_functions() {
+    scripts_reload(&["--rename-command", "FUNCTION", ""]);
+}
+
+fn scripts_reload(redis_args: &[&str]) {
     let _serial = serial();
-    let Some(mut redis) = redis_with(&["--appendonly", "yes", "--appendfsync", "always"]) else {
+    let functions = redis_args.is_empty();
+    let args = [
+        &["--appendonly", "yes", "--appendfsync", "always"],
+        redis_args,
+    ]
+    .concat();
+    let Some(mut redis) = redis_with(&args) else {
         return;
     };
     let (mut srv, log) = redstalk_on(&redis, "dur-d");
@@ -965,27 +995,51 @@ fn scripts_reload_after_flush_and_restart() {
     let mut c = Client::connect(srv.addr, "c");
     let mut w = Client::connect(srv.addr, "w");
     let _ = every_script_once(&mut c, &mut w, "warm");
-    let loaded = cached_scripts(&mut admin);
-    assert!(loaded > 5, "scripts loaded: {loaded}");
+    let (scripts, libraries) = loaded_scripts(&mut admin);
+    let loaded = if functions { libraries } else { scripts };
+    assert!(loaded > 5, "scripts {scripts}, libraries {libraries}");
+    // Falling back is said at start (at WARN, shown by default).
+    assert_eq!(
+        log.text().contains("Redis refused FUNCTION LOAD"),
+        !functions,
+        "{}",
+        log.text()
+    );
+    if functions {
+        // Only the others (the lease's, the lock-out's) are scripts.
+        assert!(scripts < 5, "scripts {scripts}, libraries {libraries}");
+    } else {
+        assert_eq!(libraries, 0);
+    }
 
-    // SCRIPT FLUSH under a running redstalk.
+    // SCRIPT FLUSH (and FUNCTION FLUSH, where Redis has it) under a running redstalk.
     let _: () = redis::cmd("SCRIPT")
         .arg("FLUSH")
         .query(&mut admin)
         .expect("SCRIPT FLUSH");
-    assert_eq!(cached_scripts(&mut admin), 0);
+    if functions {
+        let _: () = redis::cmd("FUNCTION")
+            .arg("FLUSH")
+            .query(&mut admin)
+            .expect("FUNCTION FLUSH");
+    }
+    assert_eq!(loaded_scripts(&mut admin), (0, 0));
     let held = every_script_once(&mut c, &mut w, "flushed");
     // A closed connection's reservation goes back at once (the unreserve script).
     let closed_at = Instant::now();
     drop(w);
     let back = wait_state(&mut c, held, "ready", Duration::from_secs(3)) - closed_at;
     assert!(back < Duration::from_secs(1), "unreserve took {back:?}");
-    let reloaded = cached_scripts(&mut admin);
-    assert!(reloaded > 5, "scripts reloaded: {reloaded}");
+    let (scripts, libraries) = loaded_scripts(&mut admin);
+    let reloaded = if functions { libraries } else { scripts };
+    assert!(
+        reloaded > 5,
+        "reloaded: scripts {scripts}, libraries {libraries}"
+    );
 
-    // A Redis restart: the new process has no scripts. Wait until redstalk has
-    // reconnected (its timer talks to Redis at least every second), then the first
-    // protocol command must work.
+    // A Redis restart: the new process has no scripts (libraries are kept in its AOF).
+    // Wait until redstalk has reconnected (its timer talks to Redis at least every
+    // second), then the first protocol command must work.
     let kept = put_in(&mut c, "d-kept", 0, 0, 60, b"kept across the restart");
     redis.kill();
     redis.spawn().expect("restart redis-server");
@@ -1000,11 +1054,8 @@ fn scripts_reload_after_flush_and_restart() {
         thread::sleep(Duration::from_millis(20));
     }
     let reconnected = up_at.elapsed();
-    assert_eq!(
-        cached_scripts(&mut admin),
-        0,
-        "scripts survived the restart"
-    );
+    let (scripts, libraries) = loaded_scripts(&mut admin);
+    assert_eq!(scripts, 0, "scripts survived the restart");
     let r = c.cmd(&format!("peek {kept}"));
     assert_eq!(
         (r.line.as_str(), r.body.as_deref()),
@@ -1019,9 +1070,14 @@ fn scripts_reload_after_flush_and_restart() {
     let _ = every_script_once(&mut c, &mut w, "restarted");
     assert!(srv.is_running(), "redstalk died: {}", log.tail());
     println!(
-        "scripts: {loaded} cached, 0 after SCRIPT FLUSH, {reloaded} after the next calls (all \
-         answered normally); after a Redis restart redstalk reconnected in {} ms and its \
-         first command (peek) worked with an empty script cache",
+        "{}: {loaded} loaded, 0 after the flush, {reloaded} after the next calls (all \
+         answered normally); after a Redis restart ({libraries} libraries kept in the \
+         AOF) redstalk reconnected in {} ms and its first command (peek) worked",
+        if functions {
+            "functions"
+        } else {
+            "scripts by EVALSHA"
+        },
         ms(reconnected),
     );
 }

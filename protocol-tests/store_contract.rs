@@ -2456,8 +2456,9 @@ async fn memory_vs_redis_differential() {
 // Bounded script calls (Redis only)
 // ---------------------------------------------------------------------------------
 
-/// How many EVALSHA calls the Redis at `url` has run (its `INFO commandstats`).
-async fn evalsha_calls(url: &str) -> u64 {
+/// How many script calls (EVALSHA and FCALL: the store calls its scripts as Redis
+/// Functions where Redis has them) the Redis at `url` has run (`INFO commandstats`).
+async fn script_calls(url: &str) -> u64 {
     let client = redis::Client::open(url).expect("redis url");
     let mut conn = client
         .get_multiplexed_async_connection()
@@ -2468,10 +2469,19 @@ async fn evalsha_calls(url: &str) -> u64 {
         .query_async(&mut conn)
         .await
         .expect("INFO commandstats");
+    script_calls_in(&info)
+}
+
+/// The script calls (EVALSHA and FCALL) counted in `INFO commandstats` text.
+fn script_calls_in(info: &str) -> u64 {
     info.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |n| n.parse().expect("a call count"))
+        .filter_map(|l| {
+            l.strip_prefix("cmdstat_evalsha:calls=")
+                .or_else(|| l.strip_prefix("cmdstat_fcall:calls="))
+        })
+        .filter_map(|rest| rest.split(',').next())
+        .map(|n| n.parse::<u64>().expect("a call count"))
+        .sum()
 }
 
 /// Put `n` jobs (priority 100, TTR [`LONG`]) into `tube`, many at a time.
@@ -2511,9 +2521,9 @@ async fn tick_promotes_more_due_jobs_than_one_call_moves() {
     assert_eq!(tube_of(&s, "many").await.delayed, N as u64);
     tokio::time::sleep(Duration::from_millis(1100).saturating_sub(put_done.elapsed())).await;
 
-    let before = evalsha_calls(&url).await;
+    let before = script_calls(&url).await;
     let woken = s.tick(now(&s)).await.expect("tick");
-    let calls = evalsha_calls(&url).await - before;
+    let calls = script_calls(&url).await - before;
     let info = tube_of(&s, "many").await;
     assert_eq!((info.ready, info.delayed), (N as u64, 0));
     assert_eq!(sorted_names(woken), vec!["many".to_string()]);
@@ -2546,9 +2556,9 @@ async fn kick_of_more_jobs_than_one_call_moves_keeps_to_one_set() {
     assert_eq!(counts(tube_of(&s, "k").await), (chunk, 0, 2 * chunk + 500));
 
     let bound = 2 * SCRIPT_CHUNK + 100;
-    let before = evalsha_calls(&url).await;
+    let before = script_calls(&url).await;
     let kicked = s.kick(&t("k"), bound, now(&s)).await.expect("kick");
-    let calls = evalsha_calls(&url).await - before;
+    let calls = script_calls(&url).await - before;
     assert_eq!(kicked, bound, "delayed jobs, up to the bound");
     assert_eq!(
         calls, 3,

@@ -1,6 +1,7 @@
 //! What a failed Redis call means, decided in one place: by the error's kind and, for an
 //! error reply, by its code (`READONLY`, `OOM`, `NOSCRIPT`..., and the scripts' own
-//! codes such as `NAMESPACE_LOST` and `DAMAGED`), never by searching its text.
+//! codes such as `NAMESPACE_LOST` and `DAMAGED`), never by searching its text (the one
+//! reply Redis gives no code, FCALL's missing function, is matched whole).
 //!
 //! [`Code`] names the codes redstalk acts on; [`Fate`] says what became of a failed
 //! call, for its caller (nothing applied, maybe applied, an unreadable reply, the
@@ -13,6 +14,9 @@ use redis::{ErrorKind, RedisError, ServerError};
 /// wrong with a reply), so its chain reaches the logs.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
+/// FCALL's detail when the function is not loaded.
+const FUNCTION_NOT_FOUND: &str = "Function not found";
+
 /// The code of an error reply, for the codes redstalk tells apart.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Code {
@@ -20,7 +24,9 @@ pub enum Code {
     ReadOnly,
     /// `OOM`: Redis is at `maxmemory` and refuses writes.
     OutOfMemory,
-    /// `NOSCRIPT`: the script is not loaded (Redis restarted, or `SCRIPT FLUSH`).
+    /// `NOSCRIPT`: the script is not loaded (Redis restarted, or `SCRIPT FLUSH`); also
+    /// FCALL's `ERR Function not found`, the same fact for a function (see
+    /// [`Code::parse`]).
     NoScript,
     /// `LOADING`: Redis is loading its dataset.
     Loading,
@@ -72,12 +78,12 @@ pub enum Code {
 impl Code {
     /// The code of `e`, when it is an error reply (alone or in a pipeline).
     pub fn of(e: &RedisError) -> Option<Code> {
-        e.code().map(Code::parse)
+        e.code().map(|code| Code::parse(code, e.detail()))
     }
 
     /// The code of an error reply that arrived as a value (inside a pipeline's replies).
     pub fn of_reply(e: &ServerError) -> Code {
-        Code::parse(e.code())
+        Code::parse(e.code(), e.details())
     }
 
     /// The code of the Redis error found along `err`'s sources, if any (see
@@ -86,8 +92,13 @@ impl Code {
         redis_error_in(err).and_then(Code::of)
     }
 
-    fn parse(code: &str) -> Code {
+    /// The code of an error reply of `code` and `detail`. The one reply read by its
+    /// detail: Redis gives a missing function no code of its own (FCALL answers
+    /// `ERR Function not found`, fcall.c), and redstalk must load it again as it does a
+    /// script on NOSCRIPT.
+    fn parse(code: &str, detail: Option<&str>) -> Code {
         match code {
+            "ERR" if detail == Some(FUNCTION_NOT_FOUND) => Code::NoScript,
             "READONLY" => Code::ReadOnly,
             "OOM" => Code::OutOfMemory,
             "NOSCRIPT" => Code::NoScript,
@@ -296,6 +307,8 @@ mod tests {
                 Code::OutOfMemory,
             ),
             ("NOSCRIPT No matching script.", Code::NoScript),
+            ("ERR Function not found", Code::NoScript),
+            ("ERR Function not founded", Code::Other),
             (
                 "LOADING Redis is loading the dataset in memory",
                 Code::Loading,

@@ -107,28 +107,58 @@ fn find_on_path(name: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// Load every Redis Function library of `libraries` (name, text) into a private Redis
+/// with FUNCTION LOAD, which compiles each and runs its top level (where a library
+/// that reads a call's KEYS, or calls Redis, fails): each failure named with Redis'
+/// message. Skipped (loudly) without redis-server, as [`PrivateRedis::start`].
+pub(crate) fn assert_libraries_load(what: &str, libraries: &[(&str, &str)]) {
+    assert_each_loads(what, "libraries", libraries, |conn, name, text| {
+        redis::cmd("FUNCTION")
+            .arg("LOAD")
+            .arg(text)
+            .query::<String>(conn)
+            .map(|loaded| assert!(text.contains(&loaded), "{name}: loaded as {loaded}"))
+    });
+}
+
 /// Load every script of `scripts` (name, text) into a private Redis with SCRIPT LOAD,
 /// which compiles it: a script that does not compile fails the test, each named with
 /// Redis' message. Skipped (loudly) without redis-server, as [`PrivateRedis::start`].
 pub(crate) fn assert_scripts_load(what: &str, scripts: &[(&str, &str)]) {
+    assert_each_loads(what, "scripts", scripts, |conn, name, text| {
+        let script = redis::Script::new(text);
+        script
+            .load(conn)
+            .map(|sha| assert_eq!(sha, script.get_hash(), "{name}: Redis' SHA"))
+    });
+}
+
+/// `load` each of `items` (name, text) on one private Redis; fails naming every item
+/// Redis refused, with its message.
+fn assert_each_loads(
+    what: &str,
+    kind: &str,
+    items: &[(&str, &str)],
+    load: impl Fn(&mut redis::Connection, &str, &str) -> redis::RedisResult<()>,
+) {
     let Some(redis) = PrivateRedis::start(what) else {
         return;
     };
     let mut conn = redis
         .connection()
         .expect("a connection to the private Redis");
-    let mut failed = Vec::new();
-    for (name, text) in scripts {
-        let script = redis::Script::new(text);
-        match script.load(&mut conn) {
-            Ok(sha) => assert_eq!(sha, script.get_hash(), "{name}: Redis' SHA"),
-            Err(e) => failed.push(format!("{name}: {e}")),
-        }
-    }
+    let failed: Vec<String> = items
+        .iter()
+        .filter_map(|(name, text)| {
+            load(&mut conn, name, text)
+                .err()
+                .map(|e| format!("{name}: {e}"))
+        })
+        .collect();
     assert!(
         failed.is_empty(),
-        "scripts Redis cannot load:\n{}",
+        "{kind} Redis cannot load:\n{}",
         failed.join("\n")
     );
-    eprintln!("{what}: {} scripts loaded into redis-server", scripts.len());
+    eprintln!("{what}: {} {kind} loaded into redis-server", items.len());
 }

@@ -4,10 +4,11 @@
 //! schema, fenced transactions, the eviction check, error classification) is
 //! `crate::redis`'s.
 //!
-//! Every state change is one Lua script (`lua/`), called by EVALSHA over a shared
-//! multiplexed connection (concurrent calls are pipelined; puts, reserves and deletes
-//! made while 4 are in flight go together as one call of `many.lua`, each run as its own
-//! script: `scripts/combine.rs`), touching only the keys it is given. Times come from
+//! Every state change is one Lua script (`lua/`), called as a Redis Function (by
+//! EVALSHA on a Redis without them) over a shared multiplexed connection (concurrent
+//! calls are pipelined; puts, reserves and deletes made while 4 are in flight go
+//! together as one call of `many.lua`, each run as its own script:
+//! `scripts/combine.rs`), touching only the keys it is given. Times come from
 //! Redis `TIME`, so instances with skewed clocks agree.
 //! Scripts that make a job ready publish the tube on the wake-up channel when another
 //! instance listens; every instance subscribes and serves its waiting connections (an

@@ -3,9 +3,10 @@
 //! definitions), and every top-level statement that is not a definition.
 //!
 //! Why: a script's whole text runs on every EVALSHA, so each `local function` of the
-//! prelude is a closure made (and collected) per call whether the body calls it or not;
-//! the full prelude costs a call about 1.7 µs inside Redis (measured with INFO
-//! commandstats: a script of the prelude and `return 1` against `return 1` alone).
+//! prelude is a closure made (and collected) per call whether the body calls it or not
+//! (5–15 µs of Redis' time a call: bench/results/2026-12-06-prelude-cost.md). As a
+//! Redis Function (scripts/library.rs) the helpers are made once, at load, and
+//! [`split_call_state`] says which of the kept text runs at each call.
 //!
 //! The formatting rules this relies on are written at the top of `lua/prelude.lua`.
 //!
@@ -154,6 +155,114 @@ pub fn prelude_for(prelude: &str, overrides: &str, body: &str) -> String {
     out
 }
 
+/// `kept` (a script's prelude as [`prelude_for`] cut it) split for a Redis Function
+/// library: the part run once, at `FUNCTION LOAD`, and the part run at each call. A
+/// definition of `state` (the call's state) is declared at load and assigned at each
+/// call (its `local ` dropped), and a statement (the generation check) runs at each
+/// call; every other definition (constants, helpers) is made once, at load.
+pub fn split_call_state(kept: &str, state: &[&str]) -> (String, String) {
+    let (mut load, mut call) = (String::new(), String::new());
+    for c in chunks(kept) {
+        let is_state =
+            !c.defines.is_empty() && c.defines.iter().all(|n| state.contains(&n.as_str()));
+        if !c.defines.is_empty() && !is_state {
+            push_lines(&mut load, &c.text);
+            continue;
+        }
+        let from = c
+            .text
+            .iter()
+            .position(|l| *l == c.start)
+            .unwrap_or_default();
+        push_lines(&mut load, &c.text[..from]);
+        if is_state {
+            load.push_str(&format!("local {}\n", c.defines.join(", ")));
+            let first = c.start.strip_prefix("local ").unwrap_or(c.start);
+            push_lines(&mut call, &[first]);
+            push_lines(&mut call, &c.text[from + 1..]);
+        } else {
+            push_lines(&mut call, &c.text[from..]);
+        }
+    }
+    (load, call)
+}
+
+fn push_lines(out: &mut String, lines: &[&str]) {
+    for line in lines {
+        out.push_str(line);
+        out.push('\n');
+    }
+}
+
+/// The top-level names `prelude` defines (not functions) that the prelude's functions
+/// or some body of `bodies` assign anew: `NAME = `, `NAME.f = ` or `NAME[...] = `
+/// (not `local NAME =`, not `==`, not a definition's own text). Read line by line with
+/// whole-line comments left out; an assignment hidden in a string is reported too
+/// (reporting too much is safe: it is checked by hand).
+#[cfg(test)]
+pub fn assigned_anew(prelude: &str, bodies: &[&str]) -> Vec<String> {
+    let pieces = chunks(prelude);
+    let is_function = |c: &Chunk| c.start.starts_with("local function ");
+    let names: Vec<&String> = pieces
+        .iter()
+        .filter(|c| !is_function(c))
+        .flat_map(|c| &c.defines)
+        .collect();
+    // A definition's own lines (a list of names may run over lines) are not read.
+    let code = pieces
+        .iter()
+        .filter(|c| c.defines.is_empty() || is_function(c))
+        .flat_map(|c| c.text.iter().copied())
+        .chain(bodies.iter().flat_map(|b| b.lines()));
+    let mut found: Vec<String> = Vec::new();
+    for line in code.filter(|l| !l.trim_start().starts_with("--")) {
+        let code = line.trim_start();
+        if code.starts_with("local ") && !code.starts_with("local function") {
+            // A new local (it may shadow a name of the prelude), not an assignment;
+            // `local a = NAME` reads only.
+            continue;
+        }
+        for &name in &names {
+            if !found.contains(name) && assigns(code, name) {
+                found.push(name.clone());
+            }
+        }
+    }
+    found
+}
+
+/// Whether `code` assigns to `name`, or to a field of it.
+#[cfg(test)]
+fn assigns(code: &str, name: &str) -> bool {
+    let bytes = code.as_bytes();
+    let ident = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+    code.match_indices(name).any(|(i, _)| {
+        let end = i + name.len();
+        // Not part of a longer name, a field (`x.NAME`) or an index (`t[NAME]`).
+        if (i > 0 && (ident(bytes[i - 1]) || matches!(bytes[i - 1], b'.' | b'[')))
+            || bytes.get(end).is_some_and(|b| ident(*b))
+        {
+            return false;
+        }
+        let mut rest = &code[end..];
+        // Past `.field` and `[index]` chains to the operator.
+        loop {
+            rest = rest.trim_start();
+            if let Some(r) = rest.strip_prefix('.') {
+                rest = r.trim_start_matches(|c: char| c.is_ascii_alphanumeric() || c == '_');
+            } else if rest.starts_with('[') {
+                match rest.find(']') {
+                    Some(j) => rest = &rest[j + 1..],
+                    None => return false,
+                }
+            } else {
+                break;
+            }
+        }
+        rest.starts_with('=') && !rest.starts_with("==")
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -239,6 +348,38 @@ local A, B = 1,
             checked += 1;
         }
         assert!(checked > 20, "only {checked} scripts");
+    }
+
+    #[test]
+    fn call_state_is_declared_at_load_and_set_at_each_call() {
+        let kept = prelude_for(PRELUDE, "", "return helper(KEYS) + B + G.ready");
+        let (load, call) = split_call_state(&kept, &["G"]);
+        assert!(load.contains("local N = 3"), "{load}");
+        assert!(load.contains("local function helper(T)"), "{load}");
+        assert!(load.contains("local G\n"), "{load}");
+        assert!(!load.contains("tube_group(1)"), "{load}");
+        assert!(!load.contains("if G.ready"), "{load}");
+        assert_eq!(
+            call,
+            "G = tube_group(1)\nif G.ready then\n  return 1\nend\n"
+        );
+    }
+
+    #[test]
+    fn assignments_anew_are_found() {
+        let prelude = "local A = 1\nlocal T = {}\nlocal B,\n  C = 1, 2\nlocal function f()\n  return A\nend\n";
+        assert!(assigned_anew(prelude, &[]).is_empty());
+        let found = |body: &str| assigned_anew(prelude, &[body]);
+        assert_eq!(
+            assigned_anew(&format!("{prelude}local function g()\n  C = 3\nend\n"), &[]),
+            ["C"]
+        );
+        assert_eq!(found("A = 2"), ["A"]);
+        assert_eq!(found("  if x then T[k] = 1 end"), ["T"]);
+        assert_eq!(found("T.n = 1"), ["T"]);
+        assert!(found("if A == 1 then return T.n end").is_empty());
+        assert!(found("local A = 2\nlocal B = A").is_empty());
+        assert!(found("-- A = 2\nx.A = 1\nAB = 1\nt[A] = 1").is_empty());
     }
 
     #[test]

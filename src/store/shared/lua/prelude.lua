@@ -315,15 +315,6 @@ local function job_tube(id)
   return redis.call('HGET', job_key(id), 't')
 end
 
--- Job `id`'s meta, or nil when it has none or is not `tube`'s: a caller that found its
--- tube by the id alone (RedisStore::tubes_of) may have raced a move to another tube, and
--- must then not touch it through this tube's keys.
-local function get_job(tube, id)
-  local v = redis.call('HMGET', job_key(id), 't', 'm')
-  if v[1] ~= tube or not v[2] then return nil end
-  return cmsgpack.unpack(v[2])
-end
-
 -- Job `id` found by its id alone (the caller does not know its tube: its hash names
 -- it): its tube and meta, or nil when there is no such job (no hash, or a large body
 -- written ahead of its job: no tube and no meta yet).
@@ -331,6 +322,15 @@ local function find_job(id)
   local v = redis.call('HMGET', job_key(id), 't', 'm')
   if not v[1] or not v[2] then return nil end
   return v[1], cmsgpack.unpack(v[2])
+end
+
+-- Job `id`'s meta, or nil when it has none or is not `tube`'s: a caller that found its
+-- tube by the id alone (RedisStore::tubes_of) may have raced a move to another tube, and
+-- must then not touch it through this tube's keys.
+local function get_job(tube, id)
+  local t, j = find_job(id)
+  if t ~= tube then return nil end
+  return j
 end
 
 -- `get_job` and `body_for_reply` in two reads (what a reserve needs): the meta (nil as

@@ -1,7 +1,7 @@
 //! Combining the hot calls: while this instance has [`IN_FLIGHT`] calls of `put`,
 //! `reserve` or a delete (`delete`, `delete_job`) in flight, the next ones wait, and go
 //! together as one call of `many.lua` as soon as one of those answers. Redis then pays
-//! one EVALSHA, one generation check, one TIME and one SHARDNUMSUB for all of them, and
+//! one script call, one generation check, one TIME and one SHARDNUMSUB for all of them, and
 //! this process one round trip; a lone call goes as it always did, without waiting for
 //! company.
 //!
@@ -204,8 +204,8 @@ impl Combiner {
 }
 
 impl Owned {
-    /// Its command's arguments after EVALSHA, the SHA and the key count: its keys, its
-    /// generation, then its script's arguments.
+    /// Its command's arguments after FCALL and the function (or EVALSHA and the SHA)
+    /// and the key count: its keys, its generation, then its script's arguments.
     fn args(&self) -> impl ExactSizeIterator<Item = &[u8]> {
         self.cmd.args_iter().skip(3).map(arg_bytes)
     }
@@ -270,13 +270,7 @@ async fn make(runner: Runner, batch: Batch) -> Answer {
     let wait = own.wait.or_else(|| rest.iter().find_map(|q| q.call.wait));
     let mut reply = runner.send(MANY, &cmd, wait).await;
     if matches!(&reply, Err(e) if Code::found_in(e) == Some(Code::NoScript)) {
-        reply = match runner
-            .scripts
-            .many
-            .script
-            .load_async(&mut runner.conn())
-            .await
-        {
+        reply = match runner.reload(&runner.scripts.many.callee).await {
             Ok(_) => runner.send(MANY, &cmd, wait).await,
             Err(e) => Err(CallError::new(MANY, e)),
         };
@@ -334,8 +328,8 @@ fn many_cmd(runner: &Runner, own: &Owned, rest: &[Queued]) -> Cmd {
     let calls = || std::iter::once(own).chain(rest.iter().map(|q| &q.call));
     let lua = &runner.scripts.many;
     let own_keys: usize = calls().map(|c| c.keys - c.ns_keys).sum();
-    let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(lua.script.get_hash()).arg(lua.ns.len() + own_keys);
+    let mut cmd = lua.callee.command(runner.scripts.functions());
+    cmd.arg(lua.ns.len() + own_keys);
     for &key in &lua.ns {
         cmd.arg(runner.keys.ns(key));
     }

@@ -57,7 +57,7 @@ fn a_call_passes_the_namespace_keys_its_script_reads() {
         (include_str!("../lua/reserve.lua"), 3),
         (include_str!("../lua/put.lua"), put.ns.len()),
     ] {
-        let (text, _) = compose(&prelude, body, false, true);
+        let text = compose(&prelude, body, false, true).text;
         assert!(text.contains(&format!("local N_NS_KEYS = {n}\n")), "{text}");
         assert_eq!(text.matches("local N_NS_KEYS").count(), 1);
         assert_eq!(text.matches("local function ns_group").count(), 1);
@@ -100,11 +100,11 @@ fn only_scripts_naming_keys_they_are_not_given_read_the_tag() {
         include_str!("../lua/windows.lua"),
         include_str!("../lua/delete.lua"),
     ] {
-        let (text, ns) = compose(&prelude, body, false, true);
+        let Composed { text, ns, .. } = compose(&prelude, body, false, true);
         assert!(text.contains(tag) && text.contains("local function tube_key_of"));
         assert!(ns.contains(&NsKey::Keywin), "{ns:?}");
     }
-    let (text, _) = compose(&prelude, include_str!("../lua/reserve.lua"), false, true);
+    let text = compose(&prelude, include_str!("../lua/reserve.lua"), false, true).text;
     assert!(
         text.contains(tag)
             && text.contains("local function job_key_of")
@@ -115,7 +115,7 @@ fn only_scripts_naming_keys_they_are_not_given_read_the_tag() {
         include_str!("../lua/tube_ref.lua"),
         include_str!("../lua/pause.lua"),
     ] {
-        let (text, _) = compose(&prelude, body, false, true);
+        let text = compose(&prelude, body, false, true).text;
         assert!(
             !text.contains(tag) && !text.contains("job_key_of") && !text.contains("tube_key_of"),
             "{text}"
@@ -150,12 +150,12 @@ fn puts_and_ticks_share_one_put() {
             "",
         );
         assert!(!own.contains("HINCRBY"), "a copy of the put in {body}");
-        let (text, _) = compose(&prelude, body, false, true);
+        let text = compose(&prelude, body, false, true).text;
         assert_eq!(text.matches("local function put_new(").count(), 1);
         // Its definition, and the one call.
         assert_eq!(text.matches("put_new(T, G, tube, origin").count(), 2);
     }
-    let (skip, _) = compose(&prelude, include_str!("../lua/skip.lua"), false, true);
+    let skip = compose(&prelude, include_str!("../lua/skip.lua"), false, true).text;
     assert!(!skip.contains("put_new"), "{skip}");
     assert!(ACKNOWLEDGED.contains(&"fire") && ACKNOWLEDGED.contains(&"skip"));
 }
@@ -169,13 +169,15 @@ fn puts_and_ticks_share_one_put() {
 fn every_script_loads_into_redis() {
     let scripts = Scripts::new();
     let mut all: Vec<(&str, String)> = Vec::new();
-    for (name, text, script) in scripts.every() {
+    let mut libraries: Vec<(&str, String)> = Vec::new();
+    for (name, text, callee) in scripts.every() {
         assert_eq!(
             redis::Script::new(&text).get_hash(),
-            script.get_hash(),
+            callee.script().get_hash(),
             "{name}"
         );
         all.push((name, text));
+        libraries.push((name, callee.library().1.to_string()));
     }
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/store/shared/lua");
     let files = std::fs::read_dir(dir).unwrap().count();
@@ -195,6 +197,77 @@ fn every_script_loads_into_redis() {
     }
     let all: Vec<(&str, &str)> = all.iter().map(|(n, t)| (*n, t.as_str())).collect();
     crate::redis::testing::assert_scripts_load("the Lua scripts' load test", &all);
+    let libraries: Vec<(&str, &str)> = libraries.iter().map(|(n, t)| (*n, t.as_str())).collect();
+    crate::redis::testing::assert_libraries_load("the Lua libraries' load test", &libraries);
+}
+
+/// A library's name (and its function's) is its script's and the hash of its text:
+/// two builds' libraries of one script live side by side, and one build's are
+/// distinct.
+#[test]
+fn libraries_are_named_by_script_and_text() {
+    let scripts = Scripts::new();
+    let mut names: Vec<String> = Vec::new();
+    for (name, _, callee) in scripts.every() {
+        let (function, library) = callee.library();
+        assert!(
+            function.starts_with(&format!("redstalk_{name}_")),
+            "{function}"
+        );
+        assert!(
+            library.starts_with(&format!("#!lua name={function}\n")),
+            "{name}"
+        );
+        assert!(
+            library.contains(&format!("function_name = '{function}'")),
+            "{name}"
+        );
+        names.push(function.to_string());
+    }
+    names.sort();
+    names.dedup();
+    assert_eq!(names.len(), scripts.every().len());
+    // Another text, another name.
+    let prelude = "local GEN = 1\n";
+    let a = Callee::new("x", "", prelude, "return 1", false);
+    let b = Callee::new("x", "", prelude, "return 2", false);
+    assert_ne!(a.library().0, b.library().0);
+}
+
+/// Nothing a call leaves behind reaches the next when the scripts are Functions (whose
+/// top-level locals live as long as the library): every top-level name of the layout
+/// and the prelude that any script assigns anew is call state, which each call sets
+/// at its entry (library.rs), and each call-state name is the prelude's.
+#[test]
+fn every_name_a_call_changes_is_call_state() {
+    let prelude = format!(
+        "{}\n{}",
+        lua_key_layout(),
+        include_str!("../lua/prelude.lua")
+    );
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/store/shared/lua");
+    let mut sources = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if !path.ends_with("prelude.lua") {
+            sources.push(std::fs::read_to_string(&path).unwrap());
+        }
+    }
+    let sources: Vec<&str> = sources.iter().map(String::as_str).collect();
+    let changed = super::super::shake::assigned_anew(&prelude, &sources);
+    println!("assigned by calls: {changed:?}");
+    for name in &changed {
+        assert!(
+            library::CALL_STATE.contains(&name.as_str()),
+            "{name} is changed by a call"
+        );
+    }
+    assert!(changed.len() >= 4, "only {changed:?} found");
+    // The others (G, GEN) are made of the call's KEYS and ARGV: a library that made
+    // them at load would not load (every_script_loads_into_redis).
+    for name in library::CALL_STATE {
+        assert!(prelude.contains(&format!("\nlocal {name} = ")), "{name}");
+    }
 }
 
 /// `lua` run on `c` as [`Runner::call`] lays a call out: the namespace keys it reads,
@@ -207,7 +280,7 @@ fn run_on<T: redis::FromRedisValue, R>(
     generation: &str,
     args: &[&str],
 ) -> redis::RedisResult<T> {
-    let mut call = lua.script.prepare_invoke();
+    let mut call = lua.callee.script().prepare_invoke();
     for &k in &lua.ns {
         call.key(keys.ns(k));
     }
