@@ -990,11 +990,40 @@ fn scripts_reload(redis_args: &[&str]) {
     let Some(mut redis) = redis_with(&args) else {
         return;
     };
-    let (mut srv, log) = redstalk_on(&redis, "dur-d");
     let mut admin = redis_admin(&redis);
+    // An older build's library, and one of the user's own.
+    let old = "redstalk_put_0123456789abcdef";
+    if functions {
+        for name in [old, "mylib"] {
+            let _: String = redis::cmd("FUNCTION")
+                .arg("LOAD")
+                .arg(format!(
+                    "#!lua name={name}\nredis.register_function('{name}', function() return 1 end)"
+                ))
+                .query(&mut admin)
+                .expect("FUNCTION LOAD");
+        }
+    }
+    let (mut srv, log) = redstalk_on(&redis, "dur-d");
     let mut c = Client::connect(srv.addr, "c");
     let mut w = Client::connect(srv.addr, "w");
     let _ = every_script_once(&mut c, &mut w, "warm");
+    if functions {
+        // Other builds' libraries go at start (Redis keeps those of the builds that
+        // run, not all since it started); anything else stays.
+        let listed: String = redis::cmd("FUNCTION")
+            .arg("LIST")
+            .query::<redis::Value>(&mut admin)
+            .map(|v| format!("{v:?}"))
+            .expect("FUNCTION LIST");
+        assert!(!listed.contains(old), "{listed}");
+        assert!(listed.contains("mylib"), "{listed}");
+        let _: () = redis::cmd("FUNCTION")
+            .arg("DELETE")
+            .arg("mylib")
+            .query(&mut admin)
+            .expect("FUNCTION DELETE");
+    }
     let (scripts, libraries) = loaded_scripts(&mut admin);
     let loaded = if functions { libraries } else { scripts };
     assert!(loaded > 5, "scripts {scripts}, libraries {libraries}");

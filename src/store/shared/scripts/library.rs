@@ -1,6 +1,7 @@
 //! A script as the store calls it: as a Redis Function (`FCALL`, Redis 7 and later), or
 //! by `EVALSHA` where Redis refuses `FUNCTION` (an older Redis, a server without
-//! Functions, an ACL without them); and how either is loaded.
+//! Functions, an ACL without them); how either is loaded; and other builds' libraries
+//! deleted ([`drop_others`]).
 //!
 //! Why Functions: a script's whole text runs at every `EVALSHA`, so each call makes
 //! again every helper of its prelude, and Lua 5.1 finds each local a helper captures by
@@ -15,10 +16,11 @@
 //! call's state (`CALL_STATE`, the prelude's variables a call changes) is declared at
 //! load and assigned at each call's entry, with the generation check, before the body:
 //! nothing a call leaves behind reaches the next (scripts/tests.rs checks that every
-//! top-level name a script assigns is call state).
+//! top-level name a script assigns is call state). Only `redstalk_*` libraries are ever
+//! deleted.
 
 use redis::aio::ConnectionLike;
-use redis::{Cmd, RedisResult};
+use redis::{Cmd, RedisResult, Value};
 
 use super::super::shake::split_call_state;
 
@@ -97,6 +99,11 @@ impl Callee {
         }
     }
 
+    /// The library's name, which is also its function's.
+    pub fn function(&self) -> &str {
+        &self.function
+    }
+
     /// The script's text (its `EVALSHA` form).
     #[cfg(test)]
     pub fn script(&self) -> &redis::Script {
@@ -107,5 +114,87 @@ impl Callee {
     #[cfg(test)]
     pub fn library(&self) -> (&str, &str) {
         (&self.function, &self.library)
+    }
+}
+
+/// Where every library of every build is named: `redstalk_<script>_<hash>`.
+const PREFIX: &str = "redstalk_";
+
+/// Delete the libraries of other builds (named as this build's are, other hashes), so
+/// that Redis holds those of the builds that run, not every build's since it started
+/// (libraries persist in its RDB and AOF). Safe while another build still runs: its next
+/// call of a deleted library answers "Function not found", changes nothing, and loads
+/// it again (as after `FUNCTION FLUSH`). `ours`: this build's. Which were deleted.
+pub async fn drop_others(
+    conn: &mut impl ConnectionLike,
+    ours: &[&str],
+) -> RedisResult<Vec<String>> {
+    let listed: Value = redis::cmd("FUNCTION")
+        .arg("LIST")
+        .arg("LIBRARYNAME")
+        .arg(format!("{PREFIX}*"))
+        .query_async(conn)
+        .await?;
+    let others: Vec<String> = library_names(&listed)
+        .into_iter()
+        .filter(|n| n.starts_with(PREFIX) && !ours.contains(&n.as_str()))
+        .collect();
+    for name in &others {
+        redis::cmd("FUNCTION")
+            .arg("DELETE")
+            .arg(name)
+            .query_async::<()>(conn)
+            .await?;
+    }
+    Ok(others)
+}
+
+/// The `library_name` of each library of a `FUNCTION LIST` reply (a map per library in
+/// RESP3, a flat array of fields and values in RESP2).
+fn library_names(listed: &Value) -> Vec<String> {
+    let Value::Array(libraries) = listed else {
+        return Vec::new();
+    };
+    let text = |v: &Value| match v {
+        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    };
+    libraries
+        .iter()
+        .filter_map(|library| {
+            let pairs: Vec<(&Value, &Value)> = match library {
+                Value::Map(pairs) => pairs.iter().map(|(k, v)| (k, v)).collect(),
+                Value::Array(flat) => flat.chunks_exact(2).map(|p| (&p[0], &p[1])).collect(),
+                _ => return None,
+            };
+            pairs
+                .into_iter()
+                .find(|(k, _)| text(k).as_deref() == Some("library_name"))
+                .and_then(|(_, v)| text(v))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn library_names_are_read_from_either_protocol() {
+        let field = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let resp3 = Value::Array(vec![Value::Map(vec![
+            (field("library_name"), field("redstalk_put_1")),
+            (field("engine"), field("LUA")),
+        ])]);
+        let resp2 = Value::Array(vec![Value::Array(vec![
+            field("library_name"),
+            field("redstalk_put_2"),
+            field("functions"),
+            Value::Array(Vec::new()),
+        ])]);
+        assert_eq!(library_names(&resp3), ["redstalk_put_1"]);
+        assert_eq!(library_names(&resp2), ["redstalk_put_2"]);
+        assert!(library_names(&Value::Nil).is_empty());
     }
 }
