@@ -120,33 +120,72 @@ impl Callee {
 /// Where every library of every build is named: `redstalk_<script>_<hash>`.
 const PREFIX: &str = "redstalk_";
 
+/// [`drop_others`], said in the log. A cleanup: a failure costs Redis memory, not
+/// service, so it is a warning, never an error.
+pub async fn tidy(conn: &mut impl ConnectionLike, ours: &[&str]) {
+    match drop_others(conn, ours).await {
+        Ok(dropped) => {
+            if !dropped.deleted.is_empty() {
+                tracing::info!(
+                    libraries = dropped.deleted.len(),
+                    "deleted other builds' redstalk_* libraries"
+                );
+            }
+            if let Some(e) = dropped.refused {
+                tracing::warn!(
+                    error = %e,
+                    "Redis refused to delete another build's redstalk_* library"
+                );
+            }
+        }
+        Err(e) => tracing::warn!(
+            error = %e,
+            "could not list other builds' redstalk_* libraries"
+        ),
+    }
+}
+
 /// Delete the libraries of other builds (named as this build's are, other hashes), so
 /// that Redis holds those of the builds that run, not every build's since it started
 /// (libraries persist in its RDB and AOF). Safe while another build still runs: its next
 /// call of a deleted library answers "Function not found", changes nothing, and loads
-/// it again (as after `FUNCTION FLUSH`). `ours`: this build's. Which were deleted.
-pub async fn drop_others(
-    conn: &mut impl ConnectionLike,
-    ours: &[&str],
-) -> RedisResult<Vec<String>> {
+/// it again (as after `FUNCTION FLUSH`). `ours`: this build's. A refused delete does not
+/// stop the others (on a cluster a primary added since lacks an old library, and
+/// refuses its delete while the other primaries make it).
+pub async fn drop_others(conn: &mut impl ConnectionLike, ours: &[&str]) -> RedisResult<Dropped> {
     let listed: Value = redis::cmd("FUNCTION")
         .arg("LIST")
         .arg("LIBRARYNAME")
         .arg(format!("{PREFIX}*"))
         .query_async(conn)
         .await?;
-    let others: Vec<String> = library_names(&listed)
+    let mut dropped = Dropped::default();
+    for name in library_names(&listed)
         .into_iter()
         .filter(|n| n.starts_with(PREFIX) && !ours.contains(&n.as_str()))
-        .collect();
-    for name in &others {
-        redis::cmd("FUNCTION")
+    {
+        let deleted = redis::cmd("FUNCTION")
             .arg("DELETE")
-            .arg(name)
+            .arg(&name)
             .query_async::<()>(conn)
-            .await?;
+            .await;
+        match deleted {
+            Ok(()) => dropped.deleted.push(name),
+            Err(e) => {
+                dropped.refused.get_or_insert(e);
+            }
+        }
     }
-    Ok(others)
+    Ok(dropped)
+}
+
+/// What [`drop_others`] did.
+#[derive(Default)]
+pub struct Dropped {
+    /// The libraries deleted.
+    pub deleted: Vec<String>,
+    /// The first refusal of a delete, if any.
+    pub refused: Option<redis::RedisError>,
 }
 
 /// The `library_name` of each library of a `FUNCTION LIST` reply (a map per library in

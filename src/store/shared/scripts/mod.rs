@@ -234,18 +234,7 @@ macro_rules! scripts {
                 if functions {
                     tracing::info!("the scripts are loaded as Redis Functions (redstalk_* libraries)");
                     let ours: Vec<&str> = all.iter().map(|(_, c)| c.function()).collect();
-                    // A cleanup: a failure costs Redis memory, not service.
-                    match library::drop_others(conn, &ours).await {
-                        Ok(gone) if !gone.is_empty() => tracing::info!(
-                            libraries = gone.len(),
-                            "deleted other builds' redstalk_* libraries"
-                        ),
-                        Ok(_) => {}
-                        Err(e) => tracing::warn!(
-                            error = %e,
-                            "could not delete other builds' redstalk_* libraries"
-                        ),
-                    }
+                    library::tidy(conn, &ours).await;
                 }
                 Ok(())
             }
