@@ -19,6 +19,11 @@
 -- A prelude that breaks these rules is cut wrongly: a script Redis refuses to compile
 -- (scripts.rs' every_script_loads_into_redis loads each into a redis-server), or one
 -- that names what it lost (shake.rs' every_script_keeps_every_name_it_uses).
+-- - As a Redis Function (scripts/library.rs) the pieces are made once, at FUNCTION LOAD,
+--   and live across calls: a top-level variable that a call sets, or that is made of the
+--   call's KEYS or ARGV, is the call's state and must be named in CALL_STATE there (set
+--   again at each call's entry). scripts/tests.rs' every_name_a_call_changes_is_call_state
+--   finds the ones a script assigns.
 --
 -- Shared by every redstalk script (prepended by scripts.rs, after the key layout that
 -- src/redis/keys.rs generates: for each key group (tube, ns, reserve) its size N_TUBE_KEYS, each
