@@ -98,7 +98,7 @@ fn script_calls_on(c: &mut redis::Connection) -> u64 {
         .arg("commandstats")
         .query(c)
         .expect("INFO");
-    script_calls_in(&info)
+    script_calls_of(&calls_in(&info))
 }
 
 /// The calls of the contract's concurrent check reach Redis as far fewer script calls:

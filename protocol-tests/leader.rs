@@ -32,6 +32,9 @@
 //!   with it again dedupes to the same id.
 //! - `keys_survive_a_reopen_in_either_mode` — keyed jobs and the windows of deleted
 //!   ones written by one mode are found by key by the other, and dedupe there.
+//! - `a_leader_drops_the_small_bodies_mark` — shared mode's mark that no large body was
+//!   ever written (`{P}:small`, docs/REDIS.md) is deleted by a leader taking the
+//!   namespace; shared mode, reopening it, serves a large body the leader wrote whole.
 //! - `redis_away_answers_within_a_second_and_session_commands_never_wait` — with Redis
 //!   killed, a put answers INTERNAL_ERROR within about a second, `list-tube-used` at
 //!   once; the leader serves again when Redis is back.
@@ -618,6 +621,50 @@ fn a_namespace_reopens_in_either_mode() {
     let _serial = serial();
     reopen(ServerKind::Redis, ServerKind::Leader);
     reopen(ServerKind::Leader, ServerKind::Redis);
+}
+
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn a_leader_drops_the_small_bodies_mark() {
+    let _serial = serial();
+    let Some(redis) = private_redis(&[], "leader-mode tests") else {
+        return;
+    };
+    let prefix = "l-small";
+    let marked = || -> bool {
+        let mut c = ::redis::Client::open(redis.url())
+            .and_then(|c| c.get_connection())
+            .expect("connect to Redis");
+        ::redis::cmd("EXISTS")
+            .arg(format!("{{{prefix}}}:small"))
+            .query(&mut c)
+            .expect("EXISTS the mark")
+    };
+    let big = ["-z", "2000000"];
+    let (shared, log) = redstalk_on_as(ServerKind::Redis, &redis, prefix, &big);
+    wait_served(shared.addr, REPLY, &log);
+    assert!(marked(), "shared mode marks the namespace it makes");
+    stop(shared);
+
+    let (leader, log) = redstalk_on_as(ServerKind::Leader, &redis, prefix, &big);
+    wait_served(leader.addr, REPLY, &log);
+    assert!(!marked(), "a leader deletes the mark: {}", log.tail());
+    let body: Vec<u8> = (0..(1 << 20) + 7).map(|i| (i % 251) as u8).collect();
+    let mut c = Client::connect(leader.addr, "producer");
+    let id = c.put(0, 0, 60, &body);
+    drop(c);
+    stop(leader);
+
+    let (shared, log) = redstalk_on_as(ServerKind::Redis, &redis, prefix, &big);
+    wait_served(shared.addr, REPLY, &log);
+    assert!(!marked(), "the mark is made only with a namespace");
+    let mut c = Client::connect(shared.addr, "worker");
+    let (got, served) = c.reserve();
+    assert_eq!(got, id);
+    assert!(served == body, "the large body is served whole");
+    drop(c);
+    stop(shared);
 }
 
 // ---------------------------------------------------------------------------------------

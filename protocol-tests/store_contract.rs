@@ -9,7 +9,9 @@
 //!    committer writes a binlog in a fresh directory, as `-b` runs it
 //!    (`contract_durable`: after each check every change must be persisted and the log
 //!    replay as many jobs as the store holds), and once on a `RedisStore` with a fresh
-//!    key prefix per check (`contract_redis`). They cover ids and `burn_id`;
+//!    key prefix per check (`contract_redis`; again on a Redis without `FUNCTION`,
+//!    where the scripts are called by `EVALSHA`: `contract_redis_by_evalsha`). They
+//!    cover ids and `burn_id`;
 //!    reserve order by (pri, id) across the watched tubes and the reserved job's
 //!    deadline; pause skipping a tube (and `reserve-job`, peeks and `has_ready`
 //!    ignoring it), resume by a zero pause; `reserve_job` on ready, delayed and buried
@@ -35,7 +37,10 @@
 //!    backoff) in `contract_policies.rs`; calls made at once by many connections (and
 //!    shared mode's combining of them, with its failures) in `contract_concurrent.rs`;
 //!    shared mode's commands by id alone, one script call each, in
-//!    `contract_by_id.rs`. Retention (each job's history, the deleted job's record, the
+//!    `contract_by_id.rs`; what Redis runs for shared mode's put, reserve and delete
+//!    (each job's hash read once by a reserve, a body's length asked only once a large
+//!    body was written, a watched tube's references not read by a delete) in
+//!    `contract_commands.rs`. Retention (each job's history, the deleted job's record, the
 //!    bounds, the off state) is a suite of its own (`RETENTION_CHECKS`, in
 //!    `contract_retention.rs`), run per store by `retention_contract_{memory,durable,
 //!    redis}`. Schedules' ticks (made, stale, deduped, skipped, the cursors) are a suite of their own (`SCHEDULE_CHECKS`, in
@@ -96,6 +101,7 @@
 mod contract_admin;
 mod contract_batch;
 mod contract_by_id;
+mod contract_commands;
 mod contract_concurrent;
 mod contract_keys;
 mod contract_policies;
@@ -1245,6 +1251,27 @@ async fn contract_durable() {
 async fn contract_redis() {
     let Some(redis) = start_redis() else { return };
     run_contract(Engine::Redis(&redis.url())).await;
+}
+
+/// The contract on a Redis that refuses `FUNCTION` (renamed away, as an ACL without it
+/// or a Redis before 7 leaves it): every script is called by `EVALSHA` instead of as a
+/// Redis Function (docs/REDIS.md, *Scripts*), with the same outcome.
+#[tokio::test]
+async fn contract_redis_by_evalsha() {
+    let Some(redis) = support::redis::private_redis(
+        &["--rename-command", "FUNCTION", ""],
+        "Redis store contract tests",
+    ) else {
+        return;
+    };
+    let url = redis.url();
+    run_contract(Engine::Redis(&url)).await;
+    let calls = calls_by_command(&url).await;
+    let by = |c: &str| calls.get(c).copied().unwrap_or(0);
+    assert!(
+        by("evalsha") > 1000 && by("fcall") == 0,
+        "every call by EVALSHA: {calls:?}"
+    );
 }
 
 #[tokio::test]
@@ -2459,6 +2486,20 @@ async fn memory_vs_redis_differential() {
 /// How many script calls (EVALSHA and FCALL: the store calls its scripts as Redis
 /// Functions where Redis has them) the Redis at `url` has run (`INFO commandstats`).
 async fn script_calls(url: &str) -> u64 {
+    script_calls_of(&calls_by_command(url).await)
+}
+
+/// The script calls (EVALSHA and FCALL) among `calls`.
+fn script_calls_of(calls: &BTreeMap<String, u64>) -> u64 {
+    ["evalsha", "fcall"]
+        .iter()
+        .filter_map(|c| calls.get(*c))
+        .sum()
+}
+
+/// Every command the Redis at `url` has run, by its lower-case name, with how many
+/// times (`INFO commandstats`: a script's own commands count, each by its name).
+async fn calls_by_command(url: &str) -> BTreeMap<String, u64> {
     let client = redis::Client::open(url).expect("redis url");
     let mut conn = client
         .get_multiplexed_async_connection()
@@ -2469,19 +2510,23 @@ async fn script_calls(url: &str) -> u64 {
         .query_async(&mut conn)
         .await
         .expect("INFO commandstats");
-    script_calls_in(&info)
+    calls_in(&info)
 }
 
-/// The script calls (EVALSHA and FCALL) counted in `INFO commandstats` text.
-fn script_calls_in(info: &str) -> u64 {
+/// The calls of each command in `INFO commandstats` text.
+fn calls_in(info: &str) -> BTreeMap<String, u64> {
     info.lines()
+        .filter_map(|l| l.strip_prefix("cmdstat_"))
         .filter_map(|l| {
-            l.strip_prefix("cmdstat_evalsha:calls=")
-                .or_else(|| l.strip_prefix("cmdstat_fcall:calls="))
+            let (name, rest) = l.split_once(":calls=")?;
+            let n = rest
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .expect("a call count");
+            Some((name.to_string(), n))
         })
-        .filter_map(|rest| rest.split(',').next())
-        .map(|n| n.parse::<u64>().expect("a call count"))
-        .sum()
+        .collect()
 }
 
 /// Put `n` jobs (priority 100, TTR [`LONG`]) into `tube`, many at a time.

@@ -2,7 +2,8 @@
 //!
 //! The whole namespace is read (`crate::persist::redis::load`), with the Redis clock,
 //! and bodies left without their job by a large put cut short are removed, fenced by
-//! the lease. Building the store (sorting every job) runs on a blocking thread, so the
+//! the lease, as is shared mode's mark that no large body was ever written (a leader
+//! may write one in a batch). Building the store (sorting every job) runs on a blocking thread, so the
 //! lease keeper renews through a long load. A shutdown, or the lease lost, ends the
 //! load at once (the caller then gives the lease up).
 
@@ -123,7 +124,28 @@ impl Cluster {
         }
         self.remove_orphans(&loaded.ahead, &loaded.orphans, token)
             .await;
+        self.drop_small_mark(token).await;
         Ok((loaded.snapshot, loaded.tube_list, clock))
+    }
+
+    /// Delete the namespace's mark that no large body was ever written (`NsKey::Small`,
+    /// which shared mode makes with a fresh namespace): a leader may write a large body
+    /// in a batch (its stager's write did not start in time), which shared mode, when it
+    /// reopens the namespace, must then read as large. Fenced by the lease, like the
+    /// leader's every write. A failure leaves the mark: shared mode would then read a
+    /// large body through Lua (served right, with Redis busy meanwhile), so it is said.
+    async fn drop_small_mark(&self, token: &str) {
+        let mut fenced = Fenced::new(
+            "drop the small-bodies mark",
+            self.connector.clone(),
+            self.lease.key().to_string(),
+            token.to_string(),
+        );
+        let mut del = redis::cmd("DEL");
+        del.arg(self.keys.ns(NsKey::Small));
+        if let Err(err) = fenced.send_one(del).await {
+            tracing::warn!(%err, "could not delete the namespace's small-bodies mark; shared mode, if it reopens this namespace, reads large bodies through Lua");
+        }
     }
 
     /// Remove the bodies left without their job (`orphans`: large puts cut short by the

@@ -98,17 +98,21 @@ pub struct Fenced {
     watching: bool,
 }
 
-/// The commands writing job `id`'s large body ahead of its job: field `b` of the job's
-/// hash, and the id in the namespace's `ahead` set at `now_ms` (so that a body whose
-/// writer dies before its job is written is found and removed; `NsKey::Ahead`). Sized
-/// up front: the body is copied into the command once, into memory allocated once.
-pub fn body_ahead(keys: &Keys, id: u64, body: &[u8], now_ms: u64) -> [redis::Cmd; 2] {
+/// The commands writing job `id`'s large body ahead of its job: the namespace's mark
+/// that no large body was ever written goes (`NsKey::Small`: a reserve must then ask a
+/// body's length before it reads it), field `b` of the job's hash, and the id in the
+/// namespace's `ahead` set at `now_ms` (so that a body whose writer dies before its job
+/// is written is found and removed; `NsKey::Ahead`). Sized up front: the body is copied
+/// into the command once, into memory allocated once.
+pub fn body_ahead(keys: &Keys, id: u64, body: &[u8], now_ms: u64) -> [redis::Cmd; 3] {
+    let mut unmark = redis::cmd("DEL");
+    unmark.arg(keys.ns(NsKey::Small));
     let key = keys.job(id);
     let mut write = redis::Cmd::with_capacity(4, body.len() + key.len() + 8);
     write.arg("HSET").arg(key).arg(JOB_BODY).arg(body);
     let mut note = redis::cmd("ZADD");
     note.arg(keys.ns(NsKey::Ahead)).arg(now_ms).arg(id);
-    [write, note]
+    [unmark, write, note]
 }
 
 /// What one sending of a transaction came to.

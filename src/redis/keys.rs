@@ -87,7 +87,10 @@ key_group!(
     /// refuses, see the prelude), the ends of the open dedupe windows (member
     /// `<tube>\n<key>`), and the large bodies written ahead of their jobs (member the
     /// id, score the time written, ms: a writer that died between the two leaves a job
-    /// key holding only a body, which nothing else names; docs/REDIS.md).
+    /// key holding only a body, which nothing else names; docs/REDIS.md), and the mark
+    /// that no large body was ever written in the namespace (made with a fresh
+    /// namespace, deleted by the first body written ahead: a reserve then reads a body
+    /// with its job, without first asking its length).
     NsKey {
         Ids = "ids",
         Seq = "seq",
@@ -98,6 +101,7 @@ key_group!(
         Generation = "generation",
         Keywin = "keywin",
         Ahead = "ahead",
+        Small = "small",
     }
 );
 

@@ -159,6 +159,16 @@ impl References {
         self.shared.count(kind, tube)
     }
 
+    /// Whether a connection of this instance uses or watches `tube` (so a delete need
+    /// not check whether the tube is left unreferenced: see `delete_found` in the
+    /// prelude).
+    pub fn refers(&self, tube: &TubeName) -> bool {
+        let counts = self.shared.counts();
+        [RefKind::Using, RefKind::Watching]
+            .into_iter()
+            .any(|kind| counts.get(&(kind, tube.clone())).is_some_and(|&n| n > 0))
+    }
+
     /// A closing connection's references leave the local counts (its close script
     /// drops them in Redis).
     pub fn forget<'a>(&self, refs: impl Iterator<Item = (RefKind, &'a TubeName)>) {

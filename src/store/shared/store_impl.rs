@@ -194,7 +194,18 @@ impl Store for RedisStore {
         // connection holds needs no lookup of its tube.
         let max = self.windows_max();
         let deleted = match self.held_call(|s| &s.delete, conn, id) {
-            Some((_, mut call)) => call.arg(max).arg(self.ret_arg(conn)).run().await?,
+            Some((held, mut call)) => {
+                let referred = if self.refs.refers(&held.tube) {
+                    "1"
+                } else {
+                    "0"
+                };
+                call.arg(max)
+                    .arg(self.ret_arg(conn))
+                    .arg(referred)
+                    .run()
+                    .await?
+            }
             None => {
                 let mut call = self.on_job(|s| &s.delete_job, id);
                 call.arg(max).arg(self.ret_arg(conn)).run().await?

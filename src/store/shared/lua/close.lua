@@ -47,7 +47,10 @@ while a < #ARGV do
     if left == 0 then redis.call('HDEL', refs, field) else redis.call('HSET', refs, field, left) end
     local count = tonumber(redis.call('HGET', T.meta, kind) or '0')
     redis.call('HSET', T.meta, kind, math.max(count - (cur - left), 0))
-    maybe_gc(T, G, name)
   end
+  -- Also when Redis had already lost this instance's count (it was taken for dead): a
+  -- delete skipped the tube's destruction while this connection referred to it (see
+  -- `delete_found`), so its last reference's end decides.
+  if left == 0 or left < cur then maybe_gc(T, G, name) end
 end
 return woken

@@ -40,7 +40,8 @@
 --   reference's swap-remove order), tubepos (hash tube -> 0-based list position),
 --   generation (the namespace's random token, see below), keywin (zset
 --   "<tube>\n<key>" -> end of that key's dedupe window), ahead (zset id -> when its
---   large body was written ahead of its job, ms; see large.rs and `drop_ahead`).
+--   large body was written ahead of its job, ms; see large.rs and `drop_ahead`), small
+--   (a mark: no large body was ever written here; see `bodies_small`).
 -- A job is one hash of its own, {<prefix>}:j:<id>: t its tube's name, m its meta
 --   (msgpack, see PRI...), b its body (see `job_key` below). Scripts name it without
 --   its being among the call's KEYS (a reserve cannot know the job it will take): it
@@ -66,9 +67,18 @@ local G = ns_group(1)
 -- generation, passes the empty one.
 local GEN = table.remove(ARGV, 1)
 
--- Whether the namespace is the caller's generation: one GET (about 2-3 us in Redis).
+-- Whether no body of LARGE_BODY or more was ever written in the namespace (nil: not
+-- read yet; see `bodies_small` below).
+local SMALL = nil
+
+-- Whether the namespace is the caller's generation: one MGET (about 2-3 us in Redis),
+-- which reads G.small too, so a call that checks its generation knows `bodies_small`
+-- at no cost.
 local function same_generation()
-  return GEN == '' or redis.call('GET', G.generation) == GEN
+  if GEN == '' then return true end
+  local v = redis.call('MGET', G.generation, G.small)
+  SMALL = v[2] ~= false
+  return v[1] == GEN
 end
 
 local function namespace_lost()
@@ -303,11 +313,24 @@ local function has_body(id)
   return redis.call('HEXISTS', job_key(id), 'b') == 1
 end
 
+-- Whether no body of LARGE_BODY or more was ever written in the namespace: G.small
+-- exists (a fresh namespace's `init` makes it; the first body written ahead deletes it,
+-- fenced.rs' body_ahead; a new leader deletes it, cluster/takeover.rs). Then a body is
+-- read without first asking its length. Read once per call, by the generation check
+-- when the call makes one. A namespace without it (made by a version before it, or
+-- once a large body was written) asks each body's length first.
+local function bodies_small()
+  if SMALL == nil then SMALL = redis.call('EXISTS', G.small) == 1 end
+  return SMALL
+end
+
 -- A job's body for a reply: the body; its length (a number) when it is large, for the
 -- caller to read with a plain HGET (see large.rs); false when the job has none.
 local function body_for_reply(id)
-  local n = body_size(id)
-  if n >= LARGE_BODY then return n end
+  if not bodies_small() then
+    local n = body_size(id)
+    if n >= LARGE_BODY then return n end
+  end
   return job_body(id)
 end
 
@@ -338,11 +361,13 @@ local function get_job(tube, id)
   return j
 end
 
--- `get_job` and `body_for_reply` in two reads (what a reserve needs): the meta (nil as
--- `get_job` says), then the body for a reply (false when the job has none).
+-- `get_job` and `body_for_reply` in one read (what a reserve needs; two while a large
+-- body may be there: `bodies_small`): the meta (nil as `get_job` says), then the body
+-- for a reply (false when the job has none).
 local function job_for_reply(tube, id)
   local k = job_key(id)
-  local n = redis.call('HSTRLEN', k, 'b')
+  local n = 0
+  if not bodies_small() then n = redis.call('HSTRLEN', k, 'b') end
   local v
   if n >= LARGE_BODY then
     v = redis.call('HMGET', k, 't', 'm')
@@ -928,12 +953,15 @@ end
 -- A delete of job `id` (meta `j`) of `tube` (its group `T`), found deletable (not
 -- reserved, or reserved by the caller): `max` the most dedupe windows open at once,
 -- `ret` the retention argument (see RET). -> 1 (deleted). delete_op's and
--- delete_job_op's.
-local function delete_found(T, tube, id, j, max, ret)
+-- delete_job_op's. `referred`: a connection of the caller's instance uses or watches
+-- the tube, so it stays (as in beanstalkd, a tube a connection refers to is not
+-- destroyed) and `maybe_gc`'s read is saved; when that reference ends, `tube_ref`,
+-- `close` or `reap` destroys the tube if it is empty then.
+local function delete_found(T, tube, id, j, max, ret, referred)
   RET = ret_of(ret)
   delete_job(T, G, tube, id, j, true, tonumber(max))
   redis.call('HINCRBY', T.meta, 'cmd_delete', '1')
-  maybe_gc(T, G, tube)
+  if not referred then maybe_gc(T, G, tube) end
   return 1
 end
 
@@ -978,7 +1006,9 @@ end
 -- delete: a[3] id, a[4] the owner token the caller holds it under (a job the caller
 -- does not hold is delete_job.lua's, found by its id alone), a[5]
 -- the most dedupe windows open at once, a[6] the retention argument (see RET: the
--- job's record is retained) -> 1 deleted, 0 not found (or held by another). Its
+-- job's record is retained), a[7] '1' when a connection of the caller's instance
+-- uses or watches the tube (see `delete_found`; absent: '0')
+-- -> 1 deleted, 0 not found (or held by another). Its
 -- script is composed without the generation check first (CHECK_FIRST): a job the
 -- caller holds is proof enough (`held_by`), and the check is made for any other answer.
 local function delete_op(k, a)
@@ -987,7 +1017,7 @@ local function delete_op(k, a)
   local held = held_by(j, a[4])
   if not held and not same_generation() then return namespace_lost() end
   if not j or (j[STATE] == 'reserved' and not held) then return 0 end
-  return delete_found(T, tube, id, j, a[5], a[6])
+  return delete_found(T, tube, id, j, a[5], a[6], a[7] == '1')
 end
 
 -- delete_job: a delete by a connection that does not hold the job: a[1] id, a[2] the

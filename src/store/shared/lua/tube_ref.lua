@@ -24,5 +24,7 @@ if applied ~= 0 then
   local count = tonumber(redis.call('HGET', T.meta, kind) or '0')
   redis.call('HSET', T.meta, kind, math.max(count + applied, 0))
 end
-if applied < 0 then maybe_gc(T, G, tube) end
+-- Also at no reference left when Redis had already lost this instance's count (it was
+-- taken for dead): see close.lua.
+if applied < 0 or new == 0 then maybe_gc(T, G, tube) end
 return applied

@@ -23,6 +23,7 @@ use redis::aio::ConnectionLike;
 use redis::{Cmd, RedisResult, Value};
 
 use super::super::shake::split_call_state;
+use super::Composed;
 
 /// The prelude's variables that a call sets (lua/prelude.lua): each call starts them
 /// again, as a script's whole text does at each `EVALSHA`.
@@ -34,6 +35,7 @@ pub const CALL_STATE: &[&str] = &[
     "LISTENED",
     "ID_BLOCK",
     "PUTS_UNCOUNTED",
+    "SMALL",
 ];
 
 /// One script's two forms.
@@ -46,12 +48,16 @@ pub struct Callee {
 }
 
 impl Callee {
-    /// The script `name` whose text is `script` (for EVALSHA: its shebang, then `kept`,
-    /// the prelude cut to what `body` uses, then `body`); `read_only`: flagged
-    /// `no-writes`.
-    pub fn new(name: &str, script: &str, kept: &str, body: &str, read_only: bool) -> Callee {
-        let (load, call) = split_call_state(kept, CALL_STATE);
-        let flags = if read_only { "'no-writes'" } else { "" };
+    /// The script `name`, composed: its text for `EVALSHA`, and its library (read-only
+    /// scripts flagged `no-writes` in both).
+    pub(super) fn new(name: &str, composed: &Composed) -> Callee {
+        let (load, call) = split_call_state(&composed.prelude, CALL_STATE);
+        let flags = if composed.read_only {
+            "'no-writes'"
+        } else {
+            ""
+        };
+        let body = composed.body;
         // The function's form of KEYS and ARGV: locals of the library that each call
         // sets, which its helpers read as a script's read the globals.
         let head = format!("local KEYS, ARGV\n{load}\nredis.register_function{{function_name = ");
@@ -64,7 +70,7 @@ impl Callee {
             .to_string();
         let function = format!("redstalk_{name}_{}", &hash[..16]);
         Callee {
-            script: redis::Script::new(script),
+            script: redis::Script::new(&composed.text()),
             library: format!("#!lua name={function}\n{head}'{function}'{tail}"),
             function,
         }

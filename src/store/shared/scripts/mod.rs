@@ -65,7 +65,7 @@ impl<R> Lua<R> {
         let composed = compose(prelude, body, read_only, checks_first(name));
         Lua {
             name,
-            callee: Callee::new(name, &composed.text, &composed.prelude, body, read_only),
+            callee: Callee::new(name, &composed),
             ns: composed.ns,
             reply: PhantomData,
         }
@@ -89,7 +89,7 @@ const READ_ONLY: &[&str] = &[
 /// The scripts that change a job only while it is reserved under the caller's owner
 /// token, and check the namespace's generation themselves for any other answer (see
 /// `CHECK_FIRST` in the prelude): a token is one process's own, so a job reserved
-/// under it is the caller's, in the caller's namespace. The generation's `GET` is left
+/// under it is the caller's, in the caller's namespace. The generation's `MGET` is left
 /// out of a worker's delete, release, bury or touch of the job it holds.
 const FENCED_BY_OWNER: &[&str] = &["delete", "release", "bury", "touch"];
 
@@ -98,20 +98,38 @@ fn checks_first(name: &str) -> bool {
     !FENCED_BY_OWNER.contains(&name)
 }
 
-/// A script composed: its prelude, its text, and the namespace's keys it reads.
-struct Composed {
+/// A script composed: the parts of the prelude its body uses, the body, and the
+/// namespace's keys they read. Its two forms are made of these parts: the script's
+/// text ([`Composed::text`]) and its library (`Callee::new`).
+struct Composed<'a> {
     /// The parts of the prelude the body uses, its namespace group cut to `ns`.
     prelude: String,
-    /// The script's text: the shebang, `prelude`, then the body.
-    text: String,
+    body: &'a str,
+    /// Flagged `no-writes` (see [`READ_ONLY`]).
+    read_only: bool,
     ns: Vec<NsKey>,
+}
+
+impl Composed<'_> {
+    /// The script's text, for `EVALSHA`: `#!lua` first (Redis 7's script flags: a
+    /// script may then touch only keys of the slot of its declared keys on a Redis
+    /// Cluster, and every script's keys are one namespace's, keys.rs), the prelude,
+    /// then the body.
+    fn text(&self) -> String {
+        let flags = if self.read_only {
+            " flags=no-writes"
+        } else {
+            ""
+        };
+        format!("#!lua{flags}\n{}\n{}", self.prelude, self.body)
+    }
 }
 
 /// The script of `body` after the parts of `prelude` it uses (see shake.rs), its
 /// namespace group cut to the keys they read; and those keys. `read_only`: flagged
 /// `no-writes` (see [`READ_ONLY`]); `check_first`: the prelude checks the generation
 /// before the body runs (see [`FENCED_BY_OWNER`]).
-fn compose(prelude: &str, body: &str, read_only: bool, check_first: bool) -> Composed {
+fn compose<'a>(prelude: &str, body: &'a str, read_only: bool, check_first: bool) -> Composed<'a> {
     let check = if check_first {
         ""
     } else {
@@ -125,18 +143,10 @@ fn compose(prelude: &str, body: &str, read_only: bool, check_first: bool) -> Com
         .filter(|k| read.iter().any(|r| r == k.name()))
         .collect();
     let tag = read.iter().any(|r| r == TAG);
-    let prelude = prelude_for(prelude, &format!("{}{check}", ns_group(&ns, tag)), body);
-    // `#!lua` first (Redis 7's script flags): a script may then touch only keys of the
-    // slot of its declared keys on a Redis Cluster, and every script's keys are one
-    // namespace's (keys.rs).
-    let shebang = if read_only {
-        "#!lua flags=no-writes"
-    } else {
-        "#!lua"
-    };
     Composed {
-        text: format!("{shebang}\n{prelude}\n{body}"),
-        prelude,
+        prelude: prelude_for(prelude, &format!("{}{check}", ns_group(&ns, tag)), body),
+        body,
+        read_only,
         ns,
     }
 }
@@ -202,7 +212,7 @@ macro_rules! scripts {
                         READ_ONLY.contains(&stringify!($name)),
                         checks_first(stringify!($name)),
                     )
-                    .text,
+                    .text(),
                     &self.$name.callee,
                 ),)*]
             }

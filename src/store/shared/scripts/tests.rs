@@ -34,18 +34,24 @@ fn lua_keeps_the_stores_large_body_size() {
 }
 
 /// A call passes the namespace keys its script reads, and the script counts that
-/// many: the reserve reads the generation, the due index and the bury counter
-/// (`attach` knows every state); a put also the counters, the tube list and the set of
+/// many: the reserve reads the generation (with the small-bodies mark), the due index
+/// and the bury counter (`attach` knows every state); a put also the counters, the tube list and the set of
 /// bodies written ahead (a large put's body leaves it), which the reserve never reads.
 #[test]
 fn a_call_passes_the_namespace_keys_its_script_reads() {
     let scripts = Scripts::new();
     let reserve = &scripts.reserve;
-    assert_eq!(reserve.ns, [NsKey::Seq, NsKey::Due, NsKey::Generation]);
+    assert_eq!(
+        reserve.ns,
+        [NsKey::Seq, NsKey::Due, NsKey::Generation, NsKey::Small]
+    );
     let put = &scripts.put;
     assert!(put.ns.contains(&NsKey::Tubepos) && put.ns.contains(&NsKey::Stats));
     assert!(put.ns.contains(&NsKey::Ahead));
-    assert_eq!(scripts.ahead.ns, [NsKey::Generation, NsKey::Ahead]);
+    assert_eq!(
+        scripts.ahead.ns,
+        [NsKey::Generation, NsKey::Ahead, NsKey::Small]
+    );
     assert!(scripts.bury.ns.contains(&NsKey::Seq));
     assert!(scripts.init.ns.contains(&NsKey::Generation));
     let prelude = format!(
@@ -54,10 +60,10 @@ fn a_call_passes_the_namespace_keys_its_script_reads() {
         include_str!("../lua/prelude.lua")
     );
     for (body, n) in [
-        (include_str!("../lua/reserve.lua"), 3),
+        (include_str!("../lua/reserve.lua"), 4),
         (include_str!("../lua/put.lua"), put.ns.len()),
     ] {
-        let text = compose(&prelude, body, false, true).text;
+        let text = compose(&prelude, body, false, true).text();
         assert!(text.contains(&format!("local N_NS_KEYS = {n}\n")), "{text}");
         assert_eq!(text.matches("local N_NS_KEYS").count(), 1);
         assert_eq!(text.matches("local function ns_group").count(), 1);
@@ -100,11 +106,13 @@ fn only_scripts_naming_keys_they_are_not_given_read_the_tag() {
         include_str!("../lua/windows.lua"),
         include_str!("../lua/delete.lua"),
     ] {
-        let Composed { text, ns, .. } = compose(&prelude, body, false, true);
+        let composed = compose(&prelude, body, false, true);
+        let text = composed.text();
         assert!(text.contains(tag) && text.contains("local function tube_key_of"));
+        let ns = &composed.ns;
         assert!(ns.contains(&NsKey::Keywin), "{ns:?}");
     }
-    let text = compose(&prelude, include_str!("../lua/reserve.lua"), false, true).text;
+    let text = compose(&prelude, include_str!("../lua/reserve.lua"), false, true).text();
     assert!(
         text.contains(tag)
             && text.contains("local function job_key_of")
@@ -115,7 +123,7 @@ fn only_scripts_naming_keys_they_are_not_given_read_the_tag() {
         include_str!("../lua/tube_ref.lua"),
         include_str!("../lua/pause.lua"),
     ] {
-        let text = compose(&prelude, body, false, true).text;
+        let text = compose(&prelude, body, false, true).text();
         assert!(
             !text.contains(tag) && !text.contains("job_key_of") && !text.contains("tube_key_of"),
             "{text}"
@@ -150,12 +158,12 @@ fn puts_and_ticks_share_one_put() {
             "",
         );
         assert!(!own.contains("HINCRBY"), "a copy of the put in {body}");
-        let text = compose(&prelude, body, false, true).text;
+        let text = compose(&prelude, body, false, true).text();
         assert_eq!(text.matches("local function put_new(").count(), 1);
         // Its definition, and the one call.
         assert_eq!(text.matches("put_new(T, G, tube, origin").count(), 2);
     }
-    let skip = compose(&prelude, include_str!("../lua/skip.lua"), false, true).text;
+    let skip = compose(&prelude, include_str!("../lua/skip.lua"), false, true).text();
     assert!(!skip.contains("put_new"), "{skip}");
     assert!(ACKNOWLEDGED.contains(&"fire") && ACKNOWLEDGED.contains(&"skip"));
 }
@@ -228,9 +236,14 @@ fn libraries_are_named_by_script_and_text() {
     names.dedup();
     assert_eq!(names.len(), scripts.every().len());
     // Another text, another name.
-    let prelude = "local GEN = 1\n";
-    let a = Callee::new("x", "", prelude, "return 1", false);
-    let b = Callee::new("x", "", prelude, "return 2", false);
+    let of = |body| Composed {
+        prelude: "local GEN = 1\n".to_string(),
+        body,
+        read_only: false,
+        ns: Vec::new(),
+    };
+    let a = Callee::new("x", &of("return 1"));
+    let b = Callee::new("x", &of("return 2"));
     assert_ne!(a.library().0, b.library().0);
 }
 
