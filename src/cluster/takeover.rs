@@ -3,9 +3,9 @@
 //! The whole namespace is read (`crate::persist::redis::load`), with the Redis clock,
 //! and bodies left without their job by a large put cut short are removed, fenced by
 //! the lease, as is shared mode's mark that no large body was ever written (a leader
-//! may write one in a batch). Building the store (sorting every job) runs on a blocking thread, so the
-//! lease keeper renews through a long load. A shutdown, or the lease lost, ends the
-//! load at once (the caller then gives the lease up).
+//! may write one in a batch). Building the store (sorting every job) runs on a
+//! blocking thread, so the lease keeper renews through a long load. A shutdown, or the
+//! lease lost, ends the load at once (the caller then gives the lease up).
 
 use tokio_util::sync::CancellationToken;
 

@@ -89,8 +89,9 @@ key_group!(
     /// id, score the time written, ms: a writer that died between the two leaves a job
     /// key holding only a body, which nothing else names; docs/REDIS.md), and the mark
     /// that no large body was ever written in the namespace (made with a fresh
-    /// namespace, deleted by the first body written ahead: a reserve then reads a body
-    /// with its job, without first asking its length).
+    /// namespace, deleted by the first body written ahead and by every new leader:
+    /// while it is there a reserve reads a body with its job, without first asking its
+    /// length).
     NsKey {
         Ids = "ids",
         Seq = "seq",
