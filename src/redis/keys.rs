@@ -559,7 +559,7 @@ mod tests {
             "local N_TUBE_KEYS = 6",
             "local TUBE_READY, TUBE_DELAYED, TUBE_RESERVED, TUBE_BURIED, TUBE_META, TUBE_KEYS = 0, 1, 2, 3, 4, 5",
             "  return { ready = KEYS[b + 0], delayed = KEYS[b + 1], reserved = KEYS[b + 2], buried = KEYS[b + 3], meta = KEYS[b + 4], keys = KEYS[b + 5] }",
-            "local N_NS_KEYS = 9",
+            "local N_NS_KEYS = 10",
             "local function ns_group(b)",
             "local N_RESERVE_KEYS = 3",
             "  return { ready = KEYS[b + 0], reserved = KEYS[b + 1], meta = KEYS[b + 2] }",
