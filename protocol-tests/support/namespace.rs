@@ -51,7 +51,7 @@ pub const MOVED: &str = "0|moved|redstalk-namespace";
 /// `{p}:t:<tube>:bodies` (id -> body), its tube in `{p}:index` (id -> tube); the batch
 /// sequence `{p}:lease:commit` renamed `{p}:leader:commit`; no `{p}:lease`, no
 /// `{p}:leader` (schema 3's lock-out value; schema 2's lease, absent at rest), no
-/// `{p}:ahead`; `{p}:schema` = 2. The inverse of src/redis/schema/v2.rs' `CONVERT`
+/// `{p}:ahead`, no `{p}:small` (a mark versions of schema 2 never made); `{p}:schema` = 2. The inverse of src/redis/schema/v2.rs' `CONVERT`
 /// (the metadata's format is the same in both). A hash with a body and no metadata (a
 /// large body written ahead of its job) is dropped. Every instance must be stopped.
 /// How many jobs.
@@ -102,6 +102,7 @@ pub fn to_schema_2(conn: &mut ::redis::Connection, p: &str) -> usize {
         .arg(format!("{tag}:leader"))
         .arg(format!("{tag}:lease"))
         .arg(format!("{tag}:ahead"))
+        .arg(format!("{tag}:small"))
         .query(conn)
         .unwrap();
     let _: () = ::redis::cmd("SET")
