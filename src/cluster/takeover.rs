@@ -122,25 +122,27 @@ impl Cluster {
                 "some jobs in Redis could not be read and were left out (see above)"
             );
         }
-        self.remove_orphans(&loaded.ahead, &loaded.orphans, token)
+        // The load's clean-up, on one link fenced by the lease: a leader that lost it
+        // meanwhile must not change what its successor writes.
+        let mut fenced = Fenced::new(
+            "tidy the namespace after its load",
+            self.connector.clone(),
+            self.lease.key().to_string(),
+            token.to_string(),
+        );
+        self.drop_small_mark(&mut fenced).await;
+        self.remove_orphans(&mut fenced, &loaded.ahead, &loaded.orphans)
             .await;
-        self.drop_small_mark(token).await;
         Ok((loaded.snapshot, loaded.tube_list, clock))
     }
 
     /// Delete the namespace's mark that no large body was ever written (`NsKey::Small`,
     /// which shared mode makes with a fresh namespace): a leader may write a large body
     /// in a batch (its stager's write did not start in time), which shared mode, when it
-    /// reopens the namespace, must then read as large. Fenced by the lease, like the
-    /// leader's every write. A failure leaves the mark: shared mode would then read a
-    /// large body through Lua (served right, with Redis busy meanwhile), so it is said.
-    async fn drop_small_mark(&self, token: &str) {
-        let mut fenced = Fenced::new(
-            "drop the small-bodies mark",
-            self.connector.clone(),
-            self.lease.key().to_string(),
-            token.to_string(),
-        );
+    /// reopens the namespace, must then read as large. A failure leaves the mark: shared
+    /// mode would then read a large body through Lua (served right, with Redis busy
+    /// meanwhile), so it is said.
+    async fn drop_small_mark(&self, fenced: &mut Fenced) {
         let mut del = redis::cmd("DEL");
         del.arg(self.keys.ns(NsKey::Small));
         if let Err(err) = fenced.send_one(del).await {
@@ -150,19 +152,12 @@ impl Cluster {
 
     /// Remove the bodies left without their job (`orphans`: large puts cut short by the
     /// previous leader's end), then take every body written ahead (`ahead`) out of the
-    /// namespace's `ahead` set: the jobs of the others were made. Fenced by the lease:
-    /// a leader that lost it meanwhile must not delete what its successor writes. A
-    /// failure only leaves them for the next load.
-    async fn remove_orphans(&self, ahead: &[u64], orphans: &[u64], token: &str) {
+    /// namespace's `ahead` set: the jobs of the others were made. A failure only leaves
+    /// them for the next load.
+    async fn remove_orphans(&self, fenced: &mut Fenced, ahead: &[u64], orphans: &[u64]) {
         if ahead.is_empty() {
             return;
         }
-        let mut fenced = Fenced::new(
-            "remove orphaned bodies",
-            self.connector.clone(),
-            self.lease.key().to_string(),
-            token.to_string(),
-        );
         if !orphans.is_empty() {
             tracing::warn!(
                 bodies = orphans.len(),

@@ -163,10 +163,9 @@ impl References {
     /// not check whether the tube is left unreferenced: see `delete_found` in the
     /// prelude).
     pub fn refers(&self, tube: &TubeName) -> bool {
-        let counts = self.shared.counts();
         [RefKind::Using, RefKind::Watching]
             .into_iter()
-            .any(|kind| counts.get(&(kind, tube.clone())).is_some_and(|&n| n > 0))
+            .any(|kind| self.count(kind, tube) > 0)
     }
 
     /// A closing connection's references leave the local counts (its close script
