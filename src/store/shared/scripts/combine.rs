@@ -328,7 +328,11 @@ fn many_cmd(runner: &Runner, own: &Owned, rest: &[Queued]) -> Cmd {
     let calls = || std::iter::once(own).chain(rest.iter().map(|q| &q.call));
     let lua = &runner.scripts.many;
     let own_keys: usize = calls().map(|c| c.keys - c.ns_keys).sum();
-    let mut cmd = lua.callee.command(runner.scripts.functions());
+    // Each call's arguments (its name and three counts added, its namespace's keys left
+    // out: many's own are given once), and many's key count, keys and generation.
+    let args: usize = calls().map(|c| c.args().len() + 3).sum::<usize>() + lua.ns.len() + 2;
+    let bytes: usize = calls().map(|c| c.bytes() + c.name.len() + 3 * 20).sum();
+    let mut cmd = lua.callee.command(runner.scripts.functions(), args, bytes);
     cmd.arg(lua.ns.len() + own_keys);
     for &key in &lua.ns {
         cmd.arg(runner.keys.ns(key));

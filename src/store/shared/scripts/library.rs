@@ -76,16 +76,19 @@ impl Callee {
         }
     }
 
-    /// A command calling it, to which its key count, keys and arguments are added.
-    pub fn command(&self, functions: bool) -> Cmd {
-        let mut cmd;
-        if functions {
-            cmd = redis::cmd("FCALL");
-            cmd.arg(&self.function);
+    /// A command calling it, to which its key count, keys and arguments are added:
+    /// room for `args` more arguments of `bytes` in all, so that adding them does not
+    /// grow the command's buffers one argument at a time (each growth a `realloc` and a
+    /// copy: a sixth of redstalk's instructions per job in shared mode before,
+    /// bench/results/2026-12-07-instructions.md).
+    pub fn command(&self, functions: bool, args: usize, bytes: usize) -> Cmd {
+        let (word, target) = if functions {
+            ("FCALL", self.function.as_str())
         } else {
-            cmd = redis::cmd("EVALSHA");
-            cmd.arg(self.script.get_hash());
-        }
+            ("EVALSHA", self.script.get_hash())
+        };
+        let mut cmd = Cmd::with_capacity(2 + args, word.len() + target.len() + bytes);
+        cmd.arg(word).arg(target);
         cmd
     }
 

@@ -315,6 +315,14 @@ pub struct Runner {
     combiner: Arc<combine::Combiner>,
 }
 
+/// Room a call's command is made with beyond its keys (see `Callee::command`): its
+/// script's own arguments (at most 12 but `reserve_batch`'s and `kick`'s lists, which
+/// grow it), their bytes (a body beyond them grows it once), and each key's bytes after
+/// the namespace's tag (a tube's name and its key's suffix, mostly).
+const CALL_ARGS: usize = 16;
+const CALL_BYTES: usize = 256;
+const KEY_BYTES: usize = 32;
+
 /// The scripts whose changes a client is told of, and so are acknowledged only once
 /// replicated (with `--redis-wait-replicas`). The others read, or keep this instance's
 /// own bookkeeping (references, liveness, the timer), which a lost write only delays.
@@ -407,8 +415,13 @@ impl Runner {
         group: &[TubeKey],
     ) -> Call<'a, R> {
         let lua = pick(&self.scripts);
-        let mut cmd = lua.callee.command(self.scripts.functions());
-        cmd.arg(lua.ns.len() + own.len() + group.len() * tubes.len());
+        let keys = lua.ns.len() + own.len() + group.len() * tubes.len();
+        let mut cmd = lua.callee.command(
+            self.scripts.functions(),
+            keys + CALL_ARGS,
+            keys * (self.keys.tag().len() + KEY_BYTES) + CALL_BYTES,
+        );
+        cmd.arg(keys);
         for &key in &lua.ns {
             cmd.arg(self.keys.ns(key));
         }
@@ -428,7 +441,7 @@ impl Runner {
             callee: &lua.callee,
             cmd,
             ns_keys: lua.ns.len(),
-            keys: lua.ns.len() + own.len() + group.len() * tubes.len(),
+            keys,
             generation,
             reply: PhantomData,
         }
