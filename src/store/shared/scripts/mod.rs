@@ -316,9 +316,9 @@ pub struct Runner {
 }
 
 /// Room a call's command is made with beyond its keys (see `Callee::command`): its
-/// script's own arguments (at most 12 but `reserve_batch`'s and `kick`'s lists, which
-/// grow it), their bytes (a body beyond them grows it once), and each key's bytes after
-/// the namespace's tag (a tube's name and its key's suffix, mostly).
+/// script's own arguments (at most 12, but the lists of `batch`, `by_key`, `close` and
+/// `reap`, which grow it), their bytes (a body beyond them grows it once), and each
+/// key's bytes after the namespace's tag (a tube's name and its key's suffix, mostly).
 const CALL_ARGS: usize = 16;
 const CALL_BYTES: usize = 256;
 const KEY_BYTES: usize = 32;
