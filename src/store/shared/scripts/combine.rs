@@ -328,8 +328,9 @@ fn many_cmd(runner: &Runner, own: &Owned, rest: &[Queued]) -> Cmd {
     let calls = || std::iter::once(own).chain(rest.iter().map(|q| &q.call));
     let lua = &runner.scripts.many;
     let own_keys: usize = calls().map(|c| c.keys - c.ns_keys).sum();
-    // Each call's arguments (its name and three counts added, its namespace's keys left
-    // out: many's own are given once), and many's key count, keys and generation.
+    // Room for each call's arguments as its own command holds them (its keys, generation
+    // and arguments: a little more than `many` sends, which gives the namespace's keys
+    // once) with its name and three counts, and `many`'s key count, keys and generation.
     let args: usize = calls().map(|c| c.args().len() + 3).sum::<usize>() + lua.ns.len() + 2;
     let bytes: usize = calls().map(|c| c.bytes() + c.name.len() + 3 * 20).sum();
     let mut cmd = lua.callee.command(runner.scripts.functions(), args, bytes);
